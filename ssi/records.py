@@ -1,0 +1,43 @@
+"""Typed records shared by the trainer, the evaluator and the service."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A document of a collection: `id` is the user's key, `text` is what gets featurized."""
+
+    id: str
+    title: str
+    text: str
+
+    @property
+    def full_text(self) -> str:
+        """Title and body, the text both halves featurize (titles carry strong words)."""
+        return f"{self.title}\n{self.text}" if self.title else self.text
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    id: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Pair:
+    """A (query, relevant document) pair: a link, a click, a qrel."""
+
+    query_id: str
+    doc_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class ScoredDoc:
+    """One ranked document, with the two parts of the SSI score so a ranking can be explained."""
+
+    doc_id: str
+    score: float
+    semantic: float
+    lexical: float

@@ -1,0 +1,22 @@
+"""The tokenizer both halves use, so a query is cut into words exactly as in training.
+
+Words are maximal runs of letters and digits after Unicode NFKC normalisation and case folding;
+punctuation and underscores separate words. Changing this changes every model: bump
+`TOKENIZER_VERSION`, which bundles record and the service checks.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+
+TOKENIZER_VERSION = "words-nfkc-casefold-v1"
+
+_WORD = re.compile(r"[^\W_]+")
+MAX_WORD_CHARS = 40
+
+
+def tokenize(text: str) -> list[str]:
+    """Split `text` into lower-cased words; over-long runs (hashes, base64) are dropped."""
+    normalized = unicodedata.normalize("NFKC", text).casefold()
+    return [w for w in _WORD.findall(normalized) if len(w) <= MAX_WORD_CHARS]

@@ -1,0 +1,95 @@
+"""Vocabulary with idf weights, and the tf-idf featurizer that turns texts into unit vectors.
+
+A text becomes x with x_i = (1 + log tf_i) · idf_i over the D vocabulary words, scaled to unit
+length (the representation of Bai et al., "Supervised Semantic Indexing", 2009). Word ids are
+ordered by document frequency, most frequent first, so "the top-n words" is the id range [0, n).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+from ssi.tokenize import TOKENIZER_VERSION, tokenize
+
+TF_SCHEME = "log1p-idf-l2"
+
+
+@dataclass
+class Vocabulary:
+    """Words (id = position) with their idf; built once by the trainer, shipped in the bundle."""
+
+    words: list[str]
+    idf: np.ndarray
+    tokenizer: str = TOKENIZER_VERSION
+    tf_scheme: str = TF_SCHEME
+    _index: dict[str, int] = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.idf = np.asarray(self.idf, dtype=np.float32)
+        if len(self.words) != self.idf.shape[0]:
+            raise ValueError(f"vocabulary has {len(self.words)} words but {self.idf.shape[0]} idf values")
+        self._index = {w: i for i, w in enumerate(self.words)}
+        if len(self._index) != len(self.words):
+            raise ValueError("vocabulary has duplicate words")
+
+    @property
+    def size(self) -> int:
+        return len(self.words)
+
+    def id_of(self, word: str) -> int | None:
+        return self._index.get(word)
+
+    @classmethod
+    def build(
+        cls, texts: Iterable[str], max_words: int = 30000, min_df: int = 2
+    ) -> Vocabulary:
+        """Keep the `max_words` words of highest document frequency (ties broken by the word)."""
+        df: Counter[str] = Counter()
+        n_docs = 0
+        for text in texts:
+            df.update(set(tokenize(text)))
+            n_docs += 1
+        if n_docs == 0:
+            raise ValueError("cannot build a vocabulary from no texts")
+        kept = [(w, c) for w, c in df.items() if c >= min_df] or list(df.items())
+        kept.sort(key=lambda wc: (-wc[1], wc[0]))
+        kept = kept[:max_words]
+        words = [w for w, _ in kept]
+        idf = np.array([math.log((1 + n_docs) / (1 + c)) + 1.0 for _, c in kept], dtype=np.float32)
+        return cls(words=words, idf=idf)
+
+    def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
+        """Unit-length tf-idf rows (float32 CSR, sorted indices); a text with no known word is all zero."""
+        indptr = np.zeros(len(texts) + 1, dtype=np.int64)
+        all_ids: list[np.ndarray] = []
+        all_vals: list[np.ndarray] = []
+        lookup = self._index.get
+        for row, text in enumerate(texts):
+            ids = [i for i in map(lookup, tokenize(text)) if i is not None]
+            if ids:
+                uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
+                vals = (1.0 + np.log(counts)).astype(np.float32) * self.idf[uniq]
+                vals /= np.linalg.norm(vals)
+            else:
+                uniq = np.zeros(0, dtype=np.int64)
+                vals = np.zeros(0, dtype=np.float32)
+            all_ids.append(uniq)
+            all_vals.append(vals)
+            indptr[row + 1] = indptr[row] + uniq.shape[0]
+        indices = np.concatenate(all_ids) if all_ids else np.zeros(0, dtype=np.int64)
+        data = np.concatenate(all_vals) if all_vals else np.zeros(0, dtype=np.float32)
+        matrix = sp.csr_matrix(
+            (data.astype(np.float32), indices.astype(np.int32), indptr), shape=(len(texts), self.size)
+        )
+        matrix.has_sorted_indices = True
+        return matrix
+
+    def featurize_dense(self, texts: Sequence[str]) -> np.ndarray:
+        """The dense float32 form the ONNX query encoder takes."""
+        return np.asarray(self.featurize(texts).toarray(), dtype=np.float32)
