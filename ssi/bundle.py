@@ -205,7 +205,9 @@ def read_manifest(path: Path | str) -> Manifest:
     try:
         return Manifest.model_validate(raw)
     except ValidationError as exc:
-        raise BundleError(f"{manifest_path}: invalid manifest: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}") from None
+        raise BundleError(
+            f"{manifest_path}: invalid manifest: {exc.errors()[0]['msg']} at {exc.errors()[0]['loc']}"
+        ) from None
 
 
 def _load_array(path: Path, mmap: bool) -> np.ndarray:
@@ -239,7 +241,9 @@ def load_bundle(path: Path | str, *, mmap: bool = True, verify_hashes: bool = Tr
         if array.shape != expected_shape or array.dtype != np.float32:
             raise BundleError(f"{path / name}: expected float32 {expected_shape}, found {array.dtype} {array.shape}")
     if lexical.shape != (manifest.vocab_size,) or lexical.dtype != np.float32:
-        raise BundleError(f"{path / LEXICAL_FILE}: expected float32 ({manifest.vocab_size},), found {lexical.dtype} {lexical.shape}")
+        raise BundleError(
+            f"{path / LEXICAL_FILE}: expected float32 ({manifest.vocab_size},), found {lexical.dtype} {lexical.shape}"
+        )
     if vocab.size != manifest.vocab_size:
         raise BundleError(f"{path / VOCAB}: {vocab.size} words, the manifest says {manifest.vocab_size}")
     from ssi.tokenize import TOKENIZER_VERSION

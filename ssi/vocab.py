@@ -46,14 +46,19 @@ class Vocabulary:
         return self._index.get(word)
 
     @classmethod
-    def build(
-        cls, texts: Iterable[str], max_words: int = 30000, min_df: int = 2
-    ) -> Vocabulary:
+    def build(cls, texts: Iterable[str], max_words: int = 30000, min_df: int = 2) -> Vocabulary:
         """Keep the `max_words` words of highest document frequency (ties broken by the word)."""
+        return cls.build_from_tokens((tokenize(t) for t in texts), max_words=max_words, min_df=min_df)
+
+    @classmethod
+    def build_from_tokens(
+        cls, token_lists: Iterable[Sequence[str]], max_words: int = 30000, min_df: int = 2
+    ) -> Vocabulary:
+        """`build` on texts already tokenized, so a trainer tokenizes a large corpus once."""
         df: Counter[str] = Counter()
         n_docs = 0
-        for text in texts:
-            df.update(set(tokenize(text)))
+        for tokens in token_lists:
+            df.update(set(tokens))
             n_docs += 1
         if n_docs == 0:
             raise ValueError("cannot build a vocabulary from no texts")
@@ -66,12 +71,16 @@ class Vocabulary:
 
     def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
         """Unit-length tf-idf rows (float32 CSR, sorted indices); a text with no known word is all zero."""
-        indptr = np.zeros(len(texts) + 1, dtype=np.int64)
+        return self.featurize_tokens([tokenize(t) for t in texts])
+
+    def featurize_tokens(self, token_lists: Sequence[Sequence[str]]) -> sp.csr_matrix:
+        """`featurize` on texts already tokenized."""
+        indptr = np.zeros(len(token_lists) + 1, dtype=np.int64)
         all_ids: list[np.ndarray] = []
         all_vals: list[np.ndarray] = []
         lookup = self._index.get
-        for row, text in enumerate(texts):
-            ids = [i for i in map(lookup, tokenize(text)) if i is not None]
+        for row, tokens in enumerate(token_lists):
+            ids = [i for i in map(lookup, tokens) if i is not None]
             if ids:
                 uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
                 vals = (1.0 + np.log(counts)).astype(np.float32) * self.idf[uniq]
@@ -85,7 +94,7 @@ class Vocabulary:
         indices = np.concatenate(all_ids) if all_ids else np.zeros(0, dtype=np.int64)
         data = np.concatenate(all_vals) if all_vals else np.zeros(0, dtype=np.float32)
         matrix = sp.csr_matrix(
-            (data.astype(np.float32), indices.astype(np.int32), indptr), shape=(len(texts), self.size)
+            (data.astype(np.float32), indices.astype(np.int32), indptr), shape=(len(token_lists), self.size)
         )
         matrix.has_sorted_indices = True
         return matrix

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The project's test command (the README's second quick-start command; CI runs exactly this).
+#
+#   scripts/test.sh [PYTEST ARGS...]
+#
+# Lints with ruff (LINT=0 skips it), then runs pytest in the environment made by scripts/install.sh
+# ($VENV, default .venv).
+# Tests that need ../shared/data or Debian's chromium skip with a message when those are absent
+# (set SSI_REQUIRE_BROWSER=1 to make a missing browser an error, as CI does).
+# A run that collects no test fails: a green run must have tested something.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${VENV:-$root/.venv}"
+py="$venv/bin/python"
+if [[ ! -x "$py" ]]; then
+    echo "test.sh: no environment at $venv; run scripts/install.sh first" >&2
+    exit 1
+fi
+cd "$root"
+export PATH="$venv/bin:$PATH"
+
+if [[ "${LINT:-1}" != 0 ]]; then
+    echo "==> ruff check"
+    "$py" -m ruff check .
+fi
+
+echo "==> pytest"
+status=0
+"$py" -m pytest "$@" || status=$?
+if [[ $status -eq 5 ]]; then
+    echo "test.sh: pytest collected no tests; failing on purpose" >&2
+    exit 1
+fi
+exit $status

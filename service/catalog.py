@@ -1,0 +1,67 @@
+"""The collections one service hosts, by name, and their loading in the background.
+
+Loading can take minutes on a first start (every document embedded), so it runs in a thread while
+the server already answers `/healthz` (alive) and `/readyz` (503 until every collection is ready).
+A collection that cannot load is marked failed with the reason, and `on_fatal` is told so the
+process can exit instead of running forever unready.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from service.collection import Collection
+from service.errors import NotFound
+from service.metrics import Metrics
+from service.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Catalog:
+    def __init__(self, settings: Settings, metrics: Metrics) -> None:
+        specs = settings.collection_specs()
+        self.collections = {name: Collection(name, spec, settings, metrics) for name, spec in specs.items()}
+        self.default = next(iter(self.collections))
+        self._loader: threading.Thread | None = None
+
+    def get(self, name: str | None) -> Collection:
+        collection = self.collections.get(name or self.default)
+        if collection is None:
+            hosted = ", ".join(sorted(self.collections))
+            raise NotFound(f"unknown collection {name!r}; this service hosts: {hosted}")
+        return collection
+
+    @property
+    def ready(self) -> bool:
+        return all(c.status == "ready" for c in self.collections.values())
+
+    def start_loading(self, on_fatal: Callable[[str], None] | None = None) -> None:
+        def load_all() -> None:
+            for collection in self.collections.values():
+                try:
+                    collection.load()
+                except Exception as exc:  # any failure: report it clearly, never leave a half-loaded state
+                    message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc)
+                    log.error(
+                        "[%s] cannot load: %s", collection.name, message, exc_info=not isinstance(exc, ValueError)
+                    )
+                    collection.fail(message)
+                    if on_fatal is not None:
+                        on_fatal(f"collection '{collection.name}': {message}")
+                    return
+
+        self._loader = threading.Thread(target=load_all, name="collection-loader", daemon=True)
+        self._loader.start()
+
+    def wait_loaded(self, timeout: float | None = None) -> None:
+        if self._loader is not None:
+            self._loader.join(timeout)
+
+    def close(self) -> None:
+        # A load still running would race with closing its store; give it time, it is daemon otherwise.
+        self.wait_loaded(timeout=5)
+        for collection in self.collections.values():
+            collection.close()

@@ -1,0 +1,170 @@
+"""The FAISS inner-product index over the documents' V d: flat (exact), HNSW or IVF.
+
+Every index is wrapped in `IndexIDMap2` with the document's row number as its id (FAISS lesson:
+wrap in an id map, drop -1 ids). Rows are only ever appended: a replaced or deleted document's row
+stays in the index as a tombstone that searches skip through an `IDSelectorBitmap` over the live
+rows. That keeps a delete O(1) for every kind (HNSW cannot remove vectors at all, and removing from
+a flat index moves the whole array) and the snapshot's rows stay aligned with the index's ids;
+tombstones are dropped when a snapshot is compacted (see `service.state`).
+
+Vectors are passed as float32, C-contiguous arrays; callers serialize mutations against searches.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+from service.settings import IndexKind
+
+
+class IndexLoadError(RuntimeError):
+    """A saved index is unreadable or does not match the expected configuration."""
+
+
+@dataclass(frozen=True, slots=True)
+class IndexConfig:
+    kind: IndexKind = "flat"
+    hnsw_m: int = 32
+    hnsw_ef_construction: int = 200
+    hnsw_ef_search: int = 128
+    ivf_nlist: int = 0
+    ivf_nprobe: int = 16
+
+    def tag(self) -> str:
+        """The part of the cache key that changes what is built (search-time knobs are left out)."""
+        if self.kind == "hnsw":
+            return f"hnsw-m{self.hnsw_m}-efc{self.hnsw_ef_construction}"
+        if self.kind == "ivf":
+            return f"ivf-nlist{self.ivf_nlist or 'auto'}"
+        return "flat"
+
+
+def auto_nlist(n_vectors: int) -> int:
+    """About 4·√n lists, with at least 39 training points per list (FAISS's k-means minimum)."""
+    if n_vectors < 2 * 39:
+        return 1
+    return max(1, min(int(4 * math.sqrt(n_vectors)), n_vectors // 39))
+
+
+def _f32(x: np.ndarray) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=np.float32)
+
+
+class VectorIndex:
+    def __init__(self, index: faiss.IndexIDMap2, config: IndexConfig, dim: int) -> None:
+        self._index = index
+        self.config = config
+        self.dim = dim
+
+    @classmethod
+    def build(cls, config: IndexConfig, dim: int, vectors: np.ndarray, ids: np.ndarray) -> VectorIndex:
+        """A new index holding `vectors` under `ids`; an IVF index trains its coarse quantizer on them."""
+        vectors = _f32(vectors).reshape(-1, dim)
+        if config.kind == "flat":
+            inner = faiss.IndexFlatIP(dim)
+        elif config.kind == "hnsw":
+            inner = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            inner.hnsw.efConstruction = config.hnsw_ef_construction
+            inner.hnsw.efSearch = config.hnsw_ef_search
+        else:
+            nlist = config.ivf_nlist or auto_nlist(vectors.shape[0])
+            nlist = max(1, min(nlist, max(1, vectors.shape[0])))
+            quantizer = faiss.IndexFlatIP(dim)
+            inner = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            if nlist == 1:
+                # One list is an exhaustive scan: no k-means needed (and none possible on an empty collection).
+                quantizer.add(np.zeros((1, dim), dtype=np.float32))
+                inner.is_trained = True
+            else:
+                rng = np.random.default_rng(0)
+                sample = vectors
+                if vectors.shape[0] > 256 * nlist:
+                    sample = vectors[np.sort(rng.choice(vectors.shape[0], 256 * nlist, replace=False))]
+                inner.train(_f32(sample))
+            inner.nprobe = config.ivf_nprobe
+        index = faiss.IndexIDMap2(inner)  # the Python wrapper keeps `inner` alive with it
+        built = cls(index, config, dim)
+        if vectors.shape[0]:
+            built.add(vectors, ids)
+        return built
+
+    @property
+    def ntotal(self) -> int:
+        return int(self._index.ntotal)
+
+    @property
+    def nlist(self) -> int | None:
+        if self.config.kind != "ivf":
+            return None
+        return int(faiss.extract_index_ivf(self._index).nlist)
+
+    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+        vectors = _f32(vectors).reshape(-1, self.dim)
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        if vectors.shape[0] != ids.shape[0]:
+            raise ValueError(f"{vectors.shape[0]} vectors but {ids.shape[0]} ids")
+        if ids.shape[0]:
+            self._index.add_with_ids(vectors, ids)
+
+    def search(
+        self,
+        queries: np.ndarray,
+        k: int,
+        *,
+        live_bits: np.ndarray | None = None,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-k rows by inner product for each query: (scores, rows), -1 rows where fewer exist.
+
+        `live_bits` is a little-endian bitmap of the rows that may be returned (None: all rows).
+        """
+        queries = _f32(queries).reshape(-1, self.dim)
+        k = max(1, min(k, max(1, self.ntotal)))
+        if self.ntotal == 0:
+            return (np.full((queries.shape[0], k), -np.inf, np.float32), np.full((queries.shape[0], k), -1, np.int64))
+        selector = None
+        if live_bits is not None:
+            selector = faiss.IDSelectorBitmap(live_bits.shape[0], faiss.swig_ptr(live_bits))
+        if self.config.kind == "hnsw":
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = max(k, ef_search or self.config.hnsw_ef_search)
+        elif self.config.kind == "ivf":
+            params = faiss.SearchParametersIVF()
+            params.nprobe = min(nprobe or self.config.ivf_nprobe, self.nlist or 1)
+        else:
+            params = faiss.SearchParameters()
+        if selector is not None:
+            params.sel = selector
+        scores, rows = self._index.search(queries, k, params=params)
+        del selector  # kept alive until FAISS is done with it
+        return scores, rows
+
+    def serialize(self) -> np.ndarray:
+        return faiss.serialize_index(self._index)
+
+    @classmethod
+    def load(cls, path: Path, config: IndexConfig, dim: int) -> VectorIndex:
+        try:
+            index = faiss.read_index(str(path))
+        except RuntimeError as exc:
+            raise IndexLoadError(f"{path}: FAISS cannot read the index ({str(exc).splitlines()[0]})") from None
+        if not isinstance(index, faiss.IndexIDMap2) or index.d != dim:
+            raise IndexLoadError(f"{path}: expected an IndexIDMap2 of dimension {dim}")
+        inner = faiss.downcast_index(index.index)
+        expected = {"flat": faiss.IndexFlatIP, "hnsw": faiss.IndexHNSWFlat, "ivf": faiss.IndexIVFFlat}[config.kind]
+        if not isinstance(inner, expected):
+            raise IndexLoadError(f"{path}: holds a {type(inner).__name__}, expected {expected.__name__}")
+        if config.kind == "hnsw":
+            inner.hnsw.efSearch = config.hnsw_ef_search
+        return cls(index, config, dim)
+
+    @classmethod
+    def deserialize(cls, blob: np.ndarray, config: IndexConfig, dim: int) -> VectorIndex:
+        index = faiss.deserialize_index(np.ascontiguousarray(blob, dtype=np.uint8))
+        return cls(index, config, dim)

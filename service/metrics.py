@@ -1,0 +1,122 @@
+"""Prometheus metrics: request counts and latency per route, index size, model version, loads, writes.
+
+Each app gets its own registry (not the process-global one), so several apps in one process, as in
+the tests, do not collide. Requests are labelled by route template (`/documents/{doc_id}`), never by
+raw path, which would let clients create unbounded label sets.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+# The *_created series double the output and say nothing a scraper needs.
+disable_created_metrics()
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.requests = Counter(
+            "ssi_http_requests", "HTTP requests answered", ["route", "method", "status"], registry=r
+        )
+        self.latency = Histogram(
+            "ssi_http_request_duration_seconds",
+            "Time to answer, by route",
+            ["route", "method"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.in_flight = Gauge("ssi_http_requests_in_flight", "Requests being answered", registry=r)
+        self.rejected = Counter(
+            "ssi_overload_rejections", "Requests turned away under load", ["limiter", "status"], registry=r
+        )
+        self.documents = Gauge("ssi_collection_documents", "Live documents", ["collection"], registry=r)
+        self.rows = Gauge(
+            "ssi_index_rows", "Rows in the index, including dead ones awaiting compaction", ["collection"], registry=r
+        )
+        self.model_info = Gauge(
+            "ssi_model_info", "The served model (value 1)", ["collection", "kind", "content_hash", "index"], registry=r
+        )
+        self.write_seq = Gauge(
+            "ssi_collection_write_seq", "Write sequence the index reflects", ["collection"], registry=r
+        )
+        self.loads = Counter(
+            "ssi_index_loads", "Index loads, by source (cache or computed)", ["collection", "source"], registry=r
+        )
+        self.embedded = Counter(
+            "ssi_documents_embedded", "Documents whose V d was computed", ["collection"], registry=r
+        )
+        self.writes = Counter("ssi_document_writes", "Acknowledged document writes", ["collection", "op"], registry=r)
+        self.snapshots = Counter("ssi_snapshots_written", "Index snapshots written", ["collection"], registry=r)
+        self.candidates = Histogram(
+            "ssi_search_candidates",
+            "Documents scored exactly per query",
+            ["collection"],
+            buckets=(10, 30, 100, 300, 1000, 3000, 10_000, 100_000, 1_000_000),
+            registry=r,
+        )
+        self._model_labels: dict[str, tuple[str, ...]] = {}
+
+    def reject(self, limiter: str, status: int) -> None:
+        self.rejected.labels(limiter, str(status)).inc()
+
+    def collection_state(
+        self, name: str, *, kind: str, content_hash: str, index: str, documents: int, rows: int, seq: int
+    ) -> None:
+        labels = (name, kind, content_hash, index)
+        old = self._model_labels.get(name)
+        if old is not None and old != labels:
+            self.model_info.remove(*old)
+        self.model_info.labels(*labels).set(1)
+        self._model_labels[name] = labels
+        self.documents.labels(name).set(documents)
+        self.rows.labels(name).set(rows)
+        self.write_seq.labels(name).set(seq)
+
+
+def _route_of(scope: Scope) -> str:
+    route: Any = scope.get("route")
+    path = getattr(route, "path_format", None) or getattr(route, "path", None)
+    if path:
+        return str(path)
+    if scope.get("path", "").startswith("/static/"):
+        return "/static"
+    return "unmatched"
+
+
+class MetricsMiddleware:
+    """Counts and times every HTTP request (pure ASGI, so streaming and errors are counted too)."""
+
+    def __init__(self, app: ASGIApp, metrics: Metrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        status = 500
+        started = time.perf_counter()
+
+        async def send_wrapper(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        self.metrics.in_flight.inc()
+        try:
+            await self.app(scope, receive, send_wrapper)
+        finally:
+            self.metrics.in_flight.dec()
+            route = _route_of(scope)
+            method = scope.get("method", "")
+            self.metrics.requests.labels(route, method, str(status)).inc()
+            self.metrics.latency.labels(route, method).observe(time.perf_counter() - started)

@@ -1,0 +1,1 @@
+"""One router per resource: search, documents, model, admin, health, metrics, pages."""

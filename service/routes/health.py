@@ -1,0 +1,25 @@
+"""`/healthz` (the process answers) and `/readyz` (every collection is loaded and can serve)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import JSONResponse
+
+from service.deps import CatalogDep
+from service.schemas import Health, Readiness
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health, summary="Liveness")
+async def healthz() -> Health:
+    return Health(status="ok")
+
+
+@router.get("/readyz", response_model=Readiness, summary="Readiness: 200 when every collection serves, else 503")
+async def readyz(catalog: CatalogDep) -> JSONResponse:
+    collections = {name: c.describe() for name, c in catalog.collections.items()}
+    statuses = {c["status"] for c in collections.values()}
+    status = "ready" if statuses == {"ready"} else ("failed" if "failed" in statuses else "loading")
+    body = Readiness(status=status, collections=collections)
+    return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)

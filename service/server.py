@@ -1,0 +1,84 @@
+"""Run the app under uvicorn: one process, one worker, bounded threads.
+
+One process on purpose (STYLE.md): several uvicorn workers would each load their own copy of the
+model and index and each write the same cache. Thread counts of OpenMP/BLAS are fixed through the
+environment before the numeric libraries start their pools.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from service.settings import Settings
+
+log = logging.getLogger("service")
+
+
+def bound_threads(threads: int) -> None:
+    """Cap the OpenMP / BLAS pools (read when those libraries load) unless the operator set them."""
+    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(variable, str(threads))
+
+
+def preflight(settings: Settings) -> None:
+    """Cheap checks before the server starts, so a wrong path fails now with a clear message.
+
+    The full bundle verification (every file's hash, the encoder against U) runs when the
+    collection loads; a failure there also stops the process with the reason.
+    """
+    from ssi.bundle import read_manifest
+
+    for name, spec in settings.collection_specs().items():
+        try:
+            read_manifest(spec.bundle)
+        except ValueError as exc:
+            raise ValueError(f"collection '{name}': {exc}") from None
+        if spec.corpus is not None and not spec.corpus.is_file():
+            raise ValueError(f"collection '{name}': corpus {spec.corpus} is not a file")
+    for folder in (settings.cache_dir, settings.store_dir):
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise ValueError(f"cannot create {folder}: {exc}") from None
+        if not os.access(folder, os.W_OK):
+            raise ValueError(f"{folder} is not writable")
+    if not settings.writes_enabled:
+        log.warning("no SSI_API_KEY: document writes and reloads are refused (403)")
+
+
+def run(settings: Settings) -> int:
+    """Serve until interrupted; returns the process exit code (1 if a collection could not load)."""
+    bound_threads(settings.threads)
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
+    )
+    import uvicorn
+
+    from service.app import create_app
+
+    fatal: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def on_fatal(message: str) -> None:
+        fatal.append(message)
+        if server is not None:
+            server.should_exit = True
+
+    app = create_app(settings, on_fatal=on_fatal)
+    config = uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        workers=1,
+        timeout_graceful_shutdown=30,
+        server_header=False,
+    )
+    server = uvicorn.Server(config)
+    server.run()
+    if fatal:
+        print(f"ssi serve: {fatal[0]}", file=sys.stderr)
+        return 1
+    return 0

@@ -1,0 +1,183 @@
+"""The service's one configuration object, fed by `SSI_*` environment variables and `ssi serve` flags.
+
+It validates everything a running service depends on up front and refuses unsafe combinations
+(unauthenticated writes on a public address, a short API key) with a message that says what to
+change, so a misconfiguration stops the process at start instead of surfacing as a bad request later.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+DEFAULT_COLLECTION = "documents"
+COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
+MIN_API_KEY_CHARS = 16
+
+IndexKind = Literal["flat", "hnsw", "ivf"]
+
+
+def default_threads() -> int:
+    """Two threads at most by default: one process serves many requests, each mostly single-threaded."""
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class CollectionSpec(BaseModel):
+    """Where a named collection's model and initial documents come from."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bundle: Path
+    corpus: Path | None = None
+
+
+class Settings(BaseSettings):
+    """All knobs of `ssi serve`. Environment: `SSI_<NAME>`; flags of `ssi serve` override it."""
+
+    model_config = SettingsConfigDict(env_prefix="SSI_", extra="ignore", validate_default=True)
+
+    # What to serve. `bundle` + `corpus` define the default collection; `collections` adds more by name
+    # (JSON in SSI_COLLECTIONS, e.g. {"adverts": {"bundle": "bundles/ads", "corpus": "ads.jsonl"}}).
+    bundle: Path | None = None
+    corpus: Path | None = None
+    collection: str = DEFAULT_COLLECTION
+    collections: dict[str, CollectionSpec] = Field(default_factory=dict)
+    # Reloads may only name bundles under this folder (default: the parent folder of each configured bundle),
+    # so a leaked API key cannot make the service open arbitrary paths.
+    bundle_root: Path | None = None
+
+    # Where state lives. The document stores (SQLite, the source of truth for API writes) go to
+    # `data_dir` (default: `cache_dir`); index snapshots go to `cache_dir/index` and can be deleted freely.
+    cache_dir: Path = Path("cache")
+    data_dir: Path | None = None
+
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"
+
+    # Writes (add/replace/delete documents, reload) need X-API-Key == api_key. Without a key they are
+    # refused, unless insecure_writes is set, which is only accepted on a loopback address.
+    api_key: SecretStr | None = None
+    insecure_writes: bool = False
+
+    # Index: flat is exact; hnsw and ivf are approximate (their recall is measured by `ssi bench`).
+    index_kind: IndexKind = "flat"
+    hnsw_m: int = Field(default=32, ge=4, le=256)
+    hnsw_ef_construction: int = Field(default=200, ge=8, le=4096)
+    hnsw_ef_search: int = Field(default=128, ge=1, le=65536)
+    ivf_nlist: int = Field(default=0, ge=0, le=1 << 20, description="0: chosen from the collection size")
+    ivf_nprobe: int = Field(default=16, ge=1, le=1 << 20)
+    # The FAISS candidate pool is at least this large (and at least k + offset); larger pools admit
+    # fewer lexical-only candidates, see service.rerank.
+    candidate_pool: int = Field(default=64, ge=1, le=100_000)
+
+    # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.
+    threads: int = Field(default_factory=default_threads, ge=1, le=256)
+
+    # Request bounds.
+    max_k: int = Field(default=100, ge=1, le=10_000)
+    max_offset: int = Field(default=1000, ge=0, le=1_000_000)
+    max_query_chars: int = Field(default=4096, ge=1, le=1_000_000)
+    max_batch: int = Field(default=64, ge=1, le=10_000)
+    max_documents_per_write: int = Field(default=1000, ge=1, le=1_000_000)
+    max_id_chars: int = Field(default=512, ge=1, le=65_536)
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1 << 31)
+
+    # Overload: at most max_concurrency searches run; up to max_queue more wait up to queue_timeout
+    # seconds (then 503); beyond that requests are turned away at once with 429.
+    max_concurrency: int = Field(default=8, ge=1, le=10_000)
+    max_queue: int = Field(default=64, ge=0, le=100_000)
+    queue_timeout: float = Field(default=5.0, gt=0, le=600)
+    max_pending_writes: int = Field(default=32, ge=1, le=100_000)
+
+    # Index snapshots: written after this many writes, or this many seconds after the first unsaved write.
+    snapshot_every_writes: int = Field(default=1000, ge=1)
+    snapshot_interval: float = Field(default=60.0, gt=0)
+    # When a snapshot loads with more than this share of deleted rows, the index is rebuilt without them.
+    compact_dead_fraction: float = Field(default=0.3, gt=0, le=1)
+
+    embed_batch: int = Field(default=2048, ge=1, le=1 << 20)
+    snippet_chars: int = Field(default=240, ge=20, le=10_000)
+
+    @field_validator("collection")
+    @classmethod
+    def _collection_name(cls, value: str) -> str:
+        if not COLLECTION_NAME.match(value):
+            raise ValueError("collection names are lower-case letters, digits, '-' and '_', starting with a letter")
+        return value
+
+    @field_validator("collections")
+    @classmethod
+    def _collection_names(cls, value: dict[str, CollectionSpec]) -> dict[str, CollectionSpec]:
+        for name in value:
+            if not COLLECTION_NAME.match(name):
+                raise ValueError(f"collection name {name!r}: use lower-case letters, digits, '-' and '_'")
+        return value
+
+    @field_validator("api_key")
+    @classmethod
+    def _api_key(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None or value.get_secret_value() == "":
+            return None
+        secret = value.get_secret_value()
+        if len(secret) < MIN_API_KEY_CHARS:
+            raise ValueError(f"SSI_API_KEY must be at least {MIN_API_KEY_CHARS} characters (got {len(secret)})")
+        if secret != secret.strip():
+            raise ValueError("SSI_API_KEY must not start or end with whitespace")
+        return value
+
+    @model_validator(mode="after")
+    def _safe(self) -> Settings:
+        if self.insecure_writes and self.api_key is None and not is_loopback(self.host):
+            raise ValueError(
+                f"refusing unauthenticated writes on {self.host}: set SSI_API_KEY, "
+                "or bind to 127.0.0.1 to use SSI_INSECURE_WRITES"
+            )
+        if self.collection in self.collections:
+            raise ValueError(f"collection {self.collection!r} is defined twice (SSI_BUNDLE and SSI_COLLECTIONS)")
+        return self
+
+    @property
+    def store_dir(self) -> Path:
+        return (self.data_dir or self.cache_dir) / "stores"
+
+    @property
+    def index_dir(self) -> Path:
+        return self.cache_dir / "index"
+
+    @property
+    def writes_enabled(self) -> bool:
+        return self.api_key is not None or self.insecure_writes
+
+    def collection_specs(self) -> dict[str, CollectionSpec]:
+        """Every hosted collection by name; the default one first. Raises ValueError when there is none."""
+        specs: dict[str, CollectionSpec] = {}
+        if self.bundle is not None:
+            specs[self.collection] = CollectionSpec(bundle=self.bundle, corpus=self.corpus)
+        elif self.corpus is not None:
+            raise ValueError("SSI_CORPUS is set but SSI_BUNDLE is not: a collection needs a model bundle")
+        specs.update(self.collections)
+        if not specs:
+            raise ValueError("nothing to serve: set SSI_BUNDLE (or pass --bundle DIR)")
+        return specs
+
+    def allowed_bundle_roots(self) -> list[Path]:
+        if self.bundle_root is not None:
+            return [self.bundle_root.resolve()]
+        roots = {spec.bundle.resolve().parent for spec in self.collection_specs().values()}
+        return sorted(roots)

@@ -1,0 +1,177 @@
+"""Index snapshots on disk: the cached V d, tf-idf rows and FAISS index of one collection state.
+
+A snapshot is a folder `snap-<seq>` of plain files (Style: bm25s's saved models) written into a
+temporary sibling folder, fsynced, then renamed into place: a crash leaves either the previous
+snapshot or the new one, never half of one. `meta.json` records the write sequence the snapshot
+reflects, so the writes logged after it can be replayed from the store. The folder above it is the
+cache key: bundle content hash + the store it derives from + what the index build depends on.
+
+    meta.json           format, seq, store uuid, bundle hash, index tag, rows, dims
+    index.faiss         the FAISS IndexIDMap2 (ids = rows)
+    embeddings.npy      float32 rows × N: V d of every row
+    tfidf_data.npy, tfidf_indices.npy, tfidf_indptr.npy   the rows' tf-idf vectors (CSC, rows × D)
+    doc_ids.json        the document id of every row
+    live.npy            bool per row: false for replaced or deleted documents
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+log = logging.getLogger(__name__)
+
+FORMAT = "ssi-index-snapshot"
+FORMAT_VERSION = 1
+KEEP = 2  # snapshots kept per cache folder: the newest, and one to fall back on if it is damaged
+
+
+class SnapshotError(RuntimeError):
+    """A snapshot cannot be used; the message says which file and why."""
+
+
+@dataclass
+class SnapshotData:
+    seq: int
+    store_uuid: str
+    bundle_hash: str
+    index_tag: str
+    index_blob: np.ndarray | None  # serialized FAISS index (when writing)
+    embeddings: np.ndarray
+    tfidf: sp.csc_matrix
+    doc_ids: list[str]
+    live: np.ndarray
+    path: Path | None = None
+
+    @property
+    def rows(self) -> int:
+        return len(self.doc_ids)
+
+
+def cache_folder(index_dir: Path, collection: str, bundle_hash: str, store_uuid: str, index_tag: str) -> Path:
+    return index_dir / collection / f"{bundle_hash[:16]}-{store_uuid[:12]}-{index_tag}"
+
+
+def _fsync_file(path: Path) -> None:
+    with path.open("rb") as handle:
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_snapshot(folder: Path, data: SnapshotData) -> Path:
+    """Write atomically as `folder/snap-<seq>`, then drop older snapshots beyond the last KEEP."""
+    if data.index_blob is None:
+        raise ValueError("a snapshot to write needs the serialized index")
+    folder.mkdir(parents=True, exist_ok=True)
+    final = folder / f"snap-{data.seq:015d}"
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-snap-", dir=folder))
+    try:
+        data.index_blob.tofile(tmp / "index.faiss")
+        np.save(tmp / "embeddings.npy", np.ascontiguousarray(data.embeddings, dtype=np.float32))
+        np.save(tmp / "tfidf_data.npy", data.tfidf.data.astype(np.float32, copy=False))
+        np.save(tmp / "tfidf_indices.npy", data.tfidf.indices.astype(np.int32, copy=False))
+        np.save(tmp / "tfidf_indptr.npy", data.tfidf.indptr.astype(np.int64, copy=False))
+        np.save(tmp / "live.npy", np.asarray(data.live, dtype=bool))
+        (tmp / "doc_ids.json").write_text(json.dumps(data.doc_ids, ensure_ascii=False), encoding="utf-8")
+        meta = {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "seq": data.seq,
+            "store_uuid": data.store_uuid,
+            "bundle_hash": data.bundle_hash,
+            "index_tag": data.index_tag,
+            "rows": data.rows,
+            "n_dims": int(data.embeddings.shape[1]),
+            "vocab_size": int(data.tfidf.shape[1]),
+        }
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
+        for path in tmp.iterdir():
+            _fsync_file(path)
+        _fsync_dir(tmp)
+        if final.exists():  # the same seq saved twice (e.g. at shutdown): the contents are identical
+            shutil.rmtree(tmp)
+            return final
+        tmp.rename(final)
+        _fsync_dir(folder)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    for old in list(snapshots(folder))[KEEP:]:
+        shutil.rmtree(old, ignore_errors=True)
+    for stale in folder.glob(".tmp-snap-*"):
+        if stale != tmp:
+            shutil.rmtree(stale, ignore_errors=True)
+    return final
+
+
+def snapshots(folder: Path) -> Iterator[Path]:
+    """Complete snapshot folders, newest first."""
+    if not folder.is_dir():
+        return iter(())
+    found = sorted((p for p in folder.glob("snap-*") if p.is_dir()), key=lambda p: p.name, reverse=True)
+    return iter(found)
+
+
+def read_snapshot(
+    path: Path, *, bundle_hash: str, store_uuid: str, index_tag: str, n_dims: int, vocab_size: int
+) -> SnapshotData:
+    """Load and check a snapshot (the FAISS index is read separately); raises SnapshotError."""
+    try:
+        meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SnapshotError(f"{path}: unreadable meta.json ({exc})") from None
+    expected = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "bundle_hash": bundle_hash,
+        "store_uuid": store_uuid,
+        "index_tag": index_tag,
+        "n_dims": n_dims,
+        "vocab_size": vocab_size,
+    }
+    for key, value in expected.items():
+        if meta.get(key) != value:
+            raise SnapshotError(f"{path}: {key} is {meta.get(key)!r}, expected {value!r}")
+    rows = int(meta["rows"])
+    try:
+        embeddings = np.load(path / "embeddings.npy", mmap_mode="r", allow_pickle=False)
+        data = np.load(path / "tfidf_data.npy", allow_pickle=False)
+        indices = np.load(path / "tfidf_indices.npy", allow_pickle=False)
+        indptr = np.load(path / "tfidf_indptr.npy", allow_pickle=False)
+        live = np.load(path / "live.npy", allow_pickle=False)
+        doc_ids = json.loads((path / "doc_ids.json").read_text(encoding="utf-8"))
+        tfidf = sp.csc_matrix((data, indices, indptr), shape=(rows, vocab_size))
+    except (OSError, ValueError, TypeError) as exc:
+        raise SnapshotError(f"{path}: damaged snapshot ({exc})") from None
+    if embeddings.shape != (rows, n_dims) or live.shape != (rows,) or len(doc_ids) != rows:
+        raise SnapshotError(f"{path}: files disagree on the number of rows ({rows})")
+    if not all(isinstance(doc_id, str) for doc_id in doc_ids):
+        raise SnapshotError(f"{path}: doc_ids.json must be a list of strings")
+    return SnapshotData(
+        seq=int(meta["seq"]),
+        store_uuid=store_uuid,
+        bundle_hash=bundle_hash,
+        index_tag=index_tag,
+        index_blob=None,
+        embeddings=embeddings,
+        tfidf=tfidf,
+        doc_ids=doc_ids,
+        live=live,
+        path=path,
+    )

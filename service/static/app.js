@@ -1,0 +1,303 @@
+// The search page: a query box, ranked hits with the two parts of each score, "similar documents"
+// and a document view. The state lives in the URL fragment so links, reloads and Back work:
+//   #/search?q=...   hits for a query          #/doc/ID       one document
+//   #/similar/ID     documents like document ID
+// Every text that comes from the server (titles, snippets, document text, ids, error messages) is
+// inserted with textContent or as text nodes, never as HTML: documents are untrusted input.
+"use strict";
+
+(() => {
+  const PAGE_SIZE = 10;
+  // Relative URLs, so the page also works behind a proxy that mounts the service under a prefix.
+  const API = {
+    search: "search",
+    document: (id) => `documents/${encodeURIComponent(id)}`,
+    similar: (id, k, offset) => `documents/${encodeURIComponent(id)}/similar?k=${k}&offset=${offset}`,
+    model: "model",
+  };
+
+  const $ = (id) => document.getElementById(id);
+  const form = $("search-form");
+  const input = $("q");
+  const status = $("status");
+  const intro = $("intro");
+  const results = $("results");
+  const heading = $("results-heading");
+  const hitList = $("hits");
+  const more = $("more");
+  const docView = $("document");
+
+  // What "More results" continues: a function of the offset that returns a promise of a response.
+  let nextPage = null;
+  let offset = 0;
+  let renderToken = 0;
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [name, value] of Object.entries(attrs)) {
+      if (name === "class") node.className = value;
+      else if (name === "text") node.textContent = value;
+      else node.setAttribute(name, value);
+    }
+    for (const child of children) node.append(child); // strings become text nodes
+    return node;
+  }
+
+  function setStatus(message, isError = false) {
+    status.textContent = message;
+    status.classList.toggle("error", isError);
+  }
+
+  function show(section) {
+    intro.hidden = section !== intro;
+    results.hidden = section !== results;
+    docView.hidden = section !== docView;
+  }
+
+  // FastAPI answers errors as {"detail": "..."} or {"detail": [{"loc": [...], "msg": "..."}]}.
+  async function errorMessage(response) {
+    let detail = "";
+    try {
+      const body = await response.json();
+      if (typeof body.detail === "string") detail = body.detail;
+      else if (Array.isArray(body.detail)) detail = body.detail.map((d) => d.msg || JSON.stringify(d)).join("; ");
+      else if (body.detail) detail = JSON.stringify(body.detail);
+    } catch {
+      detail = response.statusText;
+    }
+    return `Error ${response.status}${detail ? ": " + detail : ""}`;
+  }
+
+  async function fetchJson(url, options) {
+    const response = await fetch(url, { headers: { Accept: "application/json" }, ...options });
+    if (!response.ok) throw new Error(await errorMessage(response));
+    return response.json();
+  }
+
+  function words(text) {
+    return (text.toLowerCase().match(/[\p{L}\p{N}]+/gu) || []);
+  }
+
+  // The snippet as text nodes, with the query's words wrapped in <mark>.
+  function highlighted(text, queryWords) {
+    const span = el("span");
+    if (!queryWords.size) {
+      span.textContent = text;
+      return span;
+    }
+    let last = 0;
+    for (const match of text.matchAll(/[\p{L}\p{N}]+/gu)) {
+      if (!queryWords.has(match[0].toLowerCase())) continue;
+      span.append(text.slice(last, match.index), el("mark", { text: match[0] }));
+      last = match.index + match[0].length;
+    }
+    span.append(text.slice(last));
+    return span;
+  }
+
+  const fmt = (x) => (typeof x === "number" && Number.isFinite(x) ? x.toFixed(3) : "–");
+
+  function scoreLine(hit, maxScore) {
+    const semantic = Math.max(0, hit.semantic);
+    const lexical = Math.max(0, hit.lexical);
+    const scale = maxScore > 0 ? 100 / maxScore : 0;
+    // Widths go through the CSSOM (not a style attribute), which a strict Content-Security-Policy allows.
+    const semanticBar = el("span", { class: "meter-semantic" });
+    const lexicalBar = el("span", { class: "meter-lexical" });
+    semanticBar.style.width = `${Math.min(100, semantic * scale)}%`;
+    lexicalBar.style.width = `${Math.min(100, lexical * scale)}%`;
+    const meter = el("span", { class: "meter", title: "semantic and lexical parts of the score" }, semanticBar, lexicalBar);
+    const line = el(
+      "div",
+      { class: "scores" },
+      el("span", { class: "score-total", text: `score ${fmt(hit.score)}` }),
+      meter,
+      el("span", { class: "part semantic", "data-part": "semantic" }, "semantic ", el("b", { text: fmt(hit.semantic) })),
+      el("span", { class: "part lexical", "data-part": "lexical" }, "lexical ", el("b", { text: fmt(hit.lexical) })),
+    );
+    if (hit.lexical === 0) {
+      line.append(el("span", { class: "meaning-only", title: "no word in common with the query", text: "found by meaning" }));
+    }
+    return line;
+  }
+
+  function renderHit(hit, queryWords, maxScore) {
+    const title = hit.title || hit.id;
+    const header = el(
+      "div",
+      {},
+      el("a", { class: "hit-title", href: `#/doc/${encodeURIComponent(hit.id)}`, text: title }),
+      el("span", { class: "hit-id", text: hit.id }),
+    );
+    const similar = el("a", {
+      class: "similar-link",
+      href: `#/similar/${encodeURIComponent(hit.id)}`,
+      text: "Similar documents",
+    });
+    const line = scoreLine(hit, maxScore);
+    line.append(similar);
+    return el(
+      "li",
+      { class: "hit", "data-id": hit.id },
+      header,
+      el("p", { class: "snippet" }, highlighted(hit.snippet || "", queryWords)),
+      line,
+    );
+  }
+
+  function describe(body, shown) {
+    const parts = [`${shown} result${shown === 1 ? "" : "s"}`];
+    if (typeof body.took_ms === "number") parts.push(`${body.took_ms.toFixed(1)} ms`);
+    if (typeof body.candidates === "number") parts.push(`${body.candidates} candidates scored exactly`);
+    return parts.join(" · ");
+  }
+
+  // Shows a list of hits, with "More results" asking `loader(offset)` for the next page.
+  async function showHits(title, loader, queryWords) {
+    const token = ++renderToken;
+    show(results);
+    heading.textContent = title;
+    hitList.replaceChildren();
+    more.hidden = true;
+    nextPage = loader;
+    offset = 0;
+    await loadPage(token, queryWords, true);
+  }
+
+  async function loadPage(token, queryWords, first) {
+    setStatus(first ? "Searching…" : "Loading more…");
+    more.disabled = true;
+    try {
+      const body = await nextPage(offset);
+      if (token !== renderToken) return; // a newer view replaced this one meanwhile
+      const hits = Array.isArray(body.hits) ? body.hits : [];
+      const maxScore = Math.max(0, ...hits.map((h) => h.score), ...Array.from(hitList.children, (li) => Number(li.dataset.score) || 0));
+      for (const hit of hits) {
+        const item = renderHit(hit, queryWords, maxScore);
+        item.dataset.score = String(hit.score);
+        hitList.append(item);
+      }
+      offset += hits.length;
+      more.hidden = hits.length < PAGE_SIZE;
+      setStatus(hitList.children.length ? describe(body, hitList.children.length) : "No results.");
+      if (first) more.onclick = () => loadPage(token, queryWords, false);
+    } catch (error) {
+      if (token === renderToken) setStatus(error.message, true);
+    } finally {
+      more.disabled = false;
+    }
+  }
+
+  function search(query) {
+    input.value = query;
+    document.title = `${query} – SSI search`;
+    const queryWords = new Set(words(query));
+    return showHits(
+      `Results for “${query}”`,
+      (from) =>
+        fetchJson(API.search, {
+          method: "POST",
+          headers: { "Content-Type": "application/json", Accept: "application/json" },
+          body: JSON.stringify({ query, k: PAGE_SIZE, offset: from }),
+        }),
+      queryWords,
+    );
+  }
+
+  async function similar(id) {
+    document.title = `Similar to ${id} – SSI search`;
+    let title = id;
+    try {
+      const doc = await fetchJson(API.document(id));
+      title = doc.title || id;
+    } catch {
+      // The similar list still loads (and reports its own error) if the document cannot be fetched.
+    }
+    return showHits(`Documents similar to “${title}”`, (from) => fetchJson(API.similar(id, PAGE_SIZE, from)), new Set());
+  }
+
+  async function showDocument(id) {
+    const token = ++renderToken;
+    setStatus("Loading…");
+    try {
+      const doc = await fetchJson(API.document(id));
+      if (token !== renderToken) return;
+      document.title = `${doc.title || doc.id} – SSI search`;
+      $("doc-title").textContent = doc.title || doc.id;
+      $("doc-id").textContent = doc.id;
+      const paragraphs = String(doc.text || "").split(/\n\s*\n/).filter((p) => p.trim());
+      $("doc-text").replaceChildren(...paragraphs.map((p) => el("p", { text: p })));
+      $("doc-similar").setAttribute("href", `#/similar/${encodeURIComponent(doc.id)}`);
+      show(docView);
+      setStatus("");
+    } catch (error) {
+      if (token === renderToken) {
+        show(null);
+        setStatus(error.message, true);
+      }
+    }
+  }
+
+  function home() {
+    renderToken++;
+    input.value = "";
+    document.title = "SSI search";
+    show(intro);
+    setStatus("");
+  }
+
+  function route() {
+    const hash = location.hash.replace(/^#/, "");
+    const [path, queryString = ""] = hash.split("?");
+    try {
+      if (path === "/search") {
+        const query = new URLSearchParams(queryString).get("q") || "";
+        return query.trim() ? search(query) : home();
+      }
+      if (path.startsWith("/doc/")) return showDocument(decodeURIComponent(path.slice("/doc/".length)));
+      if (path.startsWith("/similar/")) return similar(decodeURIComponent(path.slice("/similar/".length)));
+    } catch (error) {
+      setStatus(`Bad link: ${error.message}`, true); // e.g. a malformed %-escape
+      return;
+    }
+    return home();
+  }
+
+  async function showModel() {
+    try {
+      const model = await fetchJson(API.model);
+      const parts = [`model ${model.kind ?? "?"}`, `N = ${model.n_dims ?? "?"}`, `D = ${model.vocab_size ?? "?"}`];
+      if (model.created_at) parts.push(`trained ${model.created_at}`);
+      if (model.content_hash) parts.push(`hash ${String(model.content_hash).slice(0, 12)}`);
+      $("model").textContent = parts.join(" · ");
+    } catch (error) {
+      $("model").textContent = `model information unavailable (${error.message})`;
+    }
+  }
+
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const query = input.value.trim();
+    if (!query) {
+      input.focus();
+      return;
+    }
+    const target = `#/search?${new URLSearchParams({ q: query })}`;
+    if (location.hash === target) route(); // same query again: search again
+    else location.hash = target;
+  });
+  // "Back" returns to the list the document was opened from; opened directly, it goes to the start page.
+  let viewsVisited = 0;
+  $("doc-back").addEventListener("click", (event) => {
+    if (viewsVisited > 0) {
+      event.preventDefault();
+      history.back();
+    }
+  });
+  window.addEventListener("hashchange", () => {
+    viewsVisited++;
+    route();
+  });
+  route();
+  showModel();
+})();

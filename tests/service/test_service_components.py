@@ -1,0 +1,191 @@
+"""The service's parts on their own: FAISS index kinds, the document store, snapshots, settings, encoder."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from pydantic import ValidationError
+
+from service.encoder import QueryEncoder
+from service.index import IndexConfig, VectorIndex
+from service.rows import RowTable
+from service.settings import Settings
+from service.snapshot import SnapshotData, SnapshotError, read_snapshot, snapshots, write_snapshot
+from service.store import DocumentStore
+from ssi.bundle import BundleError
+from ssi.corpus import DataFileError
+from ssi.records import Document
+from training.encoder import build_encoder
+
+
+def recall(found: np.ndarray, exact: np.ndarray) -> float:
+    return float(np.mean([len(set(f) & set(e)) / len(e) for f, e in zip(found, exact, strict=True)]))
+
+
+@pytest.fixture(scope="module")
+def vectors() -> np.ndarray:
+    return np.random.default_rng(0).standard_normal((4000, 32)).astype(np.float32)
+
+
+def test_hnsw_ef_search_per_request_changes_recall(vectors: np.ndarray) -> None:
+    queries = vectors[:200] + 0.5 * np.random.default_rng(1).standard_normal((200, 32)).astype(np.float32)
+    ids = np.arange(vectors.shape[0])
+    exact = VectorIndex.build(IndexConfig("flat"), 32, vectors, ids).search(queries, 10)[1]
+    hnsw = VectorIndex.build(
+        IndexConfig("hnsw", hnsw_m=8, hnsw_ef_construction=40, hnsw_ef_search=16), 32, vectors, ids
+    )
+    low = recall(hnsw.search(queries, 10, ef_search=10)[1], exact)
+    high = recall(hnsw.search(queries, 10, ef_search=400)[1], exact)
+    assert high > low + 0.05
+    assert high > 0.95
+
+
+def test_ivf_nprobe_per_request_changes_recall(vectors: np.ndarray) -> None:
+    queries = vectors[:200]
+    ids = np.arange(vectors.shape[0])
+    exact = VectorIndex.build(IndexConfig("flat"), 32, vectors, ids).search(queries, 10)[1]
+    ivf = VectorIndex.build(IndexConfig("ivf", ivf_nlist=64), 32, vectors, ids)
+    assert ivf.nlist == 64
+    low = recall(ivf.search(queries, 10, nprobe=1)[1], exact)
+    full = recall(ivf.search(queries, 10, nprobe=64)[1], exact)
+    assert full == pytest.approx(1.0)
+    assert low < 0.9
+
+
+@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
+def test_dead_rows_are_never_returned_and_index_round_trips(kind: str, vectors: np.ndarray, tmp_path: Path) -> None:
+    config = IndexConfig(kind, ivf_nlist=16, ivf_nprobe=16, hnsw_ef_search=200)
+    index = VectorIndex.build(config, 32, vectors[:3000], np.arange(3000))
+    index.add(vectors[3000:], np.arange(3000, 4000))
+    table = RowTable([str(i) for i in range(4000)])
+    for row in range(0, 4000, 3):
+        table.kill(str(row))
+    scores, rows = index.search(vectors[:50], 20, live_bits=table.live_bits())
+    assert (rows >= 0).all() and (rows % 3 != 0).all()
+    path = tmp_path / "index.faiss"
+    index.serialize().tofile(path)
+    loaded = VectorIndex.load(path, config, 32)
+    assert loaded.ntotal == 4000
+    np.testing.assert_array_equal(loaded.search(vectors[:50], 20, live_bits=table.live_bits())[1], rows)
+    with pytest.raises(Exception, match="expected"):
+        VectorIndex.load(path, IndexConfig("hnsw" if kind != "hnsw" else "flat"), 32)
+
+
+def test_ivf_on_tiny_collection_is_exhaustive() -> None:
+    vectors = np.random.default_rng(2).standard_normal((10, 8)).astype(np.float32)
+    ivf = VectorIndex.build(IndexConfig("ivf"), 8, vectors, np.arange(10))
+    assert ivf.nlist == 1
+    exact = np.argsort(-(vectors @ vectors[0]))[:5]
+    np.testing.assert_array_equal(ivf.search(vectors[:1], 5)[1][0], exact)
+
+
+def test_store_sequence_log_and_consistent_view(tmp_path: Path) -> None:
+    corpus = tmp_path / "c.jsonl"
+    corpus.write_text('{"id": "a", "text": "one"}\n{"id": "b", "title": "B", "text": "two"}\n', encoding="utf-8")
+    store = DocumentStore.open_for_corpus(tmp_path / "stores", "docs", corpus)
+    assert store.last_seq == 2 and store.count() == 2
+    with store.view() as view:
+        seqs = store.put([Document("c", "", "three"), Document("a", "A", "one again")])
+        assert seqs == [3, 4]
+        assert store.delete("b") == 5
+        assert store.delete("b") is None  # nothing to delete: nothing logged
+        # The view still sees the store as it was when it started.
+        assert view.last_seq == 2 and view.count == 2 and view.changed_since(0) == []
+    with store.view() as view:
+        assert view.last_seq == 5
+        assert sorted(view.changed_since(2)) == ["a", "b", "c"]
+        assert sorted(view.get_many(["a", "b", "c"])) == ["a", "c"]
+    assert store.get("a").title == "A" and store.get("a").seq == 4
+    uuid = store.uuid
+    store.close()
+    # Reopening with the same corpus finds the same store, writes included, without re-importing.
+    again = DocumentStore.open_for_corpus(tmp_path / "stores", "docs", corpus)
+    assert again.uuid == uuid and again.last_seq == 5 and again.get("c") is not None
+    again.close()
+
+
+def test_store_refuses_duplicate_ids_in_corpus(tmp_path: Path) -> None:
+    corpus = tmp_path / "dup.jsonl"
+    corpus.write_text('{"id": "a", "text": "x"}\n{"id": "a", "text": "y"}\n', encoding="utf-8")
+    with pytest.raises(DataFileError, match="duplicate document id"):
+        DocumentStore.open_for_corpus(tmp_path / "stores", "docs", corpus)
+
+
+def _snapshot(seq: int, rows: int = 5) -> SnapshotData:
+    vectors = np.random.default_rng(seq).standard_normal((rows, 4)).astype(np.float32)
+    index = VectorIndex.build(IndexConfig("flat"), 4, vectors, np.arange(rows))
+    return SnapshotData(
+        seq=seq,
+        store_uuid="store",
+        bundle_hash="hash",
+        index_tag="flat",
+        index_blob=index.serialize(),
+        embeddings=vectors,
+        tfidf=sp.random(rows, 7, density=0.3, format="csc", dtype=np.float32, random_state=seq),
+        doc_ids=[f"d{i}" for i in range(rows)],
+        live=np.ones(rows, dtype=bool),
+    )
+
+
+def test_snapshots_are_atomic_newest_first_and_checked(tmp_path: Path) -> None:
+    folder = tmp_path / "cache"
+    for seq in (3, 9, 12):
+        write_snapshot(folder, _snapshot(seq))
+    found = list(snapshots(folder))
+    assert [p.name for p in found] == ["snap-000000000000012", "snap-000000000000009"]  # older ones pruned
+    args = dict(bundle_hash="hash", store_uuid="store", index_tag="flat", n_dims=4, vocab_size=7)
+    data = read_snapshot(found[0], **args)
+    assert data.seq == 12 and data.doc_ids[0] == "d0" and data.tfidf.shape == (5, 7)
+    with pytest.raises(SnapshotError, match="bundle_hash"):
+        read_snapshot(found[0], **{**args, "bundle_hash": "other"})
+    (found[0] / "embeddings.npy").write_bytes(b"truncated")
+    with pytest.raises(SnapshotError, match="damaged"):
+        read_snapshot(found[0], **args)
+    meta = json.loads((found[1] / "meta.json").read_text())
+    assert meta["seq"] == 9
+
+
+def test_settings_refuse_unsafe_configurations() -> None:
+    with pytest.raises(ValidationError, match="refusing unauthenticated writes"):
+        Settings(bundle=Path("b"), host="0.0.0.0", insecure_writes=True)
+    with pytest.raises(ValidationError, match="at least 16 characters"):
+        Settings(bundle=Path("b"), api_key="short")
+    with pytest.raises(ValidationError, match="index_kind"):
+        Settings(bundle=Path("b"), index_kind="annoy")
+    with pytest.raises(ValueError, match="nothing to serve"):
+        Settings().collection_specs()
+    ok = Settings(bundle=Path("b"), host="127.0.0.1", insecure_writes=True)
+    assert ok.writes_enabled and not Settings(bundle=Path("b")).writes_enabled
+
+
+def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SSI_BUNDLE", "/models/b")
+    monkeypatch.setenv("SSI_INDEX_KIND", "hnsw")
+    monkeypatch.setenv("SSI_MAX_K", "50")
+    monkeypatch.setenv("SSI_COLLECTIONS", '{"adverts": {"bundle": "/models/ads", "corpus": "/data/ads.jsonl"}}')
+    settings = Settings(port=9000)  # a flag overrides the environment
+    assert settings.index_kind == "hnsw" and settings.max_k == 50 and settings.port == 9000
+    assert list(settings.collection_specs()) == ["documents", "adverts"]
+
+
+def test_encoder_that_disagrees_with_U_is_refused(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    U = rng.standard_normal((4, 30)).astype(np.float32)
+    path = tmp_path / "encoder.onnx"
+    path.write_bytes(build_encoder(U))
+    encoder = QueryEncoder(path, vocab_size=30, n_dims=4, threads=1)
+    x = np.zeros((1, 30), dtype=np.float32)
+    x[0, [1, 5]] = [0.6, 0.8]
+    np.testing.assert_allclose(encoder.encode(x), x @ U.T, rtol=1e-5)
+    encoder.check_against(U)
+    with pytest.raises(BundleError, match="does not match U"):
+        encoder.check_against(U * 1.5)
+    with pytest.raises(BundleError, match="expected one input"):
+        QueryEncoder(path, vocab_size=31, n_dims=4, threads=1)
+    path.write_bytes(b"not an onnx graph")
+    with pytest.raises(BundleError, match="cannot load"):
+        QueryEncoder(path, vocab_size=30, n_dims=4, threads=1)

@@ -1,0 +1,250 @@
+"""The service as a real process: cache reuse on restart, SIGKILL during writes, damaged caches, bad bundles."""
+
+from __future__ import annotations
+
+import random
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from urllib.parse import quote
+
+import httpx
+import numpy as np
+import pytest
+from conftest import (
+    API_KEY,
+    REPO,
+    Oracle,
+    ProcessServer,
+    assert_same_ranking,
+    make_bundle,
+    make_corpus,
+    needle_of,
+    write_corpus,
+)
+
+from ssi.records import Document
+
+KEY = {"X-API-Key": API_KEY}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("proc")
+    docs = make_corpus(3000, seed=3, vocab_words=4000)
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    bundle = make_bundle(root / "bundle", docs, n_dims=32)
+    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle}
+
+
+def server_for(world: dict, cache: Path, **env: str) -> ProcessServer:
+    settings = {"SSI_CACHE_DIR": str(cache), "SSI_API_KEY": API_KEY, **env}
+    return ProcessServer(world["root"], settings, ["--bundle", str(world["bundle"]), "--corpus", str(world["corpus"])])
+
+
+def load_info(server: ProcessServer) -> dict:
+    return httpx.get(f"{server.url}/readyz").json()["collections"]["documents"]
+
+
+def search_ids(url: str, query: str, k: int = 10) -> list[str]:
+    response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
+    assert response.status_code == 200, response.text
+    return [h["id"] for h in response.json()["hits"]]
+
+
+def test_restart_loads_the_cache_instead_of_recomputing(world: dict, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    queries = [d.title for d in world["docs"][:20]]
+    first = server_for(world, cache).start()
+    try:
+        info = load_info(first)
+        assert info["loaded_from"] == "computed" and info["embedded_on_load"] == len(world["docs"])
+        before = [search_ids(first.url, q) for q in queries]
+        added = httpx.put(f"{first.url}/documents/late", json={"text": world["docs"][5].text}, headers=KEY)
+        assert added.status_code == 200
+    finally:
+        # A graceful stop (uvicorn re-raises the SIGTERM after it) snapshots the unsaved write.
+        assert first.stop() in (0, -15)
+        assert f"snapshot at write {len(world['docs']) + 1} saved" in first.log()
+    second = server_for(world, cache).start()
+    try:
+        info2 = load_info(second)
+        assert info2["loaded_from"] == "cache"
+        assert info2["embedded_on_load"] == 0 and info2["replayed_on_load"] == 0
+        assert info2["documents"] == len(world["docs"]) + 1
+        assert info2["load_seconds"] < 0.5 * info["load_seconds"], (info2["load_seconds"], info["load_seconds"])
+        assert [search_ids(second.url, q) for q in queries] == before
+        assert httpx.get(f"{second.url}/documents/late").status_code == 200
+        assert "index ready" in second.log() and "snap-" in second.log()
+    finally:
+        second.stop()
+
+
+class Writer(threading.Thread):
+    """Writes (and sometimes deletes) as fast as it can, remembering what the server acknowledged."""
+
+    def __init__(self, url: str, docs: list[Document], start: int, rng: random.Random) -> None:
+        super().__init__(daemon=True)
+        self.url, self.docs, self.i, self.rng = url, docs, start, rng
+        self.acked: dict[str, Document] = {}
+        self.deleted: set[str] = set()
+        self.in_flight: set[str] = set()
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            while not self.stop.is_set():
+                self.i += 1
+                a, b = self.docs[self.i % len(self.docs)], self.docs[(7 * self.i) % len(self.docs)]
+                try:
+                    if self.i % 5 == 0:
+                        victim = self.docs[self.i % len(self.docs)].id
+                        self.in_flight = {victim}
+                        response = client.delete("/documents/" + quote(victim, safe=""), headers=KEY)
+                        if response.status_code in (200, 404):
+                            self.deleted.add(victim)
+                            self.acked.pop(victim, None)
+                    elif self.i % 7 == 0:
+                        body = {
+                            "documents": [
+                                {"id": f"w-{self.i}-{j}", "title": f"W {j}", "text": f"{needle_of(a)} {b.title} {j}"}
+                                for j in range(3)
+                            ]
+                        }
+                        self.in_flight = {d["id"] for d in body["documents"]}
+                        if client.post("/documents", json=body, headers=KEY).status_code == 200:
+                            for d in body["documents"]:
+                                self.acked[d["id"]] = Document(d["id"], d["title"], d["text"])
+                    else:
+                        doc = Document(f"w-{self.i}", "Written", f"{needle_of(a)} {needle_of(b)} {b.title}")
+                        self.in_flight = {doc.id}
+                        if client.put(
+                            f"/documents/{doc.id}", json={"title": doc.title, "text": doc.text}, headers=KEY
+                        ).is_success:
+                            self.acked[doc.id] = doc
+                            self.deleted.discard(doc.id)
+                    self.in_flight = set()
+                except httpx.TransportError:
+                    return  # the server was killed
+
+
+def test_sigkill_during_writes_loses_no_acknowledged_write(world: dict, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    docs: list[Document] = world["docs"]
+    rng = random.Random(7)
+    acked: dict[str, Document] = {}
+    deleted: set[str] = set()
+    uncertain: set[str] = set()
+    # Frequent snapshots, so kills land before, during and after snapshot writes.
+    env = {"SSI_SNAPSHOT_EVERY_WRITES": "4", "SSI_SNAPSHOT_INTERVAL": "0.2"}
+    position = 0
+    for round_number in range(3):
+        server = server_for(world, cache, **env).start()
+        writer = Writer(server.url, docs, position, rng)
+        writer.start()
+        time.sleep(rng.uniform(0.8, 2.0))
+        server.kill()
+        writer.stop.set()
+        writer.join(timeout=30)
+        position = writer.i
+        for doc_id, doc in writer.acked.items():
+            acked[doc_id] = doc
+            deleted.discard(doc_id)
+        for doc_id in writer.deleted:
+            deleted.add(doc_id)
+            acked.pop(doc_id, None)
+        uncertain |= writer.in_flight
+        assert len(writer.acked) + len(writer.deleted) > 5, f"round {round_number}: too few writes to mean anything"
+
+    server = server_for(world, cache, **env).start()
+    try:
+        client = httpx.Client(base_url=server.url, timeout=30)
+        for doc_id, doc in acked.items():
+            got = client.get("/documents/" + quote(doc_id, safe=""))
+            assert got.status_code == 200, f"acknowledged write of {doc_id!r} lost"
+            assert got.json()["text"] == doc.text
+        for doc_id in deleted - uncertain:
+            assert client.get("/documents/" + quote(doc_id, safe="")).status_code == 404, f"{doc_id!r} came back"
+        # The index agrees with the store: searches equal brute force over what the store now holds.
+        current = {d.id: d for d in docs if d.id not in deleted}
+        current.update(acked)
+        for doc_id in uncertain:  # an unacknowledged write may or may not have been committed
+            got = client.get("/documents/" + quote(doc_id, safe=""))
+            if got.status_code == 200:
+                body = got.json()
+                current[doc_id] = Document(doc_id, body["title"], body["text"])
+            else:
+                current.pop(doc_id, None)
+        assert client.get("/model").json()["index"]["documents"] == len(current)
+        oracle = Oracle(world["bundle"], list(current.values()))
+        sample = list(acked.values())[:15] + docs[:5]
+        for doc in sample:
+            query = doc.text[:80]
+            hits = client.post("/search", json={"query": query, "k": 10}).json()["hits"]
+            assert_same_ranking(hits, oracle, query, 10)
+        client.close()
+    finally:
+        server.stop()
+
+
+def test_damaged_newest_snapshot_falls_back_and_serves_everything(world: dict, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    server = server_for(world, cache).start()
+    extra = {"id": "extra", "title": "Extra", "text": world["docs"][9].text}
+    assert httpx.post(f"{server.url}/documents", json={"documents": [extra]}, headers=KEY).status_code == 200
+    assert server.stop() in (0, -15)
+    snaps = sorted(cache.glob("index/documents/*/snap-*"))
+    assert len(snaps) == 2
+    (snaps[-1] / "index.faiss").write_bytes(b"\0" * 100)  # a torn or corrupt write of the newest
+    again = server_for(world, cache).start()
+    try:
+        info = load_info(again)
+        assert info["loaded_from"] == "cache" and info["replayed_on_load"] == 1  # older snapshot + the log
+        assert info["documents"] == len(world["docs"]) + 1
+        assert "ignoring snapshot" in again.log()
+        oracle = Oracle(world["bundle"], [*world["docs"], Document("extra", "Extra", extra["text"])])
+        for doc in world["docs"][:10]:
+            hits = httpx.post(f"{again.url}/search", json={"query": doc.title, "k": 10}).json()["hits"]
+            assert_same_ranking(hits, oracle, doc.title, 10)
+    finally:
+        again.stop()
+
+
+def run_serve(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
+    import os
+
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")} | env
+    return subprocess.run(
+        [sys.executable, "-m", "service", "serve", *args],
+        env=full_env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_bad_bundles_and_settings_stop_the_server_with_a_reason(world: dict, tmp_path: Path) -> None:
+    import shutil
+
+    port = {"SSI_PORT": "1", "SSI_CACHE_DIR": str(tmp_path / "cache")}
+    missing = run_serve(["--bundle", str(tmp_path / "nope")], port)
+    assert missing.returncode == 2 and "not a bundle folder" in missing.stderr
+    short_key = run_serve(["--bundle", str(world["bundle"])], {**port, "SSI_API_KEY": "abc"})
+    assert short_key.returncode == 2 and "at least 16 characters" in short_key.stderr
+    public = run_serve(["--bundle", str(world["bundle"]), "--host", "0.0.0.0", "--insecure-writes"], port)
+    assert public.returncode == 2 and "refusing unauthenticated writes" in public.stderr
+
+    corrupt = tmp_path / "corrupt-bundle"
+    shutil.copytree(world["bundle"], corrupt)
+    V = np.load(corrupt / "V.npy")
+    np.save(corrupt / "V.npy", V + 1)
+    free = ProcessServer(tmp_path, {"SSI_CACHE_DIR": str(tmp_path / "cache")}, []).port
+    result = run_serve(
+        ["--bundle", str(corrupt), "--corpus", str(world["corpus"]), "--port", str(free)],
+        {"SSI_CACHE_DIR": str(tmp_path / "cache")},
+    )
+    assert result.returncode == 1
+    assert "V.npy: contents do not match the manifest's hash" in result.stderr

@@ -1,0 +1,282 @@
+"""The search page in a real browser against a real server.
+
+A small demo collection (plus one hostile document) is trained into a bundle, `ssi serve` runs it on
+a free loopback port, and headless Debian Chromium, driven by Playwright, uses the page as a person
+would: types a query, reads the hits and their semantic/lexical parts, follows "Similar documents",
+opens a document. Screenshots go to artifacts/ (gitignored) and their paths are printed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, unquote
+
+import httpx
+import pytest
+
+from training.demo_corpus import DemoConfig, generate, write
+
+REPO = Path(__file__).resolve().parents[1]
+ARTIFACTS = REPO / "artifacts"
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-quic",
+]
+SSI = Path(sys.executable).with_name("ssi")
+
+# A document whose id, title and text try to run code if the page ever inserted them as HTML.
+EVIL_ID = "evil/<b>\"quoted\" & 'id'"
+EVIL_TITLE = "<img src=x onerror=\"window.__xss='title'\"> Spyglass & telescope notes"
+EVIL_TEXT = (
+    "<script>window.__xss='text'</script> The spyglass and the telescope are often discussed together. "
+    "<img src=y onerror=\"window.__xss='snippet'\"> Anyone who studies the comet soon learns about the lens."
+)
+
+pytestmark = pytest.mark.browser
+
+
+def _require_browser() -> None:
+    if Path(CHROMIUM).is_file():
+        return
+    message = f"{CHROMIUM} is missing: install Debian's browser (apt-get install chromium chromium-driver)"
+    if os.environ.get("SSI_REQUIRE_BROWSER") == "1":
+        pytest.fail(message + " (SSI_REQUIRE_BROWSER=1 makes this an error)")
+    pytest.skip(message)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _clean_env() -> dict[str, str]:
+    """This process's environment without SSI_* settings, so a developer's shell cannot change the test."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")}
+    env["PATH"] = f"{SSI.parent}{os.pathsep}{env.get('PATH', '')}"
+    return env
+
+
+def _build_bundle(data: Path) -> None:
+    """A small demo collection with one hostile document, trained the way the quick start trains."""
+    source = data / "input"
+    write(generate(DemoConfig(topics=6, seed=5)), source)
+    with (source / "corpus.jsonl").open("a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"id": EVIL_ID, "title": EVIL_TITLE, "text": EVIL_TEXT}) + "\n")
+    help_text = subprocess.run([str(SSI), "train", "--help"], capture_output=True, text=True, env=_clean_env()).stdout
+    if "--corpus" not in help_text:  # TEMPORARY until `ssi train` lands: an LSI model in the bundle format
+        _lsi_bundle(source / "corpus.jsonl", data)
+        return
+    subprocess.run(
+        ["bash", str(REPO / "scripts" / "train-bundle.sh"), "--data", str(data), "--input", str(source),
+         "--minutes", "0.5"],
+        env=_clean_env(), check=True, timeout=600,
+    )
+
+
+def _lsi_bundle(corpus: Path, data: Path) -> None:
+    import numpy as np
+
+    from ssi.bundle import write_bundle
+    from ssi.corpus import read_corpus
+    from ssi.vocab import Vocabulary
+    from training.encoder import build_encoder
+
+    docs = read_corpus(corpus)
+    vocab = Vocabulary.build([d.full_text for d in docs])
+    x = vocab.featurize([d.full_text for d in docs]).toarray()
+    _, _, vt = np.linalg.svd(x, full_matrices=False)
+    u = np.ascontiguousarray(vt[:24], dtype=np.float32)
+    write_bundle(data / "bundle", kind="lsi-test", vocab=vocab, U=u, V=u, lexical=np.ones(vocab.size, np.float32),
+                 encoder_onnx=build_encoder(u))
+    (data / "corpus.jsonl").write_bytes(corpus.read_bytes())
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    _require_browser()
+    data = tmp_path_factory.mktemp("served")
+    _build_bundle(data)
+    port = _free_port()
+    log_path = data / "serve.log"
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [str(SSI), "serve", "--bundle", str(data / "bundle"), "--corpus", str(data / "corpus.jsonl"),
+             "--host", "127.0.0.1", "--port", str(port), "--cache-dir", str(data / "cache")],
+            env=_clean_env(), stdout=log, stderr=subprocess.STDOUT,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            if process.poll() is not None:
+                log_tail = log_path.read_text(errors="replace")[-3000:]
+                pytest.fail(f"ssi serve exited with {process.returncode}:\n{log_tail}")
+            try:
+                if httpx.get(f"{base}/readyz", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                pytest.fail(f"ssi serve not ready after 180 s:\n{log_path.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.3)
+        yield base
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+@pytest.fixture
+def page(tmp_path: Path) -> Iterator[object]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            user_data_dir=str(tmp_path / "chromium-profile"),  # fresh for every test
+            executable_path=CHROMIUM,
+            headless=True,
+            args=CHROMIUM_FLAGS,
+            viewport={"width": 1100, "height": 1000},
+        )
+        try:
+            page = context.pages[0] if context.pages else context.new_page()
+            page.set_default_timeout(30_000)
+            problems: list[str] = []  # JavaScript errors and console errors seen while testing
+            page.problems = problems
+            page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+            page.on("console", lambda msg: problems.append(f"console: {msg.text}") if msg.type == "error" else None)
+            yield page
+        finally:
+            context.close()
+
+
+def _screenshot(page: object, name: str) -> Path:
+    ARTIFACTS.mkdir(exist_ok=True)
+    path = ARTIFACTS / name
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    return path
+
+
+def _hits(page: object) -> list[dict]:
+    """What the page shows for each hit: id, title, and the numbers of the score and its two parts."""
+    return page.eval_on_selector_all(
+        "#hits .hit",
+        """items => items.map(li => ({
+            id: li.dataset.id,
+            title: li.querySelector('.hit-title').textContent,
+            score: parseFloat(li.querySelector('.score-total').textContent.replace('score', '')),
+            semantic: parseFloat(li.querySelector('.part.semantic b').textContent),
+            lexical: parseFloat(li.querySelector('.part.lexical b').textContent),
+            similar: li.querySelector('a.similar-link').getAttribute('href'),
+        }))""",
+    )
+
+
+def test_search_similar_and_document_view(server: str, page: object) -> None:
+    page.goto(f"{server}/")
+    assert page.title() == "SSI search"
+    page.fill("#q", "spyglass")
+    page.press("#q", "Enter")
+    page.wait_for_selector("#hits .hit")
+    page.wait_for_function("document.querySelector('#status').textContent.includes('result')")
+    shown = _hits(page)
+    _screenshot(page, "search-page.png")
+
+    # The page shows the server's ranking, in order, with both parts of every score.
+    api = httpx.post(f"{server}/search", json={"query": "spyglass", "k": 10, "offset": 0}, timeout=30).json()["hits"]
+    assert [h["id"] for h in shown] == [h["id"] for h in api]
+    assert len(shown) == 10
+    for hit, truth in zip(shown, api, strict=True):
+        assert hit["semantic"] == pytest.approx(truth["semantic"], abs=1e-3)
+        assert hit["lexical"] == pytest.approx(truth["lexical"], abs=1e-3)
+        assert hit["score"] == pytest.approx(hit["semantic"] + hit["lexical"], abs=2e-3)
+        assert hit["title"] == (truth["title"] or truth["id"])
+
+    # Found by meaning: hits that share no word with the query are still on its topic (astronomy).
+    meaning_only = [h for h in shown if h["lexical"] == 0]
+    assert meaning_only, "the top 10 should include documents that do not contain the query word"
+    on_topic = [h for h in meaning_only if h["id"].startswith("astronomy-")]
+    assert len(on_topic) >= 0.7 * len(meaning_only), meaning_only
+    assert page.locator("#hits .meaning-only").count() == len(meaning_only)
+
+    # "Similar documents" of the first hit: a new list, without the document itself.
+    first = shown[0]
+    page.locator("#hits .hit").first.locator("a.similar-link").click()
+    page.wait_for_function("document.querySelector('#results-heading').textContent.startsWith('Documents similar to')")
+    page.wait_for_function("document.querySelector('#status').textContent.includes('result')")
+    hash_path = page.evaluate("location.hash")
+    assert hash_path.startswith("#/similar/") and unquote(hash_path.removeprefix("#/similar/")) == first["id"]
+    similar = _hits(page)
+    assert similar and first["id"] not in {h["id"] for h in similar}
+    truth = httpx.get(f"{server}/documents/{quote(first['id'], safe='')}/similar", params={"k": 10}, timeout=30).json()
+    assert [h["id"] for h in similar] == [h["id"] for h in truth["hits"]]
+    _screenshot(page, "similar-page.png")
+
+    # The document view of one of them, and Back returns to the list.
+    target = similar[0]
+    page.locator("#hits .hit").first.locator("a.hit-title").click()
+    page.wait_for_selector("#document:not([hidden])")
+    document = httpx.get(f"{server}/documents/{quote(target['id'], safe='')}", timeout=30).json()
+    assert page.text_content("#doc-title") == document["title"]
+    assert page.text_content("#doc-id") == document["id"]
+    assert document["text"].split(".")[0] in page.text_content("#doc-text")
+    _screenshot(page, "document-page.png")
+    page.click("#doc-back")
+    page.wait_for_selector("#results:not([hidden]) #hits .hit")
+    assert [h["id"] for h in _hits(page)] == [h["id"] for h in similar]
+    page.go_back()  # the browser's Back too: to the search results
+    page.wait_for_function("document.querySelector('#results-heading').textContent.startsWith('Results for')")
+    assert page.input_value("#q") == "spyglass"
+
+    assert not page.problems, page.problems
+
+
+def test_untrusted_text_is_shown_as_text_never_run(server: str, page: object) -> None:
+    page.goto(f"{server}/#/doc/{quote(EVIL_ID, safe='')}")
+    page.wait_for_selector("#document:not([hidden])")
+    assert page.text_content("#doc-title") == EVIL_TITLE
+    assert page.text_content("#doc-id") == EVIL_ID
+    assert "<script>" in page.text_content("#doc-text")
+    assert page.locator("#document img, #document script, #document b").count() == 0
+
+    # Its similar documents, and a search that finds it: the snippet and title stay text too.
+    page.click("#doc-similar")
+    page.wait_for_function("document.querySelector('#results-heading').textContent.startsWith('Documents similar to')")
+    page.fill("#q", "spyglass telescope notes")
+    page.press("#q", "Enter")
+    page.wait_for_selector("#hits .hit")
+    evil = page.locator(f"#hits .hit[data-id='{EVIL_ID.replace(chr(39), chr(92) + chr(39))}']")
+    assert evil.count() == 1, "the hostile document should be found by its words"
+    assert evil.locator(".hit-title").text_content() == EVIL_TITLE
+    assert page.locator("#hits img, #hits script").count() == 0
+    _screenshot(page, "hostile-document.png")
+
+    assert page.evaluate("window.__xss") is None
+    assert not page.problems, page.problems
+
+
+def test_errors_are_reported_on_the_page(server: str, page: object) -> None:
+    page.goto(f"{server}/#/doc/{quote('no such document', safe='')}")
+    page.wait_for_function("document.querySelector('#status').classList.contains('error')")
+    assert page.text_content("#status").startswith("Error 404")
+    # The console error of the failed fetch is expected here; nothing else may break.
+    assert all("404" in problem for problem in page.problems), page.problems

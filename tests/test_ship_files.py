@@ -1,0 +1,418 @@
+"""Keeps what cannot run here honest: the Dockerfiles, the compose file, the scripts, the README's
+commands and CI. Docker cannot build on these machines, so every file, script, command, flag and
+route that they name is checked against the real repository, the real CLI and the real app."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+DOCKERFILES = sorted((REPO / "docker").glob("*.Dockerfile"))
+COMPOSE = REPO / "docker-compose.yml"
+SSI = Path(sys.executable).with_name("ssi")
+
+
+# -- parsing helpers -----------------------------------------------------------------------------
+
+
+def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with continuation lines joined and comments dropped."""
+    instructions: list[tuple[str, str]] = []
+    pending = ""
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        line = raw.strip()
+        if not pending and (not line or line.startswith("#")):
+            continue
+        if line.startswith("#"):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        pending += line
+        keyword, _, rest = pending.partition(" ")
+        instructions.append((keyword.upper(), rest.strip()))
+        pending = ""
+    assert not pending, f"{path}: dangling line continuation"
+    return instructions
+
+
+def argv_of(arguments: str) -> list[str]:
+    """A Dockerfile CMD/ENTRYPOINT/HEALTHCHECK CMD in exec form (JSON) or shell form."""
+    return json.loads(arguments) if arguments.startswith("[") else shlex.split(arguments)
+
+
+def the(instructions: list[tuple[str, str]], keyword: str) -> str:
+    found = [args for kw, args in instructions if kw == keyword]
+    assert len(found) == 1, f"expected one {keyword}, found {len(found)}"
+    return found[0]
+
+
+def repo_path(path_in_image: str) -> Path:
+    """/app/scripts/x (the image's WORKDIR) or scripts/x -> the file in this repository."""
+    return REPO / path_in_image.removeprefix("/app/")
+
+
+def ssi_cli() -> Any:
+    """The `ssi` command tree as typer builds it (a group of subcommands)."""
+    from ssi.cli import build_app
+
+    command = typer.main.get_command(build_app())
+    assert hasattr(command, "commands"), "`ssi` should be a group of subcommands"
+    return command
+
+
+def options_of(command: Any) -> set[str]:
+    return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("-")}
+
+
+def check_ssi_argv(argv: list[str]) -> None:
+    """`ssi SUB --flag value ...`: SUB is a real subcommand, every flag one of its options, and `--help` runs."""
+    assert argv[0] == "ssi", argv
+    group = ssi_cli()
+    assert argv[1] in group.commands, f"`ssi {argv[1]}` is not a command (have: {sorted(group.commands)})"
+    known = options_of(group.commands[argv[1]])
+    for arg in argv[2:]:
+        if arg.startswith("--"):
+            assert arg.split("=", 1)[0] in known, f"`ssi {argv[1]}` has no option {arg}"
+    subprocess.run([str(SSI), argv[1], "--help"], check=True, capture_output=True, timeout=120)
+
+
+def script_options(script: Path) -> set[str]:
+    """The `--flag)` labels of a script's argument `case`."""
+    return set(re.findall(r"^\s*(--[a-z][a-z-]*)(?:\|[^)]*)?\)", script.read_text(encoding="utf-8"), flags=re.M))
+
+
+def check_script_argv(argv: list[str]) -> None:
+    """`bash /app/scripts/x.sh --flag ...`: the script exists, takes these flags, and `--help` runs."""
+    if argv[0] == "bash":
+        argv = argv[1:]
+    script = repo_path(argv[0])
+    assert script.is_file(), f"{argv[0]} does not exist in the repository"
+    known = script_options(script)
+    for arg in argv[1:]:
+        if arg.startswith("--"):
+            assert arg in known, f"{script.name} takes no option {arg} (has {sorted(known)})"
+    subprocess.run(["bash", str(script), "--help"], check=True, capture_output=True, timeout=60)
+
+
+class Routes:
+    """Asks the real app's router whether it answers a method and path (no server, nothing loaded)."""
+
+    def __init__(self, app: object) -> None:
+        self.app = app
+
+    def answers(self, path: str, method: str = "GET") -> bool:
+        from starlette.routing import Match
+
+        scope = {"type": "http", "path": path, "method": method, "root_path": "", "headers": [], "query_string": b""}
+        return any(route.matches(scope)[0] == Match.FULL for route in self.app.router.routes)
+
+
+@pytest.fixture(scope="module")
+def routes(tmp_path_factory: pytest.TempPathFactory) -> Routes:
+    from service.app import create_app
+    from service.settings import Settings
+
+    tmp = tmp_path_factory.mktemp("app")
+    return Routes(create_app(Settings(bundle=tmp / "bundle", cache_dir=tmp / "cache")))
+
+
+def test_route_check_can_say_no(routes: Routes) -> None:
+    assert routes.answers("/readyz") and routes.answers("/search", "POST")
+    assert not routes.answers("/no-such-route") and not routes.answers("/search", "GET")
+
+
+def test_search_page_and_its_assets_are_served(routes: Routes) -> None:
+    assert routes.answers("/")
+    page = (REPO / "service" / "static" / "index.html").read_text(encoding="utf-8")
+    for asset in re.findall(r'(?:href|src)="(static/[^"]+)"', page):
+        assert (REPO / "service" / asset).is_file(), asset
+        assert routes.answers("/" + asset)
+    # The API calls the page makes exist.
+    script = (REPO / "service" / "static" / "app.js").read_text(encoding="utf-8")
+    assert 'search: "search"' in script and routes.answers("/search", "POST")
+    assert routes.answers("/documents/some-id") and routes.answers("/documents/some-id/similar")
+    assert routes.answers("/model")
+
+
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE.read_text(encoding="utf-8"))
+
+
+# -- Dockerfiles ---------------------------------------------------------------------------------
+
+
+def test_there_are_two_images() -> None:
+    assert {p.name for p in DOCKERFILES} == {"service.Dockerfile", "trainer.Dockerfile"}
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_names_only_files_that_exist(dockerfile: Path) -> None:
+    instructions = dockerfile_instructions(dockerfile)
+    assert instructions[0] == ("FROM", "python:3.11-slim")
+    ignore = (REPO / ".dockerignore").read_text(encoding="utf-8").split()
+    for keyword, args in instructions:
+        if keyword == "COPY":
+            *sources, _dest = shlex.split(args)
+            for source in sources:
+                assert (REPO / source).exists(), f"{dockerfile.name}: COPY {source}: no such file"
+                # .dockerignore excludes everything but what it re-includes.
+                assert f"!{source}" in ignore, f"{source} is excluded from the build context by .dockerignore"
+        for script in re.findall(r"(?:/app/)?scripts/[\w./-]+", args):
+            assert repo_path(script).is_file(), f"{dockerfile.name}: {keyword} names {script}, which does not exist"
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_dockerfile_installs_with_the_scripts_ci_runs(dockerfile: Path) -> None:
+    runs = " ".join(args for kw, args in dockerfile_instructions(dockerfile) if kw == "RUN")
+    assert "scripts/install.sh" in runs, "the image must install with the same script as CI and the quick start"
+    # A non-root user for the process.
+    instructions = dockerfile_instructions(dockerfile)
+    assert the(instructions, "USER") not in ("root", "0")
+
+
+def test_service_image_has_no_torch_and_a_readiness_healthcheck(routes: Routes) -> None:
+    instructions = dockerfile_instructions(REPO / "docker" / "service.Dockerfile")
+    runs = " ".join(args for kw, args in instructions if kw == "RUN")
+    extras = re.search(r"install\.sh .*--extras (\S+)", runs)
+    assert extras and extras.group(1) == "serve", "the service image installs the serving extras only"
+    assert "torch" not in extras.group(1)
+
+    health = the(instructions, "HEALTHCHECK")
+    argv = argv_of(health.split("CMD", 1)[1].strip())
+    assert repo_path(argv[1]).is_file()
+    assert argv[2] == "/readyz" and routes.answers("/readyz")
+
+    check_ssi_argv(argv_of(the(instructions, "CMD")))
+
+
+def test_trainer_image_runs_the_train_script_with_pinned_cpu_torch() -> None:
+    instructions = dockerfile_instructions(REPO / "docker" / "trainer.Dockerfile")
+    runs = " ".join(args for kw, args in instructions if kw == "RUN")
+    assert re.search(r"install\.sh .*--extras train\b", runs)
+    assert 'pip[@]}" install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$torch_version"' in (
+        REPO / "scripts" / "install.sh"
+    ).read_text(encoding="utf-8")
+    assert 'torch_version="2.13.0"' in (REPO / "scripts" / "install.sh").read_text(encoding="utf-8")
+    check_script_argv(argv_of(the(instructions, "CMD")))
+
+
+def test_ssi_serve_runs_without_torch() -> None:
+    """What the service image has: the `ssi` entry point must not import torch or onnx to serve."""
+    code = (
+        "import sys; sys.modules['torch'] = None; sys.modules['onnx'] = None\n"
+        "from ssi.cli import main\n"
+        "sys.argv = ['ssi', 'serve', '--help']\n"
+        "main()\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--bundle" in result.stdout
+
+
+# -- docker-compose.yml --------------------------------------------------------------------------
+
+
+def test_compose_builds_both_images_from_files_that_exist() -> None:
+    services = compose()["services"]
+    assert set(services) == {"trainer", "service"}
+    dockerfiles = {name: spec["build"]["dockerfile"] for name, spec in services.items()}
+    assert dockerfiles == {"trainer": "docker/trainer.Dockerfile", "service": "docker/service.Dockerfile"}
+    for spec in services.values():
+        assert spec["build"]["context"] == "."
+        assert (REPO / spec["build"]["dockerfile"]).is_file()
+
+
+def test_compose_commands_are_real_commands() -> None:
+    services = compose()["services"]
+    check_script_argv(services["trainer"]["command"])
+    check_ssi_argv(services["service"]["command"])
+
+
+def test_compose_runs_the_trainer_once_then_the_service_from_its_volume() -> None:
+    spec = compose()
+    trainer, service = spec["services"]["trainer"], spec["services"]["service"]
+    assert service["depends_on"]["trainer"]["condition"] == "service_completed_successfully"
+    assert trainer["restart"] == "no"
+    assert service["restart"] in ("unless-stopped", "always", "on-failure")
+    declared = set(spec["volumes"])
+    trainer_mounts = {v.split(":")[0]: v.split(":")[1] for v in trainer["volumes"]}
+    service_mounts = {v.split(":")[0]: v.split(":")[1] for v in service["volumes"]}
+    data_volume = next(name for name, target in trainer_mounts.items() if target == "/data")
+    assert data_volume in declared, "the bundle must go to a named volume"
+    assert service_mounts[data_volume] == "/data"
+    # The paths the trainer writes are the ones the service reads.
+    argv = service["command"]
+    assert argv[argv.index("--bundle") + 1] == "/data/bundle"
+    assert argv[argv.index("--corpus") + 1] == "/data/corpus.jsonl"
+    assert trainer["command"][trainer["command"].index("--data") + 1] == "/data"
+    # The default input folder exists (the trainer falls back to the demo corpus when it is empty).
+    default_input = re.search(r":-([^}]+)\}", next(v for v in trainer["volumes"] if "/input" in v)).group(1)
+    assert (REPO / default_input).is_dir()
+
+
+def test_compose_settings_come_from_the_environment() -> None:
+    service = compose()["services"]["service"]
+    env = service["environment"]
+    for name in ("SSI_API_KEY", "SSI_PORT", "SSI_INDEX_KIND", "SSI_THREADS"):
+        assert name in env and f"${{{name}" in str(env[name]), f"{name} should be taken from the environment"
+    # Each of them is a real setting of the service.
+    from service.settings import Settings
+
+    for name in env:
+        if name.startswith("SSI_"):
+            assert name.removeprefix("SSI_").lower() in Settings.model_fields, f"{name} is not a service setting"
+    assert any("${SSI_PORT" in port for port in service["ports"])
+    for spec in compose()["services"].values():
+        limits = spec["deploy"]["resources"]["limits"]
+        assert limits["cpus"] and limits["memory"]
+
+
+def test_compose_healthcheck_calls_a_real_route(routes: Routes) -> None:
+    argv = compose()["services"]["service"]["healthcheck"]["test"]
+    assert argv[0] == "CMD"
+    assert repo_path(argv[2]).is_file()
+    assert argv[3] == "/readyz" and routes.answers(argv[3])
+
+
+class _Stub(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802 - the http.server API
+        self.send_response(200 if self.path == "/readyz" else 503)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def stub_server() -> Iterator[int]:
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Stub)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server.server_address[1]
+    server.shutdown()
+    server.server_close()
+
+
+def test_healthcheck_script_tells_ready_from_not_ready(stub_server: int) -> None:
+    script = REPO / "scripts" / "healthcheck.py"
+
+    def run(route: str, port: int) -> int:
+        env = {**os.environ, "SSI_PORT": str(port)}
+        return subprocess.run([sys.executable, str(script), route], env=env, capture_output=True, timeout=30).returncode
+
+    assert run("/readyz", stub_server) == 0
+    assert run("/elsewhere", stub_server) == 1  # a 503 is unhealthy
+    with __import__("socket").socket() as sock:  # a port where nothing listens
+        sock.bind(("127.0.0.1", 0))
+        free = sock.getsockname()[1]
+    assert run("/readyz", free) == 1
+
+
+# -- scripts, README, CI -------------------------------------------------------------------------
+
+SCRIPTS = sorted((REPO / "scripts").glob("*.sh")) + [REPO / ".ci" / "run"]
+
+
+@pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
+def test_shell_scripts_are_strict_and_parse(script: Path) -> None:
+    text = script.read_text(encoding="utf-8")
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in text
+    subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
+    assert os.access(script, os.X_OK), f"{script} should be executable"
+
+
+def _ssi_invocations(text: str) -> list[list[str]]:
+    """`ssi SUB` calls in a shell script as ["ssi", SUB, every --flag on the line, even inside ${x:+--flag}]."""
+    joined = re.sub(r"\\\n\s*", " ", text)
+    found = []
+    for line in joined.splitlines():
+        if line.lstrip().startswith("#") or "echo" in line:
+            continue
+        match = re.search(r"(?:^|[\s(])ssi\s+([a-z][a-z-]*)(.*)$", line)
+        if match:
+            found.append(["ssi", match.group(1), *re.findall(r"(?<![\w-])--[a-z][a-z-]*", match.group(2))])
+    return found
+
+
+def test_scripts_call_real_ssi_commands_and_flags() -> None:
+    calls = [call for script in SCRIPTS for call in _ssi_invocations(script.read_text(encoding="utf-8"))]
+    assert {call[1] for call in calls} >= {"train", "serve"}
+    assert any("--valid-pairs" in call for call in calls)
+    for call in calls:
+        check_ssi_argv(call)
+
+
+def readme_quick_start() -> list[str]:
+    text = (REPO / "README.md").read_text(encoding="utf-8")
+    section = re.search(r"^#+\s+Quick start\s*$(.*?)(?=^#+\s)", text, flags=re.M | re.S)
+    assert section, "README.md needs a 'Quick start' heading"
+    block = re.search(r"^```[^\n]*\n(.*?)^```", section.group(1), flags=re.M | re.S)
+    assert block, "the Quick start section needs a fenced code block"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_readme_quick_start_is_two_commands_that_exist() -> None:
+    install_and_run, run_tests = readme_quick_start()  # exactly two
+    assert shlex.split(install_and_run)[-1] == "scripts/quickstart.sh"
+    assert shlex.split(run_tests)[-1] == "scripts/test.sh"
+    for command in (install_and_run, run_tests):
+        assert (REPO / shlex.split(command)[-1]).is_file()
+
+
+def test_ci_runs_the_readmes_test_command() -> None:
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
+    program = re.search(r"test_command=\"\$\(awk '(.*?)' README\.md\)\"", ci, flags=re.S)
+    assert program, ".ci/run should read the test command from README.md"
+    extracted = subprocess.run(
+        ["awk", program.group(1), str(REPO / "README.md")], capture_output=True, text=True, check=True, timeout=30
+    ).stdout.strip()
+    assert extracted == readme_quick_start()[1]
+    assert 'bash -c "$test_command"' in ci
+    assert "apt-get update" in ci and "chromium chromium-driver" in ci
+    assert "scripts/install.sh" in ci
+
+
+def test_test_command_fails_when_no_test_runs() -> None:
+    result = subprocess.run(
+        ["bash", str(REPO / "scripts" / "test.sh"), "tests/test_ship_files.py", "-k", "no_test_has_this_name"],
+        env={**os.environ, "LINT": "0", "VENV": str(Path(sys.executable).parents[1])},
+        capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode != 0
+    assert "collected no tests" in result.stderr
+
+
+# -- python -m ... --help ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("package", ["service", "training"])
+def test_python_m_help_explains_every_option(package: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", package, "--help"], capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "Usage" in result.stdout
+    module = __import__(f"{package}.__main__", fromlist=["app"])
+    command = typer.main.get_command(module.app)
+    commands = command.commands.values() if hasattr(command, "commands") else [command]
+    for sub in commands:
+        for param in sub.params:
+            if param.param_type_name == "option" and param.name != "help":
+                assert (param.help or "").strip(), f"python -m {package}: option {param.opts[0]} has no help text"

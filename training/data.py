@@ -1,0 +1,189 @@
+"""Training data in index form: the vocabulary, tf-idf matrices for documents and queries, and pairs.
+
+Two sources give the same `TrainingData`:
+- document–document pairs (`query_id<TAB>doc_id`, both corpus documents): queries *are* documents,
+  so the query matrix is the document matrix;
+- BEIR queries + qrels: queries are separate texts.
+Pairs that name an unknown id are counted and reported, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from ssi.corpus import read_beir_queries, read_corpus, read_pairs, read_qrels
+from ssi.records import Document, Pair, Query
+from ssi.tokenize import tokenize
+from ssi.vocab import Vocabulary
+from training.evaluate.splits import split_by_query
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class PairIndex:
+    """Pairs as (query row, document row) index arrays, with what was dropped and why."""
+
+    query_rows: np.ndarray
+    doc_rows: np.ndarray
+    n_unknown_query: int = 0
+    n_unknown_doc: int = 0
+    n_self: int = 0
+    n_duplicate: int = 0
+
+    @property
+    def size(self) -> int:
+        return int(self.query_rows.shape[0])
+
+    def dropped_summary(self) -> str:
+        parts = [
+            f"{n} {what}"
+            for n, what in (
+                (self.n_unknown_query, "with an unknown query id"),
+                (self.n_unknown_doc, "with an unknown document id"),
+                (self.n_self, "pairing a document with itself"),
+                (self.n_duplicate, "duplicates"),
+            )
+            if n
+        ]
+        return ", ".join(parts) if parts else "none"
+
+
+@dataclass
+class TrainingData:
+    """Everything the trainer needs, in matrix form."""
+
+    vocab: Vocabulary
+    docs: list[Document]
+    queries: list[Query]
+    X_docs: sp.csr_matrix
+    X_queries: sp.csr_matrix
+    train: PairIndex
+    valid: PairIndex | None
+    doc_doc: bool
+    train_pairs: list[Pair] = field(default_factory=list)
+    valid_pairs: list[Pair] = field(default_factory=list)
+    fingerprint: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def doc_ids(self) -> list[str]:
+        return [d.id for d in self.docs]
+
+
+def index_pairs(pairs: list[Pair], query_row: dict[str, int], doc_row: dict[str, int], doc_doc: bool) -> PairIndex:
+    """Map id pairs to row pairs, counting (not hiding) what cannot be used."""
+    q_rows: list[int] = []
+    d_rows: list[int] = []
+    seen: set[tuple[int, int]] = set()
+    unknown_q = unknown_d = self_pairs = duplicates = 0
+    for pair in pairs:
+        q = query_row.get(pair.query_id)
+        d = doc_row.get(pair.doc_id)
+        if q is None:
+            unknown_q += 1
+            continue
+        if d is None:
+            unknown_d += 1
+            continue
+        if doc_doc and q == d:
+            self_pairs += 1
+            continue
+        if (q, d) in seen:
+            duplicates += 1
+            continue
+        seen.add((q, d))
+        q_rows.append(q)
+        d_rows.append(d)
+    return PairIndex(
+        np.asarray(q_rows, dtype=np.int64),
+        np.asarray(d_rows, dtype=np.int64),
+        unknown_q,
+        unknown_d,
+        self_pairs,
+        duplicates,
+    )
+
+
+def file_fingerprint(path: Path | str) -> str:
+    """sha256 of a file's bytes: recorded in the bundle so a model names the data it came from."""
+    digest = hashlib.sha256()
+    with Path(path).open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def load_training_data(
+    corpus: Path,
+    *,
+    pairs: Path | None = None,
+    valid_pairs: Path | None = None,
+    queries: Path | None = None,
+    qrels: Path | None = None,
+    valid_qrels: Path | None = None,
+    valid_share: float = 0.1,
+    split_seed: int = 0,
+    vocab_size: int = 30000,
+    min_df: int = 2,
+) -> TrainingData:
+    """Read the files, build the vocabulary on the corpus, featurize documents and queries once.
+
+    BEIR data without `valid_qrels` holds out `valid_share` of the training queries (by query id,
+    with the evaluation harness's `split_by_query`, so `ssi eval` can rebuild the same split).
+    """
+    docs = read_corpus(corpus)
+    doc_row = {d.id: i for i, d in enumerate(docs)}
+    doc_tokens = [tokenize(d.full_text) for d in docs]
+    vocab = Vocabulary.build_from_tokens(doc_tokens, max_words=vocab_size, min_df=min_df)
+    X_docs = vocab.featurize_tokens(doc_tokens)
+    del doc_tokens
+    fingerprint = {"corpus": file_fingerprint(corpus)}
+    if pairs is not None:
+        doc_doc = True
+        query_list = [Query(d.id, d.full_text) for d in docs]
+        X_queries = X_docs
+        query_row = doc_row
+        train_list = read_pairs(pairs)
+        valid_list = read_pairs(valid_pairs) if valid_pairs else []
+        fingerprint["pairs"] = file_fingerprint(pairs)
+        if valid_pairs:
+            fingerprint["valid_pairs"] = file_fingerprint(valid_pairs)
+    elif queries is not None and qrels is not None:
+        doc_doc = False
+        query_list = read_beir_queries(queries)
+        query_row = {q.id: i for i, q in enumerate(query_list)}
+        X_queries = vocab.featurize([q.text for q in query_list])
+        train_list = read_qrels(qrels)
+        if valid_qrels:
+            valid_list = read_qrels(valid_qrels)
+        elif valid_share > 0:
+            train_list, valid_list = split_by_query(train_list, valid_share, split_seed)
+        else:
+            valid_list = []
+        fingerprint["queries"] = file_fingerprint(queries)
+        fingerprint["qrels"] = file_fingerprint(qrels)
+    else:
+        raise ValueError("give either --pairs (document-document) or --queries with --qrels (BEIR)")
+    train = index_pairs(train_list, query_row, doc_row, doc_doc)
+    valid = index_pairs(valid_list, query_row, doc_row, doc_doc) if valid_list else None
+    if train.size == 0:
+        raise ValueError(f"no usable training pairs (dropped: {train.dropped_summary()})")
+    return TrainingData(
+        vocab=vocab,
+        docs=docs,
+        queries=query_list,
+        X_docs=X_docs,
+        X_queries=X_queries,
+        train=train,
+        valid=valid,
+        doc_doc=doc_doc,
+        train_pairs=train_list,
+        valid_pairs=valid_list,
+        fingerprint=fingerprint,
+    )

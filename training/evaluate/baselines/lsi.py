@@ -1,0 +1,84 @@
+"""Latent Semantic Indexing: cosine in the space of the top singular vectors of the tf-idf matrix.
+
+    X ≈ U_k Σ_k V_kᵀ  (truncated SVD of the [n_docs, D] tf-idf matrix, scipy.sparse.linalg.svds)
+    f(q, d) = cos(V_kᵀ q, V_kᵀ d)        (Deerwester et al., 1990)
+
+One SVD at the largest k serves every smaller k: the top-k singular vectors are a prefix of the
+top-K ones, so a tuning grid over k costs one decomposition.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import svds
+
+from training.evaluate.features import TextFeatures
+from training.evaluate.scorer import DEFAULT_BLOCK, VectorScorer, l2_normalize_rows
+
+DEFAULT_K = 100
+
+
+@dataclass(frozen=True)
+class LsiBasis:
+    """Right singular vectors `components` [k_max, D] in decreasing order of `singular_values`."""
+
+    components: np.ndarray
+    singular_values: np.ndarray
+
+    @property
+    def k_max(self) -> int:
+        return int(self.components.shape[0])
+
+    @classmethod
+    def fit(cls, X: sp.csr_matrix, k: int, seed: int = 0) -> LsiBasis:
+        """Top-k SVD of X; k is capped at min(shape) − 1 (ARPACK's limit), dense SVD for tiny X."""
+        X = sp.csr_matrix(X, dtype=np.float32)
+        limit = min(X.shape) - 1
+        if limit < 1:
+            raise ValueError(f"LSI needs at least 2 documents and 2 words, got a {X.shape} matrix")
+        k = max(1, min(k, limit))
+        if min(X.shape) <= 500:
+            _, s, vt = np.linalg.svd(X.toarray(), full_matrices=False)
+            s, vt = s[:k], vt[:k]
+        else:
+            v0 = np.random.default_rng(seed).standard_normal(min(X.shape)).astype(np.float32)
+            _, s, vt = svds(X, k=k, v0=v0, solver="arpack")
+            order = np.argsort(-s)
+            s, vt = s[order], vt[order]
+        return cls(np.ascontiguousarray(vt, dtype=np.float32), np.asarray(s, dtype=np.float32))
+
+
+class LsiScorer(VectorScorer):
+    """Cosine between LSI projections of the query and of every document."""
+
+    def __init__(
+        self,
+        features: TextFeatures,
+        X: sp.csr_matrix,
+        basis: LsiBasis,
+        k: int = DEFAULT_K,
+        *,
+        block_size: int = DEFAULT_BLOCK,
+    ) -> None:
+        if k < 1:
+            raise ValueError(f"LSI k must be positive, got {k}")
+        self.features = features
+        self.block_size = block_size
+        self.k = min(k, basis.k_max)
+        self._P_T = np.ascontiguousarray(basis.components[: self.k].T)  # [D, k]
+        self._docs = l2_normalize_rows(np.asarray(X @ self._P_T, dtype=np.float32))
+
+    @property
+    def n_docs(self) -> int:
+        return int(self._docs.shape[0])
+
+    def params(self) -> dict[str, Any]:
+        return {"k": self.k}
+
+    def score_vectors(self, Q: sp.csr_matrix) -> np.ndarray:
+        projected = l2_normalize_rows(np.asarray(Q @ self._P_T, dtype=np.float32))
+        return projected @ self._docs.T

@@ -1,0 +1,84 @@
+"""Low-rank SSI (Bai et al., "Supervised Semantic Indexing", CIKM 2009), in its three variants.
+
+    lowrank      f(q, d) = qᵀ(UᵀV + I)d = (U q)·(V d) + q·d     U ≠ V: queries and documents differ
+    symmetric    f(q, d) = (U q)·(U d) + q·d                   one table for both sides
+    noidentity   f(q, d) = (U q)·(V d)                         no shared diagonal (cross-language)
+
+Gradients of the block scores S = (Xq U)(Xd V)ᵀ: with C = ∂loss/∂S, ∂/∂(Xq U) = C (Xd V) and
+∂/∂(Xd V) = Cᵀ(Xq U), then ∂/∂U = Xqᵀ[C (Xd V)] and ∂/∂V = Xdᵀ[Cᵀ(Xq U)], sparse × dense products
+that only reach the rows of words present in the block.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import numpy as np
+import torch
+
+from training.models.base import ExportedModel, ModelShape, SSIModel
+from training.models.block import Block
+from training.models.optim import RowAdagrad
+
+
+class LowRank(SSIModel):
+    kind: ClassVar[str] = "lowrank"
+    description: ClassVar[str] = "(Uq)·(Vd) + q·d, the default"
+    lexical_scale: ClassVar[float] = 1.0
+
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__(shape)
+        gen = torch.Generator().manual_seed(shape.seed)
+        self.U = torch.randn(shape.n_words, shape.n_dims, generator=gen).mul_(shape.init_scale)
+        self.V = self._make_v(gen)
+        self.opt_U = RowAdagrad(self.U, shape.lr)
+        self.opt_V = RowAdagrad(self.V, shape.lr) if self.V is not self.U else None
+        self._EQ: torch.Tensor | None = None
+        self._ED: torch.Tensor | None = None
+
+    def _make_v(self, gen: torch.Generator) -> torch.Tensor:
+        # V starts at zero and U at small random values: the first score is exactly tf-idf (no
+        # noise to unlearn) while ∂/∂V = Xdᵀ Cᵀ(Xq U) is already non-zero.
+        return torch.zeros(self.shape.n_words, self.shape.n_dims)
+
+    def scores(self, block: Block) -> np.ndarray:
+        self._EQ = torch.sparse.mm(block.queries.forward, self.U)
+        self._ED = torch.sparse.mm(block.docs.forward, self.V)
+        S = (self._EQ @ self._ED.T).numpy()
+        if self.lexical_scale and block.gram is not None:
+            S += self.lexical_scale * block.gram
+        return S
+
+    def update(self, block: Block, coeff: np.ndarray) -> None:
+        assert self._EQ is not None and self._ED is not None, "scores() must come first"
+        C = torch.from_numpy(coeff)
+        grad_U = torch.sparse.mm(block.queries.backward, C @ self._ED)
+        grad_V = torch.sparse.mm(block.docs.backward, C.T @ self._EQ)
+        if self.opt_V is None:  # symmetric: one table gets both sides' gradients
+            grad_U += grad_V
+            self.opt_U.step(grad_U, np.union1d(block.queries.touched_words, block.docs.touched_words))
+        else:
+            self.opt_U.step(grad_U, block.queries.touched_words)
+            self.opt_V.step(grad_V, block.docs.touched_words)
+        self._EQ = self._ED = None
+
+    def export(self) -> ExportedModel:
+        U = self._expand(self.U.numpy())
+        V = U.copy() if self.V is self.U else self._expand(self.V.numpy())
+        lexical = np.full(self.shape.vocab_size, self.lexical_scale, dtype=np.float32)
+        return ExportedModel(U=U, V=V, lexical=lexical)
+
+
+class Symmetric(LowRank):
+    kind: ClassVar[str] = "symmetric"
+    description: ClassVar[str] = "(Uq)·(Ud) + q·d"
+
+    def _make_v(self, gen: torch.Generator) -> torch.Tensor:
+        return self.U
+
+
+class NoIdentity(LowRank):
+    kind: ClassVar[str] = "noidentity"
+    description: ClassVar[str] = "(Uq)·(Vd), no diagonal term (cross-language)"
+    lexical_scale: ClassVar[float] = 0.0
+    needs_gram: ClassVar[bool] = False

@@ -1,0 +1,108 @@
+"""`ssi train` end to end: data → trainer (with validation) → bundle, and a summary of what happened."""
+
+from __future__ import annotations
+
+import platform
+import time
+from typing import Any
+
+import numpy as np
+import torch
+
+from training.data import TrainingData, load_training_data
+from training.evaluate.products import DocMatrix
+from training.evaluate.tasks import beir_task, doc_doc_task
+from training.export import export_bundle
+from training.settings import TrainSettings
+from training.trainer import Trainer
+from training.validation import MapValidator
+
+
+def build_validator(data: TrainingData, docs: DocMatrix, trainer: Trainer) -> MapValidator | None:
+    """The validation task of the data, scored from arrays; None without validation pairs."""
+    if not data.valid_pairs:
+        return None
+    if data.doc_doc:
+        task = doc_doc_task(data.docs, data.valid_pairs, data.train_pairs, name="valid")
+        rows = task.query_doc_rows
+        assert rows is not None
+        cached = trainer.lexical.cached if trainer.lexical is not None else None
+        gram = cached[rows] if cached is not None else None
+        return MapValidator(task, data.X_docs[rows], docs, gram)
+    task = beir_task(data.docs, data.queries, data.valid_pairs, name="valid")
+    row_of = {q.id: i for i, q in enumerate(data.queries)}
+    rows = np.asarray([row_of[q] for q in task.query_ids], dtype=np.int64)
+    return MapValidator(task, data.X_queries[rows], docs)
+
+
+def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[str, Any]:
+    started = time.perf_counter()
+    data = load_training_data(
+        settings.corpus,
+        pairs=settings.pairs,
+        valid_pairs=settings.valid_pairs,
+        queries=settings.queries,
+        qrels=settings.qrels,
+        valid_qrels=settings.valid_qrels,
+        valid_share=settings.valid_share,
+        split_seed=settings.seed,
+        vocab_size=settings.vocab_size,
+        min_df=settings.min_df,
+    )
+    loaded = time.perf_counter()
+    docs = DocMatrix(data.X_docs)
+    trainer = Trainer(data, settings, docs=docs)
+    trainer.validator = build_validator(data, docs, trainer)
+    prepared = time.perf_counter()
+    result = trainer.run(show_progress=show_progress)
+    training_info: dict[str, Any] = {
+        "config": settings.model_dump(mode="json"),
+        "steps": result.steps,
+        "epochs": round(result.epochs, 3),
+        "triples": result.triples,
+        "train_seconds": round(result.seconds, 2),
+        "triples_per_second": round(result.triples_per_second, 1),
+        "best_step": result.best_step,
+        "threads": settings.threads,
+        "torch": torch.__version__,
+        "machine": platform.machine(),
+        "history": result.history,
+    }
+    data_info: dict[str, Any] = {
+        "fingerprint": data.fingerprint,
+        "n_docs": len(data.docs),
+        "n_queries": len(data.queries),
+        "train_pairs": data.train.size,
+        "train_pairs_dropped": data.train.dropped_summary(),
+        "valid_pairs": data.valid.size if data.valid is not None else 0,
+        "task": "document-document" if data.doc_doc else "queries",
+    }
+    manifest = export_bundle(
+        settings.out,
+        kind=settings.kind,
+        vocab=data.vocab,
+        model=result.best,
+        training=training_info,
+        data=data_info,
+        metrics={"valid": result.best_metrics},
+    )
+    finished = time.perf_counter()
+    return {
+        "bundle": str(settings.out),
+        "content_hash": manifest.content_hash,
+        "kind": settings.kind,
+        "N": settings.n_dims,
+        "D": data.vocab.size,
+        "valid": result.best_metrics,
+        "best_step": result.best_step,
+        "steps": result.steps,
+        "triples": result.triples,
+        "triples_per_second": round(result.triples_per_second, 1),
+        "seconds": {
+            "load_and_featurize": round(loaded - started, 1),
+            "prepare": round(prepared - loaded, 1),
+            "train": round(result.seconds, 1),
+            "total": round(finished - started, 1),
+        },
+        "dropped_pairs": data.train.dropped_summary(),
+    }

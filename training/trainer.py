@@ -1,0 +1,186 @@
+"""The training loop: sample a step's triples, score the block, take a margin-ranking step, validate.
+
+Validation runs every `eval_every` steps and at the end; the best-scoring export is kept (the
+"best checkpoint"), and with `patience` > 0 training stops after that many validations without
+improvement. The budget is `epochs` (each training query visited once per epoch) and/or
+`max_minutes` of training-loop wall time, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+from training.data import TrainingData
+from training.evaluate.products import DocMatrix
+from training.gram import LexicalBlocks
+from training.loss import margin_ranking
+from training.models import ExportedModel, ModelShape, SSIModel, make_model
+from training.models.block import Block, SparseRows
+from training.sampling import TripleSampler
+from training.settings import TrainSettings
+
+Validator = Callable[[ExportedModel], dict[str, float]]
+SELECTION_METRIC = "map"
+
+
+@dataclass
+class TrainResult:
+    best: ExportedModel
+    best_metrics: dict[str, float]
+    best_step: int
+    steps: int
+    epochs: float
+    triples: int
+    seconds: float
+    history: list[dict[str, float]] = field(default_factory=list)
+
+    @property
+    def triples_per_second(self) -> float:
+        return self.triples / self.seconds if self.seconds > 0 else 0.0
+
+
+class Trainer:
+    def __init__(
+        self,
+        data: TrainingData,
+        settings: TrainSettings,
+        validator: Validator | None = None,
+        docs: DocMatrix | None = None,
+    ) -> None:
+        self.data = data
+        self.settings = settings
+        self.validator = validator
+        torch.set_num_threads(settings.threads)
+        vocab_size = data.vocab.size
+        n_words = min(settings.frequent_words or vocab_size, vocab_size)
+        self.n_words = n_words
+        self.model: SSIModel = make_model(
+            settings.kind,
+            ModelShape(
+                vocab_size=vocab_size,
+                n_dims=settings.n_dims,
+                n_words=n_words,
+                init_scale=settings.init_scale,
+                lr=settings.lr,
+                seed=settings.seed,
+            ),
+        )
+        self.sampler = TripleSampler(
+            data.train,
+            data.X_docs.shape[0],
+            doc_doc=data.doc_doc,
+            batch_queries=settings.batch_queries,
+            positives_per_query=settings.positives_per_query,
+            negatives_per_positive=settings.negatives_per_positive,
+            pool_size=settings.pool_size,
+            hard_fraction=settings.hard_fraction,
+            hard_pool=settings.hard_pool,
+            seed=settings.seed,
+        )
+        self.lexical = (
+            LexicalBlocks(data.X_queries, docs or DocMatrix(data.X_docs), settings.max_gram_entries)
+            if self.model.needs_gram
+            else None
+        )
+        self._all_docs = SparseRows.of(data.X_docs, n_words) if data.X_docs.shape[0] <= settings.pool_size else None
+
+    def _block(self, queries: np.ndarray, pool: np.ndarray | None) -> Block:
+        docs = self._all_docs if pool is None and self._all_docs is not None else None
+        if docs is None:
+            rows = self.data.X_docs if pool is None else self.data.X_docs[pool]
+            docs = SparseRows.of(rows, self.n_words)
+        gram = self.lexical.block(queries, pool) if self.lexical is not None else None
+        return Block(queries=SparseRows.of(self.data.X_queries[queries], self.n_words), docs=docs, gram=gram)
+
+    def step(self) -> tuple[float, float, int]:
+        """One step; returns (loss, share of violated triples, triples used)."""
+        plan = self.sampler.plan()
+        block = self._block(plan.queries, plan.pool)
+        scores = self.model.scores(block)
+        neg, valid = self.sampler.negatives(plan, scores)
+        loss, coeff, violated = margin_ranking(
+            scores, plan.triple_query, plan.triple_pos, neg, valid, self.settings.margin
+        )
+        self.model.update(block, coeff)
+        return loss, violated, int(valid.sum())
+
+    def _validate(self) -> dict[str, float]:
+        return self.validator(self.model.export()) if self.validator is not None else {}
+
+    def run(self, show_progress: bool = True) -> TrainResult:
+        s = self.settings
+        max_steps = int(np.ceil(s.epochs * self.sampler.steps_per_epoch)) if s.epochs else None
+        deadline = s.max_minutes * 60.0 if s.max_minutes else None
+        history: list[dict[str, float]] = []
+        best_metrics = self._validate()
+        best_model = self.model.export() if self.validator is not None else None
+        best_step, stale = 0, 0
+        history.append({"step": 0, "seconds": 0.0, "triples": 0, **best_metrics})
+        columns = (
+            TextColumn("[bold]training[/]"),
+            BarColumn(),
+            TextColumn("step {task.completed:.0f} · {task.fields[rate]:,.0f} triples/s · loss {task.fields[loss]:.3f}"),
+            TextColumn("· valid {task.fields[valid]}"),
+            TimeElapsedColumn(),
+        )
+        total = max_steps if max_steps is not None else None
+        steps = triples = 0
+        loss = 0.0
+        start = time.perf_counter()
+        with Progress(*columns, disable=not show_progress, transient=False) as progress:
+            task = progress.add_task("train", total=total, rate=0.0, loss=0.0, valid=_fmt(best_metrics))
+            while True:
+                elapsed = time.perf_counter() - start
+                if (max_steps is not None and steps >= max_steps) or (deadline is not None and elapsed >= deadline):
+                    break
+                loss, _violated, used = self.step()
+                steps += 1
+                triples += used
+                elapsed = time.perf_counter() - start
+                if deadline is not None and total is None:
+                    progress.update(task, total=deadline, completed=min(elapsed, deadline))
+                else:
+                    progress.update(task, completed=steps)
+                progress.update(task, rate=triples / elapsed, loss=loss)
+                if steps % s.eval_every == 0:
+                    metrics = self._validate()
+                    history.append({"step": steps, "seconds": elapsed, "triples": triples, "loss": loss, **metrics})
+                    progress.update(task, valid=_fmt(metrics))
+                    if self._better(metrics, best_metrics):
+                        best_metrics, best_model, best_step, stale = metrics, self.model.export(), steps, 0
+                    else:
+                        stale += 1
+                        if s.patience and stale >= s.patience:
+                            break
+        seconds = time.perf_counter() - start
+        if steps % s.eval_every != 0 or best_model is None:
+            metrics = self._validate()
+            history.append({"step": steps, "seconds": seconds, "triples": triples, "loss": loss, **metrics})
+            if best_model is None or self._better(metrics, best_metrics):
+                best_metrics, best_model, best_step = metrics, self.model.export(), steps
+        return TrainResult(
+            best=best_model,
+            best_metrics=best_metrics,
+            best_step=best_step,
+            steps=steps,
+            epochs=steps / self.sampler.steps_per_epoch,
+            triples=triples,
+            seconds=seconds,
+            history=history,
+        )
+
+    @staticmethod
+    def _better(new: dict[str, float], old: dict[str, float]) -> bool:
+        if SELECTION_METRIC not in new:
+            return True  # no validation: the latest model is the one kept
+        return new[SELECTION_METRIC] > old.get(SELECTION_METRIC, float("-inf"))
+
+
+def _fmt(metrics: dict[str, float]) -> str:
+    return " ".join(f"{k} {v:.4f}" for k, v in metrics.items()) if metrics else "—"
