@@ -30,7 +30,7 @@ RUN useradd --system --uid 10001 --user-group --home-dir /app --shell /usr/sbin/
     && chown ssi:ssi /data
 USER ssi
 
-ENV TRAIN_MAX_MINUTES=10
+ENV SSI_TRAIN_MAX_MINUTES=10
 VOLUME ["/data"]
 
 CMD ["bash", "/app/scripts/train-bundle.sh", "--data", "/data", "--input", "/input", "--or-demo"]

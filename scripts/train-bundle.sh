@@ -8,7 +8,7 @@
 #                  (gzip allowed as .jsonl.gz / .tsv.gz). Without it, the demo corpus is generated.
 #   --or-demo      with --input: use the demo corpus when DIR holds no corpus (docker compose mounts an
 #                  input folder that may be empty)
-#   --minutes M    training time budget in minutes (default: $TRAIN_MAX_MINUTES, else 2)
+#   --minutes M    training time budget in minutes (default: $SSI_TRAIN_MAX_MINUTES, else 2)
 #   --retrain      train even if DIR/bundle was already trained from the same input files
 #
 # Everything after `--` goes to `ssi train` as is (e.g. `-- --threads 2`). The `ssi` and `python` of the
@@ -17,7 +17,7 @@ set -euo pipefail
 
 data=""
 input=""
-minutes="${TRAIN_MAX_MINUTES:-2}"
+minutes="${SSI_TRAIN_MAX_MINUTES:-2}"
 retrain=0
 or_demo=0
 extra=()

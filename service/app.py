@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
-import faiss
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -26,6 +25,7 @@ from service.metrics import Metrics, MetricsMiddleware
 from service.routes import admin, documents, health, metrics, model, pages, search
 from service.routes.pages import STATIC_DIR
 from service.settings import Settings
+from service.threads import limit_blas_threads
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +62,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
 def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None) -> FastAPI:
     """The service app. `on_fatal(message)` is called if a collection cannot load (the CLI then exits)."""
-    faiss.omp_set_num_threads(settings.threads)
+    limit_blas_threads()
     metrics_registry = Metrics()
     catalog = Catalog(settings, metrics_registry)
 

@@ -56,11 +56,14 @@ class QueryEncoder:
         """Refuse an encoder whose output differs from numpy's U x on random sparse unit vectors."""
         rng = np.random.default_rng(seed)
         x = np.zeros((probes, self.vocab_size), dtype=np.float32)
+        expected = np.zeros((probes, self.n_dims), dtype=np.float64)
         for row in range(probes):
-            ids = rng.choice(self.vocab_size, size=min(8, self.vocab_size), replace=False)
-            x[row, ids] = rng.random(ids.size, dtype=np.float32) + 0.1
-            x[row] /= np.linalg.norm(x[row])
-        expected = x.astype(np.float64) @ np.asarray(U, dtype=np.float64).T
+            ids = np.sort(rng.choice(self.vocab_size, size=min(8, self.vocab_size), replace=False))
+            values = rng.random(ids.size) + 0.1
+            values /= np.linalg.norm(values)
+            x[row, ids] = values
+            # Only the probed columns of U are read: U may be a large memory-mapped file.
+            expected[row] = np.asarray(U[:, ids], dtype=np.float64) @ values
         got = self.encode(x).astype(np.float64)
         scale = max(1.0, float(np.abs(expected).max()))
         if not np.allclose(got, expected, atol=1e-4 * scale, rtol=1e-3):

@@ -8,6 +8,10 @@ a flat index moves the whole array) and the snapshot's rows stay aligned with th
 tombstones are dropped when a snapshot is compacted (see `service.state`).
 
 Vectors are passed as float32, C-contiguous arrays; callers serialize mutations against searches.
+
+OpenMP's thread count is a per-thread setting, so it is set on every call from whichever web worker
+thread makes it: one thread for a single query (FAISS parallelizes over queries, and waking a team
+of OpenMP threads costs more than the scan of one query saves), `threads` for batches and builds.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ class IndexConfig:
     hnsw_ef_search: int = 128
     ivf_nlist: int = 0
     ivf_nprobe: int = 16
+    threads: int = 1  # OpenMP threads for builds and batch searches (not part of what is built)
 
     def tag(self) -> str:
         """The part of the cache key that changes what is built (search-time knobs are left out)."""
@@ -65,6 +70,7 @@ class VectorIndex:
     def build(cls, config: IndexConfig, dim: int, vectors: np.ndarray, ids: np.ndarray) -> VectorIndex:
         """A new index holding `vectors` under `ids`; an IVF index trains its coarse quantizer on them."""
         vectors = _f32(vectors).reshape(-1, dim)
+        faiss.omp_set_num_threads(config.threads)
         if config.kind == "flat":
             inner = faiss.IndexFlatIP(dim)
         elif config.kind == "hnsw":
@@ -109,6 +115,7 @@ class VectorIndex:
         if vectors.shape[0] != ids.shape[0]:
             raise ValueError(f"{vectors.shape[0]} vectors but {ids.shape[0]} ids")
         if ids.shape[0]:
+            faiss.omp_set_num_threads(self.config.threads)
             self._index.add_with_ids(vectors, ids)
 
     def search(
@@ -128,6 +135,7 @@ class VectorIndex:
         k = max(1, min(k, max(1, self.ntotal)))
         if self.ntotal == 0:
             return (np.full((queries.shape[0], k), -np.inf, np.float32), np.full((queries.shape[0], k), -1, np.int64))
+        faiss.omp_set_num_threads(1 if queries.shape[0] == 1 else self.config.threads)
         selector = None
         if live_bits is not None:
             selector = faiss.IDSelectorBitmap(live_bits.shape[0], faiss.swig_ptr(live_bits))

@@ -1,8 +1,7 @@
 """Run the app under uvicorn: one process, one worker, bounded threads.
 
 One process on purpose (STYLE.md): several uvicorn workers would each load their own copy of the
-model and index and each write the same cache. Thread counts of OpenMP/BLAS are fixed through the
-environment before the numeric libraries start their pools.
+model and index and each write the same cache. Thread pools are bounded as service.threads says.
 """
 
 from __future__ import annotations
@@ -12,14 +11,9 @@ import os
 import sys
 
 from service.settings import Settings
+from service.threads import bound_thread_environment
 
 log = logging.getLogger("service")
-
-
-def bound_threads(threads: int) -> None:
-    """Cap the OpenMP / BLAS pools (read when those libraries load) unless the operator set them."""
-    for variable in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
-        os.environ.setdefault(variable, str(threads))
 
 
 def preflight(settings: Settings) -> None:
@@ -50,7 +44,7 @@ def preflight(settings: Settings) -> None:
 
 def run(settings: Settings) -> int:
     """Serve until interrupted; returns the process exit code (1 if a collection could not load)."""
-    bound_threads(settings.threads)
+    bound_thread_environment(settings.threads)
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

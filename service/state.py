@@ -45,6 +45,7 @@ def index_config(settings: Settings) -> IndexConfig:
         hnsw_ef_search=settings.hnsw_ef_search,
         ivf_nlist=settings.ivf_nlist,
         ivf_nprobe=settings.ivf_nprobe,
+        threads=settings.threads,
     )
 
 

@@ -26,28 +26,28 @@ class DataFileError(ValueError):
         self.problem = problem
 
 
-def _open_text(path: Path) -> IO[str]:
+def _open_binary(path: Path) -> IO[bytes]:
     if not path.is_file():
         raise DataFileError(path, None, "no such file")
     with path.open("rb") as probe:
         gzipped = probe.read(2) == b"\x1f\x8b"
-    if gzipped:
-        return gzip.open(path, "rt", encoding="utf-8", errors="strict")
-    return path.open("r", encoding="utf-8", errors="strict")
+    return gzip.open(path, "rb") if gzipped else path.open("rb")
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """(line number, line without newline) for non-blank lines; bad encodings name the file."""
+    """(line number, line without newline) for non-blank lines; decoded line by line so an encoding
+    error names its own line."""
     path = Path(path)
-    with _open_text(path) as handle:
-        number = 0
+    number = 0
+    with _open_binary(path) as handle:
         try:
-            for number, line in enumerate(handle, start=1):  # noqa: B007 - used in the except
-                line = line.rstrip("\r\n")
+            for number, raw in enumerate(handle, start=1):  # noqa: B007 - used in the except
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n")
+                except UnicodeDecodeError as exc:
+                    raise DataFileError(path, number, f"not valid UTF-8 ({exc.reason})") from None
                 if line.strip():
                     yield number, line
-        except UnicodeDecodeError as exc:
-            raise DataFileError(path, number + 1, f"not valid UTF-8 ({exc.reason})") from None
         except (OSError, EOFError) as exc:
             raise DataFileError(path, number + 1, f"cannot read ({exc})") from None
 

@@ -93,8 +93,11 @@ class Vocabulary:
             indptr[row + 1] = indptr[row] + uniq.shape[0]
         indices = np.concatenate(all_ids) if all_ids else np.zeros(0, dtype=np.int64)
         data = np.concatenate(all_vals) if all_vals else np.zeros(0, dtype=np.float32)
+        # One index dtype for indices and indptr: scipy mutates mixed-dtype matrices badly in place.
+        index_dtype = np.int32 if indptr[-1] < np.iinfo(np.int32).max else np.int64
         matrix = sp.csr_matrix(
-            (data.astype(np.float32), indices.astype(np.int32), indptr), shape=(len(token_lists), self.size)
+            (data.astype(np.float32), indices.astype(index_dtype), indptr.astype(index_dtype)),
+            shape=(len(token_lists), self.size),
         )
         matrix.has_sorted_indices = True
         return matrix

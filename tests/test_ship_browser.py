@@ -77,33 +77,11 @@ def _build_bundle(data: Path) -> None:
     write(generate(DemoConfig(topics=6, seed=5)), source)
     with (source / "corpus.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"id": EVIL_ID, "title": EVIL_TITLE, "text": EVIL_TEXT}) + "\n")
-    help_text = subprocess.run([str(SSI), "train", "--help"], capture_output=True, text=True, env=_clean_env()).stdout
-    if "--corpus" not in help_text:  # TEMPORARY until `ssi train` lands: an LSI model in the bundle format
-        _lsi_bundle(source / "corpus.jsonl", data)
-        return
     subprocess.run(
         ["bash", str(REPO / "scripts" / "train-bundle.sh"), "--data", str(data), "--input", str(source),
          "--minutes", "0.5"],
         env=_clean_env(), check=True, timeout=600,
     )
-
-
-def _lsi_bundle(corpus: Path, data: Path) -> None:
-    import numpy as np
-
-    from ssi.bundle import write_bundle
-    from ssi.corpus import read_corpus
-    from ssi.vocab import Vocabulary
-    from training.encoder import build_encoder
-
-    docs = read_corpus(corpus)
-    vocab = Vocabulary.build([d.full_text for d in docs])
-    x = vocab.featurize([d.full_text for d in docs]).toarray()
-    _, _, vt = np.linalg.svd(x, full_matrices=False)
-    u = np.ascontiguousarray(vt[:24], dtype=np.float32)
-    write_bundle(data / "bundle", kind="lsi-test", vocab=vocab, U=u, V=u, lexical=np.ones(vocab.size, np.float32),
-                 encoder_onnx=build_encoder(u))
-    (data / "corpus.jsonl").write_bytes(corpus.read_bytes())
 
 
 @pytest.fixture(scope="module")

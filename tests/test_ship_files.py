@@ -277,6 +277,14 @@ def test_compose_settings_come_from_the_environment() -> None:
         if name.startswith("SSI_"):
             assert name.removeprefix("SSI_").lower() in Settings.model_fields, f"{name} is not a service setting"
     assert any("${SSI_PORT" in port for port in service["ports"])
+    # The trainer's SSI_TRAIN_* variables are real settings of `ssi train`.
+    from training.settings import TrainSettings
+
+    trainer_env = compose()["services"]["trainer"]["environment"]
+    assert "SSI_TRAIN_THREADS" in trainer_env
+    for name in trainer_env:
+        if name.startswith("SSI_TRAIN_"):
+            assert name.removeprefix("SSI_TRAIN_").lower() in TrainSettings.model_fields, f"{name} is not a setting"
     for spec in compose()["services"].values():
         limits = spec["deploy"]["resources"]["limits"]
         assert limits["cpus"] and limits["memory"]
@@ -416,3 +424,43 @@ def test_python_m_help_explains_every_option(package: str) -> None:
         for param in sub.params:
             if param.param_type_name == "option" and param.name != "help":
                 assert (param.help or "").strip(), f"python -m {package}: option {param.opts[0]} has no help text"
+
+
+# -- scripts/train-bundle.sh (the quick start's and the trainer image's training step) -------------
+
+
+def _train_bundle(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")}
+    env["PATH"] = f"{SSI.parent}{os.pathsep}{env.get('PATH', '')}"
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "train-bundle.sh"), *args, "--", "--no-progress", "--dims", "8"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+
+
+def test_train_bundle_trains_once_per_input_and_refuses_missing_files(tmp_path: Path) -> None:
+    from ssi.bundle import load_bundle
+    from training.demo_corpus import DemoConfig, generate, write
+
+    source = tmp_path / "input"
+    write(generate(DemoConfig(topics=2, seed=3)), source)
+    data = tmp_path / "data"
+
+    first = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05")
+    assert first.returncode == 0, first.stderr[-3000:]
+    bundle = load_bundle(data / "bundle")
+    assert bundle.manifest.n_dims == 8
+    assert (data / "corpus.jsonl").read_bytes() == (source / "corpus.jsonl").read_bytes()
+
+    again = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05")
+    assert again.returncode == 0 and "up to date" in again.stdout
+    assert load_bundle(data / "bundle").content_hash == bundle.content_hash
+
+    with (source / "train_pairs.tsv").open("a", encoding="utf-8") as handle:
+        handle.write("astronomy-001\tastronomy-002\n")
+    changed = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05")
+    assert changed.returncode == 0 and "up to date" not in changed.stdout
+
+    (source / "corpus.jsonl").unlink()
+    missing = _train_bundle("--data", str(data), "--input", str(source))
+    assert missing.returncode != 0 and "no corpus.jsonl" in missing.stderr

@@ -301,7 +301,7 @@ class DemoConfig:
     """Probability that a document names a concept by its own register's synonym."""
     off_topic: float = 0.08
     """Probability that a sentence borrows a concept from another topic."""
-    thread_size: int = 6
+    thread_size: int = 4
     """Documents of a subtopic come in threads that dwell on the same concepts, in their own words."""
     links_within: int = 3
     """Links from each document to the other documents of its thread."""
@@ -469,20 +469,27 @@ def write(collection: DemoCollection, out: Path) -> dict[str, Path]:
     return paths
 
 
+_DEFAULTS = DemoConfig()
+
+
 def main(
     out: Annotated[Path, typer.Option(help="Folder to write corpus.jsonl, train_pairs.tsv, valid_pairs.tsv, "
                                            "queries.tsv and qrels.tsv into (created if missing).")],
-    seed: Annotated[int, typer.Option(help="Random seed; the same seed always writes the same files.")] = 13,
+    seed: Annotated[int, typer.Option(
+        help="Random seed; the same seed always writes the same files.")] = _DEFAULTS.seed,
     topics: Annotated[int, typer.Option(min=1, max=len(TOPICS),
-                                        help=f"How many of the {len(TOPICS)} topics to use.")] = len(TOPICS),
-    docs_per_subtopic: Annotated[int, typer.Option(min=2, help="Documents per subtopic (3 subtopics a topic).")] = 12,
-    thread_size: Annotated[int, typer.Option(min=2, help="Documents per thread: a thread's documents dwell on the "
-                                                         "same concepts, each in its own words.")] = 6,
-    links_within: Annotated[int, typer.Option(min=0, help="Links from each document to others of its thread.")] = 3,
-    links_across: Annotated[int, typer.Option(min=0, help="Links from each document to random others of its topic "
-                                                          "(noise).")] = 0,
-    valid_fraction: Annotated[float, typer.Option(min=0.0, max=1.0,
-                                                  help="Share of the links held out as validation pairs.")] = 0.15,
+                                        help=f"How many of the {len(TOPICS)} topics to use.")] = _DEFAULTS.topics,
+    docs_per_subtopic: Annotated[int, typer.Option(
+        min=2, help="Documents per subtopic (3 subtopics a topic).")] = _DEFAULTS.docs_per_subtopic,
+    thread_size: Annotated[int, typer.Option(
+        min=2, help="Documents per thread: a thread's documents dwell on the same concepts, each in its own words."
+    )] = _DEFAULTS.thread_size,
+    links_within: Annotated[int, typer.Option(
+        min=0, help="Links from each document to others of its thread.")] = _DEFAULTS.links_within,
+    links_across: Annotated[int, typer.Option(
+        min=0, help="Links from each document to random others of its topic (noise).")] = _DEFAULTS.links_across,
+    valid_fraction: Annotated[float, typer.Option(
+        min=0.0, max=1.0, help="Share of the links held out as validation pairs.")] = _DEFAULTS.valid_fraction,
 ) -> None:
     """Write the self-contained demo collection: topical documents whose related documents often use
     different words for the same things (synonyms), plus training and validation links."""

@@ -205,6 +205,7 @@
   }
 
   async function similar(id) {
+    input.value = "";
     document.title = `Similar to ${id} – SSI search`;
     let title = id;
     try {

@@ -90,7 +90,7 @@ def make_bundle(
     n_dims: int = 16,
     seed: int = 1,
     scale: float = 0.2,
-    lexical: np.ndarray | None = None,
+    lexical: np.ndarray | float | None = None,
     kind: str = "ssi-lowrank",
 ) -> Path:
     """A bundle with random U, V over the corpus vocabulary (every word kept, so needles are searchable)."""
@@ -98,7 +98,10 @@ def make_bundle(
     rng = np.random.default_rng(seed)
     U = (rng.standard_normal((n_dims, vocab.size)) * scale).astype(np.float32)
     V = (rng.standard_normal((n_dims, vocab.size)) * scale).astype(np.float32)
-    w = np.ones(vocab.size, dtype=np.float32) if lexical is None else lexical.astype(np.float32)
+    if lexical is None or np.isscalar(lexical):
+        w = np.full(vocab.size, 1.0 if lexical is None else lexical, dtype=np.float32)
+    else:
+        w = np.asarray(lexical, dtype=np.float32)
     write_bundle(path, kind=kind, vocab=vocab, U=U, V=V, lexical=w, encoder_onnx=build_encoder(U))
     return path
 

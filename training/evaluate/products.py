@@ -47,7 +47,7 @@ class DocMatrix:
         self._dense_T = np.ascontiguousarray(X[:, self.dense_cols].toarray().T)
         keep = self._dense_pos[X.indices] < 0
         rest = sp.csr_matrix(
-            (X.data * keep, X.indices, X.indptr), shape=X.shape
+            (X.data * keep, X.indices.copy(), X.indptr.copy()), shape=X.shape
         )
         rest.eliminate_zeros()
         self._rest_T = rest.T.tocsr()
@@ -72,7 +72,7 @@ class DocMatrix:
         Q_dense = np.zeros((n, self.dense_cols.shape[0]), dtype=np.float32)
         Q_dense[rows[in_dense], pos[in_dense]] = data[in_dense]
         out = Q_dense @ self._dense_T
-        Q_rest = sp.csr_matrix((data * ~in_dense, Q.indices, Q.indptr), shape=Q.shape)
+        Q_rest = sp.csr_matrix((data * ~in_dense, Q.indices.copy(), Q.indptr.copy()), shape=Q.shape)
         Q_rest.eliminate_zeros()
         if Q_rest.nnz:
             out += (Q_rest @ self._rest_T).toarray()

@@ -17,7 +17,6 @@ import scipy.sparse as sp
 import torch
 
 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-warnings.filterwarnings("ignore", message="Sparse invariant checks are implicitly disabled")
 
 
 def to_torch_csr(matrix: sp.csr_matrix) -> torch.Tensor:
@@ -28,6 +27,7 @@ def to_torch_csr(matrix: sp.csr_matrix) -> torch.Tensor:
         torch.from_numpy(matrix.indices.astype(np.int64)),
         torch.from_numpy(np.asarray(matrix.data, dtype=np.float32)),
         size=matrix.shape,
+        check_invariants=False,
     )
 
 

@@ -33,7 +33,7 @@ def keep_top_per_row(M: sp.csr_matrix, t: int) -> sp.csr_matrix:
         else:
             top = np.argpartition(-M.data[start:stop], t - 1)[:t]
             keep[start + top] = True
-    out = sp.csr_matrix((M.data * keep, M.indices, M.indptr), shape=M.shape)
+    out = sp.csr_matrix((M.data * keep, M.indices.copy(), M.indptr.copy()), shape=M.shape)
     out.eliminate_zeros()
     return out
 

@@ -1,0 +1,1 @@
+"""Tests, mirroring the packages (tests/training, tests/service) plus the shipping checks (tests/test_ship_*)."""

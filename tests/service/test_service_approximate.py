@@ -1,0 +1,62 @@
+"""Approximate indexes over HTTP: HNSW and IVF give sensible results, and their knobs work per request."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import Oracle, ThreadServer, make_bundle, make_corpus, write_corpus
+
+
+def recall_at_10(server: ThreadServer, oracle: Oracle, queries: list[str], **knobs: int) -> float:
+    found = []
+    for query in queries:
+        response = server.client.post("/search", json={"query": query, "k": 10, **knobs})
+        assert response.status_code == 200, response.text
+        ids = {h["id"] for h in response.json()["hits"]}
+        found.append(len(ids & set(oracle.top(query, 10)[0])) / 10)
+    return float(np.mean(found))
+
+
+def test_hnsw_is_sensible_and_ef_search_works_per_request(small_world: dict, tmp_path: Path) -> None:
+    settings = dict(index_kind="hnsw", hnsw_m=8, hnsw_ef_construction=64)
+    with ThreadServer(bundle=small_world["bundle"], corpus=small_world["corpus"], cache_dir=tmp_path, **settings) as s:
+        queries = [d.text[:60] for d in small_world["docs"][:40]]
+        assert s.client.get("/model").json()["index"]["kind"] == "hnsw"
+        # Lexical candidates and the exact rerank come on top of HNSW's: close to the exact ranking.
+        assert recall_at_10(s, small_world["oracle"], queries) >= 0.95
+        for bad, message in (({"ef_search": 0}, "ef_search"), ({"nprobe": 4}, "nprobe applies to an ivf index")):
+            response = s.client.post("/search", json={"query": "baba", **bad})
+            assert response.status_code == 422 and message in response.json()["detail"]
+
+
+@pytest.fixture(scope="module")
+def semantic_only(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A "without identity" model (w = 0): every candidate comes from the embedding index alone."""
+    root = tmp_path_factory.mktemp("semantic")
+    docs = make_corpus(2500, seed=11, vocab_words=2000)
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    bundle = make_bundle(root / "bundle", docs, n_dims=16, lexical=0.0, kind="ssi-noidentity")
+    return {"docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}
+
+
+def test_per_request_ef_search_reaches_faiss(semantic_only: dict, tmp_path: Path) -> None:
+    settings = dict(index_kind="hnsw", hnsw_m=4, hnsw_ef_construction=16, hnsw_ef_search=10, candidate_pool=10)
+    world = semantic_only
+    with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
+        queries = [d.title for d in world["docs"][:60]]
+        low = recall_at_10(s, world["oracle"], queries)
+        high = recall_at_10(s, world["oracle"], queries, ef_search=800)
+        assert high >= 0.95 and high > low + 0.2, (low, high)
+
+
+def test_ivf_nprobe_works_per_request(semantic_only: dict, tmp_path: Path) -> None:
+    world = semantic_only
+    settings = dict(index_kind="ivf", ivf_nlist=32, ivf_nprobe=1, candidate_pool=10)
+    with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
+        assert s.client.get("/model").json()["index"]["nlist"] == 32
+        queries = [d.title for d in world["docs"][:60]]
+        one = recall_at_10(s, world["oracle"], queries)
+        every = recall_at_10(s, world["oracle"], queries, nprobe=32)
+        assert every == pytest.approx(1.0) and one < 0.9, (one, every)
