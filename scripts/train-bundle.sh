@@ -5,7 +5,8 @@
 #
 #   --data DIR     where to write DIR/corpus.jsonl (the documents to serve) and DIR/bundle (the model)
 #   --input DIR    your own data: DIR/corpus.jsonl and DIR/train_pairs.tsv, optionally DIR/valid_pairs.tsv
-#                  (gzip allowed as .jsonl.gz / .tsv.gz). Without it, the demo corpus is generated.
+#                  (gzip allowed as .jsonl.gz / .tsv.gz). Without it, the demo corpus is generated into
+#                  DIR/generated.
 #   --or-demo      with --input: use the demo corpus when DIR holds no corpus (docker compose mounts an
 #                  input folder that may be empty)
 #   --minutes M    training time budget in minutes (default: $SSI_TRAIN_MAX_MINUTES, else 2)
@@ -49,13 +50,13 @@ if [[ -n "$input" ]]; then
         || { echo "train-bundle.sh: no train_pairs.tsv(.gz) in $input" >&2; exit 1; }
     valid="$(first_of "$input/valid_pairs.tsv" "$input/valid_pairs.tsv.gz" || true)"
 else
-    if [[ ! -f "$data/demo/corpus.jsonl" ]]; then
-        echo "==> generating the demo corpus into $data/demo"
-        python -m training.demo_corpus --out "$data/demo"
+    if [[ ! -f "$data/generated/corpus.jsonl" ]]; then
+        echo "==> generating the demo corpus into $data/generated"
+        python -m training.demo_corpus --out "$data/generated"
     fi
-    corpus_in="$data/demo/corpus.jsonl"
-    pairs="$data/demo/train_pairs.tsv"
-    valid="$data/demo/valid_pairs.tsv"
+    corpus_in="$data/generated/corpus.jsonl"
+    pairs="$data/generated/train_pairs.tsv"
+    valid="$data/generated/valid_pairs.tsv"
 fi
 
 # The bundle is retrained only when its inputs or the extra flags change.

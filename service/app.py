@@ -47,12 +47,21 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": exc.message}, status_code=exc.status_code, headers=exc.headers)
 
     @app.exception_handler(RequestValidationError)
-    async def validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         # The offending input is not echoed back: it may be megabytes long.
         errors = [
             {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")} for e in exc.errors()
         ]
-        return JSONResponse({"detail": _validation_message(errors), "errors": errors}, status_code=422)
+        detail = _validation_message(errors)
+        content_type = request.headers.get("content-type", "")
+        if (
+            request.method in {"POST", "PUT"}
+            and "json" not in content_type
+            and any(e["loc"] == ["body"] for e in errors)
+        ):
+            # FastAPI reads a body as JSON only when it says so; without this, curl -d gets a puzzling message.
+            detail = f"send the body as JSON with 'Content-Type: application/json' (got {content_type or 'none'!r})"
+        return JSONResponse({"detail": detail, "errors": errors}, status_code=422)
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:

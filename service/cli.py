@@ -88,5 +88,72 @@ def serve(
     raise typer.Exit(run(settings))
 
 
+def _ints(text: str, option: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise typer.BadParameter(f"{option}: expected comma-separated integers, got {text!r}") from None
+    if not values or min(values) < 1:
+        raise typer.BadParameter(f"{option}: expected positive integers, got {text!r}")
+    return values
+
+
+def bench(
+    bundle: Annotated[Path, typer.Option(help="Model bundle folder to serve")],
+    corpus: Annotated[Path | None, typer.Option(help="JSONL corpus to serve (or --generate N)")] = None,
+    generate: Annotated[int, typer.Option(help="Generate this many short documents from the bundle's words")] = 0,
+    out: Annotated[Path | None, typer.Option(help="JSON result (default bench-results/bench-<time>.json)")] = None,
+    work_dir: Annotated[Path | None, typer.Option(help="Caches and server logs (default: a new temp folder)")] = None,
+    queries: Annotated[int, typer.Option(help="Keyword queries sampled from the corpus")] = 500,
+    query_words: Annotated[int, typer.Option(help="Words per query (n random words of a document)")] = 5,
+    clients: Annotated[str, typer.Option(help="Concurrent HTTP clients, comma-separated")] = "1,8,32",
+    seconds: Annotated[float, typer.Option(help="Seconds of load per client count")] = 10.0,
+    kinds: Annotated[
+        str, typer.Option(help="Index kinds, comma-separated; flat is the exact reference")
+    ] = "flat,hnsw,ivf",
+    ef_search: Annotated[
+        str, typer.Option(help="HNSW efSearch values for recall (values below the candidate pool, 64, act as 64)")
+    ] = "64,128,256,512",
+    nprobe: Annotated[str, typer.Option(help="IVF nprobe values for recall")] = "1,4,16,64,256",
+    threads: Annotated[int, typer.Option(help="SSI_THREADS of the served process")] = 2,
+) -> None:
+    """Benchmark the service over HTTP against an in-process BM25 (bm25s) on the same corpus, in one run.
+
+    Reports p50/p99 latency and throughput at each client count, first-start (build) and restart
+    (cache) times, memory, and recall@10 of HNSW/IVF against the exact flat index at each knob.
+    """
+    import tempfile
+    from datetime import datetime
+
+    from service.bench.run import BenchConfig, run_bench
+
+    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
+    unknown = set(kind_list) - {"flat", "hnsw", "ivf"}
+    if unknown or (set(kind_list) - {"flat"} and "flat" not in kind_list):
+        raise typer.BadParameter("--kinds: use flat, hnsw, ivf (flat is needed as the exact reference for recall)")
+    if "flat" in kind_list:
+        kind_list = ["flat", *[k for k in kind_list if k != "flat"]]
+    if corpus is None and generate <= 0:
+        raise typer.BadParameter("give --corpus FILE or --generate N")
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    config = BenchConfig(
+        bundle=bundle,
+        corpus=corpus,
+        generate=generate,
+        work_dir=work_dir or Path(tempfile.mkdtemp(prefix="ssi-bench-")),
+        out=out or Path("bench-results") / f"bench-{stamp}.json",
+        n_queries=queries,
+        query_words=query_words,
+        clients=_ints(clients, "--clients"),
+        seconds=seconds,
+        kinds=kind_list,
+        ef_search=_ints(ef_search, "--ef-search"),
+        nprobe=_ints(nprobe, "--nprobe"),
+        threads=threads,
+    )
+    run_bench(config, log=lambda line: typer.echo(line, err=True))
+
+
 def register(app: typer.Typer) -> None:
     app.command("serve", help=serve.__doc__)(serve)
+    app.command("bench", help=bench.__doc__)(bench)

@@ -37,7 +37,7 @@ class IndexConfig:
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
     ivf_nlist: int = 0
-    ivf_nprobe: int = 16
+    ivf_nprobe: int = 32
     threads: int = 1  # OpenMP threads for builds and batch searches (not part of what is built)
 
     def tag(self) -> str:
@@ -50,10 +50,16 @@ class IndexConfig:
 
 
 def auto_nlist(n_vectors: int) -> int:
-    """About 4·√n lists, with at least 39 training points per list (FAISS's k-means minimum)."""
+    """About √n lists, with at least 39 training points per list (FAISS's k-means minimum).
+
+    Fewer, larger lists than the usual 4·√n: inner-product search over SSI embeddings (not
+    normalized, often close to isotropic for an untrained or random model) needs a larger share of
+    the collection probed for the same recall (measured on V d of 20k sparse documents, N = 64,
+    recall@10 at nprobe 16 was 0.49 with √n lists against 0.30 with 4·√n).
+    """
     if n_vectors < 2 * 39:
         return 1
-    return max(1, min(int(4 * math.sqrt(n_vectors)), n_vectors // 39))
+    return max(1, min(int(math.sqrt(n_vectors)), n_vectors // 39))
 
 
 def _f32(x: np.ndarray) -> np.ndarray:

@@ -81,7 +81,7 @@ class Settings(BaseSettings):
     hnsw_ef_construction: int = Field(default=200, ge=8, le=4096)
     hnsw_ef_search: int = Field(default=128, ge=1, le=65536)
     ivf_nlist: int = Field(default=0, ge=0, le=1 << 20, description="0: chosen from the collection size")
-    ivf_nprobe: int = Field(default=16, ge=1, le=1 << 20)
+    ivf_nprobe: int = Field(default=32, ge=1, le=1 << 20)
     # The FAISS candidate pool is at least this large (and at least k + offset); larger pools admit
     # fewer lexical-only candidates, see service.rerank.
     candidate_pool: int = Field(default=64, ge=1, le=100_000)

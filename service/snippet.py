@@ -3,23 +3,32 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
-from ssi.tokenize import tokenize
-
-_WORD = re.compile(r"[^\W_]+")
 _SCAN_CHARS = 200_000  # a query word deep inside a huge document is not worth scanning for
 
 
-def make_snippet(text: str, query_words: set[str], width: int) -> str:
-    """About `width` characters of `text` around the first query word (the opening if none), cut at spaces."""
+def query_pattern(words: Iterable[str]) -> re.Pattern[str] | None:
+    """One regex for the query's words (already NFKC-casefolded by the tokenizer), built once per query."""
+    alternatives = sorted({re.escape(w) for w in words if w}, key=len, reverse=True)
+    if not alternatives:
+        return None
+    return re.compile(r"(?<![^\W_])(?:" + "|".join(alternatives) + r")(?![^\W_])")
+
+
+def make_snippet(text: str, pattern: re.Pattern[str] | None, width: int) -> str:
+    """About `width` characters of `text` around the first query word (the opening if none), cut at spaces.
+
+    The text is casefolded to find the word; casefolding can change a few characters' lengths (ß → ss),
+    which can only shift the window a little, so positions are clamped rather than mapped back.
+    """
     if not text:
         return ""
     position = 0
-    if query_words:
-        for match in _WORD.finditer(text, 0, _SCAN_CHARS):
-            if any(word in query_words for word in tokenize(match.group())):
-                position = match.start()
-                break
+    if pattern is not None:
+        match = pattern.search(text[:_SCAN_CHARS].casefold())
+        if match is not None:
+            position = min(match.start(), len(text))
     start = max(0, position - width // 3)
     if start > 0:
         space = text.find(" ", start, position)

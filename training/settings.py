@@ -27,10 +27,10 @@ class TrainSettings(BaseSettings):
     vocab_size: int = Field(30000, ge=10)
     min_df: int = Field(2, ge=1)
     frequent_words: int | None = Field(None, ge=1)
-    init_scale: float = Field(0.01, ge=0.0)
+    init_scale: float = Field(0.1, ge=0.0)
 
     # Optimisation
-    lr: float = Field(0.5, gt=0.0)
+    lr: float = Field(0.05, gt=0.0)
     margin: float = Field(1.0, gt=0.0)
     batch_queries: int = Field(512, ge=1)
     positives_per_query: int = Field(16, ge=1)

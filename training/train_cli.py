@@ -1,16 +1,21 @@
-"""`ssi train`: read a corpus and pairs, train a model of the SSI family, export a bundle."""
+"""`ssi train`: read a corpus and pairs, train a model of the SSI family, export a bundle.
+
+Flags left out fall back to `SSI_TRAIN_*` environment variables, then to the defaults of
+`TrainSettings`, the one configuration object of the trainer.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from pydantic import ValidationError
 
 from ssi.bundle import BundleError
 from ssi.corpus import DataFileError
+from training.settings import TrainSettings
 
 DATA = "Data"
 MODEL = "Model"
@@ -18,165 +23,142 @@ OPTIM = "Optimisation"
 BUDGET = "Budget and selection"
 
 
+def _opt(field: str, help: str, panel: str, *names: str) -> Any:
+    """A typer option whose shown default is the settings' default (the value used when omitted)."""
+    default = TrainSettings.model_fields[field].default
+    shown = f" (default: {default})" if default is not None else ""
+    return typer.Option(*names, help=help + shown, rich_help_panel=panel, show_default=False)
+
+
 def train_command(
     corpus: Annotated[
         Path, typer.Option(help="Corpus JSONL (gzip or not): id (or _id), title, text.", rich_help_panel=DATA)
     ],
-    out: Annotated[Path, typer.Option(help="Folder to write the model bundle to.", rich_help_panel=DATA)],
+    out: Annotated[
+        Path, typer.Option(help="Folder to write the model bundle to (replaced atomically).", rich_help_panel=DATA)
+    ],
     pairs: Annotated[
-        Path | None,
-        typer.Option(help="Training pairs 'query_id<TAB>doc_id', both corpus documents.", rich_help_panel=DATA),
+        Path | None, _opt("pairs", "Training pairs 'query_id<TAB>doc_id', both corpus documents.", DATA)
     ] = None,
     valid_pairs: Annotated[
-        Path | None,
-        typer.Option(
-            help="Validation pairs (same format) for early stopping and model selection.", rich_help_panel=DATA
-        ),
+        Path | None, _opt("valid_pairs", "Validation pairs (same format): model selection and early stopping.", DATA)
     ] = None,
-    queries: Annotated[
-        Path | None, typer.Option(help="BEIR queries JSONL (_id, text); use with --qrels.", rich_help_panel=DATA)
-    ] = None,
+    queries: Annotated[Path | None, _opt("queries", "BEIR queries JSONL (_id, text); use with --qrels.", DATA)] = None,
     qrels: Annotated[
-        Path | None,
-        typer.Option(help="BEIR qrels TSV (query-id, corpus-id, score) for training.", rich_help_panel=DATA),
+        Path | None, _opt("qrels", "BEIR qrels TSV (query-id, corpus-id, score) to train on.", DATA)
     ] = None,
     valid_qrels: Annotated[
         Path | None,
-        typer.Option(
-            help="BEIR qrels for validation; without it, a share of the training queries is held out.",
-            rich_help_panel=DATA,
-        ),
+        _opt("valid_qrels", "BEIR qrels for validation; without it a share of the training queries is held out.", DATA),
     ] = None,
     valid_share: Annotated[
-        float,
-        typer.Option(
-            help="Share of training queries held out for validation when no validation file is given (BEIR only).",
-            rich_help_panel=DATA,
-        ),
-    ] = 0.1,
+        float | None,
+        _opt("valid_share", "Share of training queries held out for validation (BEIR without --valid-qrels).", DATA),
+    ] = None,
     kind: Annotated[
-        str, typer.Option(help="Model kind: lowrank, symmetric, noidentity, diagonal, fullw.", rich_help_panel=MODEL)
-    ] = "lowrank",
-    dims: Annotated[
-        int, typer.Option("--dims", "-N", help="Embedding size N (rows of U and V).", rich_help_panel=MODEL)
-    ] = 100,
+        str | None, _opt("kind", "Model kind: lowrank, symmetric, noidentity, diagonal, fullw.", MODEL)
+    ] = None,
+    dims: Annotated[int | None, _opt("n_dims", "Embedding size N (rows of U and V).", MODEL, "--dims", "-N")] = None,
     vocab_size: Annotated[
-        int,
-        typer.Option(
+        int | None,
+        _opt(
+            "vocab_size",
+            "Vocabulary size D: the most frequent words by document frequency.",
+            MODEL,
             "--vocab-size",
             "-D",
-            help="Vocabulary size D: the most frequent words by document frequency.",
-            rich_help_panel=MODEL,
         ),
-    ] = 30000,
+    ] = None,
     min_df: Annotated[
-        int, typer.Option(help="Words in fewer documents are left out of the vocabulary.", rich_help_panel=MODEL)
-    ] = 2,
+        int | None, _opt("min_df", "Words in fewer documents are left out of the vocabulary.", MODEL)
+    ] = None,
     frequent_words: Annotated[
         int | None,
-        typer.Option(
-            help="Frequent-word restriction: U and V only have rows for the top-n words "
+        _opt(
+            "frequent_words",
+            "Frequent-word restriction: U and V only have rows for the top-n words "
             "(rare words still count on the diagonal).",
-            rich_help_panel=MODEL,
+            MODEL,
         ),
     ] = None,
     init_scale: Annotated[
-        float,
-        typer.Option(
-            help="Standard deviation of U's random start (V starts at 0, so training starts from tf-idf).",
-            rich_help_panel=MODEL,
+        float | None,
+        _opt(
+            "init_scale",
+            "Standard deviation of U's random start (V starts at 0, so training starts from tf-idf).",
+            MODEL,
         ),
-    ] = 0.1,
-    lr: Annotated[float, typer.Option(help="Adagrad learning rate.", rich_help_panel=OPTIM)] = 0.05,
+    ] = None,
+    lr: Annotated[float | None, _opt("lr", "Adagrad learning rate.", OPTIM)] = None,
     margin: Annotated[
-        float,
-        typer.Option(help="Margin of the ranking loss max(0, margin - f(q,d+) + f(q,d-)).", rich_help_panel=OPTIM),
-    ] = 1.0,
-    batch_queries: Annotated[int, typer.Option(help="Queries per step (the batch).", rich_help_panel=OPTIM)] = 512,
+        float | None, _opt("margin", "Margin of the ranking loss max(0, margin - f(q,d+) + f(q,d-)).", OPTIM)
+    ] = None,
+    batch_queries: Annotated[int | None, _opt("batch_queries", "Queries per step.", OPTIM)] = None,
     positives_per_query: Annotated[
-        int, typer.Option(help="Relevant documents sampled per query and step.", rich_help_panel=OPTIM)
-    ] = 16,
+        int | None, _opt("positives_per_query", "Relevant documents sampled per query and step.", OPTIM)
+    ] = None,
     negatives_per_positive: Annotated[
-        int,
-        typer.Option(
-            help="Negatives per (query, positive): triples per step = batch x positives x negatives.",
-            rich_help_panel=OPTIM,
+        int | None,
+        _opt(
+            "negatives_per_positive",
+            "Negatives per (query, positive); triples per step = queries x positives x negatives.",
+            OPTIM,
         ),
-    ] = 2,
+    ] = None,
     hard_fraction: Annotated[
-        float,
-        typer.Option(
-            help="Share of negatives drawn from the current model's best-scoring non-relevant documents.",
-            rich_help_panel=OPTIM,
+        float | None,
+        _opt(
+            "hard_fraction",
+            "Share of negatives drawn from the current model's best-scoring non-relevant documents.",
+            OPTIM,
         ),
-    ] = 0.0,
+    ] = None,
     hard_pool: Annotated[
-        int, typer.Option(help="How many top-scoring documents hard negatives are drawn from.", rich_help_panel=OPTIM)
-    ] = 50,
+        int | None, _opt("hard_pool", "How many best-scoring documents the hard negatives are drawn from.", OPTIM)
+    ] = None,
     pool_size: Annotated[
-        int,
-        typer.Option(
-            help="Documents scored per step: the whole corpus up to this size, else positives plus a uniform sample.",
-            rich_help_panel=OPTIM,
+        int | None,
+        _opt(
+            "pool_size",
+            "Documents scored per step: the whole corpus up to this size, else the positives plus a uniform sample.",
+            OPTIM,
         ),
-    ] = 20000,
+    ] = None,
     epochs: Annotated[
-        float | None, typer.Option(help="Epochs (each training query visited once per epoch).", rich_help_panel=BUDGET)
+        float | None, _opt("epochs", "Epochs (each training query visited once per epoch).", BUDGET)
     ] = None,
     max_minutes: Annotated[
         float | None,
-        typer.Option(help="Time budget for the training loop (default 10 when no --epochs).", rich_help_panel=BUDGET),
+        _opt(
+            "max_minutes",
+            "Time budget of the training loop (10 minutes when neither this nor --epochs is given).",
+            BUDGET,
+        ),
     ] = None,
     eval_every: Annotated[
-        int,
-        typer.Option(help="Validate every this many steps; the best validation MAP is kept.", rich_help_panel=BUDGET),
-    ] = 50,
+        int | None, _opt("eval_every", "Validate every this many steps; the best validation MAP is kept.", BUDGET)
+    ] = None,
     patience: Annotated[
-        int,
-        typer.Option(help="Stop after this many validations without improvement (0: never).", rich_help_panel=BUDGET),
-    ] = 0,
+        int | None, _opt("patience", "Stop after this many validations without improvement (0: never).", BUDGET)
+    ] = None,
     seed: Annotated[
-        int, typer.Option(help="Random seed (initialisation, sampling, validation split).", rich_help_panel=BUDGET)
-    ] = 0,
-    threads: Annotated[
-        int, typer.Option(help="CPU threads for the sparse and dense products.", rich_help_panel=BUDGET)
-    ] = 2,
+        int | None, _opt("seed", "Random seed (initialisation, sampling, validation split).", BUDGET)
+    ] = None,
+    threads: Annotated[int | None, _opt("threads", "CPU threads for the sparse and dense products.", BUDGET)] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=BUDGET)] = True,
 ) -> None:
     """Train a model of the SSI family from pairs and export it as a bundle."""
+    given = {
+        "corpus": corpus, "out": out, "pairs": pairs, "valid_pairs": valid_pairs, "queries": queries,
+        "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share, "kind": kind, "n_dims": dims,
+        "vocab_size": vocab_size, "min_df": min_df, "frequent_words": frequent_words, "init_scale": init_scale,
+        "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
+        "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,
+        "pool_size": pool_size, "epochs": epochs, "max_minutes": max_minutes, "eval_every": eval_every,
+        "patience": patience, "seed": seed, "threads": threads,
+    }  # fmt: skip
     try:
-        from training.settings import TrainSettings
-
-        settings = TrainSettings(
-            corpus=corpus,
-            out=out,
-            pairs=pairs,
-            valid_pairs=valid_pairs,
-            queries=queries,
-            qrels=qrels,
-            valid_qrels=valid_qrels,
-            valid_share=valid_share,
-            kind=kind,
-            n_dims=dims,
-            vocab_size=vocab_size,
-            min_df=min_df,
-            frequent_words=frequent_words,
-            init_scale=init_scale,
-            lr=lr,
-            margin=margin,
-            batch_queries=batch_queries,
-            positives_per_query=positives_per_query,
-            negatives_per_positive=negatives_per_positive,
-            hard_fraction=hard_fraction,
-            hard_pool=hard_pool,
-            pool_size=pool_size,
-            epochs=epochs,
-            max_minutes=max_minutes,
-            eval_every=eval_every,
-            patience=patience,
-            seed=seed,
-            threads=threads,
-        )
+        settings = TrainSettings(**{k: v for k, v in given.items() if v is not None})
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "options"

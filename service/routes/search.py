@@ -11,7 +11,7 @@ from service.deps import CollectionDep, SearchLimiterDep, SettingsDep
 from service.limits import check_search
 from service.schemas import BatchSearchRequest, BatchSearchResponse, Hit, SearchRequest, SearchResponse, SearchResult
 from service.settings import Settings
-from service.snippet import make_snippet
+from service.snippet import make_snippet, query_pattern
 from service.state import QueryResult
 from ssi.tokenize import tokenize
 
@@ -21,7 +21,7 @@ router = APIRouter(tags=["search"])
 def to_result(collection: Collection, settings: Settings, result: QueryResult, query: str | None) -> SearchResult:
     """Hits with titles and snippets from the store; `query` None means snippets from the opening of each text."""
     docs = collection.get_many(result.doc_ids)
-    words = set(tokenize(query)) if query else set()
+    pattern = query_pattern(tokenize(query)) if query else None
     hits = []
     for doc_id, score, semantic, lexical in zip(
         result.doc_ids, result.scores, result.semantic, result.lexical, strict=True
@@ -29,7 +29,7 @@ def to_result(collection: Collection, settings: Settings, result: QueryResult, q
         doc = docs.get(doc_id)
         if doc is None:  # deleted between the ranking and this lookup
             continue
-        snippet = make_snippet(doc.text, words, settings.snippet_chars)
+        snippet = make_snippet(doc.text, pattern, settings.snippet_chars)
         hits.append(Hit(id=doc_id, title=doc.title, snippet=snippet, score=score, semantic=semantic, lexical=lexical))
     return SearchResult(hits=hits, query_words=result.query_words, candidates=result.candidates)
 

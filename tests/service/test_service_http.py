@@ -142,6 +142,13 @@ BAD_REQUESTS = [
         "not valid UTF-8",
     ),
     ("post", "/search", {"content": b"x" * (8 * 1024 * 1024 + 1)}, 413, "larger than"),
+    (
+        "post",
+        "/search",
+        {"content": b'{"query": "baba"}', "headers": {"content-type": "application/x-www-form-urlencoded"}},
+        422,
+        "Content-Type: application/json",
+    ),
     ("post", "/search/batch", {"json": {"queries": []}}, 422, "queries is empty"),
     ("post", "/search/batch", {"json": {"queries": ["baba"] * 65}}, 422, "at most 64 queries"),
     ("post", "/search/batch", {"json": {"queries": ["baba", ""]}}, 422, "queries[1] is empty"),

@@ -1,11 +1,320 @@
-"""Placeholder until the evaluation commands land (being written now)."""
+"""`ssi eval` and `ssi rank`: the evaluation harness and the TREC ranker on the command line.
+
+Errors in the user's inputs (a missing or malformed file, an unusable bundle, a bad option) print
+one line, `error: <what and where>`, and exit with status 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
+
+from ssi.bundle import BundleError, load_bundle
+from ssi.corpus import DataFileError, read_beir_queries, read_corpus, read_pairs, read_qrels, read_queries_tsv
+from ssi.records import Document
+from ssi.vocab import Vocabulary
+from training.evaluate.baselines import BASELINES, LSI_K_GRID, BaselineContext, parse_baselines
+from training.evaluate.features import TextFeatures, TokenTable
+from training.evaluate.harness import evaluate
+from training.evaluate.rank import RankError, write_trec_run
+from training.evaluate.report import rich_table, write_reports
+from training.evaluate.scorer import DEFAULT_BLOCK, Scorer
+from training.evaluate.splits import DEFAULT_SPLIT_SEED, DEFAULT_VALID_FRACTION, split_by_query
+from training.evaluate.ssi_scorer import SSIScorer
+from training.evaluate.tasks import RetrievalTask, TaskError, beir_task, doc_doc_task, keyword_task
+from training.evaluate.tuning import build_baseline
+
+DATA = "Data"
+TASK = "Task"
+SCORERS = "Scorers"
+RUN = "Run"
+SPLITS = ("all", "valid", "train")
 
 
-def eval_command() -> None:
-    raise typer.Exit("ssi eval is not written yet")
+class UsageError(ValueError):
+    """Options that do not make one evaluation; the message says which."""
 
 
-def rank_command() -> None:
-    raise typer.Exit("ssi rank is not written yet")
+@contextmanager
+def _clean_errors() -> Iterator[None]:
+    """Turn the user's input errors into one line on stderr and exit status 2."""
+    try:
+        yield
+    except (DataFileError, BundleError, TaskError, RankError, UsageError) as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    except OSError as exc:  # e.g. an output folder that cannot be written
+        typer.secho(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+
+
+def _build_task(
+    docs: list[Document],
+    *,
+    pairs: Path | None,
+    eval_pairs: Path | None,
+    keywords: int,
+    queries: Path | None,
+    qrels: Path | None,
+    split: str,
+    valid_share: float,
+    split_seed: int,
+    seed: int,
+) -> RetrievalTask:
+    link_mode = eval_pairs is not None
+    beir_mode = queries is not None or qrels is not None
+    if link_mode == beir_mode:
+        raise UsageError("give either --eval-pairs [--pairs] (document links) or --queries with --qrels (BEIR)")
+    if link_mode:
+        if split != "all":
+            raise UsageError("--split is for BEIR qrels; document links come split already")
+        if keywords < 0:
+            raise UsageError(f"--keywords must be 0 (whole documents) or positive, got {keywords}")
+        judged = read_pairs(eval_pairs)
+        trained = read_pairs(pairs) if pairs is not None else []
+        if keywords:
+            return keyword_task(docs, judged, trained, n_words=keywords, seed=seed)
+        return doc_doc_task(docs, judged, trained)
+    if queries is None or qrels is None:
+        raise UsageError("--queries and --qrels go together")
+    if pairs is not None or keywords:
+        raise UsageError("--pairs and --keywords are for document links, not BEIR queries")
+    if split not in SPLITS:
+        raise UsageError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
+    judgments = read_qrels(qrels)
+    name = "beir"
+    if split != "all":
+        try:
+            train_part, valid_part = split_by_query(judgments, valid_share, split_seed)
+        except ValueError as exc:
+            raise UsageError(f"{qrels}: cannot split: {exc}") from None
+        judgments = valid_part if split == "valid" else train_part
+        name = f"beir-{split}"
+    return beir_task(docs, read_beir_queries(queries), judgments, name=name)
+
+
+def _progress_printer(console: Console) -> Callable[[str, int, int], None]:
+    def report(name: str, done: int, total: int) -> None:
+        console.print(f"  {name}: block {done}/{total}", end="\r" if done < total else "\n", highlight=False)
+
+    return report
+
+
+def eval_command(
+    corpus: Annotated[
+        Path, typer.Option(help="Corpus JSONL (gzip or not): id (or _id), title, text.", rich_help_panel=DATA)
+    ],
+    out: Annotated[
+        Path, typer.Option(help="Folder for results.json and results.md.", rich_help_panel=DATA)
+    ],
+    bundle: Annotated[
+        Path | None,
+        typer.Option(
+            help="Model bundle to evaluate as 'ssi'; without it only the baselines run.", rich_help_panel=DATA
+        ),
+    ] = None,
+    eval_pairs: Annotated[
+        Path | None,
+        typer.Option(
+            "--eval-pairs",
+            "--valid-pairs",
+            help="Links 'query_id<TAB>doc_id' of the split evaluated: the relevant documents.",
+            rich_help_panel=TASK,
+        ),
+    ] = None,
+    pairs: Annotated[
+        Path | None,
+        typer.Option(
+            help="Training links: left out of each query's ranking (the filtered setting).", rich_help_panel=TASK
+        ),
+    ] = None,
+    keywords: Annotated[
+        int,
+        typer.Option(
+            help="Cut each query document to this many random words (0: whole document).", rich_help_panel=TASK
+        ),
+    ] = 0,
+    queries: Annotated[
+        Path | None, typer.Option(help="BEIR queries JSONL (_id, text); use with --qrels.", rich_help_panel=TASK)
+    ] = None,
+    qrels: Annotated[
+        Path | None,
+        typer.Option(help="BEIR qrels TSV (query-id, corpus-id, score): the relevant documents.", rich_help_panel=TASK),
+    ] = None,
+    split: Annotated[
+        str,
+        typer.Option(
+            help="Which queries of --qrels: all, or the valid/train side of the by-query split `ssi train` uses.",
+            rich_help_panel=TASK,
+        ),
+    ] = "all",
+    valid_share: Annotated[
+        float, typer.Option(help="Share of qrels queries on the valid side (as ssi train).", rich_help_panel=TASK)
+    ] = DEFAULT_VALID_FRACTION,
+    split_seed: Annotated[
+        int, typer.Option(help="Seed of the by-query split (ssi train uses its --seed).", rich_help_panel=TASK)
+    ] = DEFAULT_SPLIT_SEED,
+    max_queries: Annotated[
+        int, typer.Option(help="Evaluate a fixed-seed sample of this many queries (0: all).", rich_help_panel=TASK)
+    ] = 0,
+    seed: Annotated[
+        int, typer.Option(help="Seed of keyword sampling and query samples.", rich_help_panel=TASK)
+    ] = 0,
+    baselines: Annotated[
+        str,
+        typer.Option(
+            help=f"Comma-separated baselines ({', '.join(BASELINES)}), or 'none'.", rich_help_panel=SCORERS
+        ),
+    ] = ",".join(BASELINES),
+    tune: Annotated[
+        bool,
+        typer.Option(
+            help="Tune baseline knobs (BM25 k1/b, LSI k, α, feedback) on this split with a small grid.",
+            rich_help_panel=SCORERS,
+        ),
+    ] = True,
+    tune_queries: Annotated[
+        int, typer.Option(help="Queries (fixed-seed sample) used for tuning (0: all).", rich_help_panel=SCORERS)
+    ] = 1000,
+    lsi_k: Annotated[
+        str,
+        typer.Option(
+            help="LSI dimensions tried (comma-separated); the largest sets the SVD size.", rich_help_panel=SCORERS
+        ),
+    ] = ",".join(str(k) for k in LSI_K_GRID),
+    vocab_size: Annotated[
+        int,
+        typer.Option(
+            help="Baselines' vocabulary size without --bundle (with it, the bundle's).", rich_help_panel=SCORERS
+        ),
+    ] = 30000,
+    block_size: Annotated[
+        int, typer.Option(help="Queries scored at once (memory ≈ block × documents × 4 bytes).", rich_help_panel=RUN)
+    ] = DEFAULT_BLOCK,
+) -> None:
+    """Score a bundle and the classic baselines on one split, in one process, and save the table.
+
+    Document links: --eval-pairs VALID [--pairs TRAIN] [--keywords N]. BEIR: --queries Q --qrels QRELS
+    [--split valid]. Prints MAP, P@10, NDCG@10 and rank loss (mean ± standard error over queries) and
+    MAP relative to tf-idf, and writes OUT/results.json and OUT/results.md.
+    """
+    console = Console()
+    with _clean_errors():
+        started = time.perf_counter()
+        names = _parse_names(baselines)
+        grid = _parse_ints(lsi_k, "--lsi-k")
+        if bundle is None and not names:
+            raise UsageError("nothing to evaluate: give --bundle or at least one baseline")
+        if block_size < 1 or vocab_size < 1 or max_queries < 0 or tune_queries < 0:
+            raise UsageError("--block-size and --vocab-size must be positive, --max-queries and --tune-queries ≥ 0")
+        model = load_bundle(bundle) if bundle is not None else None
+        docs = read_corpus(corpus)
+        task = _build_task(
+            docs, pairs=pairs, eval_pairs=eval_pairs, keywords=keywords, queries=queries, qrels=qrels,
+            split=split, valid_share=valid_share, split_seed=split_seed, seed=seed,
+        )  # fmt: skip
+        task = task.subset(max_queries, seed)
+        for line in task.stats.problems():
+            typer.secho(f"warning: {line}", err=True, fg=typer.colors.YELLOW)
+        read_seconds = time.perf_counter() - started
+
+        tokens = TokenTable()
+        doc_texts = [d.full_text for d in docs]
+        token_ids = tokens.ids(doc_texts)
+        if model is not None:
+            vocab = model.vocab
+        else:
+            vocab = Vocabulary.build_from_tokens(
+                ([tokens.words[i] for i in ids.tolist()] for ids in token_ids), max_words=vocab_size
+            )
+        features = TextFeatures(vocab, tokens)
+        ctx = BaselineContext(docs, features, lsi_k_grid=tuple(grid), seed=seed, block_size=block_size)
+        scorers: dict[str, Scorer] = {}
+        if model is not None:
+            # The baselines use the bundle's vocabulary, so SSI shares their document matrix.
+            shared = ctx.tfidf.docs if names else None
+            scorers["ssi"] = SSIScorer.from_bundle(
+                model, docs, features=features, doc_matrix=shared, block_size=block_size
+            )
+        tune_task = task.subset(tune_queries, seed) if tune else None
+        tuning: dict[str, Any] = {}
+        if names and "tfidf" not in names:
+            names = ["tfidf", *names]  # the reference every ratio is read against
+        for name in names:
+            console.print(f"fitting {name}" + (" (tuning)" if tune_task is not None else ""), highlight=False)
+            scorer, result = build_baseline(name, ctx, tune_on=tune_task)
+            scorers[name] = scorer
+            tuning[name] = result.to_json()
+        fit_seconds = time.perf_counter() - started - read_seconds
+
+        table = evaluate(task, scorers, block_size=block_size, progress=_progress_printer(console))
+        total = time.perf_counter() - started
+        table.notes.update(
+            {
+                "bundle": str(bundle) if bundle else None,
+                "bundle_kind": model.manifest.kind if model else None,
+                "vocabulary": {"source": "bundle" if model else "corpus", "size": vocab.size},
+                "tuned_on": None if tune_task is None else {"queries": tune_task.n_queries, "seed": seed},
+                "timings_seconds": {
+                    "read": round(read_seconds, 2),
+                    "fit_and_tune": round(fit_seconds, 2),
+                    "evaluate": round(total - read_seconds - fit_seconds, 2),
+                    "total": round(total, 2),
+                },
+            }
+        )
+        console.print(rich_table(table))
+        paths = write_reports(table, out, extra={"tuning": tuning})
+        console.print(f"total {total:.1f}s; wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _parse_names(spec: str) -> list[str]:
+    try:
+        return parse_baselines(spec)
+    except ValueError as exc:
+        raise UsageError(f"--baselines: {exc}") from None
+
+
+def _parse_ints(spec: str, flag: str) -> list[int]:
+    try:
+        values = [int(x) for x in spec.split(",") if x.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: expected comma-separated integers, got {spec!r}") from None
+    if not values or min(values) < 1:
+        raise UsageError(f"{flag}: expected positive integers, got {spec!r}")
+    return values
+
+
+def rank_command(
+    bundle: Annotated[Path, typer.Option(help="Model bundle folder.")],
+    corpus: Annotated[Path, typer.Option(help="Corpus JSONL (gzip or not): id (or _id), title, text.")],
+    queries: Annotated[Path, typer.Option(help="Queries TSV: 'query_id<TAB>query text' per line.")],
+    out: Annotated[Path, typer.Option(help="TREC run file to write: 'qid Q0 docid rank score tag'.")],
+    k: Annotated[int, typer.Option("--k", help="Documents per query (ranks 1..k).")] = 1000,
+) -> None:
+    """Rank every query against the corpus by the exact SSI score and write a TREC run file.
+
+    Order: score descending, ties by corpus position. The score is f(q, d) = (Uq)·(Vd) + Σ wᵢ qᵢ dᵢ.
+    """
+    with _clean_errors():
+        if k <= 0:
+            raise UsageError(f"--k must be positive, got {k}")
+        model = load_bundle(bundle)
+        docs = read_corpus(corpus)
+        asked = read_queries_tsv(queries)
+        if not asked:
+            raise DataFileError(queries, None, "no queries")
+        seen: set[str] = set()
+        for query in asked:
+            if query.id in seen:
+                raise DataFileError(queries, None, f"query id {query.id!r} appears twice")
+            seen.add(query.id)
+        scorer = SSIScorer.from_bundle(model, docs)
+        lines = write_trec_run(out, scorer, asked, [d.id for d in docs], k, tag=f"ssi-{model.manifest.kind}")
+        typer.echo(f"wrote {lines} lines for {len(asked)} queries to {out}", err=True)

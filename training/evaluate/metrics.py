@@ -13,13 +13,15 @@ highest first, ties broken by corpus position (lower first), the same rule `ssi 
   documents alone, in numpy (no sort of the candidates): the trainer's per-epoch validation.
   With 1-based ranks r_1 < … < r_R of the relevant documents,
 
-      AP = (1/R) Σ_i i / r_i,   P@k = #{r_i ≤ k} / k,   NDCG@k = Σ_{r_i ≤ k} 1/log2(1 + r_i) / Σ_{i ≤ min(R,k)} 1/log2(1 + i).
+      AP = (1/R) Σ_i i / r_i,     P@k = #{r_i ≤ k} / k,
+      NDCG@k = Σ_{r_i ≤ k} 1/log2(1 + r_i) / Σ_{i ≤ min(R,k)} 1/log2(1 + i).
 
 Means come with their standard error over queries, std(ddof=1) / √n.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -186,6 +188,7 @@ def ranx_metrics(
     metrics: Sequence[str] = (MAP, P10, NDCG10),
 ) -> dict[str, np.ndarray]:
     """MAP / P@10 / NDCG@10 per query by ranx, on the exact full-depth filtered ranking."""
+    from numba.core.errors import NumbaTypeSafetyWarning
     from numba.typed import List as TypedList
     from ranx import evaluate as ranx_evaluate
 
@@ -199,7 +202,10 @@ def ranx_metrics(
     )
     run = TypedList(ranked_runs(scores, excluded))
     names = [_RANX_NAMES[m] for m in metrics]
-    values = ranx_evaluate(qrels, run, names, return_mean=False)
+    with warnings.catch_warnings():
+        # ranx's compiled kernels cast our float doc positions; harmless, but noisy on every call.
+        warnings.simplefilter("ignore", NumbaTypeSafetyWarning)
+        values = ranx_evaluate(qrels, run, names, return_mean=False)
     if len(names) == 1:
         values = {names[0]: values}
     return {m: np.asarray(values[_RANX_NAMES[m]], dtype=np.float64) for m in metrics}

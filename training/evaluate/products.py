@@ -17,7 +17,7 @@ import scipy.sparse as sp
 
 # A dense multiply-add is this many times cheaper than one step of a sparse product (measured
 # on the 2-core dev machine; only the choice of path depends on it, never the result).
-DENSE_SPEEDUP = 30.0
+DENSE_SPEEDUP = 100.0
 DEFAULT_DENSE_BUDGET = 256 * 1024 * 1024
 
 
@@ -29,7 +29,7 @@ class DocMatrix:
         X: sp.csr_matrix,
         *,
         dense_budget_bytes: int = DEFAULT_DENSE_BUDGET,
-        min_df_fraction: float = 0.02,
+        min_df_fraction: float = 0.1,
     ) -> None:
         X = sp.csr_matrix(X, dtype=np.float32)
         X.sum_duplicates()

@@ -12,7 +12,7 @@ import numpy as np
 
 from ssi.records import Pair
 
-DEFAULT_VALID_FRACTION = 0.2
+DEFAULT_VALID_FRACTION = 0.1
 DEFAULT_SPLIT_SEED = 0
 
 

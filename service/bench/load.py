@@ -1,0 +1,92 @@
+"""HTTP load: `clients` concurrent connections send queries back to back for a fixed time.
+
+One asyncio loop drives all clients (threads would cost the machine more than the server does at
+32 clients on 2 cores). Each request's latency is measured from send to full response.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import httpx
+import numpy as np
+
+
+@dataclass
+class LoadResult:
+    clients: int
+    requests: int
+    errors: int
+    seconds: float
+    throughput_qps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    mean_ms: float
+
+    def as_dict(self) -> dict[str, Any]:
+        return {k: round(v, 3) if isinstance(v, float) else v for k, v in asdict(self).items()}
+
+
+def summarize(latencies: list[float], clients: int, errors: int, seconds: float) -> LoadResult:
+    ms = np.asarray(latencies, dtype=np.float64) * 1000 if latencies else np.zeros(1)
+    return LoadResult(
+        clients=clients,
+        requests=len(latencies),
+        errors=errors,
+        seconds=seconds,
+        throughput_qps=len(latencies) / seconds if seconds > 0 else 0.0,
+        p50_ms=float(np.percentile(ms, 50)),
+        p90_ms=float(np.percentile(ms, 90)),
+        p99_ms=float(np.percentile(ms, 99)),
+        mean_ms=float(ms.mean()),
+    )
+
+
+async def _drive(url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, warmup: int) -> LoadResult:
+    latencies: list[float] = []
+    errors = 0
+    source = itertools.cycle(bodies)
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
+        for body in itertools.islice(source, warmup):
+            await client.post("/search", json=body)
+        deadline = time.perf_counter() + seconds
+        started = time.perf_counter()
+
+        async def worker() -> None:
+            nonlocal errors
+            while time.perf_counter() < deadline:
+                body = next(source)
+                sent = time.perf_counter()
+                response = await client.post("/search", json=body)
+                if response.status_code == 200:
+                    latencies.append(time.perf_counter() - sent)
+                else:
+                    errors += 1
+
+        await asyncio.gather(*(worker() for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    return summarize(latencies, clients, errors, elapsed)
+
+
+def run_load(url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, warmup: int = 20) -> LoadResult:
+    return asyncio.run(_drive(url, bodies, clients, seconds, warmup))
+
+
+def ranked_hits(url: str, bodies: list[dict[str, Any]]) -> tuple[list[list[tuple[str, float]]], list[float]]:
+    """Each query's (id, score) hits, one request at a time, with each request's latency in seconds."""
+    hits: list[list[tuple[str, float]]] = []
+    latencies: list[float] = []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for body in bodies:
+            sent = time.perf_counter()
+            response = client.post("/search", json=body)
+            latencies.append(time.perf_counter() - sent)
+            response.raise_for_status()
+            hits.append([(hit["id"], hit["score"]) for hit in response.json()["hits"]])
+    return hits, latencies

@@ -1,0 +1,61 @@
+"""Benchmark inputs: keyword queries cut from corpus documents, and generated corpora of any size.
+
+Keyword queries follow the evaluation protocol (DESIGN.md): n random words of a random document,
+with a fixed seed, so two runs ask the same questions.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ssi.corpus import iter_corpus
+from ssi.tokenize import tokenize
+from ssi.vocab import Vocabulary
+
+
+def keyword_queries(corpus: Path, n_queries: int, n_words: int, seed: int = 0) -> list[str]:
+    """`n_queries` queries of `n_words` random words, each from a document picked by reservoir sampling."""
+    rng = random.Random(seed)
+    picked: list[list[str]] = []
+    for seen, doc in enumerate(iter_corpus(corpus)):
+        words = tokenize(doc.full_text)
+        if len(words) < n_words:
+            continue
+        if len(picked) < n_queries:
+            picked.append(words)
+        else:
+            slot = rng.randint(0, seen)
+            if slot < n_queries:
+                picked[slot] = words
+    return [" ".join(rng.sample(words, n_words)) for words in picked]
+
+
+def generate_corpus(path: Path, vocab: Vocabulary, n_docs: int, words_per_doc: int = 12, seed: int = 0) -> Path:
+    """Short documents of Zipf-distributed vocabulary words (word id = frequency rank in a bundle)."""
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, vocab.size + 1) ** 1.1
+    weights /= weights.sum()
+    words = np.asarray(vocab.words, dtype=object)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as handle:
+        for start in range(0, n_docs, 10_000):
+            count = min(10_000, n_docs - start)
+            lengths = rng.integers(words_per_doc // 2, words_per_doc * 2, size=count)
+            ids = rng.choice(vocab.size, size=int(lengths.sum()), p=weights)
+            offset = 0
+            for i, length in enumerate(lengths.tolist()):
+                text = " ".join(words[ids[offset : offset + length]])
+                offset += length
+                title = " ".join(words[ids[offset - min(3, length) : offset]])
+                handle.write(json.dumps({"id": f"g{start + i}", "title": title, "text": text}) + "\n")
+    return path
+
+
+def corpus_texts(corpus: Path) -> Iterator[tuple[str, str]]:
+    for doc in iter_corpus(corpus):
+        yield doc.id, doc.full_text

@@ -1,0 +1,188 @@
+"""One benchmark run: BM25 yardstick, then the service with each index kind, all on the same queries.
+
+For the exact (flat) index: time to first ready (documents stored, V d computed, index built),
+restart time from the cache, process memory, and latency/throughput over HTTP at each client count.
+For HNSW and IVF: the same, plus recall@k against the flat index's ranking at each knob setting
+(which, by the exactness argument in service.rerank, is the brute-force ranking).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.bench.bm25 import bm25_yardstick
+from service.bench.load import ranked_hits, run_load, summarize
+from service.bench.queries import generate_corpus, keyword_queries
+from service.bench.server import ServedProcess
+from ssi.bundle import load_bundle
+
+
+@dataclass
+class BenchConfig:
+    bundle: Path
+    corpus: Path | None
+    work_dir: Path
+    out: Path
+    generate: int = 0
+    n_queries: int = 500
+    query_words: int = 5
+    k: int = 10
+    clients: list[int] = field(default_factory=lambda: [1, 8, 32])
+    seconds: float = 10.0
+    kinds: list[str] = field(default_factory=lambda: ["flat", "hnsw", "ivf"])
+    ef_search: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
+    nprobe: list[int] = field(default_factory=lambda: [1, 4, 16, 64, 256])
+    threads: int = 2
+    measure_restart: bool = True
+    extra_settings: dict[str, str] = field(default_factory=dict)
+
+
+def _recall(found: list[list[tuple[str, float]]], exact: list[list[tuple[str, float]]]) -> float:
+    """Share of the exact top k that was found, counting a document tied with the k-th as found.
+
+    Every returned hit carries its exact score (the rerank is exact whatever the index), so a hit
+    scoring at least the exact k-th score belongs to a correct top k; with ties (short generated
+    documents repeat) comparing ids alone would count a correct answer as a miss.
+    """
+    recalls = []
+    for got, truth in zip(found, exact, strict=True):
+        if not truth:
+            continue
+        kth = truth[-1][1]
+        hits = sum(1 for _, score in got[: len(truth)] if score >= kth - 1e-6 * (1 + abs(kth)))
+        recalls.append(hits / len(truth))
+    return float(np.mean(recalls)) if recalls else float("nan")
+
+
+def _folder_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def _serve_and_measure(
+    config: BenchConfig, corpus: Path, kind: str, bodies: list[dict[str, Any]], log: Any
+) -> tuple[dict[str, Any], ServedProcess]:
+    cache = config.work_dir / kind
+    settings = {
+        "SSI_CACHE_DIR": str(cache),
+        "SSI_INDEX_KIND": kind,
+        "SSI_THREADS": str(config.threads),
+        # The default admission limits (SSI_MAX_CONCURRENCY), with room to queue every client.
+        "SSI_MAX_QUEUE": str(max(64, 2 * max(config.clients))),
+        "SSI_QUEUE_TIMEOUT": "60",
+        **config.extra_settings,
+    }
+    server = ServedProcess(config.bundle, corpus, config.work_dir, settings)
+    log(f"[{kind}] starting (first start: store, embed, build)")
+    info = server.start()
+    result: dict[str, Any] = {
+        "first_start_seconds": round(info["ready_seconds"], 3),
+        "build_seconds": info["load_seconds"],  # in-process: V d for every document + the FAISS index
+        "documents": info["documents"],
+        "rss_mb_ready": round(server.rss_bytes() / 2**20, 1),
+        "index_cache_mb": round(_folder_bytes(cache / "index") / 2**20, 1),
+        "nlist": info.get("nlist"),
+    }
+    log(f"[{kind}] ready in {result['first_start_seconds']}s; {result['rss_mb_ready']} MB")
+    result["load"] = {}
+    for clients in config.clients:
+        measured = run_load(server.url, bodies, clients, config.seconds)
+        result["load"][str(clients)] = measured.as_dict()
+        log(f"[{kind}] {clients:>3} clients: p50 {measured.p50_ms:.2f} ms, p99 {measured.p99_ms:.2f} ms, "
+            f"{measured.throughput_qps:.1f} q/s, {measured.errors} errors")  # fmt: skip
+    result["rss_mb_after_load"] = round(server.rss_bytes() / 2**20, 1)
+    return result, server
+
+
+def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
+    config.work_dir.mkdir(parents=True, exist_ok=True)
+    bundle = load_bundle(config.bundle)
+    corpus = config.corpus
+    if corpus is None:
+        corpus = config.work_dir / f"generated-{config.generate}.jsonl"
+        if not corpus.is_file():
+            log(f"generating {config.generate} documents into {corpus}")
+            generate_corpus(corpus, bundle.vocab, config.generate)
+    queries = keyword_queries(corpus, config.n_queries, config.query_words)
+    bodies = [{"query": q, "k": config.k} for q in queries]
+    report: dict[str, Any] = {
+        "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "setup": {
+            "corpus": str(corpus),
+            "bundle": str(config.bundle),
+            "model_kind": bundle.manifest.kind,
+            "N": bundle.manifest.n_dims,
+            "D": bundle.manifest.vocab_size,
+            "queries": len(queries),
+            "query_words": config.query_words,
+            "k": config.k,
+            "clients": config.clients,
+            "seconds_per_level": config.seconds,
+            "service_threads": config.threads,
+            "cpus": os.cpu_count(),
+            "machine": platform.platform(),
+            "python": platform.python_version(),
+            "load_average_at_start": list(os.getloadavg()),
+        },
+    }
+    log(f"BM25 yardstick over {corpus}")
+    report["bm25"] = bm25_yardstick(corpus, queries, config.k)
+    report["setup"]["documents"] = report["bm25"]["documents"]
+
+    exact: list[list[tuple[str, float]]] | None = None
+    for kind in config.kinds:
+        result, server = _serve_and_measure(config, corpus, kind, bodies, log)
+        try:
+            if kind == "flat":
+                exact, _ = ranked_hits(server.url, bodies)
+            elif exact is not None:
+                knob = "ef_search" if kind == "hnsw" else "nprobe"
+                values = config.ef_search if kind == "hnsw" else config.nprobe
+                if kind == "ivf" and result.get("nlist"):
+                    values = [v for v in values if v <= result["nlist"]] or [result["nlist"]]
+                result["recall"] = {}
+                for value in values:
+                    found, latencies = ranked_hits(server.url, [{**b, knob: value} for b in bodies])
+                    single = summarize(latencies, 1, 0, float(sum(latencies)))
+                    result["recall"][f"{knob}={value}"] = {
+                        f"recall@{config.k}": round(_recall(found, exact), 4),
+                        "p50_ms": round(single.p50_ms, 3),
+                        "p99_ms": round(single.p99_ms, 3),
+                    }
+                    log(f"[{kind}] {knob}={value}: recall@{config.k} {_recall(found, exact):.4f}, "
+                        f"p50 {single.p50_ms:.2f} ms")  # fmt: skip
+        finally:
+            server.stop()
+        if kind == "flat" and config.measure_restart:
+            again = ServedProcess(
+                config.bundle, corpus, config.work_dir, {"SSI_CACHE_DIR": str(config.work_dir / kind)}
+            )
+            started = time.perf_counter()
+            info = again.start()
+            result["restart_seconds"] = round(time.perf_counter() - started, 3)
+            result["restart_load_seconds"] = info["load_seconds"]
+            result["restart_loaded_from"] = info["loaded_from"]
+            again.stop()
+        report[kind] = result
+
+    bm25_single = report["bm25"]["single_query"]
+    ratios: dict[str, Any] = {}
+    for kind in config.kinds:
+        one = report[kind]["load"].get("1")
+        if one:
+            ratios[f"{kind}_p50_over_bm25_p50"] = round(one["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2)
+        best = max(level["throughput_qps"] for level in report[kind]["load"].values())
+        ratios[f"{kind}_best_qps_over_bm25_single_qps"] = round(best / max(bm25_single["throughput_qps"], 1e-9), 3)
+    report["ratios"] = ratios
+    config.out.parent.mkdir(parents=True, exist_ok=True)
+    config.out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    log(f"wrote {config.out}")
+    return report

@@ -1,0 +1,69 @@
+"""The service under benchmark: `python -m service serve` in its own process, as users run it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ServedProcess:
+    def __init__(self, bundle: Path, corpus: Path, work_dir: Path, settings: dict[str, str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = work_dir / f"serve-{self.port}.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")}
+        env.update({"SSI_HOST": "127.0.0.1", "SSI_PORT": str(self.port), "SSI_LOG_LEVEL": "warning", **settings})
+        self.env = env
+        self.args = [sys.executable, "-m", "service", "serve", "--bundle", str(bundle), "--corpus", str(corpus)]
+        self.process: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 24 * 3600) -> dict[str, Any]:
+        """Start and wait until ready; returns /readyz's description of the collection plus wall time."""
+        started = time.perf_counter()
+        with self.log_path.open("ab") as log:
+            self.process = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = started + timeout
+        with httpx.Client(timeout=10) as client:
+            while time.perf_counter() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"ssi serve exited ({self.process.returncode}); see {self.log_path}")
+                try:
+                    response = client.get(f"{self.url}/readyz")
+                    if response.status_code == 200:
+                        info = response.json()["collections"]
+                        described = next(iter(info.values()))
+                        described["ready_seconds"] = time.perf_counter() - started
+                        return described
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.2)
+        raise TimeoutError(f"ssi serve not ready after {timeout}s; see {self.log_path}")
+
+    def rss_bytes(self) -> int:
+        assert self.process is not None
+        return psutil.Process(self.process.pid).memory_info().rss
+
+    def stop(self) -> None:
+        if self.process is None or self.process.poll() is not None:
+            return
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()

@@ -1,0 +1,43 @@
+"""`ssi bench` end to end on a tiny corpus: it runs, and what it writes is complete and consistent."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from service.bench.run import BenchConfig, run_bench
+
+
+def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, tmp_path: Path) -> None:
+    out = tmp_path / "result.json"
+    config = BenchConfig(
+        bundle=small_world["bundle"],
+        corpus=small_world["corpus"],
+        work_dir=tmp_path / "work",
+        out=out,
+        n_queries=40,
+        clients=[1, 4],
+        seconds=0.5,
+        kinds=["flat", "hnsw"],
+        ef_search=[64, 256],
+        threads=1,
+        measure_restart=False,  # the restart tests cover the cache; one server start less here
+    )
+    lines: list[str] = []
+    report = run_bench(config, log=lines.append)
+    assert json.loads(out.read_text()) == report
+    setup = report["setup"]
+    assert setup["documents"] == len(small_world["docs"]) and setup["queries"] == 40 and setup["N"] == 16
+    for kind in ("flat", "hnsw"):
+        assert report[kind]["documents"] == len(small_world["docs"])
+        assert report[kind]["rss_mb_ready"] > 10 and report[kind]["index_cache_mb"] > 0
+        for clients in ("1", "4"):
+            level = report[kind]["load"][clients]
+            assert level["errors"] == 0 and level["requests"] > 0
+            assert 0 < level["p50_ms"] <= level["p99_ms"]
+    recall = report["hnsw"]["recall"]
+    assert set(recall) == {"ef_search=64", "ef_search=256"}
+    assert all(0.9 <= r["recall@10"] <= 1.0 for r in recall.values())
+    assert report["bm25"]["documents"] == len(small_world["docs"]) and report["bm25"]["single_query"]["p50_ms"] > 0
+    assert report["ratios"]["flat_p50_over_bm25_p50"] > 0
+    assert any("recall@10" in line for line in lines)
