@@ -8,7 +8,7 @@ import pytest
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from training.evaluate.splits import split_by_query
-from training.evaluate.tasks import TaskError, beir_task, doc_doc_task, keyword_task, keyword_query
+from training.evaluate.tasks import TaskError, beir_task, doc_doc_task, keyword_query, keyword_task
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 

@@ -20,7 +20,7 @@ class LexicalBlocks:
         self.X_queries = X_queries
         self.docs = docs
         n = X_queries.shape[0] * docs.n_docs
-        self.cached = self._all() if n <= max_entries else None
+        self.cached = self._all() if 0 < n <= max_entries else None
 
     def _all(self) -> np.ndarray:
         out = np.empty((self.X_queries.shape[0], self.docs.n_docs), dtype=np.float32)
@@ -28,7 +28,14 @@ class LexicalBlocks:
             out[start : start + ROW_BLOCK] = self.docs.products(self.X_queries[start : start + ROW_BLOCK])
         return out
 
-    def block(self, query_rows: np.ndarray, pool_rows: np.ndarray | None) -> np.ndarray:
+    def block(
+        self, query_rows: np.ndarray, pool_rows: np.ndarray | None, queries: sp.csr_matrix | None = None
+    ) -> np.ndarray:
+        """q·d for the step's queries (`queries` overrides the stored rows, e.g. keyword cuts)."""
+        if queries is not None:
+            if pool_rows is None:
+                return self.docs.products(queries)
+            return np.asarray((queries @ self.docs.X[pool_rows].T).toarray(), dtype=np.float32)
         if self.cached is not None:
             rows = self.cached[query_rows]
             return rows if pool_rows is None else np.ascontiguousarray(rows[:, pool_rows])

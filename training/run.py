@@ -11,7 +11,7 @@ import torch
 
 from training.data import TrainingData, load_training_data
 from training.evaluate.products import DocMatrix
-from training.evaluate.tasks import beir_task, doc_doc_task
+from training.evaluate.tasks import beir_task, doc_doc_task, keyword_task
 from training.export import export_bundle
 from training.settings import TrainSettings
 from training.trainer import Trainer
@@ -22,6 +22,9 @@ def build_validator(data: TrainingData, docs: DocMatrix, trainer: Trainer) -> Ma
     """The validation task of the data, scored from arrays; None without validation pairs."""
     if not data.valid_pairs:
         return None
+    if data.doc_doc and trainer.settings.query_words:
+        task = keyword_task(data.docs, data.valid_pairs, data.train_pairs, n_words=trainer.settings.query_words)
+        return MapValidator(task, data.vocab.featurize(list(task.query_texts)), docs)
     if data.doc_doc:
         task = doc_doc_task(data.docs, data.valid_pairs, data.train_pairs, name="valid")
         rows = task.query_doc_rows

@@ -20,6 +20,7 @@ class TrainSettings(BaseSettings):
     qrels: Path | None = None
     valid_qrels: Path | None = None
     valid_share: float = Field(0.1, ge=0.0, lt=1.0)
+    query_words: int | None = Field(None, ge=1)
 
     # Model
     kind: str = "lowrank"
@@ -54,6 +55,8 @@ class TrainSettings(BaseSettings):
             raise ValueError("give either --pairs (document-document) or --queries with --qrels (BEIR)")
         if self.queries is not None and self.qrels is None:
             raise ValueError("--queries needs --qrels")
+        if self.query_words is not None and self.pairs is None:
+            raise ValueError("--query-words cuts query documents to keywords: it needs --pairs")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
         return self

@@ -55,6 +55,15 @@ def train_command(
         float | None,
         _opt("valid_share", "Share of training queries held out for validation (BEIR without --valid-qrels).", DATA),
     ] = None,
+    query_words: Annotated[
+        int | None,
+        _opt(
+            "query_words",
+            "Train for keyword queries: each query document is cut to this many of its distinct words, "
+            "drawn afresh every step; validation uses the same cut.",
+            DATA,
+        ),
+    ] = None,
     kind: Annotated[
         str | None, _opt("kind", "Model kind: lowrank, symmetric, noidentity, diagonal, fullw.", MODEL)
     ] = None,
@@ -150,7 +159,8 @@ def train_command(
     """Train a model of the SSI family from pairs and export it as a bundle."""
     given = {
         "corpus": corpus, "out": out, "pairs": pairs, "valid_pairs": valid_pairs, "queries": queries,
-        "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share, "kind": kind, "n_dims": dims,
+        "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
+        "query_words": query_words, "kind": kind, "n_dims": dims,
         "vocab_size": vocab_size, "min_df": min_df, "frequent_words": frequent_words, "init_scale": init_scale,
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,

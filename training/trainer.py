@@ -19,6 +19,7 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from training.data import TrainingData
 from training.evaluate.products import DocMatrix
 from training.gram import LexicalBlocks
+from training.keywords import cut_to_keywords
 from training.loss import margin_ranking
 from training.models import ExportedModel, ModelShape, SSIModel, make_model
 from training.models.block import Block, SparseRows
@@ -83,10 +84,11 @@ class Trainer:
             hard_pool=settings.hard_pool,
             seed=settings.seed,
         )
+        # Keyword queries change every step: nothing to cache for them.
+        max_gram = 0 if settings.query_words else settings.max_gram_entries
+        self.keyword_rng = np.random.default_rng(settings.seed + 1)
         self.lexical = (
-            LexicalBlocks(data.X_queries, docs or DocMatrix(data.X_docs), settings.max_gram_entries)
-            if self.model.needs_gram
-            else None
+            LexicalBlocks(data.X_queries, docs or DocMatrix(data.X_docs), max_gram) if self.model.needs_gram else None
         )
         self._all_docs = SparseRows.of(data.X_docs, n_words) if data.X_docs.shape[0] <= settings.pool_size else None
 
@@ -95,8 +97,12 @@ class Trainer:
         if docs is None:
             rows = self.data.X_docs if pool is None else self.data.X_docs[pool]
             docs = SparseRows.of(rows, self.n_words)
-        gram = self.lexical.block(queries, pool) if self.lexical is not None else None
-        return Block(queries=SparseRows.of(self.data.X_queries[queries], self.n_words), docs=docs, gram=gram)
+        rows = self.data.X_queries[queries]
+        cut = None
+        if self.settings.query_words:
+            rows = cut = cut_to_keywords(rows, self.data.vocab.idf, self.settings.query_words, self.keyword_rng)
+        gram = self.lexical.block(queries, pool, cut) if self.lexical is not None else None
+        return Block(queries=SparseRows.of(rows, self.n_words), docs=docs, gram=gram)
 
     def step(self) -> tuple[float, float, int]:
         """One step; returns (loss, share of violated triples, triples used)."""

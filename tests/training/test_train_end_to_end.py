@@ -105,3 +105,25 @@ def test_beir_queries_with_a_carved_validation_split(tmp_path: Path) -> None:
     manifest = load_bundle(tmp_path / "b").manifest
     assert manifest.data["task"] == "queries"
     assert manifest.data["valid_pairs"] == 6 and manifest.data["train_pairs"] == 24
+
+
+def test_keyword_cut_keeps_n_distinct_words_as_featurize_would() -> None:
+    from ssi.vocab import Vocabulary
+    from training.keywords import cut_to_keywords
+
+    texts = ["a b c d e f g a a", "b c", "h i j k l m"]
+    vocab = Vocabulary.build(texts, min_df=1)
+    X = vocab.featurize(texts)
+    cut = cut_to_keywords(X, vocab.idf, 3, np.random.default_rng(0))
+    assert list(np.diff(cut.indptr)) == [3, 2, 3]
+    for row in range(3):
+        words = [vocab.words[i] for i in cut[row].indices]
+        assert set(cut[row].indices) <= set(X[row].indices)
+        np.testing.assert_allclose(cut[row].toarray(), vocab.featurize([" ".join(words)]).toarray(), rtol=1e-6)
+
+
+def test_keyword_training_validates_on_keyword_queries(synonyms: SynonymCorpus, tmp_path: Path) -> None:
+    summary = train(synonyms, tmp_path / "kw", "--epochs", "20", "--dims", "16", "--lr", "0.1", "--query-words", "5")
+    manifest = load_bundle(tmp_path / "kw").manifest
+    assert manifest.training["config"]["query_words"] == 5
+    assert summary["valid"]["map"] > 0.5  # five topic-or-filler words still name the topic

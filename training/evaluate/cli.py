@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ssi.bundle import BundleError, load_bundle
 from ssi.corpus import DataFileError, read_beir_queries, read_corpus, read_pairs, read_qrels, read_queries_tsv
@@ -99,11 +100,21 @@ def _build_task(
     return beir_task(docs, read_beir_queries(queries), judgments, name=name)
 
 
-def _progress_printer(console: Console) -> Callable[[str, int, int], None]:
-    def report(name: str, done: int, total: int) -> None:
-        console.print(f"  {name}: block {done}/{total}", end="\r" if done < total else "\n", highlight=False)
+@contextmanager
+def _progress(console: Console) -> Iterator[Callable[[str, int, int], None]]:
+    """A rich progress bar per scorer, fed by the harness's (name, blocks done, blocks) reports."""
+    with Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, transient=True,
+    ) as bar:  # fmt: skip
+        bars: dict[str, TaskID] = {}
 
-    return report
+        def report(name: str, done: int, total: int) -> None:
+            if name not in bars:
+                bars[name] = bar.add_task(f"scoring {name}", total=total)
+            bar.update(bars[name], completed=done)
+
+        yield report
 
 
 def eval_command(
@@ -247,13 +258,14 @@ def eval_command(
         if names and "tfidf" not in names:
             names = ["tfidf", *names]  # the reference every ratio is read against
         for name in names:
-            console.print(f"fitting {name}" + (" (tuning)" if tune_task is not None else ""), highlight=False)
+            typer.echo(f"fitting {name}" + (" (tuning)" if tune_task is not None else ""), err=True)
             scorer, result = build_baseline(name, ctx, tune_on=tune_task)
             scorers[name] = scorer
             tuning[name] = result.to_json()
         fit_seconds = time.perf_counter() - started - read_seconds
 
-        table = evaluate(task, scorers, block_size=block_size, progress=_progress_printer(console))
+        with _progress(Console(stderr=True)) as progress:
+            table = evaluate(task, scorers, block_size=block_size, progress=progress)
         total = time.perf_counter() - started
         table.notes.update(
             {
