@@ -5,6 +5,7 @@ from __future__ import annotations
 import bm25s
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from ssi.records import Document, Pair
 from ssi.tokenize import tokenize
@@ -102,6 +103,14 @@ def test_tfidf_scorer_equals_brute_force_cosine(corpus) -> None:
     np.testing.assert_allclose(scorer.score(QUERIES), cos, atol=1e-6)
 
 
+def test_tfidf_memo_returns_the_same_read_only_scores(corpus) -> None:
+    docs, _, features = corpus
+    memo = TfidfScorer(features, docs, memo_bytes=1 << 20)
+    first = memo.score(QUERIES)
+    assert memo.score(list(QUERIES)) is first and not first.flags.writeable
+    np.testing.assert_array_equal(first, TfidfScorer(features, docs).score(QUERIES))
+
+
 def test_bm25_scorer_equals_bm25s_on_the_same_tokens() -> None:
     docs = make_docs()
     scorer = BM25Scorer(docs, k1=1.2, b=0.6)
@@ -115,18 +124,29 @@ def test_bm25_scorer_equals_bm25s_on_the_same_tokens() -> None:
     assert got[QUERIES.index("nothing known here")].max() == 0.0
 
 
-def test_lsi_scorer_is_cosine_in_the_top_singular_space(corpus) -> None:
+def test_lsi_scorer_is_tfidf_similarity_in_the_top_singular_space(corpus) -> None:
     docs, vocab, features = corpus
     X = features([d.full_text for d in docs])
     basis = LsiBasis.fit(X, k=5)
     _, s, vt = np.linalg.svd(X.toarray().astype(np.float64), full_matrices=False)
     np.testing.assert_allclose(basis.singular_values, s[:5], rtol=1e-4)
-    scorer = LsiScorer(features, X, basis, k=3)
     P = vt[:3].T
     q, d = dense(vocab, QUERIES[:4]) @ P, X.toarray() @ P
+    # A singular vector's sign is arbitrary, but it flips on both sides: the scores do not change.
+    np.testing.assert_allclose(LsiScorer(features, X, basis, k=3).score(QUERIES[:4]), q @ d.T, atol=1e-5)
     cos = (q / np.linalg.norm(q, axis=1, keepdims=True)) @ (d / np.linalg.norm(d, axis=1, keepdims=True)).T
-    # A singular vector's sign is arbitrary, but it flips on both sides: the cosine does not change.
-    np.testing.assert_allclose(scorer.score(QUERIES[:4]), cos, atol=1e-4)
+    cosine = LsiScorer(features, X, basis, k=3, normalize=True)
+    np.testing.assert_allclose(cosine.score(QUERIES[:4]), cos, atol=1e-4)
+
+
+def test_lsi_basis_from_arpack_matches_the_dense_svd() -> None:
+    rng = np.random.default_rng(0)
+    X = sp.random(510, 520, density=0.02, random_state=1, format="csr", dtype=np.float32)
+    X.data[:] = rng.uniform(0.1, 1.0, X.nnz)
+    basis = LsiBasis.fit(X, k=4)  # min(shape) > 500: the ARPACK path
+    s = np.linalg.svd(X.toarray().astype(np.float64), compute_uv=False)
+    np.testing.assert_allclose(basis.singular_values, s[:4], rtol=1e-3)
+    assert np.all(np.diff(basis.singular_values) <= 0)
 
 
 def test_lsi_mix_is_the_alpha_mixture(corpus) -> None:

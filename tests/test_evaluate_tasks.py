@@ -7,6 +7,7 @@ import pytest
 
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
+from training.evaluate.features import TokenTable
 from training.evaluate.splits import split_by_query
 from training.evaluate.tasks import TaskError, beir_task, doc_doc_task, keyword_query, keyword_task
 
@@ -83,6 +84,13 @@ def test_keyword_queries_are_deterministic_under_the_seed() -> None:
     # A query's words depend on its id and the seed only, not on the other queries.
     alone = keyword_task(docs, [Pair("d1", "d2")], n_words=5, seed=7)
     assert alone.query_texts[0] == first.query_texts[1]
+
+
+def test_keyword_queries_are_the_same_from_a_shared_token_table() -> None:
+    docs = make_docs()
+    valid = [Pair("d0", "d3"), Pair("d1", "d2")]
+    shared = keyword_task(docs, valid, n_words=4, seed=2, tokens=TokenTable())
+    assert shared.query_texts == keyword_task(docs, valid, n_words=4, seed=2).query_texts
 
 
 def test_keyword_query_keeps_short_documents_whole() -> None:

@@ -43,8 +43,11 @@ EVIL_ID = "evil/<b>\"quoted\" & 'id'"
 EVIL_TITLE = "<img src=x onerror=\"window.__xss='title'\"> Spyglass & telescope notes"
 EVIL_TEXT = (
     "<script>window.__xss='text'</script> The spyglass and the telescope are often discussed together. "
-    "<img src=y onerror=\"window.__xss='snippet'\"> Anyone who studies the comet soon learns about the lens."
+    "<img src=y onerror=\"window.__xss='snippet'\"> Anyone who studies the xssprobe soon learns about the lens."
 )
+# A second document with the rare word "xssprobe", so the word is in the vocabulary (min_df 2) and a
+# search for it finds the hostile document by its lexical part, whatever the model learned.
+TWIN = {"id": "xss-twin", "title": "A plain twin", "text": "The xssprobe is often discussed together with the comet."}
 
 pytestmark = pytest.mark.browser
 
@@ -77,9 +80,11 @@ def _build_bundle(data: Path) -> None:
     write(generate(DemoConfig(topics=6, seed=5)), source)
     with (source / "corpus.jsonl").open("a", encoding="utf-8") as handle:
         handle.write(json.dumps({"id": EVIL_ID, "title": EVIL_TITLE, "text": EVIL_TEXT}) + "\n")
+        handle.write(json.dumps(TWIN) + "\n")
+    # A fixed number of epochs (not only a time budget), so the model does not depend on the machine's speed.
     subprocess.run(
         ["bash", str(REPO / "scripts" / "train-bundle.sh"), "--data", str(data), "--input", str(source),
-         "--minutes", "0.5"],
+         "--minutes", "3", "--", "--epochs", "150", "--seed", "1", "--no-progress"],
         env=_clean_env(), check=True, timeout=600,
     )
 
@@ -196,6 +201,12 @@ def test_search_similar_and_document_view(server: str, page: object) -> None:
     assert len(on_topic) >= 0.7 * len(meaning_only), meaning_only
     assert page.locator("#hits .meaning-only").count() == len(meaning_only)
 
+    # "More results" appends the next page, as the API pages it.
+    page.click("#more")
+    page.wait_for_function("document.querySelectorAll('#hits .hit').length > 10")
+    page_two = httpx.post(f"{server}/search", json={"query": "spyglass", "k": 10, "offset": 10}, timeout=30).json()
+    assert [h["id"] for h in _hits(page)] == [h["id"] for h in api + page_two["hits"]]
+
     # "Similar documents" of the first hit: a new list, without the document itself.
     first = shown[0]
     page.locator("#hits .hit").first.locator("a.similar-link").click()
@@ -239,11 +250,17 @@ def test_untrusted_text_is_shown_as_text_never_run(server: str, page: object) ->
     # Its similar documents, and a search that finds it: the snippet and title stay text too.
     page.click("#doc-similar")
     page.wait_for_function("document.querySelector('#results-heading').textContent.startsWith('Documents similar to')")
-    page.fill("#q", "spyglass telescope notes")
+    page.fill("#q", "xssprobe")
     page.press("#q", "Enter")
     page.wait_for_selector("#hits .hit")
+    # Where the model ranks it varies; page on ("More results") until the page shows it.
+    ranked = httpx.post(f"{server}/search", json={"query": "xssprobe", "k": 100}, timeout=30).json()["hits"]
+    position = [h["id"] for h in ranked].index(EVIL_ID)
+    for shown in range(10, position + 1, 10):
+        page.click("#more")
+        page.wait_for_function(f"document.querySelectorAll('#hits .hit').length > {shown}")
     evil = page.locator(f"#hits .hit[data-id='{EVIL_ID.replace(chr(39), chr(92) + chr(39))}']")
-    assert evil.count() == 1, "the hostile document should be found by its words"
+    assert evil.count() == 1
     assert evil.locator(".hit-title").text_content() == EVIL_TITLE
     assert page.locator("#hits img, #hits script").count() == 0
     _screenshot(page, "hostile-document.png")

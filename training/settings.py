@@ -37,7 +37,7 @@ class TrainSettings(BaseSettings):
     positives_per_query: int = Field(16, ge=1)
     negatives_per_positive: int = Field(2, ge=1)
     pool_size: int = Field(20000, ge=16)
-    hard_fraction: float = Field(0.0, ge=0.0, le=1.0)
+    hard_fraction: float = Field(0.5, ge=0.0, le=1.0)
     hard_pool: int = Field(50, ge=1)
     max_gram_entries: int = Field(100_000_000, ge=0)
 

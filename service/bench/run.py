@@ -102,6 +102,33 @@ def _serve_and_measure(
     return result, server
 
 
+def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> dict[str, Any]:
+    """The flat collection searched in this process (from the cache the server left), without HTTP:
+    the same work per query as the server does, to separate the ranking's cost from HTTP's."""
+    from service.collection import Collection
+    from service.metrics import Metrics
+    from service.routes.search import to_result
+    from service.settings import CollectionSpec, Settings
+    from service.threads import limit_blas_threads
+
+    limit_blas_threads()
+    settings = Settings(bundle=config.bundle, corpus=corpus, cache_dir=config.work_dir / "flat", threads=config.threads)
+    collection = Collection("documents", CollectionSpec(bundle=config.bundle, corpus=corpus), settings, Metrics())
+    collection.load()
+    try:
+        for query in queries[:20]:
+            collection.search([query], config.k, 0)
+        latencies = []
+        for query in queries:
+            sent = time.perf_counter()
+            (result,) = collection.search([query], config.k, 0)
+            to_result(collection, settings, result, query)
+            latencies.append(time.perf_counter() - sent)
+    finally:
+        collection.close()
+    return summarize(latencies, 1, 0, float(sum(latencies))).as_dict()
+
+
 def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
     config.work_dir.mkdir(parents=True, exist_ok=True)
     bundle = load_bundle(config.bundle)
@@ -170,7 +197,11 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             result["restart_seconds"] = round(time.perf_counter() - started, 3)
             result["restart_load_seconds"] = info["load_seconds"]
             result["restart_loaded_from"] = info["loaded_from"]
+            result["restart_rss_mb"] = round(again.rss_bytes() / 2**20, 1)
             again.stop()
+        if kind == "flat":
+            result["in_process"] = _in_process(config, corpus, queries)
+            log(f"[flat] in-process (no HTTP): p50 {result['in_process']['p50_ms']:.2f} ms")
         report[kind] = result
 
     bm25_single = report["bm25"]["single_query"]
@@ -181,6 +212,10 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             ratios[f"{kind}_p50_over_bm25_p50"] = round(one["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2)
         best = max(level["throughput_qps"] for level in report[kind]["load"].values())
         ratios[f"{kind}_best_qps_over_bm25_single_qps"] = round(best / max(bm25_single["throughput_qps"], 1e-9), 3)
+    if "flat" in report and "in_process" in report["flat"]:
+        ratios["flat_in_process_p50_over_bm25_p50"] = round(
+            report["flat"]["in_process"]["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2
+        )
     report["ratios"] = ratios
     config.out.parent.mkdir(parents=True, exist_ok=True)
     config.out.write_text(json.dumps(report, indent=2), encoding="utf-8")

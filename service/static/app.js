@@ -205,6 +205,7 @@
   }
 
   async function similar(id) {
+    const token = ++renderToken;
     input.value = "";
     document.title = `Similar to ${id} – SSI search`;
     let title = id;
@@ -214,6 +215,7 @@
     } catch {
       // The similar list still loads (and reports its own error) if the document cannot be fetched.
     }
+    if (token !== renderToken) return; // the user moved on meanwhile
     return showHits(`Documents similar to “${title}”`, (from) => fetchJson(API.similar(id, PAGE_SIZE, from)), new Set());
   }
 

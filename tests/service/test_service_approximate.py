@@ -42,7 +42,7 @@ def semantic_only(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_per_request_ef_search_reaches_faiss(semantic_only: dict, tmp_path: Path) -> None:
-    settings = dict(index_kind="hnsw", hnsw_m=4, hnsw_ef_construction=16, hnsw_ef_search=10, candidate_pool=10)
+    settings = dict(index_kind="hnsw", hnsw_m=8, hnsw_ef_construction=40, hnsw_ef_search=10, candidate_pool=10)
     world = semantic_only
     with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
         queries = [d.title for d in world["docs"][:60]]

@@ -36,12 +36,32 @@ def test_hnsw_ef_search_per_request_changes_recall(vectors: np.ndarray) -> None:
     ids = np.arange(vectors.shape[0])
     exact = VectorIndex.build(IndexConfig("flat"), 32, vectors, ids).search(queries, 10)[1]
     hnsw = VectorIndex.build(
-        IndexConfig("hnsw", hnsw_m=8, hnsw_ef_construction=40, hnsw_ef_search=16), 32, vectors, ids
+        IndexConfig("hnsw", hnsw_m=16, hnsw_ef_construction=100, hnsw_ef_search=16), 32, vectors, ids
     )
     low = recall(hnsw.search(queries, 10, ef_search=10)[1], exact)
     high = recall(hnsw.search(queries, 10, ef_search=400)[1], exact)
     assert high > low + 0.05
     assert high > 0.95
+
+
+def test_hnsw_ranks_inner_products_of_vectors_with_very_different_norms(tmp_path: Path) -> None:
+    """Norms spread over a decade, as in trained models: the MIPS-to-L2 reduction keeps recall high."""
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((3000, 16)) * rng.uniform(0.3, 3.0, (3000, 1)) + 0.5
+    queries = rng.standard_normal((100, 16)) + 0.5
+    ids = np.arange(3000)
+    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+    hnsw = VectorIndex.build(IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200), 16, vectors, ids)
+    scores, found = hnsw.search(queries, 10, ef_search=256)
+    assert recall(found, exact) > 0.95
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ vectors.T, found, axis=1), rtol=1e-3, atol=1e-3)
+    path = tmp_path / "hnsw.faiss"
+    hnsw.serialize().tofile(path)
+    loaded = VectorIndex.load(path, IndexConfig("hnsw", hnsw_m=32), 16)
+    assert loaded.radius == pytest.approx(hnsw.radius, rel=1e-6)
+    np.testing.assert_array_equal(loaded.search(queries, 10, ef_search=256)[1], found)
+    loaded.add(vectors[:1] * 10, np.array([3000]))  # longer than R: stored clamped, and counted
+    assert loaded.beyond_radius == 1 and loaded.ntotal == 3001
 
 
 def test_ivf_nprobe_per_request_changes_recall(vectors: np.ndarray) -> None:

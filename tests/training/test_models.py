@@ -117,3 +117,19 @@ def test_fullw_refuses_a_large_vocabulary() -> None:
 def test_unknown_kind() -> None:
     with pytest.raises(ValueError, match="unknown model kind 'nope'"):
         make_model("nope", ModelShape(vocab_size=10, n_dims=2, n_words=10, init_scale=0, lr=0.1, seed=0))
+
+
+def test_rows_of_words_no_training_query_reached_export_as_zero() -> None:
+    vocab = Vocabulary.build(TEXTS, min_df=1)
+    X = vocab.featurize(TEXTS)
+    model = make_model(
+        "lowrank", ModelShape(vocab_size=vocab.size, n_dims=4, n_words=vocab.size, init_scale=0.3, lr=0.1, seed=0)
+    )
+    model.V += 0.01
+    block = make_block(X, [0], vocab.size, True)  # only "red apple fruit sweet" is ever a query
+    model.scores(block)
+    model.update(block, np.linspace(-1, 1, X.shape[0], dtype=np.float32)[None, :])
+    U = model.export().U
+    seen = set(X[0].indices)
+    for word in range(vocab.size):
+        assert np.any(U[:, word] != 0) == (word in seen), vocab.words[word]

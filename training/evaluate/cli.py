@@ -67,6 +67,7 @@ def _build_task(
     valid_share: float,
     split_seed: int,
     seed: int,
+    tokens: TokenTable,
 ) -> RetrievalTask:
     link_mode = eval_pairs is not None
     beir_mode = queries is not None or qrels is not None
@@ -80,7 +81,7 @@ def _build_task(
         judged = read_pairs(eval_pairs)
         trained = read_pairs(pairs) if pairs is not None else []
         if keywords:
-            return keyword_task(docs, judged, trained, n_words=keywords, seed=seed)
+            return keyword_task(docs, judged, trained, n_words=keywords, seed=seed, tokens=tokens)
         return doc_doc_task(docs, judged, trained)
     if queries is None or qrels is None:
         raise UsageError("--queries and --qrels go together")
@@ -216,6 +217,8 @@ def eval_command(
     MAP relative to tf-idf, and writes OUT/results.json and OUT/results.md.
     """
     console = Console()
+    if not console.is_terminal:  # a log file: no terminal width to fit, keep each row on one line
+        console = Console(width=180)
     with _clean_errors():
         started = time.perf_counter()
         names = _parse_names(baselines)
@@ -226,16 +229,16 @@ def eval_command(
             raise UsageError("--block-size and --vocab-size must be positive, --max-queries and --tune-queries ≥ 0")
         model = load_bundle(bundle) if bundle is not None else None
         docs = read_corpus(corpus)
+        tokens = TokenTable()
         task = _build_task(
             docs, pairs=pairs, eval_pairs=eval_pairs, keywords=keywords, queries=queries, qrels=qrels,
-            split=split, valid_share=valid_share, split_seed=split_seed, seed=seed,
+            split=split, valid_share=valid_share, split_seed=split_seed, seed=seed, tokens=tokens,
         )  # fmt: skip
         task = task.subset(max_queries, seed)
         for line in task.stats.problems():
             typer.secho(f"warning: {line}", err=True, fg=typer.colors.YELLOW)
         read_seconds = time.perf_counter() - started
 
-        tokens = TokenTable()
         doc_texts = [d.full_text for d in docs]
         token_ids = tokens.ids(doc_texts)
         if model is not None:

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
+from training.evaluate.features import TokenTable
 
 KEYWORD_SIZES = (5, 10, 20)
 
@@ -264,14 +265,15 @@ def doc_doc_task(
     )
 
 
-def keyword_query(text: str, n_words: int, seed: int, key: str) -> str:
+def keyword_query(text: str, n_words: int, seed: int, key: str, tokens: Sequence[str] | None = None) -> str:
     """n distinct words of `text`, drawn uniformly without replacement and kept in text order.
 
     The generator is seeded by (seed, crc32(key)), so a query's words depend only on the seed and
     the query id, not on which other queries are in the task or in which order they come.
     Distinct words, not token positions: a user typing keywords does not repeat "the".
+    `tokens`, when given, is `tokenize(text)` already computed.
     """
-    words = list(dict.fromkeys(tokenize(text)))
+    words = list(dict.fromkeys(tokenize(text) if tokens is None else tokens))
     if len(words) <= n_words:
         return " ".join(words)
     rng = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])
@@ -287,12 +289,23 @@ def keyword_task(
     n_words: int = 10,
     seed: int = 0,
     filtered: bool = True,
+    tokens: TokenTable | None = None,
 ) -> RetrievalTask:
-    """`doc_doc_task` whose queries are `n_words` random words of the query document."""
+    """`doc_doc_task` whose queries are `n_words` random words of the query document.
+
+    Pass the run's `TokenTable` to reuse its tokenization of the documents.
+    """
     if n_words <= 0:
         raise TaskError(f"n_words must be positive, got {n_words}")
     base = doc_doc_task(docs, eval_pairs, train_pairs, name=f"keywords-{n_words}", filtered=filtered)
-    texts = tuple(keyword_query(t, n_words, seed, q) for q, t in zip(base.query_ids, base.query_texts, strict=True))
+    if tokens is None:
+        token_lists: list[list[str] | None] = [None] * base.n_queries
+    else:
+        token_lists = [[tokens.words[i] for i in ids.tolist()] for ids in tokens.ids(base.query_texts)]
+    texts = tuple(
+        keyword_query(t, n_words, seed, q, tokens=w)
+        for q, t, w in zip(base.query_ids, base.query_texts, token_lists, strict=True)
+    )
     # The short query is not the document's tf-idf row: drop query_doc_ids so nobody reuses it.
     return replace(base, query_texts=texts, query_doc_ids=None)
 

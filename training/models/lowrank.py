@@ -35,6 +35,7 @@ class LowRank(SSIModel):
         self.opt_V = RowAdagrad(self.V, shape.lr) if self.V is not self.U else None
         self._EQ: torch.Tensor | None = None
         self._ED: torch.Tensor | None = None
+        self.reached = torch.zeros(shape.n_words, dtype=torch.bool)  # rows of U some update reached
 
     def _make_v(self, gen: torch.Generator) -> torch.Tensor:
         # V starts at zero and U at small random values: the first score is exactly tf-idf (no
@@ -56,14 +57,20 @@ class LowRank(SSIModel):
         grad_V = torch.sparse.mm(block.docs.backward, C.T @ self._EQ)
         if self.opt_V is None:  # symmetric: one table gets both sides' gradients
             grad_U += grad_V
-            self.opt_U.step(grad_U, np.union1d(block.queries.touched_words, block.docs.touched_words))
+            rows = np.union1d(block.queries.touched_words, block.docs.touched_words)
+            self.opt_U.step(grad_U, rows)
         else:
-            self.opt_U.step(grad_U, block.queries.touched_words)
+            rows = block.queries.touched_words
+            self.opt_U.step(grad_U, rows)
             self.opt_V.step(grad_V, block.docs.touched_words)
+        self.reached[torch.from_numpy(rows.astype(np.int64))] = True
         self._EQ = self._ED = None
 
     def export(self) -> ExportedModel:
-        U = self._expand(self.U.numpy())
+        # A row of U that no training query ever reached holds only its random start: exported, it
+        # would add noise to every query using that word. Such rows are exported as zero (V's
+        # untouched rows are zero already: V starts at zero).
+        U = self._expand((self.U * self.reached[:, None]).numpy())
         V = U.copy() if self.V is self.U else self._expand(self.V.numpy())
         lexical = np.full(self.shape.vocab_size, self.lexical_scale, dtype=np.float32)
         return ExportedModel(U=U, V=V, lexical=lexical)

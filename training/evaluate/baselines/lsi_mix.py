@@ -1,12 +1,13 @@
 """The α-mixture of LSI and tf-idf cosine (the strongest classic baseline of Bai et al., 2009).
 
-    f(q, d) = α · cos(V_kᵀ q, V_kᵀ d) + (1 − α) · q · d
+    f(q, d) = α · qᵀ V_k V_kᵀ d + (1 − α) · q · d  =  qᵀ (α V_k V_kᵀ + (1 − α) I) d
 
 LSI alone blurs exact word matches; mixing it back with tf-idf keeps them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +40,8 @@ class LsiMixScorer(VectorScorer):
         return {"k": self.lsi.k, "alpha": self.alpha}
 
     def score_vectors(self, Q: sp.csr_matrix) -> np.ndarray:
-        scores = self.tfidf.score_vectors(Q)
-        scores *= 1.0 - self.alpha
-        scores += self.alpha * self.lsi.score_vectors(Q)
-        return scores
+        return (1.0 - self.alpha) * self.tfidf.score_vectors(Q) + self.alpha * self.lsi.score_vectors(Q)
+
+    def score(self, query_texts: Sequence[str]) -> np.ndarray:
+        # Through the tf-idf scorer's memo: every α of a tuning grid reuses the same cosines.
+        return (1.0 - self.alpha) * self.tfidf.score(query_texts) + self.alpha * self.lsi.score(query_texts)

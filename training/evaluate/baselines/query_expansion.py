@@ -10,6 +10,7 @@ No judgment is used: the feedback is the scorer's own first ranking.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -64,9 +65,13 @@ class RocchioScorer(VectorScorer):
     def params(self) -> dict[str, Any]:
         return {"fb_docs": self.fb_docs, "fb_weight": self.fb_weight, "fb_terms": self.fb_terms}
 
-    def expand(self, Q: sp.csr_matrix) -> sp.csr_matrix:
-        """q' = q + β · centroid of the top-m tf-idf documents (centroid cut to t words if set)."""
-        first = self.tfidf.score_vectors(Q)
+    def expand(self, Q: sp.csr_matrix, first: np.ndarray | None = None) -> sp.csr_matrix:
+        """q' = q + β · centroid of the top-m tf-idf documents (centroid cut to t words if set).
+
+        `first` is the first-pass tf-idf scores of Q when already known.
+        """
+        if first is None:
+            first = self.tfidf.score_vectors(Q)
         m = self.fb_docs
         top = np.argpartition(-first, m - 1, axis=1)[:, :m]
         rows = np.repeat(np.arange(Q.shape[0]), m)
@@ -77,8 +82,20 @@ class RocchioScorer(VectorScorer):
             centroid = keep_top_per_row(centroid, self.fb_terms)
         return sp.csr_matrix(Q + self.fb_weight * centroid, dtype=np.float32)
 
+    def score(self, query_texts: Sequence[str]) -> np.ndarray:
+        # The first pass goes through the tf-idf scorer's memo (shared by a whole tuning grid).
+        texts = list(query_texts)
+        out = np.empty((len(texts), self.n_docs), dtype=np.float32)
+        for start in range(0, len(texts), self.block_size):
+            block = texts[start : start + self.block_size]
+            out[start : start + len(block)] = self._rescore(self.features(block), self.tfidf.score(block))
+        return out
+
     def score_vectors(self, Q: sp.csr_matrix) -> np.ndarray:
-        expanded = self.expand(Q)
+        return self._rescore(Q, None)
+
+    def _rescore(self, Q: sp.csr_matrix, first: np.ndarray | None) -> np.ndarray:
+        expanded = self.expand(Q, first)
         norms = np.sqrt(np.asarray(expanded.multiply(expanded).sum(axis=1), dtype=np.float32)).ravel()
         scores = self.tfidf.docs.products(expanded)
         np.divide(scores, norms[:, None], out=scores, where=norms[:, None] > 0)
