@@ -19,7 +19,12 @@ class Strict(BaseModel):
 class SearchOptions(Strict):
     k: int = Field(default=10, ge=1, description="number of hits to return (at most SSI_MAX_K)")
     offset: int = Field(default=0, ge=0, description="hits to skip, for paging (at most SSI_MAX_OFFSET)")
-    ef_search: int | None = Field(default=None, ge=1, le=65536, description="HNSW only: size of the search beam")
+    ef_search: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="HNSW only: size of the search beam (never below the candidate pool, SSI_CANDIDATE_POOL)",
+    )
     nprobe: int | None = Field(default=None, ge=1, le=1 << 20, description="IVF only: inverted lists to visit")
 
 

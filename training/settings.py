@@ -31,7 +31,7 @@ class TrainSettings(BaseSettings):
     init_scale: float = Field(0.1, ge=0.0)
 
     # Optimisation
-    lr: float = Field(0.05, gt=0.0)
+    lr: float = Field(0.03, gt=0.0)
     margin: float = Field(1.0, gt=0.0)
     batch_queries: int = Field(512, ge=1)
     positives_per_query: int = Field(16, ge=1)

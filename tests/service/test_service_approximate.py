@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import Oracle, ThreadServer, make_bundle, make_corpus, write_corpus
+from service_testing import Oracle, ThreadServer, make_bundle, make_corpus, write_corpus
 
 
 def recall_at_10(server: ThreadServer, oracle: Oracle, queries: list[str], **knobs: int) -> float:

@@ -9,7 +9,7 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 import pytest
-from conftest import API_KEY, ODD_IDS, Oracle, ThreadServer, assert_same_ranking, needle_of
+from service_testing import API_KEY, ODD_IDS, Oracle, ThreadServer, assert_same_ranking, needle_of
 
 from ssi.records import Document
 

@@ -7,7 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from conftest import API_KEY, Oracle, ThreadServer, assert_same_ranking, needle_of
+from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, needle_of
 
 from service.collection import Collection
 from service.errors import Overloaded, Unavailable

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
-from conftest import (
+from service_testing import (
     API_KEY,
     Oracle,
     ThreadServer,

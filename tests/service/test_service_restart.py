@@ -13,7 +13,7 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 import pytest
-from conftest import (
+from service_testing import (
     API_KEY,
     REPO,
     Oracle,

@@ -23,7 +23,7 @@ from training.evaluate.scorer import DEFAULT_BLOCK, Scorer
 
 LSI_K_GRID = (50, 100, 200)
 ALPHA_GRID = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 0.9)
-# Indexing dominates BM25's cost, so its grid is two classic settings: Anserini's and Lucene's.
+# Indexing dominates BM25's cost, so its grid is two classic settings: Anserini's and bm25s's defaults.
 BM25_GRID = ({"k1": 0.9, "b": 0.4}, {"k1": 1.5, "b": 0.75})
 QE_GRID = tuple(
     {"fb_docs": m, "fb_weight": w, "fb_terms": None} for m in (3, 10) for w in (0.1, 0.25, 0.5, 1.0, 2.0, 4.0)

@@ -1,0 +1,236 @@
+"""Helpers for the service tests: a generated corpus, a random bundle, a brute-force oracle, real servers.
+
+Servers are real uvicorn servers on loopback ports, either in a thread of the test process (fast,
+for most tests) or as a subprocess running `python -m service serve` (for restarts and SIGKILL).
+(A module with its own name, not conftest, so that the tests' imports cannot pick up another conftest.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+
+from ssi.bundle import load_bundle, write_bundle
+from ssi.records import Document
+from ssi.vocab import Vocabulary
+from training.encoder import build_encoder
+
+API_KEY = "test-key-0123456789abcdef"
+REPO = Path(__file__).resolve().parents[2]
+
+# Ids that break naive routing: reserved URL characters, a slash, spaces, non-ASCII.
+ODD_IDS = ["C++", "Football_(soccer)", "Áedán_mac_Gabráin", "a/b", "x y", "100%", "?q=1#frag", "東京", "semi;colon"]
+
+
+def syllable_words(n: int, rng: np.random.Generator) -> list[str]:
+    consonants, vowels = "bdfgklmnprstvz", "aeiou"
+    words: set[str] = set()
+    while len(words) < n:
+        length = int(rng.integers(2, 4))
+        words.add("".join(rng.choice(list(consonants)) + rng.choice(list(vowels)) for _ in range(length)))
+    return sorted(words)
+
+
+def make_corpus(n_docs: int = 400, seed: int = 0, vocab_words: int = 1500) -> list[Document]:
+    """Zipf-distributed words; each doc also gets a word that occurs in no other doc (a "needle")."""
+    rng = np.random.default_rng(seed)
+    words = syllable_words(vocab_words + n_docs, rng)
+    common, needles = words[:vocab_words], words[vocab_words:]
+    weights = 1.0 / np.arange(1, vocab_words + 1) ** 1.05
+    weights /= weights.sum()
+    docs = []
+    for i in range(n_docs):
+        body = list(rng.choice(common, size=int(rng.integers(15, 60)), p=weights))
+        body.insert(int(rng.integers(0, len(body))), needles[i])
+        title = " ".join(rng.choice(common[50:600], size=int(rng.integers(1, 4))))
+        doc_id = ODD_IDS[i] if i < len(ODD_IDS) else f"doc-{i:05d}"
+        docs.append(Document(id=doc_id, title=title.capitalize(), text=" ".join(body) + "."))
+    return docs
+
+
+def needle_of(doc: Document) -> str:
+    """The word of `doc` that no other generated document contains (inserted by make_corpus)."""
+    counts: dict[str, int] = {}
+    for word in doc.text.rstrip(".").split():
+        counts[word] = counts.get(word, 0) + 1
+    return min(counts, key=lambda w: (len(w) < 4, counts[w]))
+
+
+def write_corpus(path: Path, docs: list[Document]) -> Path:
+    with path.open("w", encoding="utf-8") as handle:
+        for doc in docs:
+            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False) + "\n")
+    return path
+
+
+def make_bundle(
+    path: Path,
+    docs: list[Document],
+    *,
+    n_dims: int = 16,
+    seed: int = 1,
+    scale: float = 0.2,
+    lexical: np.ndarray | float | None = None,
+    kind: str = "ssi-lowrank",
+) -> Path:
+    """A bundle with random U, V over the corpus vocabulary (every word kept, so needles are searchable)."""
+    vocab = Vocabulary.build([d.full_text for d in docs], min_df=1)
+    rng = np.random.default_rng(seed)
+    U = (rng.standard_normal((n_dims, vocab.size)) * scale).astype(np.float32)
+    V = (rng.standard_normal((n_dims, vocab.size)) * scale).astype(np.float32)
+    if lexical is None or np.isscalar(lexical):
+        w = np.full(vocab.size, 1.0 if lexical is None else lexical, dtype=np.float32)
+    else:
+        w = np.asarray(lexical, dtype=np.float32)
+    write_bundle(path, kind=kind, vocab=vocab, U=U, V=V, lexical=w, encoder_onnx=build_encoder(U))
+    return path
+
+
+@dataclass
+class Oracle:
+    """f(q, d) = (U q)·(V d) + Σ_i w_i q_i d_i over the whole collection, in float64, by brute force."""
+
+    bundle_dir: Path
+    docs: list[Document]
+
+    def __post_init__(self) -> None:
+        self.bundle = load_bundle(self.bundle_dir, mmap=False)
+        self.ids = [d.id for d in self.docs]
+        self.X = self.bundle.vocab.featurize([d.full_text for d in self.docs]).astype(np.float64)
+        self.VX = (self.X @ self.bundle.V.T.astype(np.float64)).T  # N x M
+
+    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        q = self.bundle.vocab.featurize([query]).astype(np.float64)
+        uq = (q @ self.bundle.U.T.astype(np.float64)).ravel()
+        semantic = uq @ self.VX
+        lexical = np.asarray(self.X @ (q.multiply(self.bundle.lexical.astype(np.float64)).T).toarray()).ravel()
+        return semantic + lexical, semantic, lexical
+
+    def top(self, query: str, k: int) -> tuple[list[str], np.ndarray]:
+        f, _, _ = self.scores(query)
+        order = np.lexsort((np.arange(f.shape[0]), -f))[:k]
+        return [self.ids[i] for i in order], f[order]
+
+    def semantic_rank(self, query: str, doc_id: str) -> int:
+        _, semantic, _ = self.scores(query)
+        return int((semantic > semantic[self.ids.index(doc_id)]).sum())
+
+
+def assert_same_ranking(hits: list[dict], oracle: Oracle, query: str, k: int) -> None:
+    """The service's hits are the brute-force top k: same ids in order, except where scores tie."""
+    ids, top_scores = oracle.top(query, k)
+    f, _, _ = oracle.scores(query)
+    assert len(hits) == len(ids), (query, len(hits), len(ids))
+    for position, (hit, expected_id, expected_score) in enumerate(zip(hits, ids, top_scores, strict=True)):
+        assert hit["score"] == pytest.approx(expected_score, abs=1e-4), (query, position)
+        assert hit["semantic"] + hit["lexical"] == pytest.approx(hit["score"], abs=1e-6)
+        if hit["id"] != expected_id:  # only a tie may swap two documents
+            assert f[oracle.ids.index(hit["id"])] == pytest.approx(expected_score, abs=1e-5), (query, position)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(base_url: str, timeout: float = 60.0, process: subprocess.Popen | None = None) -> dict:
+    deadline = time.monotonic() + timeout
+    last = None
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            raise RuntimeError(f"server exited with {process.returncode}")
+        try:
+            response = httpx.get(f"{base_url}/readyz", timeout=5)
+            last = response.json()
+            if response.status_code == 200:
+                return last
+            if last.get("status") == "failed":
+                raise RuntimeError(f"server failed to load: {last}")
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"server not ready after {timeout}s: {last}")
+
+
+class ThreadServer:
+    """The app under a real uvicorn server in a thread of the test process."""
+
+    def __init__(self, **settings: object) -> None:
+        import uvicorn
+
+        from service.app import create_app
+        from service.settings import Settings
+
+        self.port = free_port()
+        self.settings = Settings(host="127.0.0.1", port=self.port, **settings)
+        self.app = create_app(self.settings)
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> ThreadServer:
+        self.thread.start()
+        self.ready = wait_ready(self.url)
+        self.client = httpx.Client(base_url=self.url, timeout=30)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.client.close()
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+
+
+class ProcessServer:
+    """`python -m service serve` in a subprocess, its log in a file."""
+
+    def __init__(self, workdir: Path, env: dict[str, str], args: list[str]) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log_path = workdir / f"server-{self.port}.log"
+        self.env = {**os.environ, **env, "SSI_PORT": str(self.port), "SSI_HOST": "127.0.0.1"}
+        self.args = [sys.executable, "-m", "service", "serve", *args]
+        self.process: subprocess.Popen | None = None
+
+    def start(self, wait: bool = True) -> ProcessServer:
+        log = self.log_path.open("ab")
+        self.process = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
+        log.close()
+        if wait:
+            try:
+                self.ready = wait_ready(self.url, process=self.process)
+            except Exception:
+                self.stop()
+                raise RuntimeError(f"server did not start; log:\n{self.log()}") from None
+        return self
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def kill(self) -> None:
+        assert self.process is not None
+        os.kill(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
+
+    def stop(self) -> int | None:
+        if self.process is None or self.process.poll() is not None:
+            return None if self.process is None else self.process.returncode
+        self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
