@@ -118,9 +118,7 @@ class Collection:
     ) -> list[QueryResult]:
         state = self.ready_state()
         self._check_knobs(state, ef_search, nprobe)
-        results = state.search(
-            queries, k + offset, pool=self.settings.candidate_pool, ef_search=ef_search, nprobe=nprobe
-        )
+        results = state.search(queries, k + offset, pool=self._pool(state), ef_search=ef_search, nprobe=nprobe)
         for result in results:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
         return [_page(result, offset) for result in results]
@@ -129,11 +127,12 @@ class Collection:
         """The documents most like `doc_id`, the stored document itself being the query (it is left out)."""
         state = self.ready_state()
         doc = self.get(doc_id)
-        (result,) = state.search(
-            [doc.as_document().full_text], k + offset, pool=self.settings.candidate_pool, exclude=[doc_id]
-        )
+        (result,) = state.search([doc.as_document().full_text], k + offset, pool=self._pool(state), exclude=[doc_id])
         self.metrics.candidates.labels(self.name).observe(result.candidates)
         return _page(result, offset)
+
+    def _pool(self, state: ModelState) -> int:
+        return self.settings.candidate_pool if state.config.kind == "hnsw" else self.settings.scan_pool
 
     def get(self, doc_id: str) -> StoredDocument:
         doc = self._ready_store().get(doc_id)

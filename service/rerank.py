@@ -15,6 +15,11 @@ That argument also needs τ ≥ s_K, or a document outside C with no shared word
 weights it may fail; then K is doubled and the index searched again until it holds or C covers
 every live document (the brute-force limit), so the result stays exact, only slower.
 
+The larger K, the lower s_K and the higher the bar θ = τ − s_K, so the fewer lexical candidates:
+on 1M short documents, K = 64 left a median of ~55k documents to score exactly, K = 1024 ~5k. A
+flat or IVF scan costs the same for any K, so callers start those with a large pool, and K is
+widened (×8) when the lexical candidates would still cost more to score than another scan.
+
 With an approximate index (HNSW, IVF) s_K is not a true bound and the result is approximate; its
 recall against this exact ranking is what `ssi bench` reports.
 """
@@ -23,10 +28,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
 SemanticSearch = Callable[[int], tuple[np.ndarray, np.ndarray]]
+
+
+class LexicalTerm(Protocol):
+    """The diagonal term of one query (service.lexical.LexicalQuery)."""
+
+    nonnegative: bool
+
+    def for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def above(self, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,60 +62,58 @@ class Ranked:
         return cls(np.zeros(0, dtype=np.int64), nothing, nothing, nothing, 0, 0)
 
 
-def lookup(rows: np.ndarray, values: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """values[rows == wanted[j]] for each j, 0 where `wanted[j]` is not in the sorted `rows`."""
-    if rows.shape[0] == 0:
-        return np.zeros(wanted.shape[0], dtype=np.float64)
-    pos = np.searchsorted(rows, wanted)
-    pos_clipped = np.minimum(pos, rows.shape[0] - 1)
-    found = rows[pos_clipped] == wanted
-    return np.where(found, values[pos_clipped], 0.0)
-
-
 def exact_top(
     query_embedding: np.ndarray,
     want: int,
     search: SemanticSearch,
-    lexical: tuple[np.ndarray, np.ndarray, np.ndarray],
+    lexical: LexicalTerm,
     embeddings: np.ndarray,
+    live: np.ndarray,
     n_live: int,
     pool: int,
-    nonnegative: bool,
+    widen: bool = True,
 ) -> Ranked:
     """The `want` live rows of highest f, best first (ties broken by row number).
 
     `search(K)` returns (semantic scores, rows) of the K best live rows by (V d)·(U q), best first;
-    `lexical` is (rows sorted, l, l⁺) for the live rows sharing a word with q; `embeddings[row]` is V d.
+    `lexical` gives l and l⁺ of rows; `embeddings[row]` is V d; `live[row]` is False for deleted rows.
+    `widen`: grow K when the lexical candidates get too many (for indexes whose cost is a scan).
     """
     if want <= 0 or n_live == 0:
         return Ranked.empty()
     uq = np.asarray(query_embedding, dtype=np.float64)
-    lex_rows, lex_vals, lex_upper = lexical
     K = min(max(pool, want), n_live)
     searches = 0
+    extra = np.zeros(0, dtype=np.int64)
+    extra_lexical = np.zeros(0, dtype=np.float64)
     while True:
         sem_found, found = search(K)
         searches += 1
         keep = found >= 0
-        sem_found, found = sem_found[keep], found[keep]
+        sem_found, found = sem_found[keep], found[keep].astype(np.int64)
         covered_all = found.shape[0] >= n_live
-        f_found = embeddings[found].astype(np.float64) @ uq + lookup(lex_rows, lex_vals, found)
+        lexical_found, _ = lexical.for_rows(found)
+        f_found = embeddings[found].astype(np.float64) @ uq + lexical_found
         tau = float(np.partition(f_found, -want)[-want]) if found.shape[0] >= want else -np.inf
         s_k = float(sem_found.min()) if found.shape[0] else np.inf
-        if covered_all or nonnegative or tau >= s_k or K >= n_live:
+        if covered_all:
             break
-        K = min(2 * K, n_live)
-    if covered_all:
-        extra = np.zeros(0, dtype=np.int64)
-    else:
+        if not lexical.nonnegative and tau < s_k and K < n_live:
+            K = min(2 * K, n_live)  # τ < s_K: documents with no shared word could still beat τ
+            continue
         # FAISS sums in float32 in its own order: a little slack keeps a near-tie on the safe side.
         slack = 1e-5 * (1.0 + abs(tau) + abs(s_k)) if np.isfinite(tau) else 0.0
         threshold = tau - s_k - slack
-        outside = ~np.isin(lex_rows, found, assume_unique=True)
-        extra = lex_rows[outside & (lex_upper > threshold)]
-    candidates = np.concatenate([found, extra]).astype(np.int64)
+        rows, lexical_rows, upper = lexical.above(threshold)
+        chosen = live[rows] & (upper > threshold) & ~np.isin(rows, found)
+        if widen and K < n_live and int(chosen.sum()) > max(8 * K, n_live // 8):
+            K = min(8 * K, n_live)  # scoring them would cost more than a wider scan
+            continue
+        extra, extra_lexical = rows[chosen], lexical_rows[chosen]
+        break
+    candidates = np.concatenate([found, extra])
     semantic = embeddings[candidates].astype(np.float64) @ uq
-    lexical_part = lookup(lex_rows, lex_vals, candidates)
+    lexical_part = np.concatenate([lexical_found, extra_lexical])
     scores = semantic + lexical_part
     order = np.lexsort((candidates, -scores))[:want]
     return Ranked(

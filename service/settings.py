@@ -82,9 +82,11 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = Field(default=128, ge=1, le=65536)
     ivf_nlist: int = Field(default=0, ge=0, le=1 << 20, description="0: chosen from the collection size")
     ivf_nprobe: int = Field(default=32, ge=1, le=1 << 20)
-    # The FAISS candidate pool is at least this large (and at least k + offset); larger pools admit
-    # fewer lexical-only candidates, see service.rerank.
-    candidate_pool: int = Field(default=64, ge=1, le=100_000)
+    # The FAISS candidate pool K (at least k + offset): a larger K leaves fewer lexical-only candidates
+    # to score (service.rerank). A flat or IVF search costs its scan whatever K is, so it gets a large
+    # pool; an HNSW search grows with K (efSearch ≥ K), so it gets a small one.
+    candidate_pool: int = Field(default=64, ge=1, le=100_000, description="K of HNSW searches")
+    scan_pool: int = Field(default=1024, ge=1, le=1_000_000, description="K of flat and IVF searches")
 
     # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.
     threads: int = Field(default_factory=default_threads, ge=1, le=256)

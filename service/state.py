@@ -314,6 +314,9 @@ class ModelState:
         query_embeddings = self.encoder.encode(tfidf.toarray())
         exclude = list(exclude) if exclude is not None else [None] * len(queries)
         asks = [want + (1 if excluded is not None else 0) for excluded in exclude]
+        # A flat or IVF search costs its scan whatever K is (the caller's pool is large for them);
+        # widening K when lexical candidates pile up pays off only for those (service.rerank).
+        scan = self.config.kind != "hnsw"
         results: list[QueryResult] = []
         with self.lock.read():
             table, lexical, embeddings = self.table, self.lexical, self.embeddings.view()
@@ -327,8 +330,6 @@ class ModelState:
                 if end == start or first is None:
                     results.append(QueryResult([], [], [], [], query_words=end - start, candidates=0))
                     continue
-                rows, lex, upper = lexical.scores(tfidf.indices[start:end], tfidf.data[start:end])
-                keep = live[rows]
                 uq = query_embeddings[i]
 
                 def semantic(k: int, i: int = i, uq: np.ndarray = uq) -> tuple[np.ndarray, np.ndarray]:
@@ -343,11 +344,12 @@ class ModelState:
                     uq,
                     asks[i],
                     semantic,
-                    (rows[keep], lex[keep], upper[keep]),
+                    lexical.query(tfidf.indices[start:end], tfidf.data[start:end]),
                     embeddings,
+                    live,
                     n_live,
                     pool,
-                    lexical.nonnegative,
+                    widen=scan,
                 )
                 ids = [table.doc_ids[row] for row in ranked.rows.tolist()]
                 chosen = [j for j, doc_id in enumerate(ids) if doc_id != exclude[i]][:want]

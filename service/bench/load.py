@@ -78,6 +78,20 @@ def run_load(url: str, bodies: list[dict[str, Any]], clients: int, seconds: floa
     return asyncio.run(_drive(url, bodies, clients, seconds, warmup))
 
 
+def http_floor(url: str, seconds: float = 2.0) -> LoadResult:
+    """Latency of GET /healthz from one client: what HTTP, the framework and this client cost alone."""
+    latencies: list[float] = []
+    with httpx.Client(base_url=url, timeout=60) as client:
+        for _ in range(20):
+            client.get("/healthz")
+        deadline = time.perf_counter() + seconds
+        while time.perf_counter() < deadline:
+            sent = time.perf_counter()
+            client.get("/healthz")
+            latencies.append(time.perf_counter() - sent)
+    return summarize(latencies, 1, 0, float(sum(latencies)))
+
+
 def ranked_hits(url: str, bodies: list[dict[str, Any]]) -> tuple[list[list[tuple[str, float]]], list[float]]:
     """Each query's (id, score) hits, one request at a time, with each request's latency in seconds."""
     hits: list[list[tuple[str, float]]] = []

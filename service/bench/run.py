@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from service.bench.bm25 import bm25_yardstick
-from service.bench.load import ranked_hits, run_load, summarize
+from service.bench.load import http_floor, ranked_hits, run_load, summarize
 from service.bench.queries import generate_corpus, keyword_queries
 from service.bench.server import ServedProcess
 from ssi.bundle import load_bundle
@@ -92,6 +92,8 @@ def _serve_and_measure(
         "nlist": info.get("nlist"),
     }
     log(f"[{kind}] ready in {result['first_start_seconds']}s; {result['rss_mb_ready']} MB")
+    result["http_floor"] = http_floor(server.url).as_dict()
+    log(f"[{kind}] GET /healthz p50 {result['http_floor']['p50_ms']:.2f} ms (HTTP and framework alone)")
     result["load"] = {}
     for clients in config.clients:
         measured = run_load(server.url, bodies, clients, config.seconds)

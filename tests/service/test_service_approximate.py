@@ -53,7 +53,7 @@ def test_per_request_ef_search_reaches_faiss(semantic_only: dict, tmp_path: Path
 
 def test_ivf_nprobe_works_per_request(semantic_only: dict, tmp_path: Path) -> None:
     world = semantic_only
-    settings = dict(index_kind="ivf", ivf_nlist=32, ivf_nprobe=1, candidate_pool=10)
+    settings = dict(index_kind="ivf", ivf_nlist=32, ivf_nprobe=1, scan_pool=10)
     with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
         assert s.client.get("/model").json()["index"]["nlist"] == 32
         queries = [d.title for d in world["docs"][:60]]

@@ -36,10 +36,11 @@ def brute(E, X, w, uq, ids, vals, live):
     return f
 
 
-def run(E, X, w, uq, ids, vals, want, pool, live=None):
+def run(E, X, w, uq, ids, vals, want, pool, live=None, widen=True):
     live = np.ones(E.shape[0], dtype=bool) if live is None else live
     index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E, np.arange(E.shape[0]))
-    lexical = LexicalIndex(w, X)
+    split = E.shape[0] * 3 // 4  # rows in both the base matrix and the appended delta
+    lexical = LexicalIndex(w, X[:split]).appended(X[split:])
     table = RowTable([str(i) for i in range(E.shape[0])], live)
     bits = table.live_bits()
 
@@ -47,36 +48,36 @@ def run(E, X, w, uq, ids, vals, want, pool, live=None):
         scores, rows = index.search(uq[None, :].astype(np.float32), k, live_bits=bits)
         return scores[0], rows[0]
 
-    rows, lex, upper = lexical.scores(ids, vals)
-    keep = live[rows]
-    return exact_top(
-        uq, want, search, (rows[keep], lex[keep], upper[keep]), E, int(live.sum()), pool, lexical.nonnegative
-    )
+    return exact_top(uq, want, search, lexical.query(ids, vals), E, live, int(live.sum()), pool, widen=widen)
 
 
+@pytest.mark.parametrize("widen", [False, True])
 @pytest.mark.parametrize("negative_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_exact_top_equals_brute_force(seed: int, negative_weights: bool) -> None:
+def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, widen: bool) -> None:
     X, E = random_collection(seed)
     rng = np.random.default_rng(100 + seed)
     w = rng.uniform(0.5, 3.0, X.shape[1])
     if negative_weights:
         w[rng.random(X.shape[1]) < 0.3] *= -1
     live = rng.random(E.shape[0]) > 0.1  # some deleted rows must never come back
-    widened = 0
+    searched_again = 0
     for _ in range(25):
         ids, vals = query_vector(rng, X.shape[1], int(rng.integers(1, 8)))
         uq = rng.standard_normal(E.shape[1]) * 0.3
         for want, pool in ((10, 10), (25, 8), (1, 4)):
-            ranked = run(E, X, w, uq, ids, vals, want, pool, live)
+            ranked = run(E, X, w, uq, ids, vals, want, pool, live, widen=widen)
             f = brute(E, X, w, uq, ids, vals, live)
             expected = np.lexsort((np.arange(f.shape[0]), -f))[:want]
             np.testing.assert_array_equal(ranked.rows, expected)
-            np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-9)
+            np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-6)  # float32 postings
             assert live[ranked.rows].all()
-            widened += ranked.searches > 1
-    # Negative weights can leave τ below s_K: the pool must then have been widened (and stayed exact).
-    assert (widened > 0) == negative_weights
+            searched_again += ranked.searches > 1
+    if not widen:
+        # Negative weights can leave τ below s_K: the pool must then have been widened (and stayed exact).
+        assert (searched_again > 0) == negative_weights
+    else:
+        assert searched_again > 0  # tiny pools leave many lexical candidates: a wider scan is cheaper
 
 
 def test_lexical_term_decides_beyond_the_faiss_pool() -> None:
@@ -116,3 +117,30 @@ def test_lexical_scores_match_dense_product_both_paths() -> None:
         np.testing.assert_allclose(upper, upper_dense[rows], atol=1e-6)
         merged = lexical.merged().scores(ids, vals)
         np.testing.assert_allclose(merged[1], lex, atol=1e-9)
+        some = np.random.default_rng(1).choice(2000, 300, replace=False)
+        by_row = lexical.query(ids, vals).for_rows(some)
+        np.testing.assert_allclose(by_row[0], dense[some], atol=1e-6)
+        np.testing.assert_allclose(by_row[1], upper_dense[some], atol=1e-6)
+
+
+def test_pruned_lexical_candidates_hold_every_row_above_the_threshold() -> None:
+    """MaxScore pruning may skip words, never a row whose l⁺ exceeds θ; and values stay exact."""
+    X, _ = random_collection(9, n_docs=3000, n_words=200)
+    X = X.tolil()
+    X[:, 0] = 0.05  # a word in every document, with a small weight: the one pruning should skip
+    X = sp.csr_matrix(X, dtype=np.float32)
+    w = np.random.default_rng(2).uniform(0.2, 2.0, X.shape[1])
+    lexical = LexicalIndex(w, X)
+    ids, vals = np.array([0, 17, 42, 99]), np.array([0.7, 0.4, 0.4, 0.44])
+    q = np.zeros(X.shape[1])
+    q[ids] = vals
+    dense = X.astype(np.float64) @ (w * q)
+    query = lexical.query(ids, vals)
+    for threshold in (0.0, 0.02, 0.05, 0.2, 1.0, 10.0):
+        rows, lex, upper = query.above(threshold)
+        must = set(np.flatnonzero(dense > threshold).tolist())
+        assert must <= set(rows.tolist()), threshold
+        np.testing.assert_allclose(lex, dense[rows], atol=1e-6)
+        if threshold >= 0.2:  # the everywhere-word's bound (0.7 · w_0 · 0.05 ≤ 0.07) is below θ: skipped
+            assert len(rows) < 3000
+    assert len(query.above(10.0)[0]) == 0
