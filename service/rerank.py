@@ -71,13 +71,14 @@ def exact_top(
     live: np.ndarray,
     n_live: int,
     pool: int,
-    widen: bool = True,
+    scan: bool = True,
 ) -> Ranked:
     """The `want` live rows of highest f, best first (ties broken by row number).
 
     `search(K)` returns (semantic scores, rows) of the K best live rows by (V d)·(U q), best first;
     `lexical` gives l and l⁺ of rows; `embeddings[row]` is V d; `live[row]` is False for deleted rows.
-    `widen`: grow K when the lexical candidates get too many (for indexes whose cost is a scan).
+    `scan`: the index's cost is a scan of the collection (flat, IVF), whatever K; otherwise (HNSW) it
+    grows with K, so K is widened for fewer candidates only up to 16 × the pool.
     """
     if want <= 0 or n_live == 0:
         return Ranked.empty()
@@ -106,8 +107,10 @@ def exact_top(
         threshold = tau - s_k - slack
         rows, lexical_rows, upper = lexical.above(threshold)
         chosen = live[rows] & (upper > threshold) & ~np.isin(rows, found)
-        if widen and K < n_live and int(chosen.sum()) > max(8 * K, n_live // 8):
-            K = min(8 * K, n_live)  # scoring them would cost more than a wider scan
+        budget = max(8 * K, n_live // 8) if scan else 8 * K
+        widest = n_live if scan else min(n_live, 16 * max(pool, want))
+        if K < widest and int(chosen.sum()) > budget:
+            K = min(8 * K, widest)  # scoring them would cost more than a wider search
             continue
         extra, extra_lexical = rows[chosen], lexical_rows[chosen]
         break

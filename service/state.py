@@ -315,7 +315,7 @@ class ModelState:
         exclude = list(exclude) if exclude is not None else [None] * len(queries)
         asks = [want + (1 if excluded is not None else 0) for excluded in exclude]
         # A flat or IVF search costs its scan whatever K is (the caller's pool is large for them);
-        # widening K when lexical candidates pile up pays off only for those (service.rerank).
+        # an HNSW search grows with K, which bounds how far K is widened (service.rerank).
         scan = self.config.kind != "hnsw"
         results: list[QueryResult] = []
         with self.lock.read():
@@ -349,7 +349,7 @@ class ModelState:
                     live,
                     n_live,
                     pool,
-                    widen=scan,
+                    scan=scan,
                 )
                 ids = [table.doc_ids[row] for row in ranked.rows.tolist()]
                 chosen = [j for j, doc_id in enumerate(ids) if doc_id != exclude[i]][:want]

@@ -36,7 +36,8 @@ def brute(E, X, w, uq, ids, vals, live):
     return f
 
 
-def run(E, X, w, uq, ids, vals, want, pool, live=None, widen=True):
+def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True):
+    """exact_top with a real flat index; `scan=False` applies the widening rule of an HNSW index."""
     live = np.ones(E.shape[0], dtype=bool) if live is None else live
     index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E, np.arange(E.shape[0]))
     split = E.shape[0] * 3 // 4  # rows in both the base matrix and the appended delta
@@ -48,13 +49,14 @@ def run(E, X, w, uq, ids, vals, want, pool, live=None, widen=True):
         scores, rows = index.search(uq[None, :].astype(np.float32), k, live_bits=bits)
         return scores[0], rows[0]
 
-    return exact_top(uq, want, search, lexical.query(ids, vals), E, live, int(live.sum()), pool, widen=widen)
+    n_live = int(live.sum())
+    return exact_top(uq, want, search, lexical.query(ids, vals), E, live, n_live, pool, scan=scan)
 
 
-@pytest.mark.parametrize("widen", [False, True])
+@pytest.mark.parametrize("scan", [False, True])
 @pytest.mark.parametrize("negative_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, widen: bool) -> None:
+def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, scan: bool) -> None:
     X, E = random_collection(seed)
     rng = np.random.default_rng(100 + seed)
     w = rng.uniform(0.5, 3.0, X.shape[1])
@@ -66,18 +68,36 @@ def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, widen: 
         ids, vals = query_vector(rng, X.shape[1], int(rng.integers(1, 8)))
         uq = rng.standard_normal(E.shape[1]) * 0.3
         for want, pool in ((10, 10), (25, 8), (1, 4)):
-            ranked = run(E, X, w, uq, ids, vals, want, pool, live, widen=widen)
+            ranked = run(E, X, w, uq, ids, vals, want, pool, live, scan=scan)
             f = brute(E, X, w, uq, ids, vals, live)
             expected = np.lexsort((np.arange(f.shape[0]), -f))[:want]
             np.testing.assert_array_equal(ranked.rows, expected)
             np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-6)  # float32 postings
             assert live[ranked.rows].all()
             searched_again += ranked.searches > 1
-    if not widen:
-        # Negative weights can leave τ below s_K: the pool must then have been widened (and stayed exact).
-        assert (searched_again > 0) == negative_weights
-    else:
-        assert searched_again > 0  # tiny pools leave many lexical candidates: a wider scan is cheaper
+    assert searched_again > 0  # tiny pools leave many lexical candidates: a wider search is cheaper
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_negative_weights_below_the_pool_make_the_pool_widen(scan: bool) -> None:
+    """The pool's best documents all share a heavily negative word: τ < s_K, so K must grow to stay exact."""
+    rng = np.random.default_rng(4)
+    n_docs, n_words = 500, 50
+    E = (rng.standard_normal((n_docs, 8)) * 0.3).astype(np.float32)
+    uq = rng.standard_normal(8)
+    best = np.argsort(-(E @ uq))[:6]
+    X = sp.lil_matrix((n_docs, n_words), dtype=np.float32)
+    X[np.arange(n_docs), 1 + np.arange(n_docs) % (n_words - 1)] = 1.0  # every document has some word
+    X[best, 0] = 1.0
+    X = sp.csr_matrix(X)
+    w = np.ones(n_words)
+    w[0] = -10.0
+    ids, vals = np.array([0]), np.array([1.0])
+    ranked = run(E, X, w, uq, ids, vals, want=3, pool=6, scan=scan)
+    f = brute(E, X, w, uq, ids, vals, np.ones(n_docs, dtype=bool))
+    np.testing.assert_array_equal(ranked.rows, np.argsort(-f)[:3])
+    assert not set(ranked.rows.tolist()) & set(best.tolist())
+    assert ranked.searches > 1
 
 
 def test_lexical_term_decides_beyond_the_faiss_pool() -> None:
