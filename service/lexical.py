@@ -119,6 +119,8 @@ class LexicalQuery:
         self.nonnegative = index.nonnegative
         self.n_rows = index.rows
         self._parts = index.parts()
+        # The first scan of posting lists, reused when the caller raises the threshold (a wider pool).
+        self._scanned: tuple[float, np.ndarray, float, Scored] | None = None
 
     def for_rows(self, rows: np.ndarray, words: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Exact (l, l⁺) of the given rows (any order), over all query words or the given positions."""
@@ -158,19 +160,23 @@ class LexicalQuery:
         """Every row whose l⁺ can exceed `threshold`, with its exact l and l⁺ (rows sorted; may hold others).
 
         Rows sharing no word with q (l⁺ = 0) are never listed, so callers use it with threshold ≥ 0
-        (or -inf, which lists every row sharing a word).
+        (or -inf, which lists every row sharing a word). A call with a higher threshold than an
+        earlier one reuses that call's scan: its low words' bound still bounds what it skipped.
         """
-        order = np.argsort(self.bound, kind="stable")
-        prefix = np.cumsum(self.bound[order])
-        n_low = int(np.searchsorted(prefix, threshold, side="right")) if np.isfinite(threshold) else 0
-        low, high = order[:n_low], order[n_low:]
-        if high.shape[0] == 0:
-            return _empty()
-        low_total = float(prefix[n_low - 1]) if n_low else 0.0
-        rows, lexical, upper = self._aggregate(high)
-        if n_low:
+        if self._scanned is not None and threshold >= self._scanned[0]:
+            _, low, low_total, (rows, lexical, upper) = self._scanned
+        else:
+            order = np.argsort(self.bound, kind="stable")
+            prefix = np.cumsum(self.bound[order])
+            n_low = int(np.searchsorted(prefix, threshold, side="right")) if np.isfinite(threshold) else 0
+            low, high = order[:n_low], order[n_low:]
+            low_total = float(prefix[n_low - 1]) if n_low else 0.0
+            rows, lexical, upper = self._aggregate(high) if high.shape[0] else _empty()
+            self._scanned = (threshold, low, low_total, (rows, lexical, upper))
+        if rows.shape[0] and np.isfinite(threshold):
             keep = upper + low_total > threshold
             rows, lexical, upper = rows[keep], lexical[keep], upper[keep]
+        if low.shape[0] and rows.shape[0]:
             extra_lexical, extra_upper = self.for_rows(rows, low)
             lexical, upper = lexical + extra_lexical, upper + extra_upper
         return rows, lexical, upper

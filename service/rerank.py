@@ -106,7 +106,10 @@ def exact_top(
         slack = 1e-5 * (1.0 + abs(tau) + abs(s_k)) if np.isfinite(tau) else 0.0
         threshold = tau - s_k - slack
         rows, lexical_rows, upper = lexical.above(threshold)
-        chosen = live[rows] & (upper > threshold) & ~np.isin(rows, found)
+        chosen = live[rows] & (upper > threshold)
+        if rows.shape[0] and found.shape[0]:  # drop rows already in the pool (rows are sorted)
+            at = np.minimum(np.searchsorted(rows, found), rows.shape[0] - 1)
+            chosen[at[rows[at] == found]] = False
         budget = max(8 * K, n_live // 8) if scan else 8 * K
         widest = n_live if scan else min(n_live, 16 * max(pool, want))
         if K < widest and int(chosen.sum()) > budget:
