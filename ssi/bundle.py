@@ -146,6 +146,7 @@ def write_bundle(
         )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
+    tmp.chmod(0o755)  # mkdtemp makes 0700; the service may run as another user (docker)
     try:
         _write_vocab(tmp / VOCAB, vocab)
         np.save(tmp / U_FILE, U)
