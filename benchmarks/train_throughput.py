@@ -25,7 +25,6 @@ import typer
 
 from training.data import TrainingData, load_training_data
 from training.evaluate.products import DocMatrix
-from training.loss import margin_ranking
 from training.settings import TrainSettings
 from training.trainer import Trainer
 
@@ -87,32 +86,12 @@ def run_plain(data: TrainingData, n_dims: int, seconds: float, batch: int, seed:
 
 
 def run_block(trainer: Trainer, seconds: float) -> dict[str, float]:
-    """The product's trainer, with its step split into phases to show where the time goes."""
-    phases = {"sample": 0.0, "block": 0.0, "scores": 0.0, "loss": 0.0, "update": 0.0}
+    """The product's trainer, with the share of time each phase of its step took."""
+    trainer.phase_seconds = dict.fromkeys(trainer.phase_seconds, 0.0)
     triples = steps = 0
     start = time.perf_counter()
     while time.perf_counter() - start < seconds:
-        t0 = time.perf_counter()
-        plan = trainer.sampler.plan()
-        t1 = time.perf_counter()
-        block = trainer._block(plan.queries, plan.pool)
-        t2 = time.perf_counter()
-        scores = trainer.model.scores(block)
-        t3 = time.perf_counter()
-        neg, valid = trainer.sampler.negatives(plan, scores)
-        _, coeff, _ = margin_ranking(scores, plan.triple_query, plan.triple_pos, neg, valid)
-        t4 = time.perf_counter()
-        trainer.model.update(block, coeff)
-        t5 = time.perf_counter()
-        for key, a, b in (
-            ("sample", t0, t1),
-            ("block", t1, t2),
-            ("scores", t2, t3),
-            ("loss", t3, t4),
-            ("update", t4, t5),
-        ):
-            phases[key] += b - a
-        triples += int(valid.sum())
+        triples += trainer.step()[2]
         steps += 1
     elapsed = time.perf_counter() - start
     return {
@@ -120,7 +99,7 @@ def run_block(trainer: Trainer, seconds: float) -> dict[str, float]:
         "steps": steps,
         "seconds": elapsed,
         "triples_per_second": triples / elapsed,
-        "phase_share": {k: round(v / elapsed, 3) for k, v in phases.items()},
+        "phase_share": {k: round(v / elapsed, 3) for k, v in trainer.phase_seconds.items()},
     }
 
 

@@ -90,6 +90,7 @@ class Trainer:
         self.lexical = (
             LexicalBlocks(data.X_queries, docs or DocMatrix(data.X_docs), max_gram) if self.model.needs_gram else None
         )
+        self.phase_seconds = dict.fromkeys(("sample", "block", "scores", "loss", "update"), 0.0)
         self._all_docs = SparseRows.of(data.X_docs, n_words) if data.X_docs.shape[0] <= settings.pool_size else None
 
     def _block(self, queries: np.ndarray, pool: np.ndarray | None) -> Block:
@@ -105,15 +106,32 @@ class Trainer:
         return Block(queries=SparseRows.of(rows, self.n_words), docs=docs, gram=gram)
 
     def step(self) -> tuple[float, float, int]:
-        """One step; returns (loss, share of violated triples, triples used)."""
+        """One step; returns (loss, share of violated triples, triples used).
+
+        Wall time per phase accumulates in `phase_seconds` (the throughput benchmark reads it).
+        """
+        t0 = time.perf_counter()
         plan = self.sampler.plan()
+        t1 = time.perf_counter()
         block = self._block(plan.queries, plan.pool)
+        t2 = time.perf_counter()
         scores = self.model.scores(block)
+        t3 = time.perf_counter()
         neg, valid = self.sampler.negatives(plan, scores)
         loss, coeff, violated = margin_ranking(
             scores, plan.triple_query, plan.triple_pos, neg, valid, self.settings.margin
         )
+        t4 = time.perf_counter()
         self.model.update(block, coeff)
+        t5 = time.perf_counter()
+        for phase, a, b in (
+            ("sample", t0, t1),
+            ("block", t1, t2),
+            ("scores", t2, t3),
+            ("loss", t3, t4),
+            ("update", t4, t5),
+        ):
+            self.phase_seconds[phase] += b - a
         return loss, violated, int(valid.sum())
 
     def _validate(self) -> dict[str, float]:
