@@ -23,8 +23,8 @@ import scipy.sparse as sp
 import torch
 import typer
 
+from ssi.products import DocMatrix
 from training.data import TrainingData, load_training_data
-from training.evaluate.products import DocMatrix
 from training.settings import TrainSettings
 from training.trainer import Trainer
 

@@ -14,6 +14,7 @@ WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY scripts/ scripts/
 COPY ssi/ ssi/
+COPY ssi_cli/ ssi_cli/
 COPY training/ training/
 COPY service/ service/
 

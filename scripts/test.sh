@@ -3,7 +3,8 @@
 #
 #   scripts/test.sh [PYTEST ARGS...]
 #
-# Lints with ruff (LINT=0 skips it), then runs pytest in the environment made by scripts/install.sh
+# Lints with ruff and checks the import contracts in pyproject.toml with lint-imports (LINT=0 skips
+# both), then runs pytest in the environment made by scripts/install.sh
 # ($VENV, default .venv).
 # Tests that need ../shared/data or Debian's chromium skip with a message when those are absent
 # (set SSI_REQUIRE_BROWSER=1 to make a missing browser an error, as CI does).
@@ -23,6 +24,8 @@ export PATH="$venv/bin:$PATH"
 if [[ "${LINT:-1}" != 0 ]]; then
     echo "==> ruff check"
     "$py" -m ruff check .
+    echo "==> lint-imports"
+    "$venv/bin/lint-imports"
 fi
 
 echo "==> pytest"

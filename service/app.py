@@ -17,11 +17,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
-from service.body_limits import BodyLimitMiddleware
+from service.admission import Limiter
 from service.catalog import Catalog
 from service.errors import ServiceError
-from service.limiter import Limiter
 from service.metrics import Metrics, MetricsMiddleware
+from service.request_body import BodyLimitMiddleware
 from service.routes import admin, documents, health, metrics, model, pages, search
 from service.routes.pages import STATIC_DIR
 from service.settings import Settings
@@ -85,7 +85,7 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
 
     app = FastAPI(
         title="SSI search",
-        summary="Search ranked by a Supervised Semantic Indexing model: f(q, d) = (U q)·(V d) + Σ w_i q_i d_i",
+        summary="Search ranked by a Supervised Semantic Indexing model: f(q, d) = (A q)·e(d) + Σ w_i q_i d_i",
         version="0.1.0",
         lifespan=lifespan,
     )

@@ -34,10 +34,6 @@ class Catalog:
             raise NotFound(f"unknown collection {name!r}; this service hosts: {hosted}")
         return collection
 
-    @property
-    def ready(self) -> bool:
-        return all(c.status == "ready" for c in self.collections.values())
-
     def start_loading(self, on_fatal: Callable[[str], None] | None = None) -> None:
         def load_all() -> None:
             for collection in self.collections.values():

@@ -43,8 +43,8 @@ def serve(
     collection: Annotated[
         str | None, typer.Option(help="Name of the collection (env SSI_COLLECTION, default documents)")
     ] = None,
-    index_kind: Annotated[
-        str | None, typer.Option(help="flat (exact), hnsw or ivf (approximate) (env SSI_INDEX_KIND)")
+    index_type: Annotated[
+        str | None, typer.Option(help="flat (exact), hnsw or ivf (approximate) (env SSI_INDEX_TYPE)")
     ] = None,
     threads: Annotated[int | None, typer.Option(help="FAISS and onnxruntime threads (env SSI_THREADS)")] = None,
     insecure_writes: Annotated[
@@ -71,7 +71,7 @@ def serve(
             "cache_dir": cache_dir,
             "data_dir": data_dir,
             "collection": collection,
-            "index_kind": index_kind,
+            "index_type": index_type,
             "threads": threads,
             "insecure_writes": insecure_writes,
             "log_level": log_level,
@@ -108,8 +108,13 @@ def bench(
     query_words: Annotated[int, typer.Option(help="Words per query (n random words of a document)")] = 5,
     clients: Annotated[str, typer.Option(help="Concurrent HTTP clients, comma-separated")] = "1,8,32",
     seconds: Annotated[float, typer.Option(help="Seconds of load per client count")] = 10.0,
-    kinds: Annotated[
-        str, typer.Option(help="Index kinds, comma-separated; flat is the exact reference")
+    index_types: Annotated[
+        str,
+        typer.Option(
+            "--index-types",
+            "--kinds",  # the flag's earlier name
+            help="Index types, comma-separated; flat is the exact reference",
+        ),
     ] = "flat,hnsw,ivf",
     ef_search: Annotated[
         str, typer.Option(help="HNSW efSearch values for recall (values below the candidate pool, 64, act as 64)")
@@ -127,12 +132,14 @@ def bench(
 
     from service.bench.run import BenchConfig, run_bench
 
-    kind_list = [k.strip() for k in kinds.split(",") if k.strip()]
-    unknown = set(kind_list) - {"flat", "hnsw", "ivf"}
-    if unknown or (set(kind_list) - {"flat"} and "flat" not in kind_list):
-        raise typer.BadParameter("--kinds: use flat, hnsw, ivf (flat is needed as the exact reference for recall)")
-    if "flat" in kind_list:
-        kind_list = ["flat", *[k for k in kind_list if k != "flat"]]
+    type_list = [t.strip() for t in index_types.split(",") if t.strip()]
+    unknown = set(type_list) - {"flat", "hnsw", "ivf"}
+    if unknown or (set(type_list) - {"flat"} and "flat" not in type_list):
+        raise typer.BadParameter(
+            "--index-types: use flat, hnsw, ivf (flat is needed as the exact reference for recall)"
+        )
+    if "flat" in type_list:
+        type_list = ["flat", *[t for t in type_list if t != "flat"]]
     if corpus is None and generate <= 0:
         raise typer.BadParameter("give --corpus FILE or --generate N")
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -146,7 +153,7 @@ def bench(
         query_words=query_words,
         clients=_ints(clients, "--clients"),
         seconds=seconds,
-        kinds=kind_list,
+        index_types=type_list,
         ef_search=_ints(ef_search, "--ef-search"),
         nprobe=_ints(nprobe, "--nprobe"),
         threads=threads,

@@ -16,12 +16,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable
+from service.bounds import cut_long_text
+from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
 from service.metrics import Metrics
-from service.settings import CollectionSpec, Settings
+from service.model_state import ModelState, QueryResult
+from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import write_snapshot
-from service.state import ModelState, QueryResult
+from service.state_builder import open_state
 from service.store import DocumentStore, StoredDocument
+from service.writes import apply_writes, capture, replay
 from ssi.bundle import BundleError, load_bundle
 from ssi.records import Document
 
@@ -35,6 +38,7 @@ class Collection:
         self.settings = settings
         self.metrics = metrics
         self.bundle_path = spec.bundle
+        self.type: CollectionType = spec.type
         self.status = "loading"
         self.error: str | None = None
         self.store: DocumentStore | None = None
@@ -54,7 +58,7 @@ class Collection:
         """Open the store (importing the corpus on first start) and the model state; blocking."""
         bundle = load_bundle(self.bundle_path)
         self.store = DocumentStore.open_for_corpus(self.settings.store_dir, self.name, self.spec.corpus)
-        state = ModelState.open(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
+        state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
         self.state = state
         self._record_load(state)
         if state.saved_seq != state.seq:
@@ -90,9 +94,9 @@ class Collection:
     def _record_state(self, state: ModelState) -> None:
         self.metrics.collection_state(
             self.name,
-            kind=state.bundle.manifest.kind,
+            form=state.bundle.manifest.form,
             content_hash=state.bundle.content_hash,
-            index=state.config.kind,
+            index_type=state.config.index_type,
             documents=state.table.n_live,
             rows=state.table.rows,
             seq=state.seq,
@@ -116,23 +120,39 @@ class Collection:
     def search(
         self, queries: Sequence[str], k: int, offset: int, *, ef_search: int | None = None, nprobe: int | None = None
     ) -> list[QueryResult]:
+        """The exact top k (after `offset`) of each short query text."""
+        self.require_type("documents", "search")
         state = self.ready_state()
         self._check_knobs(state, ef_search, nprobe)
         results = state.search(queries, k + offset, pool=self._pool(state), ef_search=ef_search, nprobe=nprobe)
         for result in results:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
-        return [_page(result, offset) for result in results]
+        return [result.page(offset) for result in results]
 
     def similar(self, doc_id: str, k: int, offset: int) -> QueryResult:
-        """The documents most like `doc_id`, the stored document itself being the query (it is left out)."""
+        """The documents most like `doc_id`, the stored document itself being the query (it is left out).
+
+        The document is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS heaviest words.
+        """
+        self.require_type("documents", "/similar")
         state = self.ready_state()
         doc = self.get(doc_id)
-        (result,) = state.search([doc.as_document().full_text], k + offset, pool=self._pool(state), exclude=[doc_id])
+        text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
+        (result,) = state.search(
+            [text], k + offset, pool=self._pool(state), exclude=[doc_id], max_words=self.settings.max_page_words
+        )
         self.metrics.candidates.labels(self.name).observe(result.candidates)
-        return _page(result, offset)
+        return result.page(offset)
+
+    def require_type(self, wanted: CollectionType, route: str) -> None:
+        """Refuse a route that does not serve this collection's type, before any work."""
+        if self.type != wanted:
+            raise WrongCollectionType(
+                f"collection '{self.name}' holds {self.type}: {route} serves {wanted} collections only"
+            )
 
     def _pool(self, state: ModelState) -> int:
-        return self.settings.candidate_pool if state.config.kind == "hnsw" else self.settings.scan_pool
+        return self.settings.candidate_pool if state.config.index_type == "hnsw" else self.settings.scan_pool
 
     def get(self, doc_id: str) -> StoredDocument:
         doc = self._ready_store().get(doc_id)
@@ -144,11 +164,11 @@ class Collection:
         return self._ready_store().get_many(ids)
 
     def _check_knobs(self, state: ModelState, ef_search: int | None, nprobe: int | None) -> None:
-        kind = state.config.kind
-        if ef_search is not None and kind != "hnsw":
-            raise InvalidInput(f"ef_search applies to an hnsw index; collection '{self.name}' uses {kind}")
-        if nprobe is not None and kind != "ivf":
-            raise InvalidInput(f"nprobe applies to an ivf index; collection '{self.name}' uses {kind}")
+        index_type = state.config.index_type
+        if ef_search is not None and index_type != "hnsw":
+            raise InvalidInput(f"ef_search applies to an hnsw index; collection '{self.name}' uses {index_type}")
+        if nprobe is not None and index_type != "ivf":
+            raise InvalidInput(f"nprobe applies to an ivf index; collection '{self.name}' uses {index_type}")
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -162,9 +182,9 @@ class Collection:
         store = self._ready_store()
         with self._writer:
             state = self.ready_state()
-            prepared = state.prepare(docs)
+            prepared = state.embedder.prepare(docs)
             seqs = store.put(docs)
-            state.apply(prepared, [], seqs[-1])
+            apply_writes(state, prepared, [], seqs[-1])
             self._after_write(state, "put", len(docs))
         return seqs
 
@@ -176,7 +196,7 @@ class Collection:
             seq = store.delete(doc_id)
             if seq is None:
                 raise NotFound(f"no document with id {doc_id!r} in collection '{self.name}'")
-            state.apply(None, [doc_id], seq)
+            apply_writes(state, None, [doc_id], seq)
             self._after_write(state, "delete", 1)
         return seq
 
@@ -213,16 +233,13 @@ class Collection:
             previous = self.ready_state()
             try:
                 bundle = load_bundle(path)
-                state = ModelState.open(collection=self.name, bundle=bundle, store=store, settings=self.settings)
+                state = open_state(collection=self.name, bundle=bundle, store=store, settings=self.settings)
             except BundleError as exc:
                 raise InvalidInput(f"cannot reload: {exc}") from None
             with self._writer:
                 # Writes that landed while the new state was being built are replayed into it first.
                 with store.view() as view:
-                    changed = view.changed_since(state.seq)
-                    if changed:
-                        state._replay(view, changed)
-                    state.seq = view.last_seq
+                    replay(state, view)
                 self.state = state
                 self.bundle_path = path
                 self._record_load(state)
@@ -234,7 +251,7 @@ class Collection:
                 "bundle": str(path),
                 "previous_content_hash": previous.bundle.content_hash,
                 "content_hash": bundle.content_hash,
-                "kind": bundle.manifest.kind,
+                "form": bundle.manifest.form,
                 "documents": state.table.n_live,
                 "loaded_from": state.report.source,
                 "seconds": round(time.perf_counter() - started, 4),
@@ -251,15 +268,15 @@ class Collection:
                 state = self.state
                 if state is None or state.saved_seq == state.seq:
                     return None
-                capture = state.capture()
+                captured = capture(state)
             started = time.perf_counter()
-            path = write_snapshot(state.folder, capture.materialize())
-            state.saved_seq = max(state.saved_seq or 0, capture.seq)
+            path = write_snapshot(state.folder, captured.materialize())
+            state.saved_seq = max(state.saved_seq or 0, captured.seq)
             self.metrics.snapshots.labels(self.name).inc()
             log.info(
                 "[%s] snapshot at write %d saved in %.2fs: %s",
                 self.name,
-                capture.seq,
+                captured.seq,
                 time.perf_counter() - started,
                 path,
             )
@@ -288,23 +305,10 @@ class Collection:
                     log.exception("[%s] snapshot failed", self.name)
 
     def describe(self) -> dict[str, Any]:
-        info: dict[str, Any] = {"name": self.name, "status": self.status}
+        info: dict[str, Any] = {"name": self.name, "type": self.type, "status": self.status}
         if self.error:
             info["error"] = self.error
         if self.state is not None:
             info.update(self.state.describe())
             info["content_hash"] = self.state.bundle.content_hash
         return info
-
-
-def _page(result: QueryResult, offset: int) -> QueryResult:
-    if offset == 0:
-        return result
-    return QueryResult(
-        doc_ids=result.doc_ids[offset:],
-        scores=result.scores[offset:],
-        semantic=result.semantic[offset:],
-        lexical=result.lexical[offset:],
-        query_words=result.query_words,
-        candidates=result.candidates,
-    )

@@ -12,10 +12,10 @@ from typing import Annotated
 
 from fastapi import Depends, Header, Request
 
+from service.admission import Limiter
 from service.catalog import Catalog
 from service.collection import Collection
 from service.errors import Forbidden, Unauthorized
-from service.limiter import Limiter
 from service.metrics import Metrics
 from service.settings import Settings
 

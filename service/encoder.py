@@ -1,9 +1,9 @@
-"""The query encoder: the bundle's ONNX graph x ↦ U x, run by onnxruntime with bounded threads.
+"""The query encoder: the bundle's ONNX graph x ↦ A x (A: the form's query map), run by onnxruntime.
 
 The service embeds queries with the exact graph the trainer exported (no PyTorch). When loading,
 it checks the graph's input and output shapes against the bundle and compares its output with
-U x on a few random vectors, so a bundle whose encoder does not match its U is refused at load
-instead of silently ranking with the wrong model.
+A x on a few random vectors, so a bundle whose encoder does not match its form's query map (U for
+SSI and PSI, Wᵀ for full W) is refused at load instead of silently ranking with the wrong model.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ OUTPUT_NAME = "embedding"
 
 
 class QueryEncoder:
-    def __init__(self, path: Path, vocab_size: int, n_dims: int, threads: int) -> None:
+    def __init__(self, path: Path, vocab_size: int, index_dims: int, threads: int) -> None:
         options = ort.SessionOptions()
         # One request is one small MatMul: a few intra-op threads at most, no inter-op pool, and no
         # spinning threads burning the cores the web server needs between requests.
@@ -39,34 +39,35 @@ class QueryEncoder:
         if len(inputs) != 1 or inputs[0].name != INPUT_NAME or inputs[0].shape[-1] != vocab_size:
             found = [(i.name, i.shape) for i in inputs]
             raise BundleError(f"{path}: expected one input '{INPUT_NAME}' [batch, {vocab_size}], found {found}")
-        if len(outputs) != 1 or outputs[0].name != OUTPUT_NAME or outputs[0].shape[-1] != n_dims:
+        if len(outputs) != 1 or outputs[0].name != OUTPUT_NAME or outputs[0].shape[-1] != index_dims:
             found = [(o.name, o.shape) for o in outputs]
-            raise BundleError(f"{path}: expected one output '{OUTPUT_NAME}' [batch, {n_dims}], found {found}")
+            raise BundleError(f"{path}: expected one output '{OUTPUT_NAME}' [batch, {index_dims}], found {found}")
         self.path = path
         self.vocab_size = vocab_size
-        self.n_dims = n_dims
+        self.index_dims = index_dims
 
     def encode(self, dense: np.ndarray) -> np.ndarray:
-        """U x for each row of a dense float32 [batch, D] tf-idf matrix."""
+        """A x for each row of a dense float32 [batch, D] tf-idf matrix."""
         batch = np.ascontiguousarray(dense, dtype=np.float32)
         (embedding,) = self._session.run([OUTPUT_NAME], {INPUT_NAME: batch})
         return np.ascontiguousarray(embedding, dtype=np.float32)
 
-    def check_against(self, U: np.ndarray, probes: int = 4, seed: int = 0) -> None:
-        """Refuse an encoder whose output differs from numpy's U x on random sparse unit vectors."""
+    def check_against(self, query_map: np.ndarray, probes: int = 4, seed: int = 0) -> None:
+        """Refuse an encoder whose output differs from numpy's A x (A: `query_map`, M × D) on random unit vectors."""
         rng = np.random.default_rng(seed)
         x = np.zeros((probes, self.vocab_size), dtype=np.float32)
-        expected = np.zeros((probes, self.n_dims), dtype=np.float64)
+        expected = np.zeros((probes, self.index_dims), dtype=np.float64)
         for row in range(probes):
             ids = np.sort(rng.choice(self.vocab_size, size=min(8, self.vocab_size), replace=False))
             values = rng.random(ids.size) + 0.1
             values /= np.linalg.norm(values)
             x[row, ids] = values
-            # Only the probed columns of U are read: U may be a large memory-mapped file.
-            expected[row] = np.asarray(U[:, ids], dtype=np.float64) @ values
+            # Only the probed columns of A are read: A may be a large memory-mapped file.
+            expected[row] = np.asarray(query_map[:, ids], dtype=np.float64) @ values
         got = self.encode(x).astype(np.float64)
         scale = max(1.0, float(np.abs(expected).max()))
         if not np.allclose(got, expected, atol=1e-4 * scale, rtol=1e-3):
             raise BundleError(
-                f"{self.path}: the query encoder's output does not match U x (encoder and U.npy disagree)"
+                f"{self.path}: the query encoder's output does not match the form's query map "
+                "(encoder.onnx and the arrays disagree)"
             )

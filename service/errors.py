@@ -17,10 +17,6 @@ class ServiceError(Exception):
         self.headers = headers
 
 
-class BadRequest(ServiceError):
-    status_code = 400
-
-
 class InvalidInput(ServiceError):
     """Well-formed JSON whose values are out of range (the same status FastAPI gives type errors)."""
 
@@ -43,8 +39,10 @@ class Conflict(ServiceError):
     status_code = 409
 
 
-class PayloadTooLarge(ServiceError):
-    status_code = 413
+class WrongCollectionType(ServiceError):
+    """The route does not serve collections of this type (search on an adverts collection, say)."""
+
+    status_code = 409
 
 
 class Overloaded(ServiceError):

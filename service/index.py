@@ -1,17 +1,17 @@
-"""The FAISS inner-product index over the documents' V d: flat (exact), HNSW or IVF.
+"""The FAISS inner-product index over the documents' embeddings (V d for SSI): flat (exact), HNSW or IVF.
 
 Every index is wrapped in `IndexIDMap2` with the document's row number as its id (FAISS lesson:
 wrap in an id map, drop -1 ids). Rows are only ever appended: a replaced or deleted document's row
 stays in the index as a tombstone that searches skip through an `IDSelectorBitmap` over the live
-rows. That keeps a delete O(1) for every kind (HNSW cannot remove vectors at all, and removing from
+rows. That keeps a delete O(1) for every index type (HNSW cannot remove vectors at all, and removing from
 a flat index moves the whole array) and the snapshot's rows stay aligned with the index's ids;
-tombstones are dropped when a snapshot is compacted (see `service.state`).
+tombstones are dropped when a snapshot is compacted (see `service.state_builder`).
 
 Vectors are passed as float32, C-contiguous arrays; callers serialize mutations against searches.
 
 HNSW does not search inner products well: the score is not a metric, the graph grows hubs of
 large-norm vectors and the search stalls (recall@10 plateaued at 0.77 on a trained Wikispeedia
-model even at efSearch 512). So the HNSW kind indexes the standard reduction of maximum inner
+model even at efSearch 512). So the HNSW index type indexes the standard reduction of maximum inner
 product search to nearest neighbours (Bachrach et al., "Speeding up the Xbox recommender system
 using a Euclidean transformation for inner-product spaces", RecSys 2014): each vector x becomes
 [x, √(R² − ‖x‖²)] and a query q becomes [q, 0], so ‖q' − x'‖² = ‖q‖² + R² − 2 q·x and the L2
@@ -36,7 +36,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from service.settings import IndexKind
+from service.settings import IndexType
 
 
 class IndexLoadError(RuntimeError):
@@ -45,7 +45,7 @@ class IndexLoadError(RuntimeError):
 
 @dataclass(frozen=True, slots=True)
 class IndexConfig:
-    kind: IndexKind = "flat"
+    index_type: IndexType = "flat"
     hnsw_m: int = 32
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
@@ -55,9 +55,9 @@ class IndexConfig:
 
     def tag(self) -> str:
         """The part of the cache key that changes what is built (search-time knobs are left out)."""
-        if self.kind == "hnsw":
+        if self.index_type == "hnsw":
             return f"hnsw-m{self.hnsw_m}-efc{self.hnsw_ef_construction}"
-        if self.kind == "ivf":
+        if self.index_type == "ivf":
             return f"ivf-nlist{self.ivf_nlist or 'auto'}"
         return "flat"
 
@@ -93,7 +93,7 @@ class VectorIndex:
     @property
     def reduced(self) -> bool:
         """Whether the index holds [x, √(R² − ‖x‖²)] and ranks by L2 (HNSW) instead of raw inner products."""
-        return self.config.kind == "hnsw"
+        return self.config.index_type == "hnsw"
 
     def _augment_documents(self, vectors: np.ndarray) -> np.ndarray:
         squared = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
@@ -112,9 +112,9 @@ class VectorIndex:
         """A new index holding `vectors` under `ids`; an IVF index trains its coarse quantizer on them."""
         vectors = _f32(vectors).reshape(-1, dim)
         faiss.omp_set_num_threads(config.threads)
-        if config.kind == "flat":
+        if config.index_type == "flat":
             inner = faiss.IndexFlatIP(dim)
-        elif config.kind == "hnsw":
+        elif config.index_type == "hnsw":
             inner = faiss.IndexHNSWFlat(dim + 1, config.hnsw_m, faiss.METRIC_L2)
             inner.hnsw.efConstruction = config.hnsw_ef_construction
             inner.hnsw.efSearch = config.hnsw_ef_search
@@ -146,7 +146,7 @@ class VectorIndex:
 
     @property
     def nlist(self) -> int | None:
-        if self.config.kind != "ivf":
+        if self.config.index_type != "ivf":
             return None
         return int(faiss.extract_index_ivf(self._index).nlist)
 
@@ -180,10 +180,10 @@ class VectorIndex:
         selector = None
         if live_bits is not None:
             selector = faiss.IDSelectorBitmap(live_bits.shape[0], faiss.swig_ptr(live_bits))
-        if self.config.kind == "hnsw":
+        if self.config.index_type == "hnsw":
             params = faiss.SearchParametersHNSW()
             params.efSearch = max(k, ef_search or self.config.hnsw_ef_search)
-        elif self.config.kind == "ivf":
+        elif self.config.index_type == "ivf":
             params = faiss.SearchParametersIVF()
             params.nprobe = min(nprobe or self.config.ivf_nprobe, self.nlist or 1)
         else:
@@ -210,15 +210,16 @@ class VectorIndex:
             index = faiss.read_index(str(path))
         except RuntimeError as exc:
             raise IndexLoadError(f"{path}: FAISS cannot read the index ({str(exc).splitlines()[0]})") from None
-        stored_dim = dim + 1 if config.kind == "hnsw" else dim
+        stored_dim = dim + 1 if config.index_type == "hnsw" else dim
         if not isinstance(index, faiss.IndexIDMap2) or index.d != stored_dim:
             raise IndexLoadError(f"{path}: expected an IndexIDMap2 of dimension {stored_dim}")
         inner = faiss.downcast_index(index.index)
-        expected = {"flat": faiss.IndexFlatIP, "hnsw": faiss.IndexHNSWFlat, "ivf": faiss.IndexIVFFlat}[config.kind]
+        classes = {"flat": faiss.IndexFlatIP, "hnsw": faiss.IndexHNSWFlat, "ivf": faiss.IndexIVFFlat}
+        expected = classes[config.index_type]
         if not isinstance(inner, expected):
             raise IndexLoadError(f"{path}: holds a {type(inner).__name__}, expected {expected.__name__}")
         radius = None
-        if config.kind == "hnsw":
+        if config.index_type == "hnsw":
             inner.hnsw.efSearch = config.hnsw_ef_search
             if inner.ntotal:
                 # The first stored vector comes from the build, where every vector has norm exactly R.

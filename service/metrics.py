@@ -42,7 +42,10 @@ class Metrics:
             "ssi_index_rows", "Rows in the index, including dead ones awaiting compaction", ["collection"], registry=r
         )
         self.model_info = Gauge(
-            "ssi_model_info", "The served model (value 1)", ["collection", "kind", "content_hash", "index"], registry=r
+            "ssi_model_info",
+            "The served model (value 1)",
+            ["collection", "form", "content_hash", "index_type"],
+            registry=r,
         )
         self.write_seq = Gauge(
             "ssi_collection_write_seq", "Write sequence the index reflects", ["collection"], registry=r
@@ -51,7 +54,10 @@ class Metrics:
             "ssi_index_loads", "Index loads, by source (cache or computed)", ["collection", "source"], registry=r
         )
         self.embedded = Counter(
-            "ssi_documents_embedded", "Documents whose V d was computed", ["collection"], registry=r
+            "ssi_documents_embedded",
+            "Documents embedded for the index (the form's embed_documents)",
+            ["collection"],
+            registry=r,
         )
         self.writes = Counter("ssi_document_writes", "Acknowledged document writes", ["collection", "op"], registry=r)
         self.snapshots = Counter("ssi_snapshots_written", "Index snapshots written", ["collection"], registry=r)
@@ -68,9 +74,9 @@ class Metrics:
         self.rejected.labels(limiter, str(status)).inc()
 
     def collection_state(
-        self, name: str, *, kind: str, content_hash: str, index: str, documents: int, rows: int, seq: int
+        self, name: str, *, form: str, content_hash: str, index_type: str, documents: int, rows: int, seq: int
     ) -> None:
-        labels = (name, kind, content_hash, index)
+        labels = (name, form, content_hash, index_type)
         old = self._model_labels.get(name)
         if old is not None and old != labels:
             self.model_info.remove(*old)

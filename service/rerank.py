@@ -1,7 +1,9 @@
-"""Exact top-k under the SSI score f(q, d) = (U q)·(V d) + Σ_i w_i q_i d_i, from two candidate sources.
+"""Exact top-k under a form's score f(q, d) = (A q)·e(d) + Σ_i w_i q_i d_i, from two candidate sources.
 
-Bai et al., "Supervised Semantic Indexing" (CIKM 2009): f(q, d) = qᵀ(UᵀV + I)d, exported by every
-model kind as a semantic part s(d) = (U q)·(V d) and a diagonal part l(d) = Σ_i w_i q_i d_i.
+Bai et al., "Supervised Semantic Indexing" (CIKM 2009): f(q, d) = qᵀ(UᵀV + I)d. Every model form
+(ssi.forms) splits its f this way: a semantic part s(d) = (A q)·e(d), with A the form's query map
+and e(d) what the index stores (U and V d for SSI, U and V d + (V₃ d)∘(Y₃ d) for PSI-3), and a
+diagonal part l(d) = Σ_i w_i q_i d_i with the form's lexical weights w.
 
 The embedding index returns C, the K documents of highest s. Any document outside C has
 s(d) ≤ s_K, the K-th best semantic score, so f(d) ≤ s_K + l⁺(d), where l⁺ is the diagonal sum over
@@ -75,8 +77,8 @@ def exact_top(
 ) -> Ranked:
     """The `want` live rows of highest f, best first (ties broken by row number).
 
-    `search(K)` returns (semantic scores, rows) of the K best live rows by (V d)·(U q), best first;
-    `lexical` gives l and l⁺ of rows; `embeddings[row]` is V d; `live[row]` is False for deleted rows.
+    `search(K)` returns (semantic scores, rows) of the K best live rows by e(d)·(A q), best first;
+    `lexical` gives l and l⁺ of rows; `embeddings[row]` is e(d); `live[row]` is False for deleted rows.
     `scan`: the index's cost is a scan of the collection (flat, IVF), whatever K; otherwise (HNSW) it
     grows with K, so K is widened for fewer candidates only up to 16 × the pool.
     """

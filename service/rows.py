@@ -1,4 +1,4 @@
-"""The row numbering shared by the FAISS index, the lexical matrix and the cached V d.
+"""The row numbering shared by the FAISS index, the lexical matrix and the cached document embeddings.
 
 Every version of a document gets a new row at the end; replacing or deleting a document only
 marks its old row dead. Rows never move, so a row number means the same thing in the index, in
@@ -12,7 +12,7 @@ import numpy as np
 
 
 class EmbeddingRows:
-    """V d of every row (float32, C-contiguous), with room to append without copying each time."""
+    """The embedding of every row (what the index stores; float32, C order), with room to append cheaply."""
 
     def __init__(self, initial: np.ndarray, dim: int) -> None:
         initial = np.asarray(initial, dtype=np.float32).reshape(-1, dim)

@@ -2,7 +2,7 @@
 
 Requests are strict (a number where a string belongs, "10" for k, or an unknown field such as
 "top_k" is a 422 naming the field) so a client's mistake is reported rather than guessed at.
-Bounds that depend on settings (max k, query length, batch size) are checked in `service.limits`.
+Bounds that depend on settings (max k, query length, batch size) are checked in `service.bounds`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class BatchSearchRequest(SearchOptions):
 
 
 class Hit(BaseModel):
-    """One ranked document; score = semantic + lexical = (U q)·(V d) + Σ w_i q_i d_i."""
+    """One ranked document; score = semantic + lexical = (A q)·e(d) + Σ w_i q_i d_i (for SSI, (U q)·(V d) + q·d)."""
 
     id: str
     title: str
@@ -108,7 +108,7 @@ class ReloadResponse(BaseModel):
     bundle: str
     previous_content_hash: str
     content_hash: str
-    kind: str
+    form: str = Field(description="the model form of the new bundle (ssi.forms)")
     documents: int
     loaded_from: str
     seconds: float
@@ -116,9 +116,11 @@ class ReloadResponse(BaseModel):
 
 class ModelResponse(BaseModel):
     collection: str
+    type: str = Field(description="what the collection holds: documents or adverts")
     bundle: str
-    kind: str
-    n_dims: int
+    form: str = Field(description="the model form (ssi.forms): lowrank, symmetric, noidentity, diagonal, fullw, psi3")
+    n_dims: int = Field(description="N, the size of the model's arrays (0 for a form without embeddings)")
+    index_dims: int = Field(description="M, the size of a query embedding and of each vector in the index")
     vocab_size: int
     content_hash: str
     created_at: str

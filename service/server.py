@@ -19,9 +19,11 @@ log = logging.getLogger("service")
 def preflight(settings: Settings) -> None:
     """Cheap checks before the server starts, so a wrong path fails now with a clear message.
 
-    The full bundle verification (every file's hash, the encoder against U) runs when the
-    collection loads; a failure there also stops the process with the reason.
+    The full bundle verification (every file's hash, the encoder against the form's query map)
+    runs when the collection loads; a failure there also stops the process with the reason.
     """
+    if "SSI_INDEX_KIND" in os.environ:
+        log.warning("SSI_INDEX_KIND is deprecated: name the index type SSI_INDEX_TYPE (flat, hnsw or ivf)")
     from ssi.bundle import read_manifest
 
     for name, spec in settings.collection_specs().items():

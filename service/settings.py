@@ -13,14 +13,17 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 MIN_API_KEY_CHARS = 16
 
-IndexKind = Literal["flat", "hnsw", "ivf"]
+IndexType = Literal["flat", "hnsw", "ivf"]
+# What a collection holds: documents are searched with short queries or a document ("more like
+# this"); adverts are matched with a whole page as the query (the ads route comes in its own issue).
+CollectionType = Literal["documents", "adverts"]
 
 
 def default_threads() -> int:
@@ -38,18 +41,20 @@ def is_loopback(host: str) -> bool:
 
 
 class CollectionSpec(BaseModel):
-    """Where a named collection's model and initial documents come from."""
+    """Where a named collection's model and initial documents come from, and what it holds."""
 
     model_config = ConfigDict(extra="forbid")
 
     bundle: Path
     corpus: Path | None = None
+    type: CollectionType = "documents"
 
 
 class Settings(BaseSettings):
     """All knobs of `ssi serve`. Environment: `SSI_<NAME>`; flags of `ssi serve` override it."""
 
-    model_config = SettingsConfigDict(env_prefix="SSI_", extra="ignore", validate_default=True)
+    # populate_by_name: a setting with an environment alias (index_type) is still passed by its name.
+    model_config = SettingsConfigDict(env_prefix="SSI_", extra="ignore", validate_default=True, populate_by_name=True)
 
     # What to serve. `bundle` + `corpus` define the default collection; `collections` adds more by name
     # (JSON in SSI_COLLECTIONS, e.g. {"adverts": {"bundle": "bundles/ads", "corpus": "ads.jsonl"}}).
@@ -76,7 +81,8 @@ class Settings(BaseSettings):
     insecure_writes: bool = False
 
     # Index: flat is exact; hnsw and ivf are approximate (their recall is measured by `ssi bench`).
-    index_kind: IndexKind = "flat"
+    # SSI_INDEX_KIND, its earlier name, is still read (deprecated: "kind" was ambiguous with the model form).
+    index_type: IndexType = Field(default="flat", validation_alias=AliasChoices("SSI_INDEX_TYPE", "SSI_INDEX_KIND"))
     hnsw_m: int = Field(default=32, ge=4, le=256)
     hnsw_ef_construction: int = Field(default=200, ge=8, le=4096)
     hnsw_ef_search: int = Field(default=128, ge=1, le=65536)
@@ -94,7 +100,11 @@ class Settings(BaseSettings):
     # Request bounds.
     max_k: int = Field(default=100, ge=1, le=10_000)
     max_offset: int = Field(default=1000, ge=0, le=1_000_000)
-    max_query_chars: int = Field(default=4096, ge=1, le=1_000_000)
+    max_query_chars: int = Field(default=4096, ge=1, le=1_000_000, description="a short query (search)")
+    # A long text used as a query (a stored document in /similar, a web page for adverts): tens of kB.
+    # Longer texts are cut to max_page_chars, then to their max_page_words most heavily weighted words.
+    max_page_chars: int = Field(default=65_536, ge=1, le=10_000_000)
+    max_page_words: int = Field(default=2048, ge=1, le=1_000_000, description="distinct words of a long query")
     max_batch: int = Field(default=64, ge=1, le=10_000)
     max_documents_per_write: int = Field(default=1000, ge=1, le=1_000_000)
     max_id_chars: int = Field(default=512, ge=1, le=65_536)

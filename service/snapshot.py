@@ -1,4 +1,4 @@
-"""Index snapshots on disk: the cached V d, tf-idf rows and FAISS index of one collection state.
+"""Index snapshots on disk: the cached document embeddings, tf-idf rows and FAISS index of one collection state.
 
 A snapshot is a folder `snap-<seq>` of plain files (Style: bm25s's saved models) written into a
 temporary sibling folder, fsynced, then renamed into place: a crash leaves either the previous
@@ -8,7 +8,7 @@ cache key: bundle content hash + the store it derives from + what the index buil
 
     meta.json           format, seq, store uuid, bundle hash, index tag, rows, dims
     index.faiss         the FAISS IndexIDMap2 (ids = rows)
-    embeddings.npy      float32 rows × N: V d of every row
+    embeddings.npy      float32 rows × M: every row's embedding (the form's embed_documents)
     tfidf_data.npy, tfidf_indices.npy, tfidf_indptr.npy   the rows' tf-idf vectors (CSC, rows × D)
     doc_ids.json        the document id of every row
     live.npy            bool per row: false for replaced or deleted documents
@@ -129,7 +129,7 @@ def snapshots(folder: Path) -> Iterator[Path]:
 
 
 def read_snapshot(
-    path: Path, *, bundle_hash: str, store_uuid: str, index_tag: str, n_dims: int, vocab_size: int
+    path: Path, *, bundle_hash: str, store_uuid: str, index_tag: str, index_dims: int, vocab_size: int
 ) -> SnapshotData:
     """Load and check a snapshot (the FAISS index is read separately); raises SnapshotError."""
     try:
@@ -142,7 +142,7 @@ def read_snapshot(
         "bundle_hash": bundle_hash,
         "store_uuid": store_uuid,
         "index_tag": index_tag,
-        "n_dims": n_dims,
+        "n_dims": index_dims,  # the key of format 1: the size of each stored vector (M)
         "vocab_size": vocab_size,
     }
     for key, value in expected.items():
@@ -159,7 +159,7 @@ def read_snapshot(
         tfidf = sp.csc_matrix((data, indices, indptr), shape=(rows, vocab_size))
     except (OSError, ValueError, TypeError) as exc:
         raise SnapshotError(f"{path}: damaged snapshot ({exc})") from None
-    if embeddings.shape != (rows, n_dims) or live.shape != (rows,) or len(doc_ids) != rows:
+    if embeddings.shape != (rows, index_dims) or live.shape != (rows,) or len(doc_ids) != rows:
         raise SnapshotError(f"{path}: files disagree on the number of rows ({rows})")
     if not all(isinstance(doc_id, str) for doc_id in doc_ids):
         raise SnapshotError(f"{path}: doc_ids.json must be a list of strings")

@@ -2,17 +2,16 @@
 
 A bundle is a folder of plain files (Style: bm25s's saved models):
 
-    manifest.json   format + version, model kind, N, D, text pipeline, per-file sha256,
-                    content hash, training config, data fingerprint, validation metrics
+    manifest.json   format + version, model form, N, D, the index dimension M, text pipeline,
+                    per-file sha256, content hash, training config, data fingerprint, metrics
     vocab.tsv       word<TAB>idf, one line per word id
-    U.npy, V.npy    float32 N x D: the score is (U q)·(V d) + Σ_i w_i q_i d_i
-    lexical.npy     float32 D: w, the weight of each word on the diagonal (exact-match) term;
-                    ones for "UᵀV + I", zeros for "without I", learned for the diagonal model
-    encoder.onnx    the query encoder x ↦ U x on the tf-idf vector, run by onnxruntime
+    <name>.npy      each array the form declares (ssi.forms), float32, e.g. U.npy and V.npy
+    encoder.onnx    the query encoder x ↦ (query map) x on the tf-idf vector, run by onnxruntime
 
-Every model kind is exported to this one scoring form, so the service scores them all the same way.
+The manifest names the form; the form says which arrays there are and how to score with them.
 Loading checks the format version, every file's hash and every shape, and refuses a mismatch
-with a `BundleError` that says what is wrong.
+with a `BundleError` that says what is wrong. A version-1 bundle (U, V and a diagonal weight for
+every kind) is read through `ssi.bundle_v1` into the same form.
 """
 
 from __future__ import annotations
@@ -30,17 +29,15 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from ssi.vocab import Vocabulary
+from ssi.forms import Form, FormError, form_class
+from ssi.tokenize import TOKENIZER_VERSION
+from ssi.vocab import TF_SCHEME, Vocabulary
 
 FORMAT = "ssi-bundle"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 VOCAB = "vocab.tsv"
-U_FILE = "U.npy"
-V_FILE = "V.npy"
-LEXICAL_FILE = "lexical.npy"
 ENCODER_FILE = "encoder.onnx"
-PAYLOAD_FILES = (VOCAB, U_FILE, V_FILE, LEXICAL_FILE, ENCODER_FILE)
 
 
 class BundleError(ValueError):
@@ -50,9 +47,11 @@ class BundleError(ValueError):
 class Manifest(BaseModel):
     format: str = FORMAT
     format_version: int = FORMAT_VERSION
-    kind: str
-    n_dims: int = Field(ge=1)
+    form: str
+    n_dims: int = Field(ge=0)  # N of the form's arrays (0: a form without embeddings)
+    index_dims: int = Field(ge=1)  # M: the size of the query embedding and of each vector in the index
     vocab_size: int = Field(ge=1)
+    arrays: dict[str, list[int]]  # array name -> shape; stored as <name>.npy
     tokenizer: str
     tf_scheme: str
     files: dict[str, str]
@@ -62,17 +61,18 @@ class Manifest(BaseModel):
     data: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, Any] = Field(default_factory=dict)
 
+    def payload_files(self) -> list[str]:
+        return [VOCAB, ENCODER_FILE, *(array_file(name) for name in self.arrays)]
+
 
 @dataclass
 class Bundle:
-    """A loaded, verified bundle. Arrays may be memory-mapped (read-only)."""
+    """A loaded, verified bundle: the vocabulary and the form bound to its (memory-mapped) arrays."""
 
     path: Path
     manifest: Manifest
     vocab: Vocabulary
-    U: np.ndarray
-    V: np.ndarray
-    lexical: np.ndarray
+    form: Form
 
     @property
     def encoder_path(self) -> Path:
@@ -83,7 +83,11 @@ class Bundle:
         return self.manifest.content_hash
 
 
-def _sha256(path: Path) -> str:
+def array_file(name: str) -> str:
+    return f"{name}.npy"
+
+
+def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
@@ -103,7 +107,7 @@ def _write_vocab(path: Path, vocab: Vocabulary) -> None:
             handle.write(f"{word}\t{idf!r}\n")
 
 
-def _read_vocab(path: Path, tokenizer: str, tf_scheme: str) -> Vocabulary:
+def read_vocab(path: Path, tokenizer: str, tf_scheme: str) -> Vocabulary:
     words: list[str] = []
     idf: list[float] = []
     with path.open("r", encoding="utf-8") as handle:
@@ -125,11 +129,8 @@ def _read_vocab(path: Path, tokenizer: str, tf_scheme: str) -> Vocabulary:
 def write_bundle(
     out_dir: Path | str,
     *,
-    kind: str,
+    form: Form,
     vocab: Vocabulary,
-    U: np.ndarray,
-    V: np.ndarray,
-    lexical: np.ndarray,
     encoder_onnx: bytes,
     training: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
@@ -137,27 +138,25 @@ def write_bundle(
 ) -> Manifest:
     """Write a bundle atomically: into a sibling temp folder, then renamed over `out_dir`."""
     out_dir = Path(out_dir)
-    U = np.ascontiguousarray(U, dtype=np.float32)
-    V = np.ascontiguousarray(V, dtype=np.float32)
-    lexical = np.ascontiguousarray(lexical, dtype=np.float32)
-    if U.ndim != 2 or U.shape != V.shape or U.shape[1] != vocab.size or lexical.shape != (vocab.size,):
-        raise ValueError(
-            f"inconsistent shapes: U {U.shape}, V {V.shape}, lexical {lexical.shape}, vocabulary {vocab.size}"
-        )
+    if form.vocab_size != vocab.size:
+        raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     tmp.chmod(0o755)  # mkdtemp makes 0700; the service may run as another user (docker)
     try:
         _write_vocab(tmp / VOCAB, vocab)
-        np.save(tmp / U_FILE, U)
-        np.save(tmp / V_FILE, V)
-        np.save(tmp / LEXICAL_FILE, lexical)
+        for name, array in form.values.items():
+            np.save(tmp / array_file(name), np.ascontiguousarray(array, dtype=np.float32))
         (tmp / ENCODER_FILE).write_bytes(encoder_onnx)
-        files = {name: _sha256(tmp / name) for name in PAYLOAD_FILES}
+        arrays = {name: list(array.shape) for name, array in form.values.items()}
+        names = [VOCAB, ENCODER_FILE, *(array_file(name) for name in arrays)]
+        files = {name: sha256_file(tmp / name) for name in names}
         manifest = Manifest(
-            kind=kind,
-            n_dims=U.shape[0],
+            form=form.name,
+            n_dims=form.n_dims,
+            index_dims=form.index_dims,
             vocab_size=vocab.size,
+            arrays=arrays,
             tokenizer=vocab.tokenizer,
             tf_scheme=vocab.tf_scheme,
             files=files,
@@ -168,7 +167,7 @@ def write_bundle(
             metrics=metrics or {},
         )
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
-        for name in (*PAYLOAD_FILES, MANIFEST):
+        for name in (*names, MANIFEST):
             with (tmp / name).open("rb") as handle:
                 os.fsync(handle.fileno())
         if out_dir.exists():
@@ -184,9 +183,8 @@ def write_bundle(
     return manifest
 
 
-def read_manifest(path: Path | str) -> Manifest:
-    """The manifest alone, checked for format and version (cheap: no arrays are read)."""
-    path = Path(path)
+def read_raw_manifest(path: Path) -> dict[str, Any]:
+    """manifest.json as a dict, checked to be an ssi-bundle manifest (any version)."""
     if not path.is_dir():
         raise BundleError(f"{path}: not a bundle folder (no such directory)")
     manifest_path = path / MANIFEST
@@ -198,10 +196,22 @@ def read_manifest(path: Path | str) -> Manifest:
         raise BundleError(f"{manifest_path}: not valid JSON ({exc})") from None
     if not isinstance(raw, dict) or raw.get("format") != FORMAT:
         raise BundleError(f"{manifest_path}: not an {FORMAT} manifest")
+    return raw
+
+
+def read_manifest(path: Path | str) -> Manifest:
+    """The manifest alone, checked for format and version (cheap: no arrays are read)."""
+    path = Path(path)
+    raw = read_raw_manifest(path)
+    manifest_path = path / MANIFEST
+    if raw.get("format_version") == 1:
+        from ssi.bundle_v1 import upgrade_manifest
+
+        return upgrade_manifest(path, raw)
     if raw.get("format_version") != FORMAT_VERSION:
         raise BundleError(
             f"{manifest_path}: format version {raw.get('format_version')!r} is not supported "
-            f"(this build reads version {FORMAT_VERSION})"
+            f"(this build reads versions 1 and {FORMAT_VERSION}); re-export it with `ssi train`"
         )
     try:
         return Manifest.model_validate(raw)
@@ -211,48 +221,70 @@ def read_manifest(path: Path | str) -> Manifest:
         ) from None
 
 
-def _load_array(path: Path, mmap: bool) -> np.ndarray:
+def load_array(path: Path, mmap: bool) -> np.ndarray:
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError) as exc:
         raise BundleError(f"{path}: not a readable .npy array ({exc})") from None
 
 
+def verify_files(path: Path, files: dict[str, str], expected_hash: str, verify_hashes: bool) -> None:
+    """Every listed file is there, the content hash covers them and (optionally) each file's hash matches."""
+    missing = [name for name in files if not (path / name).is_file()]
+    if missing:
+        raise BundleError(f"{path}: bundle is missing {', '.join(missing)}")
+    if content_hash(files) != expected_hash:
+        raise BundleError(f"{path / MANIFEST}: content hash does not match the listed files")
+    if verify_hashes:
+        for name, expected in files.items():
+            if sha256_file(path / name) != expected:
+                raise BundleError(f"{path / name}: contents do not match the manifest's hash (corrupt or edited)")
+
+
+def check_text_pipeline(path: Path, tokenizer: str, tf_scheme: str) -> None:
+    if tokenizer != TOKENIZER_VERSION or tf_scheme != TF_SCHEME:
+        raise BundleError(
+            f"{path / MANIFEST}: made with text pipeline {tokenizer}/{tf_scheme}, "
+            f"this build has {TOKENIZER_VERSION}/{TF_SCHEME}"
+        )
+
+
 def load_bundle(path: Path | str, *, mmap: bool = True, verify_hashes: bool = True) -> Bundle:
     """Load and verify a bundle; any mismatch raises `BundleError` naming the file."""
     path = Path(path)
     manifest = read_manifest(path)
-    missing = [name for name in PAYLOAD_FILES if not (path / name).is_file()]
-    if missing:
-        raise BundleError(f"{path}: bundle is missing {', '.join(missing)}")
-    if set(manifest.files) != set(PAYLOAD_FILES):
-        raise BundleError(f"{path / MANIFEST}: file list does not match the format")
-    if content_hash(manifest.files) != manifest.content_hash:
-        raise BundleError(f"{path / MANIFEST}: content hash does not match the listed files")
-    if verify_hashes:
-        for name, expected in manifest.files.items():
-            if _sha256(path / name) != expected:
-                raise BundleError(f"{path / name}: contents do not match the manifest's hash (corrupt or edited)")
-    vocab = _read_vocab(path / VOCAB, manifest.tokenizer, manifest.tf_scheme)
-    U = _load_array(path / U_FILE, mmap)
-    V = _load_array(path / V_FILE, mmap)
-    lexical = _load_array(path / LEXICAL_FILE, mmap)
-    expected_shape = (manifest.n_dims, manifest.vocab_size)
-    for name, array in ((U_FILE, U), (V_FILE, V)):
-        if array.shape != expected_shape or array.dtype != np.float32:
-            raise BundleError(f"{path / name}: expected float32 {expected_shape}, found {array.dtype} {array.shape}")
-    if lexical.shape != (manifest.vocab_size,) or lexical.dtype != np.float32:
-        raise BundleError(
-            f"{path / LEXICAL_FILE}: expected float32 ({manifest.vocab_size},), found {lexical.dtype} {lexical.shape}"
-        )
+    if manifest.format_version == 1:
+        from ssi.bundle_v1 import load_v1
+
+        return load_v1(path, manifest, mmap=mmap, verify_hashes=verify_hashes)
+    if sorted(manifest.files) != sorted(manifest.payload_files()):
+        raise BundleError(f"{path / MANIFEST}: file list does not match the form's arrays")
+    verify_files(path, manifest.files, manifest.content_hash, verify_hashes)
+    check_text_pipeline(path, manifest.tokenizer, manifest.tf_scheme)
+    vocab = read_vocab(path / VOCAB, manifest.tokenizer, manifest.tf_scheme)
     if vocab.size != manifest.vocab_size:
         raise BundleError(f"{path / VOCAB}: {vocab.size} words, the manifest says {manifest.vocab_size}")
-    from ssi.tokenize import TOKENIZER_VERSION
-    from ssi.vocab import TF_SCHEME
+    try:
+        cls = form_class(manifest.form)
+    except FormError as exc:
+        raise BundleError(f"{path / MANIFEST}: {exc}") from None
+    expected = cls.shapes(manifest.n_dims, manifest.vocab_size)
+    arrays: dict[str, np.ndarray] = {}
+    for name, shape in expected.items():
+        array = load_array(path / array_file(name), mmap)
+        if array.shape != shape or array.dtype != np.float32 or list(shape) != manifest.arrays.get(name):
+            raise BundleError(
+                f"{path / array_file(name)}: expected float32 {shape}, found {array.dtype} {array.shape}"
+            )
+        arrays[name] = array
+    return Bundle(path=path, manifest=manifest, vocab=vocab, form=bind_form(path, cls, arrays, manifest.index_dims))
 
-    if manifest.tokenizer != TOKENIZER_VERSION or manifest.tf_scheme != TF_SCHEME:
-        raise BundleError(
-            f"{path / MANIFEST}: made with text pipeline {manifest.tokenizer}/{manifest.tf_scheme}, "
-            f"this build has {TOKENIZER_VERSION}/{TF_SCHEME}"
-        )
-    return Bundle(path=path, manifest=manifest, vocab=vocab, U=U, V=V, lexical=lexical)
+
+def bind_form(path: Path, cls: type[Form], arrays: dict[str, np.ndarray], index_dims: int) -> Form:
+    try:
+        form = cls(arrays)
+    except FormError as exc:
+        raise BundleError(f"{path}: {exc}") from None
+    if form.index_dims != index_dims:
+        raise BundleError(f"{path / MANIFEST}: index dimension {index_dims}, the form gives {form.index_dims}")
+    return form

@@ -31,13 +31,3 @@ class Pair:
 
     query_id: str
     doc_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class ScoredDoc:
-    """One ranked document, with the two parts of the SSI score so a ranking can be explained."""
-
-    doc_id: str
-    score: float
-    semantic: float
-    lexical: float

@@ -21,7 +21,7 @@ from ssi.corpus import read_beir_queries, read_corpus, read_pairs, read_qrels
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
-from training.evaluate.splits import split_by_query
+from training.splits import split_by_query
 
 log = logging.getLogger(__name__)
 
@@ -131,8 +131,9 @@ def load_training_data(
     split_seed: int = 0,
     vocab_size: int = 30000,
     min_df: int = 2,
+    vocab: Vocabulary | None = None,
 ) -> TrainingData:
-    """Read the files, build the vocabulary on the corpus, featurize documents and queries once.
+    """Read the files, build the vocabulary on the corpus (or use `vocab`, a warm start's), featurize once.
 
     BEIR data without `valid_qrels` holds out `valid_share` of the training queries (by query id,
     with the evaluation harness's `split_by_query`, so `ssi eval` can rebuild the same split).
@@ -140,7 +141,8 @@ def load_training_data(
     docs = read_corpus(corpus)
     doc_row = {d.id: i for i, d in enumerate(docs)}
     doc_tokens = [tokenize(d.full_text) for d in docs]
-    vocab = Vocabulary.build_from_tokens(doc_tokens, max_words=vocab_size, min_df=min_df)
+    if vocab is None:
+        vocab = Vocabulary.build_from_tokens(doc_tokens, max_words=vocab_size, min_df=min_df)
     X_docs = vocab.featurize_tokens(doc_tokens)
     del doc_tokens
     fingerprint = {"corpus": file_fingerprint(corpus)}

@@ -1,4 +1,5 @@
-"""Export a trained model as a bundle (ssi.bundle): arrays, vocabulary, ONNX query encoder, manifest."""
+"""Export a trained model as a bundle (ssi.bundle): its form's arrays, the vocabulary, the ONNX query
+encoder of the form's query map, and the manifest."""
 
 from __future__ import annotations
 
@@ -6,29 +7,25 @@ from pathlib import Path
 from typing import Any
 
 from ssi.bundle import Manifest, write_bundle
+from ssi.forms import Form
 from ssi.vocab import Vocabulary
 from training.encoder import build_encoder
-from training.models import ExportedModel
 
 
 def export_bundle(
     out: Path,
     *,
-    kind: str,
     vocab: Vocabulary,
-    model: ExportedModel,
+    form: Form,
     training: dict[str, Any],
     data: dict[str, Any],
     metrics: dict[str, Any],
 ) -> Manifest:
     return write_bundle(
         out,
-        kind=kind,
+        form=form,
         vocab=vocab,
-        U=model.U,
-        V=model.V,
-        lexical=model.lexical,
-        encoder_onnx=build_encoder(model.U),
+        encoder_onnx=build_encoder(form.query_map()),
         training=training,
         data=data,
         metrics=metrics,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
-from training.evaluate.products import DocMatrix
+from ssi.products import DocMatrix
 
 ROW_BLOCK = 1024
 

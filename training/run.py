@@ -4,42 +4,50 @@ from __future__ import annotations
 
 import platform
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import torch
 
+from ssi.bundle import load_bundle
+from ssi.products import DocMatrix
 from training.data import TrainingData, load_training_data
-from training.evaluate.products import DocMatrix
-from training.evaluate.tasks import beir_task, doc_doc_task, keyword_task
+from training.evaluate.metrics import quick_map
+from training.evaluate.tasks import RetrievalTask, beir_task, doc_doc_task, keyword_task
 from training.export import export_bundle
 from training.settings import TrainSettings
 from training.trainer import Trainer
-from training.validation import MapValidator
+from training.validation import FormValidator
 
 
-def build_validator(data: TrainingData, docs: DocMatrix, trainer: Trainer) -> MapValidator | None:
-    """The validation task of the data, scored from arrays; None without validation pairs."""
+def _map_of(task: RetrievalTask) -> Callable[[np.ndarray], dict[str, float]]:
+    return lambda scores: {"map": quick_map(task, scores)}
+
+
+def build_validator(data: TrainingData, docs: DocMatrix, trainer: Trainer) -> FormValidator | None:
+    """The validation task of the data, measured on the form's reference scores; None without validation pairs."""
     if not data.valid_pairs:
         return None
     if data.doc_doc and trainer.settings.query_words:
         task = keyword_task(data.docs, data.valid_pairs, data.train_pairs, n_words=trainer.settings.query_words)
-        return MapValidator(task, data.vocab.featurize(list(task.query_texts)), docs)
+        return FormValidator(data.vocab.featurize(list(task.query_texts)), docs, _map_of(task))
     if data.doc_doc:
         task = doc_doc_task(data.docs, data.valid_pairs, data.train_pairs, name="valid")
         rows = task.query_doc_rows
         assert rows is not None
         cached = trainer.lexical.cached if trainer.lexical is not None else None
         gram = cached[rows] if cached is not None else None
-        return MapValidator(task, data.X_docs[rows], docs, gram)
+        return FormValidator(data.X_docs[rows], docs, _map_of(task), gram)
     task = beir_task(data.docs, data.queries, data.valid_pairs, name="valid")
     row_of = {q.id: i for i, q in enumerate(data.queries)}
     rows = np.asarray([row_of[q] for q in task.query_ids], dtype=np.int64)
-    return MapValidator(task, data.X_queries[rows], docs)
+    return FormValidator(data.X_queries[rows], docs, _map_of(task))
 
 
 def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[str, Any]:
     started = time.perf_counter()
+    init = load_bundle(settings.init_from) if settings.init_from is not None else None
     data = load_training_data(
         settings.corpus,
         pairs=settings.pairs,
@@ -51,10 +59,11 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         split_seed=settings.seed,
         vocab_size=settings.vocab_size,
         min_df=settings.min_df,
+        vocab=init.vocab if init is not None else None,
     )
     loaded = time.perf_counter()
     docs = DocMatrix(data.X_docs)
-    trainer = Trainer(data, settings, docs=docs)
+    trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None)
     trainer.validator = build_validator(data, docs, trainer)
     prepared = time.perf_counter()
     result = trainer.run(show_progress=show_progress)
@@ -66,6 +75,7 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         "train_seconds": round(result.seconds, 2),
         "triples_per_second": round(result.triples_per_second, 1),
         "best_step": result.best_step,
+        "init_from": None if init is None else {"bundle": str(init.path), "content_hash": init.content_hash},
         "threads": settings.threads,
         "torch": torch.__version__,
         "machine": platform.machine(),
@@ -82,9 +92,8 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
     }
     manifest = export_bundle(
         settings.out,
-        kind=settings.kind,
         vocab=data.vocab,
-        model=result.best,
+        form=result.best,
         training=training_info,
         data=data_info,
         metrics={"valid": result.best_metrics},
@@ -93,7 +102,7 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
     return {
         "bundle": str(settings.out),
         "content_hash": manifest.content_hash,
-        "kind": settings.kind,
+        "form": manifest.form,
         "N": settings.n_dims,
         "D": data.vocab.size,
         "valid": result.best_metrics,

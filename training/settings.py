@@ -29,6 +29,7 @@ class TrainSettings(BaseSettings):
     min_df: int = Field(2, ge=1)
     frequent_words: int | None = Field(None, ge=1)
     init_scale: float = Field(0.1, ge=0.0)
+    init_from: Path | None = None
 
     # Optimisation
     lr: float = Field(0.03, gt=0.0)

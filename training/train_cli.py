@@ -65,7 +65,16 @@ def train_command(
         ),
     ] = None,
     kind: Annotated[
-        str | None, _opt("kind", "Model kind: lowrank, symmetric, noidentity, diagonal, fullw.", MODEL)
+        str | None, _opt("kind", "Model form: lowrank, symmetric, noidentity, diagonal, fullw, psi3.", MODEL)
+    ] = None,
+    init_from: Annotated[
+        Path | None,
+        _opt(
+            "init_from",
+            "Warm start from a trained lowrank bundle (its vocabulary, U and V): PSI-3 from its degree-2 "
+            "model, as the PSI papers do, or more training of a lowrank model.",
+            MODEL,
+        ),
     ] = None,
     dims: Annotated[int | None, _opt("n_dims", "Embedding size N (rows of U and V).", MODEL, "--dims", "-N")] = None,
     vocab_size: Annotated[
@@ -160,7 +169,7 @@ def train_command(
     given = {
         "corpus": corpus, "out": out, "pairs": pairs, "valid_pairs": valid_pairs, "queries": queries,
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
-        "query_words": query_words, "kind": kind, "n_dims": dims,
+        "query_words": query_words, "kind": kind, "init_from": init_from, "n_dims": dims,
         "vocab_size": vocab_size, "min_df": min_df, "frequent_words": frequent_words, "init_scale": init_scale,
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,

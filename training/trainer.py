@@ -16,23 +16,24 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+from ssi.forms import Form
+from ssi.products import DocMatrix
 from training.data import TrainingData
-from training.evaluate.products import DocMatrix
 from training.gram import LexicalBlocks
 from training.keywords import cut_to_keywords
 from training.loss import margin_ranking
-from training.models import ExportedModel, ModelShape, SSIModel, make_model
+from training.models import ModelShape, SSIModel, make_model
 from training.models.block import Block, SparseRows
 from training.sampling import TripleSampler
 from training.settings import TrainSettings
 
-Validator = Callable[[ExportedModel], dict[str, float]]
+Validator = Callable[[Form], dict[str, float]]
 SELECTION_METRIC = "map"
 
 
 @dataclass
 class TrainResult:
-    best: ExportedModel
+    best: Form
     best_metrics: dict[str, float]
     best_step: int
     steps: int
@@ -53,7 +54,9 @@ class Trainer:
         settings: TrainSettings,
         validator: Validator | None = None,
         docs: DocMatrix | None = None,
+        init: Form | None = None,
     ) -> None:
+        """`init`: a trained model to warm-start from (a lowrank form for lowrank or psi3)."""
         self.data = data
         self.settings = settings
         self.validator = validator
@@ -71,6 +74,7 @@ class Trainer:
                 lr=settings.lr,
                 seed=settings.seed,
             ),
+            init,
         )
         self.sampler = TripleSampler(
             data.train,

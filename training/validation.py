@@ -1,47 +1,53 @@
-"""Validation during training: the evaluation harness's MAP on the validation task, computed from
-the model's arrays directly (no bundle written, no text featurized again).
+"""Validation during training: a measure of the form's reference scores on the validation queries.
 
-The tf-idf block q·d of the validation queries is fixed, so it is computed once (or taken from the
-trainer's cached block when the queries are corpus documents) and only the semantic part is
-recomputed at each validation.
+The score is the form's own definition (ssi.forms, `reference_scores`), so what the trainer selects
+its best checkpoint by is what `ssi eval` and the service rank by. The measure (MAP of the
+validation task) is handed in by the caller, so the training core does not depend on the harness.
+
+The validation queries are fixed, so their tf-idf block q·d is computed once (or taken from the
+trainer's cached block) and reused by every validation (`FixedQueryProducts`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import scipy.sparse as sp
 
-from training.evaluate.metrics import quick_map
-from training.evaluate.products import DocMatrix
-from training.evaluate.tasks import RetrievalTask
-from training.models import ExportedModel
+from ssi.forms import Form
+from ssi.products import DocMatrix
+
+Measure = Callable[[np.ndarray], dict[str, float]]
 
 
-class MapValidator:
+class FixedQueryProducts:
+    """`DocMatrix.products` with the q·d block of one fixed query matrix computed once."""
+
+    def __init__(self, docs: DocMatrix, queries: sp.csr_matrix, gram: np.ndarray | None = None) -> None:
+        self.X = docs.X
+        self._docs = docs
+        self._queries = queries
+        self._gram = gram if gram is not None else docs.products(queries)
+
+    def products(self, Q: sp.csr_matrix, weights: np.ndarray | None = None) -> np.ndarray:
+        if Q is self._queries:
+            if weights is None:
+                return self._gram.copy()
+            w = np.asarray(weights, dtype=np.float32)
+            if w.size and np.all(w == w[0]):
+                return self._gram * w[0]
+        return self._docs.products(Q, weights)
+
+
+class FormValidator:
     def __init__(
-        self,
-        task: RetrievalTask,
-        X_queries: sp.csr_matrix,
-        docs: DocMatrix,
-        gram: np.ndarray | None = None,
+        self, queries: sp.csr_matrix, docs: DocMatrix, measure: Measure, gram: np.ndarray | None = None
     ) -> None:
-        """`X_queries`: the task's query rows in task order; `gram`: their q·d block if known."""
-        self.task = task
-        self.X_queries = X_queries
-        self.docs = docs
-        self.gram = gram if gram is not None else docs.products(X_queries)
+        """`queries`: the validation query rows in task order; `gram`: their q·d block if known."""
+        self.queries = queries
+        self.products = FixedQueryProducts(docs, queries, gram)
+        self.measure = measure
 
-    def scores(self, model: ExportedModel) -> np.ndarray:
-        Uq = np.asarray(self.X_queries @ np.ascontiguousarray(model.U.T), dtype=np.float32)
-        Vd = np.asarray(self.docs.X @ np.ascontiguousarray(model.V.T), dtype=np.float32)
-        S = Uq @ Vd.T
-        w = model.lexical
-        if np.all(w == w[0]):
-            if w[0] != 0:
-                S += w[0] * self.gram
-        else:
-            S += self.docs.products(self.X_queries, w)
-        return S
-
-    def __call__(self, model: ExportedModel) -> dict[str, float]:
-        return {"map": quick_map(self.task, self.scores(model))}
+    def __call__(self, form: Form) -> dict[str, float]:
+        return self.measure(form.reference_scores(self.queries, self.products))

@@ -1,7 +1,8 @@
 """Benchmark inputs: keyword queries cut from corpus documents, and generated corpora of any size.
 
-Keyword queries follow the evaluation protocol (DESIGN.md): n random words of a random document,
-with a fixed seed, so two runs ask the same questions.
+Keyword queries follow the evaluation protocol (DESIGN.md) with the harness's own sampler
+(`ssi.keywords.keyword_query`): n distinct random words of a random document, with a fixed seed,
+so two runs ask the same questions.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from ssi.corpus import iter_corpus
+from ssi.keywords import keyword_query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 
@@ -21,18 +23,18 @@ from ssi.vocab import Vocabulary
 def keyword_queries(corpus: Path, n_queries: int, n_words: int, seed: int = 0) -> list[str]:
     """`n_queries` queries of `n_words` random words, each from a document picked by reservoir sampling."""
     rng = random.Random(seed)
-    picked: list[list[str]] = []
+    picked: list[tuple[str, list[str]]] = []
     for seen, doc in enumerate(iter_corpus(corpus)):
         words = tokenize(doc.full_text)
-        if len(words) < n_words:
+        if len(set(words)) < n_words:
             continue
         if len(picked) < n_queries:
-            picked.append(words)
+            picked.append((doc.id, words))
         else:
             slot = rng.randint(0, seen)
             if slot < n_queries:
-                picked[slot] = words
-    return [" ".join(rng.sample(words, n_words)) for words in picked]
+                picked[slot] = (doc.id, words)
+    return [keyword_query("", n_words, seed, doc_id, tokens=words) for doc_id, words in picked]
 
 
 def generate_corpus(path: Path, vocab: Vocabulary, n_docs: int, words_per_doc: int = 12, seed: int = 0) -> Path:

@@ -1,4 +1,4 @@
-"""One benchmark run: BM25 yardstick, then the service with each index kind, all on the same queries.
+"""One benchmark run: BM25 yardstick, then the service with each index type, all on the same queries.
 
 For the exact (flat) index: time to first ready (documents stored, V d computed, index built),
 restart time from the cache, process memory, and latency/throughput over HTTP at each client count.
@@ -38,7 +38,7 @@ class BenchConfig:
     k: int = 10
     clients: list[int] = field(default_factory=lambda: [1, 8, 32])
     seconds: float = 10.0
-    kinds: list[str] = field(default_factory=lambda: ["flat", "hnsw", "ivf"])
+    index_types: list[str] = field(default_factory=lambda: ["flat", "hnsw", "ivf"])
     ef_search: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
     nprobe: list[int] = field(default_factory=lambda: [1, 4, 16, 64, 256])
     threads: int = 2
@@ -68,12 +68,12 @@ def _folder_bytes(path: Path) -> int:
 
 
 def _serve_and_measure(
-    config: BenchConfig, corpus: Path, kind: str, bodies: list[dict[str, Any]], log: Any
+    config: BenchConfig, corpus: Path, index_type: str, bodies: list[dict[str, Any]], log: Any
 ) -> tuple[dict[str, Any], ServedProcess]:
-    cache = config.work_dir / kind
+    cache = config.work_dir / index_type
     settings = {
         "SSI_CACHE_DIR": str(cache),
-        "SSI_INDEX_KIND": kind,
+        "SSI_INDEX_TYPE": index_type,
         "SSI_THREADS": str(config.threads),
         # The default admission limits (SSI_MAX_CONCURRENCY), with room to queue every client.
         "SSI_MAX_QUEUE": str(max(64, 2 * max(config.clients))),
@@ -81,7 +81,7 @@ def _serve_and_measure(
         **config.extra_settings,
     }
     server = ServedProcess(config.bundle, corpus, config.work_dir, settings)
-    log(f"[{kind}] starting (first start: store, embed, build)")
+    log(f"[{index_type}] starting (first start: store, embed, build)")
     info = server.start()
     result: dict[str, Any] = {
         "first_start_seconds": round(info["ready_seconds"], 3),
@@ -91,14 +91,14 @@ def _serve_and_measure(
         "index_cache_mb": round(_folder_bytes(cache / "index") / 2**20, 1),
         "nlist": info.get("nlist"),
     }
-    log(f"[{kind}] ready in {result['first_start_seconds']}s; {result['rss_mb_ready']} MB")
+    log(f"[{index_type}] ready in {result['first_start_seconds']}s; {result['rss_mb_ready']} MB")
     result["http_floor"] = http_floor(server.url).as_dict()
-    log(f"[{kind}] GET /healthz p50 {result['http_floor']['p50_ms']:.2f} ms (HTTP and framework alone)")
+    log(f"[{index_type}] GET /healthz p50 {result['http_floor']['p50_ms']:.2f} ms (HTTP and framework alone)")
     result["load"] = {}
     for clients in config.clients:
         measured = run_load(server.url, bodies, clients, config.seconds)
         result["load"][str(clients)] = measured.as_dict()
-        log(f"[{kind}] {clients:>3} clients: p50 {measured.p50_ms:.2f} ms, p99 {measured.p99_ms:.2f} ms, "
+        log(f"[{index_type}] {clients:>3} clients: p50 {measured.p50_ms:.2f} ms, p99 {measured.p99_ms:.2f} ms, "
             f"{measured.throughput_qps:.1f} q/s, {measured.errors} errors")  # fmt: skip
     result["rss_mb_after_load"] = round(server.rss_bytes() / 2**20, 1)
     return result, server
@@ -147,8 +147,9 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
         "setup": {
             "corpus": str(corpus),
             "bundle": str(config.bundle),
-            "model_kind": bundle.manifest.kind,
+            "model_form": bundle.manifest.form,
             "N": bundle.manifest.n_dims,
+            "M": bundle.manifest.index_dims,
             "D": bundle.manifest.vocab_size,
             "queries": len(queries),
             "query_words": config.query_words,
@@ -167,15 +168,15 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
     report["setup"]["documents"] = report["bm25"]["documents"]
 
     exact: list[list[tuple[str, float]]] | None = None
-    for kind in config.kinds:
-        result, server = _serve_and_measure(config, corpus, kind, bodies, log)
+    for index_type in config.index_types:
+        result, server = _serve_and_measure(config, corpus, index_type, bodies, log)
         try:
-            if kind == "flat":
+            if index_type == "flat":
                 exact, _ = ranked_hits(server.url, bodies)
             elif exact is not None:
-                knob = "ef_search" if kind == "hnsw" else "nprobe"
-                values = config.ef_search if kind == "hnsw" else config.nprobe
-                if kind == "ivf" and result.get("nlist"):
+                knob = "ef_search" if index_type == "hnsw" else "nprobe"
+                values = config.ef_search if index_type == "hnsw" else config.nprobe
+                if index_type == "ivf" and result.get("nlist"):
                     values = [v for v in values if v <= result["nlist"]] or [result["nlist"]]
                 result["recall"] = {}
                 for value in values:
@@ -186,13 +187,13 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
                         "p50_ms": round(single.p50_ms, 3),
                         "p99_ms": round(single.p99_ms, 3),
                     }
-                    log(f"[{kind}] {knob}={value}: recall@{config.k} {_recall(found, exact):.4f}, "
+                    log(f"[{index_type}] {knob}={value}: recall@{config.k} {_recall(found, exact):.4f}, "
                         f"p50 {single.p50_ms:.2f} ms")  # fmt: skip
         finally:
             server.stop()
-        if kind == "flat" and config.measure_restart:
+        if index_type == "flat" and config.measure_restart:
             again = ServedProcess(
-                config.bundle, corpus, config.work_dir, {"SSI_CACHE_DIR": str(config.work_dir / kind)}
+                config.bundle, corpus, config.work_dir, {"SSI_CACHE_DIR": str(config.work_dir / index_type)}
             )
             started = time.perf_counter()
             info = again.start()
@@ -201,19 +202,20 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             result["restart_loaded_from"] = info["loaded_from"]
             result["restart_rss_mb"] = round(again.rss_bytes() / 2**20, 1)
             again.stop()
-        if kind == "flat":
+        if index_type == "flat":
             result["in_process"] = _in_process(config, corpus, queries)
             log(f"[flat] in-process (no HTTP): p50 {result['in_process']['p50_ms']:.2f} ms")
-        report[kind] = result
+        report[index_type] = result
 
     bm25_single = report["bm25"]["single_query"]
     ratios: dict[str, Any] = {}
-    for kind in config.kinds:
-        one = report[kind]["load"].get("1")
+    for index_type in config.index_types:
+        one = report[index_type]["load"].get("1")
         if one:
-            ratios[f"{kind}_p50_over_bm25_p50"] = round(one["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2)
-        best = max(level["throughput_qps"] for level in report[kind]["load"].values())
-        ratios[f"{kind}_best_qps_over_bm25_single_qps"] = round(best / max(bm25_single["throughput_qps"], 1e-9), 3)
+            ratios[f"{index_type}_p50_over_bm25_p50"] = round(one["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2)
+        best = max(level["throughput_qps"] for level in report[index_type]["load"].values())
+        single_qps = max(bm25_single["throughput_qps"], 1e-9)
+        ratios[f"{index_type}_best_qps_over_bm25_single_qps"] = round(best / single_qps, 3)
     if "flat" in report and "in_process" in report["flat"]:
         ratios["flat_in_process_p50_over_bm25_p50"] = round(
             report["flat"]["in_process"]["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2

@@ -15,8 +15,8 @@ from fastapi import APIRouter, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
+from service.bounds import check_document_id, check_documents, check_paging
 from service.deps import ApiKeyDep, CollectionDep, SearchLimiterDep, SettingsDep, WriteLimiterDep
-from service.limits import check_document_id, check_documents, check_page
 from service.routes.search import to_result
 from service.schemas import (
     DeleteResponse,
@@ -52,6 +52,14 @@ router = APIRouter(tags=["documents"])
     "/documents/{doc_id:docid}/similar",
     response_model=SearchResponse,
     summary="Documents most like this one (the stored document is the query; it is left out)",
+    description=(
+        "The stored document (title and text) is the query, ranked by the exact score like a search. "
+        "It is a long query, so it is cut, never refused: to its first SSI_MAX_PAGE_CHARS characters "
+        "(65,536 by default, at a word boundary), then to its SSI_MAX_PAGE_WORDS (2,048) distinct words "
+        "of highest tf-idf weight, renormalized. Serves `documents` collections; an `adverts` "
+        "collection answers 409."
+    ),
+    responses={409: {"description": "the collection holds adverts, not documents"}},
 )
 async def similar(
     doc_id: str,
@@ -61,7 +69,7 @@ async def similar(
     k: Annotated[int, Query(ge=1)] = 10,
     offset: Annotated[int, Query(ge=0)] = 0,
 ) -> SearchResponse:
-    check_page(settings, k, offset)
+    check_paging(settings, k, offset)
     started = time.perf_counter()
     result = await limiter.run(lambda: to_result(collection, settings, collection.similar(doc_id, k, offset), None))
     took = (time.perf_counter() - started) * 1000

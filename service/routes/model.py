@@ -16,9 +16,11 @@ def model(collection: CollectionDep) -> ModelResponse:
     manifest = state.bundle.manifest
     return ModelResponse(
         collection=collection.name,
+        type=collection.type,
         bundle=str(collection.bundle_path),
-        kind=manifest.kind,
+        form=manifest.form,
         n_dims=manifest.n_dims,
+        index_dims=manifest.index_dims,
         vocab_size=manifest.vocab_size,
         content_hash=manifest.content_hash,
         created_at=manifest.created_at,

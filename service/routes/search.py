@@ -6,13 +6,13 @@ import time
 
 from fastapi import APIRouter
 
+from service.bounds import check_search
 from service.collection import Collection
 from service.deps import CollectionDep, SearchLimiterDep, SettingsDep
-from service.limits import check_search
+from service.model_state import QueryResult
 from service.schemas import BatchSearchRequest, BatchSearchResponse, Hit, SearchRequest, SearchResponse, SearchResult
 from service.settings import Settings
 from service.snippet import make_snippet, query_pattern
-from service.state import QueryResult
 from ssi.tokenize import tokenize
 
 router = APIRouter(tags=["search"])
@@ -34,7 +34,16 @@ def to_result(collection: Collection, settings: Settings, result: QueryResult, q
     return SearchResult(hits=hits, query_words=result.query_words, candidates=result.candidates)
 
 
-@router.post("/search", response_model=SearchResponse, summary="Rank the collection for one query")
+@router.post(
+    "/search",
+    response_model=SearchResponse,
+    summary="Rank the collection for one query",
+    description=(
+        "A short query: refused (422) beyond SSI_MAX_QUERY_CHARS characters (4,096 by default). "
+        "Serves `documents` collections; an `adverts` collection answers 409."
+    ),
+    responses={409: {"description": "the collection holds adverts, not documents"}},
+)
 async def search(
     body: SearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
 ) -> SearchResponse:
@@ -50,7 +59,13 @@ async def search(
     return SearchResponse(**result.model_dump(), collection=collection.name, took_ms=round(took, 3))
 
 
-@router.post("/search/batch", response_model=BatchSearchResponse, summary="Rank the collection for several queries")
+@router.post(
+    "/search/batch",
+    response_model=BatchSearchResponse,
+    summary="Rank the collection for several queries",
+    description="Each query as in `POST /search`, at most SSI_MAX_BATCH of them.",
+    responses={409: {"description": "the collection holds adverts, not documents"}},
+)
 async def search_batch(
     body: BatchSearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
 ) -> BatchSearchResponse:

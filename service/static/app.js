@@ -269,7 +269,7 @@
   async function showModel() {
     try {
       const model = await fetchJson(API.model);
-      const parts = [`model ${model.kind ?? "?"}`, `N = ${model.n_dims ?? "?"}`, `D = ${model.vocab_size ?? "?"}`];
+      const parts = [`model ${model.form ?? "?"}`, `N = ${model.n_dims ?? "?"}`, `D = ${model.vocab_size ?? "?"}`];
       if (model.created_at) parts.push(`trained ${model.created_at}`);
       if (model.content_hash) parts.push(`hash ${String(model.content_hash).slice(0, 12)}`);
       $("model").textContent = parts.join(" · ");

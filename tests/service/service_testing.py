@@ -1,4 +1,4 @@
-"""Helpers for the service tests: a generated corpus, a random bundle, a brute-force oracle, real servers.
+"""Helpers for the service tests: a generated corpus, a random bundle of any form, a brute-force oracle, real servers.
 
 Servers are real uvicorn servers on loopback ports, either in a thread of the test process (fast,
 for most tests) or as a subprocess running `python -m service serve` (for restarts and SIGKILL).
@@ -21,8 +21,11 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import scipy.sparse as sp
 
 from ssi.bundle import load_bundle, write_bundle
+from ssi.forms import Form, form_class
+from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.vocab import Vocabulary
 from training.encoder import build_encoder
@@ -75,69 +78,96 @@ def write_corpus(path: Path, docs: list[Document]) -> Path:
     return path
 
 
+def random_form(
+    form: str,
+    n_dims: int,
+    vocab_size: int,
+    *,
+    seed: int = 1,
+    scale: float = 0.2,
+    scales: dict[str, float] | None = None,
+) -> Form:
+    """The form `form` with random float32 arrays of its declared shapes (`scales` overrides `scale` per array).
+
+    A diagonal's weights are drawn positive (a learned re-weighting of words), the other arrays are normal.
+    """
+    cls = form_class(form)
+    rng = np.random.default_rng(seed)
+    arrays: dict[str, np.ndarray] = {}
+    for name, shape in cls.shapes(n_dims, vocab_size).items():
+        if form == "diagonal":
+            array = rng.uniform(0.2, 3.0, shape)
+        else:
+            array = rng.standard_normal(shape) * (scales or {}).get(name, scale)
+        arrays[name] = array.astype(np.float32)
+    return cls(arrays)
+
+
 def make_bundle(
     path: Path,
     docs: list[Document],
     *,
+    form: str = "lowrank",
     n_dims: int = 16,
     seed: int = 1,
     scale: float = 0.2,
-    lexical: np.ndarray | float | None = None,
-    kind: str = "ssi-lowrank",
+    scales: dict[str, float] | None = None,
 ) -> Path:
-    """A bundle with random U, V over the corpus vocabulary (every word kept, so needles are searchable)."""
+    """A bundle of `form` with random arrays over the corpus vocabulary (every word kept, so needles are searchable)."""
     vocab = Vocabulary.build([d.full_text for d in docs], min_df=1)
-    rng = np.random.default_rng(seed)
-    U = (rng.standard_normal((n_dims, vocab.size)) * scale).astype(np.float32)
-    V = (rng.standard_normal((n_dims, vocab.size)) * scale).astype(np.float32)
-    if lexical is None or np.isscalar(lexical):
-        w = np.full(vocab.size, 1.0 if lexical is None else lexical, dtype=np.float32)
-    else:
-        w = np.asarray(lexical, dtype=np.float32)
-    write_bundle(path, kind=kind, vocab=vocab, U=U, V=V, lexical=w, encoder_onnx=build_encoder(U))
+    model = random_form(form, n_dims, vocab.size, seed=seed, scale=scale, scales=scales)
+    write_bundle(path, form=model, vocab=vocab, encoder_onnx=build_encoder(model.query_map()))
     return path
 
 
 @dataclass
 class Oracle:
-    """f(q, d) = (U q)·(V d) + Σ_i w_i q_i d_i over the whole collection, in float64, by brute force."""
+    """Brute force over the whole collection: the bundle's form's reference score f(q, d) for every document."""
 
     bundle_dir: Path
     docs: list[Document]
 
     def __post_init__(self) -> None:
         self.bundle = load_bundle(self.bundle_dir, mmap=False)
+        self.form = self.bundle.form
         self.ids = [d.id for d in self.docs]
-        self.X = self.bundle.vocab.featurize([d.full_text for d in self.docs]).astype(np.float64)
-        self.VX = (self.X @ self.bundle.V.T.astype(np.float64)).T  # N x M
+        X = self.bundle.vocab.featurize([d.full_text for d in self.docs])
+        self.doc_matrix = DocMatrix(X)
+        self._embedded: np.ndarray | None = None
 
-    def scores(self, query: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        q = self.bundle.vocab.featurize([query]).astype(np.float64)
-        uq = (q @ self.bundle.U.T.astype(np.float64)).ravel()
-        semantic = uq @ self.VX
-        lexical = np.asarray(self.X @ (q.multiply(self.bundle.lexical.astype(np.float64)).T).toarray()).ravel()
-        return semantic + lexical, semantic, lexical
+    def featurize(self, query: str) -> sp.csr_matrix:
+        return self.bundle.vocab.featurize([query])
 
-    def top(self, query: str, k: int) -> tuple[list[str], np.ndarray]:
-        f, _, _ = self.scores(query)
-        order = np.lexsort((np.arange(f.shape[0]), -f))[:k]
+    def scores(self, query: str) -> np.ndarray:
+        """f(q, d) of every document, as the form defines it (float64 for comparisons)."""
+        return self.form.reference_scores(self.featurize(query), self.doc_matrix)[0].astype(np.float64)
+
+    def top(self, query: str, k: int, exclude: str | None = None) -> tuple[list[str], np.ndarray]:
+        """The k best documents (ties by collection order), leaving out `exclude` (the query document of /similar)."""
+        f = self.scores(query)
+        order = [i for i in np.lexsort((np.arange(f.shape[0]), -f))[: k + 1].tolist() if self.ids[i] != exclude][:k]
         return [self.ids[i] for i in order], f[order]
 
     def semantic_rank(self, query: str, doc_id: str) -> int:
-        _, semantic, _ = self.scores(query)
+        """Where the embedding index alone ranks `doc_id` (its score (query map q)·embed(d), not f)."""
+        if self._embedded is None:
+            self._embedded = self.form.embed_documents(self.doc_matrix.X).astype(np.float64)
+        q = self.featurize(query)
+        semantic = self._embedded @ (q @ np.asarray(self.form.query_map(), dtype=np.float64).T).ravel()
         return int((semantic > semantic[self.ids.index(doc_id)]).sum())
 
 
-def assert_same_ranking(hits: list[dict], oracle: Oracle, query: str, k: int) -> None:
+def assert_same_ranking(hits: list[dict], oracle: Oracle, query: str, k: int, exclude: str | None = None) -> None:
     """The service's hits are the brute-force top k: same ids in order, except where scores tie."""
-    ids, top_scores = oracle.top(query, k)
-    f, _, _ = oracle.scores(query)
+    ids, top_scores = oracle.top(query, k, exclude)
+    f = oracle.scores(query)
+    scale = max(1.0, float(np.abs(top_scores).max(initial=0.0)))
     assert len(hits) == len(ids), (query, len(hits), len(ids))
     for position, (hit, expected_id, expected_score) in enumerate(zip(hits, ids, top_scores, strict=True)):
-        assert hit["score"] == pytest.approx(expected_score, abs=1e-4), (query, position)
-        assert hit["semantic"] + hit["lexical"] == pytest.approx(hit["score"], abs=1e-6)
+        assert hit["score"] == pytest.approx(expected_score, abs=1e-4 * scale), (query, position)
+        assert hit["semantic"] + hit["lexical"] == pytest.approx(hit["score"], abs=1e-6 * scale)
         if hit["id"] != expected_id:  # only a tie may swap two documents
-            assert f[oracle.ids.index(hit["id"])] == pytest.approx(expected_score, abs=1e-5), (query, position)
+            assert f[oracle.ids.index(hit["id"])] == pytest.approx(expected_score, abs=1e-5 * scale), (query, position)
 
 
 def free_port() -> int:

@@ -20,10 +20,10 @@ def recall_at_10(server: ThreadServer, oracle: Oracle, queries: list[str], **kno
 
 
 def test_hnsw_is_sensible_and_ef_search_works_per_request(small_world: dict, tmp_path: Path) -> None:
-    settings = dict(index_kind="hnsw", hnsw_m=8, hnsw_ef_construction=64)
+    settings = dict(index_type="hnsw", hnsw_m=8, hnsw_ef_construction=64)
     with ThreadServer(bundle=small_world["bundle"], corpus=small_world["corpus"], cache_dir=tmp_path, **settings) as s:
         queries = [d.text[:60] for d in small_world["docs"][:40]]
-        assert s.client.get("/model").json()["index"]["kind"] == "hnsw"
+        assert s.client.get("/model").json()["index"]["index_type"] == "hnsw"
         # Lexical candidates and the exact rerank come on top of HNSW's: close to the exact ranking.
         assert recall_at_10(s, small_world["oracle"], queries) >= 0.95
         for bad, message in (({"ef_search": 0}, "ef_search"), ({"nprobe": 4}, "nprobe applies to an ivf index")):
@@ -37,12 +37,12 @@ def semantic_only(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("semantic")
     docs = make_corpus(2500, seed=11, vocab_words=2000)
     corpus = write_corpus(root / "corpus.jsonl", docs)
-    bundle = make_bundle(root / "bundle", docs, n_dims=16, lexical=0.0, kind="ssi-noidentity")
+    bundle = make_bundle(root / "bundle", docs, n_dims=16, form="noidentity")
     return {"docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}
 
 
 def test_per_request_ef_search_reaches_faiss(semantic_only: dict, tmp_path: Path) -> None:
-    settings = dict(index_kind="hnsw", hnsw_m=8, hnsw_ef_construction=40, hnsw_ef_search=10, candidate_pool=10)
+    settings = dict(index_type="hnsw", hnsw_m=8, hnsw_ef_construction=40, hnsw_ef_search=10, candidate_pool=10)
     world = semantic_only
     with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
         queries = [d.title for d in world["docs"][:60]]
@@ -53,7 +53,7 @@ def test_per_request_ef_search_reaches_faiss(semantic_only: dict, tmp_path: Path
 
 def test_ivf_nprobe_works_per_request(semantic_only: dict, tmp_path: Path) -> None:
     world = semantic_only
-    settings = dict(index_kind="ivf", ivf_nlist=32, ivf_nprobe=1, scan_pool=10)
+    settings = dict(index_type="ivf", ivf_nlist=32, ivf_nprobe=1, scan_pool=10)
     with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
         assert s.client.get("/model").json()["index"]["nlist"] == 32
         queries = [d.title for d in world["docs"][:60]]

@@ -18,7 +18,7 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
         n_queries=40,
         clients=[1, 4],
         seconds=0.5,
-        kinds=["flat", "hnsw"],
+        index_types=["flat", "hnsw"],
         ef_search=[64, 256],
         threads=1,
         measure_restart=False,  # the restart tests cover the cache; one server start less here
@@ -28,11 +28,11 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     assert json.loads(out.read_text()) == report
     setup = report["setup"]
     assert setup["documents"] == len(small_world["docs"]) and setup["queries"] == 40 and setup["N"] == 16
-    for kind in ("flat", "hnsw"):
-        assert report[kind]["documents"] == len(small_world["docs"])
-        assert report[kind]["rss_mb_ready"] > 10 and report[kind]["index_cache_mb"] > 0
+    for index_type in ("flat", "hnsw"):
+        assert report[index_type]["documents"] == len(small_world["docs"])
+        assert report[index_type]["rss_mb_ready"] > 10 and report[index_type]["index_cache_mb"] > 0
         for clients in ("1", "4"):
-            level = report[kind]["load"][clients]
+            level = report[index_type]["load"][clients]
             assert level["errors"] == 0 and level["requests"] > 0
             assert 0 < level["p50_ms"] <= level["p99_ms"]
     recall = report["hnsw"]["recall"]

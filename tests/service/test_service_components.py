@@ -1,4 +1,4 @@
-"""The service's parts on their own: FAISS index kinds, the document store, snapshots, settings, encoder."""
+"""The service's parts on their own: FAISS index types, the document store, snapshots, settings, encoder."""
 
 from __future__ import annotations
 
@@ -76,9 +76,11 @@ def test_ivf_nprobe_per_request_changes_recall(vectors: np.ndarray) -> None:
     assert low < 0.9
 
 
-@pytest.mark.parametrize("kind", ["flat", "hnsw", "ivf"])
-def test_dead_rows_are_never_returned_and_index_round_trips(kind: str, vectors: np.ndarray, tmp_path: Path) -> None:
-    config = IndexConfig(kind, ivf_nlist=16, ivf_nprobe=16, hnsw_ef_search=200)
+@pytest.mark.parametrize("index_type", ["flat", "hnsw", "ivf"])
+def test_dead_rows_are_never_returned_and_index_round_trips(
+    index_type: str, vectors: np.ndarray, tmp_path: Path
+) -> None:
+    config = IndexConfig(index_type, ivf_nlist=16, ivf_nprobe=16, hnsw_ef_search=200)
     index = VectorIndex.build(config, 32, vectors[:3000], np.arange(3000))
     index.add(vectors[3000:], np.arange(3000, 4000))
     table = RowTable([str(i) for i in range(4000)])
@@ -92,7 +94,7 @@ def test_dead_rows_are_never_returned_and_index_round_trips(kind: str, vectors: 
     assert loaded.ntotal == 4000
     np.testing.assert_array_equal(loaded.search(vectors[:50], 20, live_bits=table.live_bits())[1], rows)
     with pytest.raises(Exception, match="expected"):
-        VectorIndex.load(path, IndexConfig("hnsw" if kind != "hnsw" else "flat"), 32)
+        VectorIndex.load(path, IndexConfig("hnsw" if index_type != "hnsw" else "flat"), 32)
 
 
 def test_ivf_on_tiny_collection_is_exhaustive() -> None:
@@ -157,7 +159,7 @@ def test_snapshots_are_atomic_newest_first_and_checked(tmp_path: Path) -> None:
         write_snapshot(folder, _snapshot(seq))
     found = list(snapshots(folder))
     assert [p.name for p in found] == ["snap-000000000000012", "snap-000000000000009"]  # older ones pruned
-    args = dict(bundle_hash="hash", store_uuid="store", index_tag="flat", n_dims=4, vocab_size=7)
+    args = dict(bundle_hash="hash", store_uuid="store", index_tag="flat", index_dims=4, vocab_size=7)
     data = read_snapshot(found[0], **args)
     assert data.seq == 12 and data.doc_ids[0] == "d0" and data.tfidf.shape == (5, 7)
     with pytest.raises(SnapshotError, match="bundle_hash"):
@@ -174,8 +176,8 @@ def test_settings_refuse_unsafe_configurations() -> None:
         Settings(bundle=Path("b"), host="0.0.0.0", insecure_writes=True)
     with pytest.raises(ValidationError, match="at least 16 characters"):
         Settings(bundle=Path("b"), api_key="short")
-    with pytest.raises(ValidationError, match="index_kind"):
-        Settings(bundle=Path("b"), index_kind="annoy")
+    with pytest.raises(ValidationError, match="index_type"):
+        Settings(bundle=Path("b"), index_type="annoy")
     with pytest.raises(ValueError, match="nothing to serve"):
         Settings().collection_specs()
     ok = Settings(bundle=Path("b"), host="127.0.0.1", insecure_writes=True)
@@ -184,12 +186,19 @@ def test_settings_refuse_unsafe_configurations() -> None:
 
 def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SSI_BUNDLE", "/models/b")
-    monkeypatch.setenv("SSI_INDEX_KIND", "hnsw")
+    monkeypatch.setenv("SSI_INDEX_TYPE", "hnsw")
     monkeypatch.setenv("SSI_MAX_K", "50")
     monkeypatch.setenv("SSI_COLLECTIONS", '{"adverts": {"bundle": "/models/ads", "corpus": "/data/ads.jsonl"}}')
     settings = Settings(port=9000)  # a flag overrides the environment
-    assert settings.index_kind == "hnsw" and settings.max_k == 50 and settings.port == 9000
+    assert settings.index_type == "hnsw" and settings.max_k == 50 and settings.port == 9000
     assert list(settings.collection_specs()) == ["documents", "adverts"]
+
+
+def test_settings_still_read_the_deprecated_index_kind_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("SSI_INDEX_KIND", "ivf")
+    assert Settings(bundle=Path("b")).index_type == "ivf"
+    monkeypatch.setenv("SSI_INDEX_TYPE", "hnsw")  # the current name wins
+    assert Settings(bundle=Path("b")).index_type == "hnsw"
 
 
 def test_encoder_that_disagrees_with_U_is_refused(tmp_path: Path) -> None:
@@ -197,15 +206,15 @@ def test_encoder_that_disagrees_with_U_is_refused(tmp_path: Path) -> None:
     U = rng.standard_normal((4, 30)).astype(np.float32)
     path = tmp_path / "encoder.onnx"
     path.write_bytes(build_encoder(U))
-    encoder = QueryEncoder(path, vocab_size=30, n_dims=4, threads=1)
+    encoder = QueryEncoder(path, vocab_size=30, index_dims=4, threads=1)
     x = np.zeros((1, 30), dtype=np.float32)
     x[0, [1, 5]] = [0.6, 0.8]
     np.testing.assert_allclose(encoder.encode(x), x @ U.T, rtol=1e-5)
     encoder.check_against(U)
-    with pytest.raises(BundleError, match="does not match U"):
+    with pytest.raises(BundleError, match="does not match the form.s query map"):
         encoder.check_against(U * 1.5)
     with pytest.raises(BundleError, match="expected one input"):
-        QueryEncoder(path, vocab_size=31, n_dims=4, threads=1)
+        QueryEncoder(path, vocab_size=31, index_dims=4, threads=1)
     path.write_bytes(b"not an onnx graph")
     with pytest.raises(BundleError, match="cannot load"):
-        QueryEncoder(path, vocab_size=30, n_dims=4, threads=1)
+        QueryEncoder(path, vocab_size=30, index_dims=4, threads=1)

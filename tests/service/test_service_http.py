@@ -100,7 +100,7 @@ def test_model_health_page_and_metrics(server: ThreadServer, small_world: dict) 
     client = server.client
     assert client.post("/search", json={"query": "baba"}).status_code == 200
     model = client.get("/model").json()
-    assert model["kind"] == "ssi-lowrank" and model["index"]["kind"] == "flat"
+    assert model["form"] == "lowrank" and model["index"]["index_type"] == "flat"
     assert model["index"]["documents"] == len(small_world["docs"])
     assert client.get("/collections/documents/model").json()["content_hash"] == model["content_hash"]
     assert client.get("/healthz").json() == {"status": "ok"}

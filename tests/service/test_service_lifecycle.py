@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, needle_of
 
+from service.admission import Limiter
 from service.collection import Collection
 from service.errors import Overloaded, Unavailable
-from service.limiter import Limiter
 from service.metrics import Metrics
 from service.settings import CollectionSpec, Settings
 from ssi.records import Document

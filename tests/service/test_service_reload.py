@@ -34,7 +34,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     corpus = write_corpus(root / "corpus.jsonl", docs)
     bundles = root / "bundles"
     first = make_bundle(bundles / "current", docs, n_dims=16, seed=1)
-    second = make_bundle(bundles / "next", docs, n_dims=24, seed=2, kind="ssi-symmetric")
+    second = make_bundle(bundles / "next", docs, n_dims=24, seed=2, form="symmetric")
     return {"root": root, "docs": docs, "corpus": corpus, "first": first, "second": second}
 
 
@@ -89,7 +89,7 @@ def test_reload_swaps_the_model_while_requests_keep_succeeding(world: dict, tmp_
         body = response.json()
         second_hash = load_bundle(world["second"]).content_hash
         assert body["previous_content_hash"] == first_hash and body["content_hash"] == second_hash
-        assert body["loaded_from"] == "computed" and body["kind"] == "ssi-symmetric"
+        assert body["loaded_from"] == "computed" and body["form"] == "symmetric"
         statuses = [s for t in traffic for s in t.statuses]
         assert len(statuses) > 30 and set(statuses) == {200}, sorted(set(statuses))
         during = [t for traffic_thread in traffic for t in traffic_thread.answered_at if started < t < ended]

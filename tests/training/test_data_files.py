@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from ssi.cli import build_app
 from ssi.corpus import DataFileError, read_corpus, read_pairs, read_qrels
+from ssi_cli.main import build_app
 
 
 def write(path: Path, text: str) -> Path:

@@ -1,5 +1,5 @@
-"""Every model kind: its training scores equal the bundle form it exports, gradients stay sparse,
-and a few steps lower the loss."""
+"""Every model kind: its training scores equal the reference score of the form it exports, gradients
+stay sparse, and warm starts begin exactly where the trained model was."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from ssi.forms import Form
+from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
 from training.loss import margin_ranking
 from training.models import REGISTRY, ModelShape, make_model
@@ -28,18 +30,21 @@ def make_block(X: sp.csr_matrix, queries: list[int], n_words: int, with_gram: bo
     return Block(queries=SparseRows.of(Xq, n_words), docs=SparseRows.of(X, n_words), gram=gram)
 
 
-def exported_scores(export, Xq: sp.csr_matrix, Xd: sp.csr_matrix) -> np.ndarray:
-    """f(q, d) = (U q)·(V d) + Σ_i w_i q_i d_i, the bundle's scoring form, in plain numpy."""
-    Q, D = Xq.toarray(), Xd.toarray()
-    return (Q @ export.U.T) @ (D @ export.V.T).T + (Q * export.lexical) @ D.T
+def exported_scores(export: Form, Xq: sp.csr_matrix, Xd: sp.csr_matrix) -> np.ndarray:
+    """f(q, d) as the exported form defines it (its reference score)."""
+    return export.reference_scores(Xq, DocMatrix(Xd))
+
+
+def shape_of(vocab: Vocabulary, n_dims: int = 4, seed: int = 1) -> ModelShape:
+    return ModelShape(vocab_size=vocab.size, n_dims=n_dims, n_words=vocab.size, init_scale=0.3, lr=0.1, seed=seed)
 
 
 @pytest.mark.parametrize("kind", sorted(REGISTRY))
 def test_training_scores_equal_exported_form(kind: str) -> None:
     vocab = Vocabulary.build(TEXTS, min_df=1)
     X = vocab.featurize(TEXTS)
-    shape = ModelShape(vocab_size=vocab.size, n_dims=4, n_words=vocab.size, init_scale=0.3, lr=0.1, seed=1)
-    model = make_model(kind, shape)
+    model = make_model(kind, shape_of(vocab))
+    assert model.export().name == kind
     block = make_block(X, [0, 2], vocab.size, model.needs_gram)
     # A few updates first, so V (zero at start) and the learned weights are not at their start.
     rng = np.random.default_rng(0)
@@ -60,9 +65,10 @@ def test_frequent_word_restriction_keeps_rare_words_on_the_diagonal() -> None:
     model.scores(block)
     model.update(block, np.ones((2, X.shape[0]), dtype=np.float32))
     export = model.export()
-    assert np.all(export.U[:, 4:] == 0) and np.all(export.V[:, 4:] == 0)
-    assert np.any(export.V[:, :4] != 0)
-    assert np.all(export.lexical == 1)
+    U, V = export.values["U"], export.values["V"]
+    assert np.all(U[:, 4:] == 0) and np.all(V[:, 4:] == 0)
+    assert np.any(V[:, :4] != 0)
+    assert np.all(export.lexical_weights() == 1)
     np.testing.assert_allclose(model.scores(block), exported_scores(export, X[[0, 1]], X), rtol=1e-4, atol=1e-5)
 
 
@@ -129,7 +135,47 @@ def test_rows_of_words_no_training_query_reached_export_as_zero() -> None:
     block = make_block(X, [0], vocab.size, True)  # only "red apple fruit sweet" is ever a query
     model.scores(block)
     model.update(block, np.linspace(-1, 1, X.shape[0], dtype=np.float32)[None, :])
-    U = model.export().U
+    U = model.export().values["U"]
     seen = set(X[0].indices)
     for word in range(vocab.size):
         assert np.any(U[:, word] != 0) == (word in seen), vocab.words[word]
+
+
+def _trained_lowrank(X: sp.csr_matrix, vocab: Vocabulary) -> Form:
+    model = make_model("lowrank", shape_of(vocab))
+    block = make_block(X, [0, 1, 2], vocab.size, True)
+    rng = np.random.default_rng(4)
+    for _ in range(3):
+        model.scores(block)
+        model.update(block, rng.normal(size=(3, X.shape[0])).astype(np.float32))
+    return model.export()
+
+
+@pytest.mark.parametrize("kind", ["lowrank", "psi3"])
+def test_warm_start_begins_exactly_at_the_trained_lowrank_model(kind: str) -> None:
+    vocab = Vocabulary.build(TEXTS, min_df=1)
+    X = vocab.featurize(TEXTS)
+    init = _trained_lowrank(X, vocab)
+    model = make_model(kind, shape_of(vocab, seed=9), init)
+    block = make_block(X, [3, 4], vocab.size, True)
+    np.testing.assert_allclose(model.scores(block), exported_scores(init, X[[3, 4]], X), rtol=1e-4, atol=1e-5)
+    # ... and training moves on from there (PSI-3's cubic term starts at zero but is learned).
+    model.update(block, np.linspace(-1, 1, 2 * X.shape[0], dtype=np.float32).reshape(2, -1))
+    assert not np.allclose(model.scores(block), exported_scores(init, X[[3, 4]], X))
+    if kind == "psi3":
+        assert np.any(model.export().values["Y3"] != 0)
+
+
+def test_warm_start_refusals() -> None:
+    vocab = Vocabulary.build(TEXTS, min_df=1)
+    init = _trained_lowrank(vocab.featurize(TEXTS), vocab)
+    with pytest.raises(ValueError, match="trains from scratch"):
+        make_model("diagonal", shape_of(vocab), init)
+    with pytest.raises(ValueError, match="N = 4, this model N = 8"):
+        make_model("psi3", shape_of(vocab, n_dims=8), init)
+    symmetric = make_model("symmetric", shape_of(vocab)).export()
+    with pytest.raises(ValueError, match="warm-starts from a 'lowrank' bundle, got 'symmetric'"):
+        make_model("psi3", shape_of(vocab), symmetric)
+    restricted = ModelShape(vocab_size=vocab.size, n_dims=4, n_words=3, init_scale=0.3, lr=0.1, seed=0)
+    with pytest.raises(ValueError, match="beyond the top 3"):
+        make_model("psi3", restricted, init)

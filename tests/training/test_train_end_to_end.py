@@ -11,14 +11,14 @@ import pytest
 from typer.testing import CliRunner
 
 from ssi.bundle import load_bundle
-from ssi.cli import build_app
 from ssi.corpus import read_corpus, read_pairs
+from ssi_cli.main import build_app
 from tests.training.synonyms import SynonymCorpus, make_synonym_corpus
 from training.evaluate.baselines.tfidf import TfidfScorer
 from training.evaluate.features import TextFeatures
+from training.evaluate.form_scorer import FormScorer
 from training.evaluate.harness import score_task
 from training.evaluate.metrics import MAP
-from training.evaluate.ssi_scorer import SSIScorer
 from training.evaluate.tasks import doc_doc_task
 
 
@@ -52,7 +52,7 @@ def held_out_map(data: SynonymCorpus, bundle_dir: Path) -> tuple[float, float]:
     task = doc_doc_task(docs, read_pairs(data.valid_pairs), read_pairs(data.train_pairs))
     bundle = load_bundle(bundle_dir)
     features = TextFeatures(bundle.vocab)
-    ssi = score_task(task, SSIScorer.from_bundle(bundle, docs, features=features), quick=True)[MAP].mean()
+    ssi = score_task(task, FormScorer.from_bundle(bundle, docs, features=features), quick=True)[MAP].mean()
     tfidf = score_task(task, TfidfScorer(features, docs), quick=True)[MAP].mean()
     return float(ssi), float(tfidf)
 
@@ -72,11 +72,28 @@ def test_ssi_learns_synonyms_that_tfidf_cannot_see(synonyms: SynonymCorpus, tmp_
 def test_every_kind_trains_and_exports_a_loadable_bundle(synonyms: SynonymCorpus, tmp_path: Path, kind: str) -> None:
     summary = train(synonyms, tmp_path / kind, "--kind", kind, "--epochs", "3", "--dims", "8")
     bundle = load_bundle(tmp_path / kind)
-    assert bundle.manifest.kind == kind and summary["steps"] >= 3
+    assert bundle.manifest.form == kind and summary["form"] == kind and summary["steps"] >= 3
     assert "valid" in bundle.manifest.metrics and bundle.manifest.data["fingerprint"]["corpus"]
     x = bundle.vocab.featurize_dense(["left0w1 common3", "right1w2"])
     session = ort.InferenceSession(str(bundle.encoder_path), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(session.run(None, {"tfidf": x})[0], x @ np.asarray(bundle.U).T, atol=1e-5)
+    np.testing.assert_allclose(session.run(None, {"tfidf": x})[0], x @ np.asarray(bundle.form.query_map()).T, atol=1e-5)
+
+
+def test_psi3_warm_starts_from_a_trained_ssi_bundle(synonyms: SynonymCorpus, tmp_path: Path) -> None:
+    first = train(synonyms, tmp_path / "ssi", "--epochs", "6", "--dims", "8", "--lr", "0.1")
+    summary = train(
+        synonyms, tmp_path / "psi3", "--kind", "psi3", "--init-from", str(tmp_path / "ssi"),
+        "--epochs", "6", "--dims", "8", "--lr", "0.1", "--eval-every", "2",
+    )  # fmt: skip
+    bundle = load_bundle(tmp_path / "psi3")
+    assert bundle.manifest.form == "psi3" and sorted(bundle.form.values) == ["U", "V", "V3", "Y3"]
+    history = bundle.manifest.training["history"]
+    # Step 0 is the warm start: exactly the SSI bundle's validation MAP; the best is never below it.
+    assert history[0]["map"] == pytest.approx(first["valid"]["map"], abs=1e-6)
+    assert summary["valid"]["map"] >= first["valid"]["map"]
+    assert bundle.vocab.words == load_bundle(tmp_path / "ssi").vocab.words
+    psi_map, _ = held_out_map(synonyms, tmp_path / "psi3")
+    assert summary["valid"]["map"] == pytest.approx(psi_map, abs=1e-6)  # trainer and harness agree
 
 
 def test_frequent_word_restriction_and_hard_negatives(synonyms: SynonymCorpus, tmp_path: Path) -> None:
@@ -85,7 +102,7 @@ def test_frequent_word_restriction_and_hard_negatives(synonyms: SynonymCorpus, t
         "--frequent-words", "200", "--hard-fraction", "0.5",
     )  # fmt: skip
     bundle = load_bundle(tmp_path / "b")
-    assert np.all(np.asarray(bundle.U)[:, 200:] == 0)
+    assert np.all(np.asarray(bundle.form.values["U"])[:, 200:] == 0)
     ssi_map, tfidf_map = held_out_map(synonyms, tmp_path / "b")
     assert ssi_map > 2 * tfidf_map
 

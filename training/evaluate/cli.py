@@ -16,20 +16,20 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
-from ssi.bundle import BundleError, load_bundle
+from ssi.bundle import Bundle, BundleError, load_bundle
 from ssi.corpus import DataFileError, read_beir_queries, read_corpus, read_pairs, read_qrels, read_queries_tsv
 from ssi.records import Document
 from ssi.vocab import Vocabulary
 from training.evaluate.baselines import BASELINES, LSI_K_GRID, BaselineContext, parse_baselines
 from training.evaluate.features import TextFeatures, TokenTable
+from training.evaluate.form_scorer import FormScorer, same_vocabulary
 from training.evaluate.harness import evaluate
 from training.evaluate.rank import RankError, write_trec_run
 from training.evaluate.report import rich_table, write_reports
 from training.evaluate.scorer import DEFAULT_BLOCK, Scorer
-from training.evaluate.splits import DEFAULT_SPLIT_SEED, DEFAULT_VALID_FRACTION, split_by_query
-from training.evaluate.ssi_scorer import SSIScorer
 from training.evaluate.tasks import RetrievalTask, TaskError, beir_task, doc_doc_task, keyword_task
 from training.evaluate.tuning import build_baseline
+from training.splits import DEFAULT_SPLIT_SEED, DEFAULT_VALID_FRACTION, split_by_query
 
 DATA = "Data"
 TASK = "Task"
@@ -126,9 +126,12 @@ def eval_command(
         Path, typer.Option(help="Folder for results.json and results.md.", rich_help_panel=DATA)
     ],
     bundle: Annotated[
-        Path | None,
+        list[Path] | None,
         typer.Option(
-            help="Model bundle to evaluate as 'ssi'; without it only the baselines run.", rich_help_panel=DATA
+            help="Model bundle to evaluate, ranked by its form's reference score; repeat it to compare several "
+            "(rows 'ssi-FORM', or the folder name when two share a form). The baselines use the first one's "
+            "vocabulary. Without it only the baselines run.",
+            rich_help_panel=DATA,
         ),
     ] = None,
     eval_pairs: Annotated[
@@ -223,11 +226,13 @@ def eval_command(
         started = time.perf_counter()
         names = _parse_names(baselines)
         grid = _parse_ints(lsi_k, "--lsi-k")
-        if bundle is None and not names:
+        bundles = list(bundle or [])
+        if not bundles and not names:
             raise UsageError("nothing to evaluate: give --bundle or at least one baseline")
         if block_size < 1 or vocab_size < 1 or max_queries < 0 or tune_queries < 0:
             raise UsageError("--block-size and --vocab-size must be positive, --max-queries and --tune-queries ≥ 0")
-        model = load_bundle(bundle) if bundle is not None else None
+        models = [load_bundle(path) for path in bundles]
+        model = models[0] if models else None
         docs = read_corpus(corpus)
         tokens = TokenTable()
         task = _build_task(
@@ -250,11 +255,14 @@ def eval_command(
         features = TextFeatures(vocab, tokens)
         ctx = BaselineContext(docs, features, lsi_k_grid=tuple(grid), seed=seed, block_size=block_size)
         scorers: dict[str, Scorer] = {}
-        if model is not None:
-            # The baselines use the bundle's vocabulary, so SSI shares their document matrix.
-            shared = ctx.tfidf.docs if names else None
-            scorers["ssi"] = SSIScorer.from_bundle(
-                model, docs, features=features, doc_matrix=shared, block_size=block_size
+        for name, loaded in _model_rows(models).items():
+            # A bundle with the baselines' vocabulary shares their document matrix.
+            if same_vocabulary(loaded.vocab, vocab):
+                own, shared = features, (ctx.tfidf.docs if names else None)
+            else:
+                own, shared = TextFeatures(loaded.vocab, tokens), None
+            scorers[name] = FormScorer.from_bundle(
+                loaded, docs, features=own, doc_matrix=shared, block_size=block_size
             )
         tune_task = task.subset(tune_queries, seed) if tune else None
         tuning: dict[str, Any] = {}
@@ -272,8 +280,7 @@ def eval_command(
         total = time.perf_counter() - started
         table.notes.update(
             {
-                "bundle": str(bundle) if bundle else None,
-                "bundle_kind": model.manifest.kind if model else None,
+                "bundles": {name: str(loaded.path) for name, loaded in _model_rows(models).items()},
                 "vocabulary": {"source": "bundle" if model else "corpus", "size": vocab.size},
                 "tuned_on": None if tune_task is None else {"queries": tune_task.n_queries, "seed": seed},
                 "timings_seconds": {
@@ -287,6 +294,18 @@ def eval_command(
         console.print(rich_table(table))
         paths = write_reports(table, out, extra={"tuning": tuning})
         console.print(f"total {total:.1f}s; wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _model_rows(models: list[Bundle]) -> dict[str, Bundle]:
+    """Row name of each bundle: 'ssi-FORM', or the folder name when forms repeat."""
+    forms = [m.manifest.form for m in models]
+    rows: dict[str, Bundle] = {}
+    for loaded in models:
+        name = f"ssi-{loaded.manifest.form}" if forms.count(loaded.manifest.form) == 1 else loaded.path.name
+        if name in rows:
+            raise UsageError(f"--bundle: two bundles would both be reported as {name!r}; give distinct folder names")
+        rows[name] = loaded
+    return rows
 
 
 def _parse_names(spec: str) -> list[str]:
@@ -330,6 +349,6 @@ def rank_command(
             if query.id in seen:
                 raise DataFileError(queries, None, f"query id {query.id!r} appears twice")
             seen.add(query.id)
-        scorer = SSIScorer.from_bundle(model, docs)
-        lines = write_trec_run(out, scorer, asked, [d.id for d in docs], k, tag=f"ssi-{model.manifest.kind}")
+        scorer = FormScorer.from_bundle(model, docs)
+        lines = write_trec_run(out, scorer, asked, [d.id for d in docs], k, tag=f"ssi-{model.manifest.form}")
         typer.echo(f"wrote {lines} lines for {len(asked)} queries to {out}", err=True)

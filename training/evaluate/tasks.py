@@ -15,7 +15,6 @@ Pairs that name an unknown id are counted in `TaskStats` and reported, never sil
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -23,8 +22,8 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from ssi.keywords import keyword_query
 from ssi.records import Document, Pair, Query
-from ssi.tokenize import tokenize
 from training.evaluate.features import TokenTable
 
 KEYWORD_SIZES = (5, 10, 20)
@@ -263,22 +262,6 @@ def doc_doc_task(
         query_doc_ids=tuple(d.id for d in query_docs),
         stats=stats,
     )
-
-
-def keyword_query(text: str, n_words: int, seed: int, key: str, tokens: Sequence[str] | None = None) -> str:
-    """n distinct words of `text`, drawn uniformly without replacement and kept in text order.
-
-    The generator is seeded by (seed, crc32(key)), so a query's words depend only on the seed and
-    the query id, not on which other queries are in the task or in which order they come.
-    Distinct words, not token positions: a user typing keywords does not repeat "the".
-    `tokens`, when given, is `tokenize(text)` already computed.
-    """
-    words = list(dict.fromkeys(tokenize(text) if tokens is None else tokens))
-    if len(words) <= n_words:
-        return " ".join(words)
-    rng = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])
-    picked = np.sort(rng.choice(len(words), size=n_words, replace=False))
-    return " ".join(words[i] for i in picked)
 
 
 def keyword_task(

@@ -1,21 +1,32 @@
-"""The SSI model family, chosen by name from a registry (DESIGN.md, "The model family")."""
+"""The trainable kinds of the SSI family, chosen by name (DESIGN.md, "The model family").
+
+Each kind exports the form of the same name (ssi.forms): the trainer never scores a bundle itself.
+"""
 
 from __future__ import annotations
 
-from training.models.base import ExportedModel, ModelShape, SSIModel
+from ssi.forms import Form
+from training.models.base import ModelShape, SSIModel
 from training.models.diagonal import Diagonal
 from training.models.fullw import FullW
 from training.models.lowrank import LowRank, NoIdentity, Symmetric
+from training.models.psi3 import PSI3
 
-REGISTRY: dict[str, type[SSIModel]] = {cls.kind: cls for cls in (LowRank, Symmetric, NoIdentity, Diagonal, FullW)}
+REGISTRY: dict[str, type[SSIModel]] = {
+    cls.kind: cls for cls in (LowRank, Symmetric, NoIdentity, Diagonal, FullW, PSI3)
+}
 
 
-def make_model(kind: str, shape: ModelShape) -> SSIModel:
+def make_model(kind: str, shape: ModelShape, init: Form | None = None) -> SSIModel:
+    """A fresh model of `kind`; `init` (a trained lowrank form) warm-starts the kinds that allow it."""
     try:
         cls = REGISTRY[kind]
     except KeyError:
         raise ValueError(f"unknown model kind '{kind}' (choose from {', '.join(REGISTRY)})") from None
-    return cls(shape)
+    model = cls(shape)
+    if init is not None:
+        model.warm_start(init)
+    return model
 
 
-__all__ = ["REGISTRY", "ExportedModel", "ModelShape", "SSIModel", "make_model"]
+__all__ = ["REGISTRY", "ModelShape", "SSIModel", "make_model"]

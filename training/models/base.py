@@ -1,7 +1,7 @@
 """What every model kind provides to the trainer: block scores, an update from the loss, an export.
 
-All kinds export to one scoring form, f(q, d) = (U q)·(V d) + Σ_i w_i q_i d_i, which the bundle
-stores and the service scores, so adding a kind never touches the service.
+A kind exports its arrays as a form of the contract package (ssi.forms), which defines its score
+once; the bundle stores the form and the service ranks it, so adding a kind touches neither.
 """
 
 from __future__ import annotations
@@ -12,16 +12,8 @@ from typing import ClassVar
 
 import numpy as np
 
+from ssi.forms import Form
 from training.models.block import Block
-
-
-@dataclass
-class ExportedModel:
-    """U, V: float32 N × D; lexical: float32 D (the w of the diagonal term)."""
-
-    U: np.ndarray
-    V: np.ndarray
-    lexical: np.ndarray
 
 
 @dataclass(frozen=True)
@@ -51,9 +43,23 @@ class SSIModel(ABC):
     def update(self, block: Block, coeff: np.ndarray) -> None:
         """One step against ∂loss/∂S = `coeff` (B × P), for the block last passed to `scores`."""
 
+    def warm_start(self, init: Form) -> None:
+        """Start from a trained model's arrays; kinds that cannot say so."""
+        raise ValueError(f"a '{self.kind}' model trains from scratch: --init-from does not apply to it")
+
     @abstractmethod
-    def export(self) -> ExportedModel:
-        """The model in the bundle's scoring form, over the whole vocabulary."""
+    def export(self) -> Form:
+        """The model as its form (ssi.forms), over the whole vocabulary."""
+
+    def _restrict(self, matrix: np.ndarray) -> np.ndarray:
+        """A bundle's N × D matrix as this model's (n_words × N) table; refuses to drop non-zero columns."""
+        n_words = self.shape.n_words
+        if np.any(np.asarray(matrix[:, n_words:]) != 0):
+            raise ValueError(
+                f"the warm-start model uses words beyond the top {n_words}: train with --frequent-words "
+                "at least as large as the one it was trained with"
+            )
+        return np.ascontiguousarray(np.asarray(matrix[:, :n_words], dtype=np.float32).T)
 
     def _expand(self, table: np.ndarray) -> np.ndarray:
         """A (n_words × N) table as the bundle's N × D matrix, zero beyond the top-n words."""

@@ -13,7 +13,8 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from training.models.base import ExportedModel, ModelShape, SSIModel
+from ssi.forms.diagonal import Diagonal as DiagonalForm
+from training.models.base import ModelShape, SSIModel
 from training.models.block import Block, to_torch_csr
 from training.models.optim import RowAdagrad
 
@@ -40,7 +41,5 @@ class Diagonal(SSIModel):
         self.opt.step(torch.from_numpy(grad), np.unique(block.queries.full.indices))
         self.w.clamp_(min=0.0)
 
-    def export(self) -> ExportedModel:
-        # N = 1 zero factors: the bundle's semantic part is present but adds nothing.
-        zeros = np.zeros((1, self.shape.vocab_size), dtype=np.float32)
-        return ExportedModel(U=zeros, V=zeros.copy(), lexical=self.w.numpy()[:, 0].copy())
+    def export(self) -> DiagonalForm:
+        return DiagonalForm({"w": self.w.numpy()[:, 0].copy()})

@@ -1,7 +1,7 @@
 """Full-matrix SSI, the "margin ranking perceptron": f(q, d) = qᵀ(W + I)d, W a D × D matrix.
 
 Only for small vocabularies (D² parameters). W starts at 0, so training starts from tf-idf.
-∂loss/∂W = Xqᵀ C Xd. Exported as U = Wᵀ, V = I (N = D): (U q)·(V d) = qᵀ W d.
+∂loss/∂W = Xqᵀ C Xd. Exported as the `fullw` form (ssi.forms.fullw).
 """
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from training.models.base import ExportedModel, ModelShape, SSIModel
+from ssi.forms.fullw import MAX_VOCAB
+from ssi.forms.fullw import FullW as FullWForm
+from training.models.base import ModelShape, SSIModel
 from training.models.block import Block
 from training.models.optim import RowAdagrad
-
-MAX_VOCAB = 5000
 
 
 class FullW(SSIModel):
@@ -46,10 +46,5 @@ class FullW(SSIModel):
         grad = torch.sparse.mm(block.queries.backward, c_xd)  # D × D: Xqᵀ C Xd
         self.opt.step(grad, block.queries.touched_words)
 
-    def export(self) -> ExportedModel:
-        D = self.shape.vocab_size
-        return ExportedModel(
-            U=np.ascontiguousarray(self.W.numpy().T),
-            V=np.eye(D, dtype=np.float32),
-            lexical=np.ones(D, dtype=np.float32),
-        )
+    def export(self) -> FullWForm:
+        return FullWForm({"W": self.W.numpy().copy()})

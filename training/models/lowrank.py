@@ -16,7 +16,11 @@ from typing import ClassVar
 import numpy as np
 import torch
 
-from training.models.base import ExportedModel, ModelShape, SSIModel
+from ssi.forms import Form
+from ssi.forms.lowrank import LowRank as LowRankForm
+from ssi.forms.noidentity import NoIdentity as NoIdentityForm
+from ssi.forms.symmetric import Symmetric as SymmetricForm
+from training.models.base import ModelShape, SSIModel
 from training.models.block import Block
 from training.models.optim import RowAdagrad
 
@@ -25,6 +29,7 @@ class LowRank(SSIModel):
     kind: ClassVar[str] = "lowrank"
     description: ClassVar[str] = "(Uq)·(Vd) + q·d, the default"
     lexical_scale: ClassVar[float] = 1.0
+    form: ClassVar[type[Form]] = LowRankForm
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__(shape)
@@ -36,6 +41,16 @@ class LowRank(SSIModel):
         self._EQ: torch.Tensor | None = None
         self._ED: torch.Tensor | None = None
         self.reached = torch.zeros(shape.n_words, dtype=torch.bool)  # rows of U some update reached
+
+    def warm_start(self, init: Form) -> None:
+        """Start from a trained low-rank SSI's U and V (e.g. PSI-3 from its degree-2 model)."""
+        if not isinstance(init, LowRankForm) or init.name != "lowrank" or self.V is self.U:
+            raise ValueError(f"a '{self.kind}' model warm-starts from a 'lowrank' bundle, got '{init.name}'")
+        if init.n_dims != self.shape.n_dims:
+            raise ValueError(f"the warm-start bundle has N = {init.n_dims}, this model N = {self.shape.n_dims}")
+        self.U.copy_(torch.from_numpy(self._restrict(init.values["U"])))
+        self.V.copy_(torch.from_numpy(self._restrict(init.values["V"])))
+        self.reached |= self.U.ne(0).any(dim=1)
 
     def _make_v(self, gen: torch.Generator) -> torch.Tensor:
         # V starts at zero and U at small random values: the first score is exactly tf-idf (no
@@ -66,19 +81,20 @@ class LowRank(SSIModel):
         self.reached[torch.from_numpy(rows.astype(np.int64))] = True
         self._EQ = self._ED = None
 
-    def export(self) -> ExportedModel:
+    def export(self) -> Form:
         # A row of U that no training query ever reached holds only its random start: exported, it
         # would add noise to every query using that word. Such rows are exported as zero (V's
         # untouched rows are zero already: V starts at zero).
         U = self._expand((self.U * self.reached[:, None]).numpy())
-        V = U.copy() if self.V is self.U else self._expand(self.V.numpy())
-        lexical = np.full(self.shape.vocab_size, self.lexical_scale, dtype=np.float32)
-        return ExportedModel(U=U, V=V, lexical=lexical)
+        if self.V is self.U:
+            return self.form({"U": U})
+        return self.form({"U": U, "V": self._expand(self.V.numpy())})
 
 
 class Symmetric(LowRank):
     kind: ClassVar[str] = "symmetric"
     description: ClassVar[str] = "(Uq)·(Ud) + q·d"
+    form: ClassVar[type[Form]] = SymmetricForm
 
     def _make_v(self, gen: torch.Generator) -> torch.Tensor:
         return self.U
@@ -89,3 +105,4 @@ class NoIdentity(LowRank):
     description: ClassVar[str] = "(Uq)·(Vd), no diagonal term (cross-language)"
     lexical_scale: ClassVar[float] = 0.0
     needs_gram: ClassVar[bool] = False
+    form: ClassVar[type[Form]] = NoIdentityForm

@@ -17,9 +17,9 @@ import bm25s
 import numpy as np
 import scipy.sparse as sp
 
+from ssi.products import DocMatrix
 from ssi.records import Document
 from training.evaluate.features import TokenTable
-from training.evaluate.products import DocMatrix
 from training.evaluate.scorer import DEFAULT_BLOCK
 
 DEFAULT_K1 = 1.5

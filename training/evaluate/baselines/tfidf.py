@@ -12,9 +12,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ssi.products import DocMatrix
 from ssi.records import Document
 from training.evaluate.features import TextFeatures
-from training.evaluate.products import DocMatrix
 from training.evaluate.scorer import DEFAULT_BLOCK, VectorScorer
 
 

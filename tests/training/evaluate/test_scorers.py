@@ -1,4 +1,4 @@
-"""Scorers against brute-force oracles: featurizer, products, tf-idf, BM25, LSI, mix, Rocchio, SSI."""
+"""Scorers against brute-force oracles: featurizer, products, tf-idf, BM25, LSI, mix, Rocchio, model forms."""
 
 from __future__ import annotations
 
@@ -7,10 +7,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from ssi import products
+from ssi.forms.diagonal import Diagonal
+from ssi.forms.lowrank import LowRank
+from ssi.forms.noidentity import NoIdentity
+from ssi.products import DocMatrix
 from ssi.records import Document, Pair
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
-from training.evaluate import products
 from training.evaluate.baselines import BaselineContext
 from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.baselines.lsi import LsiBasis, LsiScorer
@@ -18,10 +22,9 @@ from training.evaluate.baselines.lsi_mix import LsiMixScorer
 from training.evaluate.baselines.query_expansion import RocchioScorer
 from training.evaluate.baselines.tfidf import TfidfScorer
 from training.evaluate.features import TextFeatures, TokenTable
+from training.evaluate.form_scorer import FormScorer
 from training.evaluate.harness import evaluate
 from training.evaluate.metrics import MAP
-from training.evaluate.products import DocMatrix
-from training.evaluate.ssi_scorer import SSIScorer
 from training.evaluate.tasks import doc_doc_task
 from training.evaluate.tuning import build_baseline
 
@@ -180,32 +183,31 @@ def test_rocchio_term_cut_keeps_the_heaviest_expansion_words(corpus) -> None:
     assert expanded.nnz <= Q.nnz + 2
 
 
-def random_ssi(vocab_size: int, n_dims: int = 6, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def random_ssi(vocab_size: int, n_dims: int = 6, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     U = rng.standard_normal((n_dims, vocab_size)).astype(np.float32)
     V = rng.standard_normal((n_dims, vocab_size)).astype(np.float32)
-    lexical = rng.uniform(0.5, 1.5, vocab_size).astype(np.float32)
-    return U, V, lexical
+    return U, V
 
 
-def test_ssi_scorer_equals_numpy_f_of_q_and_d(corpus) -> None:
+def test_form_scorer_equals_numpy_f_of_q_and_d(corpus) -> None:
     docs, vocab, _ = corpus
-    U, V, lexical = random_ssi(vocab.size)
-    scorer = SSIScorer(vocab, U, V, lexical, docs, block_size=4)
+    U, V = random_ssi(vocab.size)
+    scorer = FormScorer(vocab, LowRank({"U": U, "V": V}), docs, block_size=4)
     Q, D = dense(vocab, QUERIES), dense(vocab, [d.full_text for d in docs])
-    expected = (Q @ U.T) @ (V @ D.T) + (Q * lexical) @ D.T
-    np.testing.assert_allclose(scorer.score(QUERIES), expected, rtol=1e-4, atol=1e-4)
-    without_identity = SSIScorer(vocab, U, V, np.zeros_like(lexical), docs)
+    np.testing.assert_allclose(scorer.score(QUERIES), (Q @ U.T) @ (V @ D.T) + Q @ D.T, rtol=1e-4, atol=1e-4)
+    without_identity = FormScorer(vocab, NoIdentity({"U": U, "V": V}), docs)
     np.testing.assert_allclose(without_identity.score(QUERIES), (Q @ U.T) @ (V @ D.T), rtol=1e-4, atol=1e-4)
+    w = np.random.default_rng(1).uniform(0.5, 1.5, vocab.size).astype(np.float32)
+    diagonal = FormScorer(vocab, Diagonal({"w": w}), docs)
+    np.testing.assert_allclose(diagonal.score(QUERIES), (Q * w) @ D.T, rtol=1e-4, atol=1e-4)
 
 
-def test_ssi_scorer_refuses_mismatched_arrays(corpus) -> None:
+def test_form_scorer_refuses_a_form_of_another_vocabulary(corpus) -> None:
     docs, vocab, _ = corpus
-    U, V, lexical = random_ssi(vocab.size)
-    with pytest.raises(ValueError, match="columns"):
-        SSIScorer(vocab, U[:, :-1], V[:, :-1], lexical, docs)
-    with pytest.raises(ValueError, match="lexical"):
-        SSIScorer(vocab, U, V, lexical[:-1], docs)
+    U, V = random_ssi(vocab.size - 1)
+    with pytest.raises(ValueError, match="D = "):
+        FormScorer(vocab, LowRank({"U": U, "V": V}), docs)
 
 
 def link_task(docs: list[Document]):

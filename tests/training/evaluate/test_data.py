@@ -19,10 +19,10 @@ from training.evaluate.baselines.tfidf import TfidfScorer
 from training.evaluate.features import TextFeatures, TokenTable
 from training.evaluate.harness import score_task
 from training.evaluate.metrics import MAP, NDCG10
-from training.evaluate.splits import split_by_query
 from training.evaluate.tasks import beir_task, doc_doc_task
+from training.splits import split_by_query
 
-DATA = Path(os.environ.get("SSI_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+DATA = Path(os.environ.get("SSI_SHARED_DATA", Path(__file__).resolve().parents[4] / "shared" / "data"))
 WIKI = DATA / "wikispeedia"
 SCIFACT = DATA / "scifact"
 

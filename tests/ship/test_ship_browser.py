@@ -23,7 +23,7 @@ import pytest
 
 from training.demo_corpus import DemoConfig, generate, write
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ARTIFACTS = REPO / "artifacts"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_FLAGS = [

@@ -10,11 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from ssi.bundle import write_bundle
-from ssi.cli import build_app
+from ssi.forms.lowrank import LowRank
+from ssi.forms.psi3 import PSI3
 from ssi.records import Pair
 from ssi.vocab import Vocabulary
+from ssi_cli.main import build_app
 from training.encoder import build_encoder
-from training.evaluate.splits import split_by_query
+from training.splits import split_by_query
 
 TOPICS = [
     "cat dog pet fur paw tail vet leash",
@@ -53,12 +55,13 @@ def workspace(tmp_path: Path) -> dict[str, Path]:
     vocab = Vocabulary.build([f"{d['title']}\n{d['text']}" for d in docs], max_words=100, min_df=1)
     U = rng.standard_normal((5, vocab.size)).astype(np.float32)
     V = rng.standard_normal((5, vocab.size)).astype(np.float32)
-    lexical = rng.uniform(0.5, 1.5, vocab.size).astype(np.float32)
     bundle = tmp_path / "bundle"
-    write_bundle(bundle, kind="lowrank", vocab=vocab, U=U, V=V, lexical=lexical, encoder_onnx=build_encoder(U))
+    write_bundle(bundle, form=LowRank({"U": U, "V": V}), vocab=vocab, encoder_onnx=build_encoder(U))
+    psi3 = PSI3({"U": U, "V": V, "V3": V[::-1].copy(), "Y3": U[::-1].copy()})
+    write_bundle(tmp_path / "psi3", form=psi3, vocab=vocab, encoder_onnx=build_encoder(U))
     return {
         "corpus": corpus, "train": train, "valid": valid, "queries_jsonl": queries_jsonl, "qrels": qrels,
-        "queries_tsv": queries_tsv, "bundle": bundle, "tmp": tmp_path,
+        "queries_tsv": queries_tsv, "bundle": bundle, "psi3": tmp_path / "psi3", "tmp": tmp_path,
     }  # fmt: skip
 
 
@@ -67,15 +70,15 @@ def run_cli(*args: str | Path):
 
 
 def brute_force(ws: dict[str, Path], query: str) -> np.ndarray:
-    """f(q, d) = (Uq)·(Vd) + Σ wᵢ qᵢ dᵢ in float64 from the bundle's own files."""
+    """f(q, d) = (Uq)·(Vd) + q·d of the low-rank bundle, in float64 from its own files."""
     from ssi.bundle import load_bundle
 
     bundle = load_bundle(ws["bundle"])
     docs = [json.loads(line) for line in ws["corpus"].read_text().splitlines()]
     D = bundle.vocab.featurize([f"{d['title']}\n{d['text']}" for d in docs]).toarray().astype(np.float64)
     q = bundle.vocab.featurize([query]).toarray().astype(np.float64)[0]
-    U, V, w = (np.asarray(a, dtype=np.float64) for a in (bundle.U, bundle.V, bundle.lexical))
-    return (U @ q) @ (V @ D.T) + (q * w) @ D.T
+    U, V = (np.asarray(bundle.form.values[k], dtype=np.float64) for k in ("U", "V"))
+    return (U @ q) @ (V @ D.T) + q @ D.T
 
 
 def read_run(path: Path) -> list[list[str]]:
@@ -157,12 +160,14 @@ def test_rank_refuses_a_corrupt_bundle(workspace) -> None:
 def test_eval_scores_the_bundle_and_baselines_in_one_table(workspace) -> None:
     out = workspace["tmp"] / "eval"
     result = run_cli(
-        "eval", "--bundle", workspace["bundle"], "--corpus", workspace["corpus"], "--pairs", workspace["train"],
-        "--eval-pairs", workspace["valid"], "--baselines", "tfidf,bm25,lsi", "--lsi-k", "2,4", "--out", out,
+        "eval", "--bundle", workspace["bundle"], "--bundle", workspace["psi3"], "--corpus", workspace["corpus"],
+        "--pairs", workspace["train"], "--eval-pairs", workspace["valid"], "--baselines", "tfidf,bm25,lsi",
+        "--lsi-k", "2,4", "--out", out,
     )  # fmt: skip
     assert result.exit_code == 0, result.output
     report = json.loads((out / "results.json").read_text())
-    assert list(report["scorers"]) == ["ssi", "tfidf", "bm25", "lsi"]
+    assert list(report["scorers"]) == ["ssi-lowrank", "ssi-psi3", "tfidf", "bm25", "lsi"]
+    assert report["scorers"]["ssi-psi3"]["metrics"] != report["scorers"]["ssi-lowrank"]["metrics"]
     assert report["task"]["queries"] == N_DOCS and report["task"]["excluded_per_query"] == 2.0
     assert report["scorers"]["tfidf"]["map_ratio_to_reference"] == pytest.approx(1.0)
     assert report["tuning"]["lsi"]["chosen"]["k"] in (2, 4) and len(report["tuning"]["lsi"]["grid"]) == 2
@@ -170,7 +175,7 @@ def test_eval_scores_the_bundle_and_baselines_in_one_table(workspace) -> None:
         assert set(scorer["metrics"]) == {"map", "p@10", "ndcg@10", "rank_loss"}
         assert scorer["metrics"]["map"]["n"] == N_DOCS
     markdown = (out / "results.md").read_text()
-    assert "| ssi |" in markdown and "MAP / tfidf" in markdown
+    assert "| ssi-psi3 |" in markdown and "MAP / tfidf" in markdown
     assert "ssi" in result.stdout and "tfidf" in result.stdout and "MAP" in result.stdout
 
 

@@ -1,6 +1,6 @@
 """Admission control: under overload the service answers 429 or 503 quickly instead of piling up work.
 
-At most `slots` requests of a kind run at once (their work runs in worker threads); up to `queue`
+At most `slots` requests of one class (searches, writes) run at once (their work runs in worker threads); up to `queue`
 more wait for a slot for at most `timeout` seconds and then get 503; a request that finds the queue
 full gets 429 at once. Both carry Retry-After. The check happens on the event loop, before a worker
 thread is taken, so a flood of requests cannot exhaust the thread pool that health checks and other

@@ -20,7 +20,7 @@ import pytest
 import typer
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DOCKERFILES = sorted((REPO / "docker").glob("*.Dockerfile"))
 COMPOSE = REPO / "docker-compose.yml"
 SSI = Path(sys.executable).with_name("ssi")
@@ -68,7 +68,7 @@ def repo_path(path_in_image: str) -> Path:
 
 def ssi_cli() -> Any:
     """The `ssi` command tree as typer builds it (a group of subcommands)."""
-    from ssi.cli import build_app
+    from ssi_cli.main import build_app
 
     command = typer.main.get_command(build_app())
     assert hasattr(command, "commands"), "`ssi` should be a group of subcommands"
@@ -215,7 +215,7 @@ def test_ssi_serve_runs_without_torch() -> None:
     """What the service image has: the `ssi` entry point must not import torch or onnx to serve."""
     code = (
         "import sys; sys.modules['torch'] = None; sys.modules['onnx'] = None\n"
-        "from ssi.cli import main\n"
+        "from ssi_cli.main import main\n"
         "sys.argv = ['ssi', 'serve', '--help']\n"
         "main()\n"
     )
@@ -268,7 +268,7 @@ def test_compose_runs_the_trainer_once_then_the_service_from_its_volume() -> Non
 def test_compose_settings_come_from_the_environment() -> None:
     service = compose()["services"]["service"]
     env = service["environment"]
-    for name in ("SSI_API_KEY", "SSI_PORT", "SSI_INDEX_KIND", "SSI_THREADS"):
+    for name in ("SSI_API_KEY", "SSI_PORT", "SSI_INDEX_TYPE", "SSI_THREADS"):
         assert name in env and f"${{{name}" in str(env[name]), f"{name} should be taken from the environment"
     # Each of them is a real setting of the service.
     from service.settings import Settings
@@ -398,7 +398,7 @@ def test_ci_runs_the_readmes_test_command() -> None:
 
 def test_test_command_fails_when_no_test_runs() -> None:
     result = subprocess.run(
-        ["bash", str(REPO / "scripts" / "test.sh"), "tests/test_ship_files.py", "-k", "no_test_has_this_name"],
+        ["bash", str(REPO / "scripts" / "test.sh"), "tests/ship/test_ship_files.py", "-k", "no_test_has_this_name"],
         env={**os.environ, "LINT": "0", "VENV": str(Path(sys.executable).parents[1])},
         capture_output=True, text=True, timeout=300,
     )

@@ -3,6 +3,11 @@
 The static shape of a request is pydantic's job (service.schemas); these are the limits an operator
 sets (SSI_MAX_K, SSI_MAX_QUERY_CHARS, ...), checked before any work is done so a refused request
 changes nothing.
+
+Two kinds of query text have two bounds: a short query (search) is refused beyond
+SSI_MAX_QUERY_CHARS; a long text used as a query (a stored document in /similar, later a web page
+for adverts) is cut to SSI_MAX_PAGE_CHARS (`cut_long_text`) and then to its SSI_MAX_PAGE_WORDS most
+heavily weighted words (service.embedding.keep_top_words), since its cost grows with its distinct words.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from service.schemas import DocumentIn, SearchOptions
 from service.settings import Settings
 
 
-def check_page(settings: Settings, k: int, offset: int) -> None:
+def check_paging(settings: Settings, k: int, offset: int) -> None:
     if not 1 <= k <= settings.max_k:
         raise InvalidInput(f"k must be between 1 and {settings.max_k} (got {k})")
     if not 0 <= offset <= settings.max_offset:
@@ -30,8 +35,18 @@ def check_query(settings: Settings, query: str, field: str = "query") -> None:
         raise InvalidInput(f"{field} contains a NUL character")
 
 
+def cut_long_text(text: str, max_chars: int) -> str:
+    """`text` cut to at most `max_chars` characters, at the last whitespace when there is one in the
+    second half (so the last word is not cut into another word)."""
+    if len(text) <= max_chars:
+        return text
+    cut = text[:max_chars]
+    space = max(cut.rfind(" "), cut.rfind("\n"), cut.rfind("\t"))
+    return cut[:space] if space > max_chars // 2 else cut
+
+
 def check_search(settings: Settings, options: SearchOptions, queries: Sequence[str], batch: bool) -> None:
-    check_page(settings, options.k, options.offset)
+    check_paging(settings, options.k, options.offset)
     if batch:
         if not queries:
             raise InvalidInput("queries is empty")

@@ -5,11 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from ssi.keywords import keyword_query
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from training.evaluate.features import TokenTable
-from training.evaluate.splits import split_by_query
-from training.evaluate.tasks import TaskError, beir_task, doc_doc_task, keyword_query, keyword_task
+from training.evaluate.tasks import TaskError, beir_task, doc_doc_task, keyword_task
+from training.splits import split_by_query
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau".split()
 

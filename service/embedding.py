@@ -1,0 +1,79 @@
+"""Texts to vectors for one bundle: tf-idf with its vocabulary, queries through its ONNX encoder, documents
+through its form.
+
+The service never computes a score's parts itself: a query's index embedding is the encoder's
+output (the trainer's export of the form's query map, checked against it here at load), and a
+document's is `form.embed_documents` (V d for SSI, V d + (V₃ d)∘(Y₃ d) for PSI-3, d for full W).
+Writes are embedded before the store commits them (`prepare`), so a text the model cannot take is
+refused before anything changes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from service.encoder import QueryEncoder
+from ssi.bundle import Bundle
+from ssi.records import Document
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """Documents featurized and embedded, ready to apply after the store has committed them."""
+
+    ids: list[str]
+    tfidf: sp.csr_matrix
+    embeddings: np.ndarray
+
+
+def keep_top_words(tfidf: sp.csr_matrix, max_words: int) -> sp.csr_matrix:
+    """Each row restricted to its `max_words` largest entries (ties: the lower word id), back to unit length.
+
+    The result is exactly the tf-idf vector of the text with every other word removed, since a
+    word's weight does not depend on the others until the final scaling. Rows within the cap are
+    returned as they are.
+    """
+    counts = np.diff(tfidf.indptr)
+    if counts.max(initial=0) <= max_words:
+        return tfidf
+    rows = []
+    for row in range(tfidf.shape[0]):
+        start, end = int(tfidf.indptr[row]), int(tfidf.indptr[row + 1])
+        ids, values = tfidf.indices[start:end], tfidf.data[start:end]
+        if end - start > max_words:
+            keep = np.sort(np.lexsort((ids, -values))[:max_words])
+            ids, values = ids[keep], values[keep] / np.linalg.norm(values[keep])
+        rows.append(sp.csr_matrix((values, ids, [0, ids.shape[0]]), shape=(1, tfidf.shape[1]), dtype=np.float32))
+    return sp.vstack(rows, format="csr")
+
+
+class Embedder:
+    """The bundle's text pipeline, query encoder and document embedding, in one place."""
+
+    def __init__(self, bundle: Bundle, threads: int) -> None:
+        self.bundle = bundle
+        self.form = bundle.form
+        self.index_dims = bundle.manifest.index_dims
+        self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, self.index_dims, threads)
+        self.encoder.check_against(self.form.query_map())
+
+    def featurize(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
+        """Unit tf-idf rows; with `max_words`, a long text keeps only its most heavily weighted words."""
+        tfidf = self.bundle.vocab.featurize(list(texts))
+        return tfidf if max_words is None else keep_top_words(tfidf, max_words)
+
+    def embed_queries(self, tfidf: sp.csr_matrix) -> np.ndarray:
+        """float32 [queries, M]: (query map) q by the exported ONNX graph."""
+        return self.encoder.encode(tfidf.toarray())
+
+    def embed_documents(self, tfidf: sp.csr_matrix) -> np.ndarray:
+        """float32 [documents, M], C order: what the index stores for each row, as the form defines it."""
+        return np.ascontiguousarray(self.form.embed_documents(tfidf), dtype=np.float32)
+
+    def prepare(self, docs: Sequence[Document]) -> Prepared:
+        tfidf = self.featurize([doc.full_text for doc in docs])
+        return Prepared(ids=[doc.id for doc in docs], tfidf=tfidf, embeddings=self.embed_documents(tfidf))

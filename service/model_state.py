@@ -1,0 +1,201 @@
+"""The live, searchable state of one bundle over one collection's documents, and the search itself.
+
+A `ModelState` holds everything that depends on the model: the embedder (vocabulary, query encoder,
+the form's document embedding), the embedding of every row, the rows' tf-idf vectors (the lexical
+index) and the FAISS index, all numbered by the same rows (service.rows). It is built by
+`service.state_builder` and changed only by `service.writes`, under its read–write lock.
+
+A request's path, top to bottom: `search` featurizes and embeds the query texts, takes the first
+candidate pool from the index for all of them at once, and `_rank` orders each query's candidates
+(pool + lexical rows) by the exact f (service.rerank), returning document ids with score parts.
+
+A reload builds a new `ModelState` off to the side and the collection swaps its reference, so
+requests that already hold the old state finish on it undisturbed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from service.embedding import Embedder
+from service.index import IndexConfig, VectorIndex
+from service.lexical import LexicalIndex
+from service.rerank import Ranked, SemanticSearch, exact_top
+from service.rows import EmbeddingRows, RowTable
+from service.rwlock import ReadWriteLock
+from ssi.bundle import Bundle
+
+
+@dataclass
+class LoadReport:
+    """How a state was obtained: what a restart test checks to know the cache was used."""
+
+    source: str  # "cache" or "computed"
+    seconds: float = 0.0
+    embedded: int = 0  # documents embedded during the load
+    replayed: int = 0  # documents re-applied from the write log after the snapshot
+    snapshot: str | None = None
+    compacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    doc_ids: list[str]
+    scores: list[float]
+    semantic: list[float]
+    lexical: list[float]
+    query_words: int  # distinct query words in the vocabulary
+    candidates: int  # rows scored exactly
+
+    def page(self, offset: int) -> QueryResult:
+        """The hits after the first `offset` (paging)."""
+        if offset == 0:
+            return self
+        return QueryResult(
+            doc_ids=self.doc_ids[offset:],
+            scores=self.scores[offset:],
+            semantic=self.semantic[offset:],
+            lexical=self.lexical[offset:],
+            query_words=self.query_words,
+            candidates=self.candidates,
+        )
+
+
+class ModelState:
+    def __init__(
+        self,
+        *,
+        bundle: Bundle,
+        embedder: Embedder,
+        config: IndexConfig,
+        index: VectorIndex,
+        embeddings: EmbeddingRows,
+        lexical: LexicalIndex,
+        table: RowTable,
+        seq: int,
+        store_uuid: str,
+        folder: Path,
+        report: LoadReport,
+    ) -> None:
+        if not (index.ntotal == embeddings.rows == lexical.rows == table.rows):
+            raise ValueError(
+                f"row counts disagree: index {index.ntotal}, embeddings {embeddings.rows}, "
+                f"tf-idf {lexical.rows}, ids {table.rows}"
+            )
+        self.bundle = bundle
+        self.embedder = embedder
+        self.config = config
+        self.index = index
+        self.embeddings = embeddings
+        self.lexical = lexical
+        self.table = table
+        self.seq = seq
+        self.store_uuid = store_uuid
+        self.folder = folder  # where this state's snapshots go (service.snapshot.cache_folder)
+        self.report = report
+        # The write sequence the newest snapshot of this state reflects (None: not saved yet).
+        self.saved_seq: int | None = seq if report.source == "cache" else None
+        self.lock = ReadWriteLock()
+
+    def search(
+        self,
+        queries: Sequence[str],
+        want: int,
+        *,
+        pool: int,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        exclude: Sequence[str | None] | None = None,
+        max_words: int | None = None,
+    ) -> list[QueryResult]:
+        """The exact top `want` documents for each query text (see service.rerank for why it is exact).
+
+        `exclude[i]`, when given, is a document id left out of query i's results (the query document
+        of "more like this"); `max_words` keeps only a long text's most heavily weighted words.
+        """
+        tfidf = self.embedder.featurize(queries, max_words)
+        query_embeddings = self.embedder.embed_queries(tfidf)
+        excluded = list(exclude) if exclude is not None else [None] * len(queries)
+        asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]
+        results: list[QueryResult] = []
+        with self.lock.read():
+            n_live, bits = self.table.n_live, self.table.live_bits()
+            first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
+            first = None
+            if n_live:
+                first = self.index.search(query_embeddings, first_k, live_bits=bits, ef_search=ef_search, nprobe=nprobe)
+            for i in range(len(queries)):
+                words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
+                values = tfidf.data[tfidf.indptr[i] : tfidf.indptr[i + 1]]
+                if words.shape[0] == 0 or first is None:
+                    results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
+                    continue
+
+                def semantic(k: int, i: int = i) -> tuple[np.ndarray, np.ndarray]:
+                    """The k best live rows by the index score: the first pool, or a wider search."""
+                    if k == first_k:
+                        return first[0][i], first[1][i]
+                    scores, rows = self.index.search(
+                        query_embeddings[i : i + 1], k, live_bits=bits, ef_search=ef_search, nprobe=nprobe
+                    )
+                    return scores[0], rows[0]
+
+                ranked = self._rank(query_embeddings[i], words, values, asks[i], semantic, pool)
+                results.append(self._result(ranked, want, excluded[i], query_words=words.shape[0]))
+        return results
+
+    def _rank(
+        self,
+        query_embedding: np.ndarray,
+        words: np.ndarray,
+        values: np.ndarray,
+        want: int,
+        semantic: SemanticSearch,
+        pool: int,
+    ) -> Ranked:
+        """One query's exact top `want` rows, from the index pool and the rows sharing its words."""
+        # A flat or IVF search costs its scan whatever K is (the caller's pool is large for them);
+        # an HNSW search grows with K, which bounds how far K is widened (service.rerank).
+        return exact_top(
+            query_embedding,
+            want,
+            semantic,
+            self.lexical.query(words, values),
+            self.embeddings.view(),
+            self.table.live,
+            self.table.n_live,
+            pool,
+            scan=self.config.index_type != "hnsw",
+        )
+
+    def _result(self, ranked: Ranked, want: int, excluded: str | None, query_words: int) -> QueryResult:
+        ids = [self.table.doc_ids[row] for row in ranked.rows.tolist()]
+        chosen = [j for j, doc_id in enumerate(ids) if doc_id != excluded][:want]
+        return QueryResult(
+            doc_ids=[ids[j] for j in chosen],
+            scores=ranked.scores[chosen].tolist(),
+            semantic=ranked.semantic[chosen].tolist(),
+            lexical=ranked.lexical[chosen].tolist(),
+            query_words=query_words,
+            candidates=ranked.candidates,
+        )
+
+    def describe(self) -> dict[str, Any]:
+        return {
+            "index_type": self.config.index_type,
+            "documents": self.table.n_live,
+            "rows": self.table.rows,
+            "dead_rows": self.table.n_dead,
+            "seq": self.seq,
+            "nlist": self.index.nlist,
+            "loaded_from": self.report.source,
+            "load_seconds": round(self.report.seconds, 4),
+            "embedded_on_load": self.report.embedded,
+            "replayed_on_load": self.report.replayed,
+            "compacted_on_load": self.report.compacted,
+        }

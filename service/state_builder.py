@@ -1,0 +1,167 @@
+"""Building a collection's `ModelState` for a bundle: from a snapshot plus the write log, or computed.
+
+`open_state` takes the newest usable snapshot of the cache folder (its key: bundle content hash +
+store + index build settings), checks it against the store and replays the writes logged after
+it; with no usable snapshot it embeds every stored document and builds the index. A snapshot with
+too many dead rows is compacted (renumbered, the FAISS index rebuilt from the cached embeddings).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from service.embedding import Embedder
+from service.index import IndexConfig, IndexLoadError, VectorIndex
+from service.lexical import LexicalIndex
+from service.model_state import LoadReport, ModelState
+from service.progress import progress
+from service.rows import EmbeddingRows, RowTable
+from service.settings import Settings
+from service.snapshot import SnapshotError, cache_folder, read_snapshot, snapshots
+from service.store import DocumentStore, StoreView
+from service.writes import replay
+from ssi.bundle import Bundle
+
+log = logging.getLogger(__name__)
+
+
+def index_config(settings: Settings) -> IndexConfig:
+    return IndexConfig(
+        index_type=settings.index_type,
+        hnsw_m=settings.hnsw_m,
+        hnsw_ef_construction=settings.hnsw_ef_construction,
+        hnsw_ef_search=settings.hnsw_ef_search,
+        ivf_nlist=settings.ivf_nlist,
+        ivf_nprobe=settings.ivf_nprobe,
+        threads=settings.threads,
+    )
+
+
+def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, settings: Settings) -> ModelState:
+    """The state for `bundle` over `store`'s documents at their latest write, from cache when possible."""
+    started = time.perf_counter()
+    embedder = Embedder(bundle, settings.threads)
+    config = index_config(settings)
+    folder = cache_folder(settings.index_dir, collection, bundle.content_hash, store.uuid, config.tag())
+    common = dict(bundle=bundle, embedder=embedder, config=config, store_uuid=store.uuid, folder=folder)
+    with store.view() as view:
+        state: ModelState | None = None
+        for path in snapshots(folder):
+            try:
+                state = from_snapshot(path, view, **common)
+                break
+            except (SnapshotError, IndexLoadError, ValueError) as exc:
+                log.warning("[%s] ignoring snapshot: %s", collection, exc)
+        if state is None:
+            state = computed(view, settings, **common)
+        else:
+            state.report.replayed = replay(state, view)
+            if state.table.rows and state.table.n_dead / state.table.rows > settings.compact_dead_fraction:
+                state = compacted(state)
+    state.report.seconds = time.perf_counter() - started
+    log.info(
+        "[%s] %s index ready: %d documents (%d rows) at write %d, from %s in %.2fs (embedded %d, replayed %d)",
+        collection,
+        config.index_type,
+        state.table.n_live,
+        state.table.rows,
+        state.seq,
+        state.report.snapshot or "a fresh computation",
+        state.report.seconds,
+        state.report.embedded,
+        state.report.replayed,
+    )
+    return state
+
+
+def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
+    """The state saved in snapshot `path`, as of its write sequence (the caller replays what came after)."""
+    bundle: Bundle = common["bundle"]
+    config: IndexConfig = common["config"]
+    index_dims = bundle.manifest.index_dims
+    data = read_snapshot(
+        path,
+        bundle_hash=bundle.content_hash,
+        store_uuid=common["store_uuid"],
+        index_tag=config.tag(),
+        index_dims=index_dims,
+        vocab_size=bundle.manifest.vocab_size,
+    )
+    if data.seq > view.last_seq:
+        raise SnapshotError(f"{path}: reflects write {data.seq}, but the store ends at {view.last_seq}")
+    return ModelState(
+        index=VectorIndex.load(path / "index.faiss", config, index_dims),
+        embeddings=EmbeddingRows(data.embeddings, index_dims),
+        lexical=LexicalIndex(bundle.form.lexical_weights(), data.tfidf),
+        table=RowTable(data.doc_ids, data.live),
+        seq=data.seq,
+        report=LoadReport(source="cache", snapshot=str(path)),
+        **common,
+    )
+
+
+def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
+    """The state computed from scratch: every stored document featurized and embedded, the index built."""
+    bundle: Bundle = common["bundle"]
+    embedder: Embedder = common["embedder"]
+    config: IndexConfig = common["config"]
+    index_dims = bundle.manifest.index_dims
+    total = view.count
+    embeddings = np.empty((total, index_dims), dtype=np.float32)
+    parts: list[sp.csr_matrix] = []
+    doc_ids: list[str] = []
+    row = 0
+    with progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
+        for batch in view.iter_batches(settings.embed_batch):
+            tfidf = embedder.featurize([doc.as_document().full_text for doc in batch])
+            embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf)
+            parts.append(tfidf)
+            doc_ids.extend(doc.id for doc in batch)
+            row += len(batch)
+            advance(len(batch))
+    if row != total:
+        raise RuntimeError(f"the store listed {total} documents but yielded {row}")
+    tfidf_all = sp.vstack(parts, format="csc") if parts else sp.csc_matrix((0, bundle.manifest.vocab_size))
+    started = time.perf_counter()
+    index = VectorIndex.build(config, index_dims, embeddings, np.arange(total, dtype=np.int64))
+    log.info("built the %s index over %d vectors in %.2fs", config.index_type, total, time.perf_counter() - started)
+    return ModelState(
+        index=index,
+        embeddings=EmbeddingRows(embeddings, index_dims),
+        lexical=LexicalIndex(bundle.form.lexical_weights(), tfidf_all),
+        table=RowTable(doc_ids),
+        seq=view.last_seq,
+        report=LoadReport(source="computed", embedded=total),
+        **common,
+    )
+
+
+def compacted(state: ModelState) -> ModelState:
+    """The same documents without dead rows, renumbered (rebuilds the FAISS index from the cached embeddings)."""
+    rows = np.flatnonzero(state.table.live)
+    embeddings = state.embeddings.view()[rows]
+    index = VectorIndex.build(state.config, state.embeddings.dim, embeddings, np.arange(rows.shape[0], dtype=np.int64))
+    report = state.report
+    report.compacted = True
+    log.info("compacted the index: %d rows -> %d", state.table.rows, rows.shape[0])
+    fresh = ModelState(
+        bundle=state.bundle,
+        embedder=state.embedder,
+        config=state.config,
+        index=index,
+        embeddings=EmbeddingRows(embeddings, state.embeddings.dim),
+        lexical=state.lexical.select(rows),
+        table=RowTable([state.table.doc_ids[r] for r in rows.tolist()]),
+        seq=state.seq,
+        store_uuid=state.store_uuid,
+        folder=state.folder,
+        report=report,
+    )
+    fresh.saved_seq = None  # the rows were renumbered: the snapshot on disk no longer matches
+    return fresh

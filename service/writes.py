@@ -1,0 +1,102 @@
+"""Writes into a live `ModelState`: committed documents made visible, the write log replayed, snapshots captured.
+
+The collection commits every write to the store first (the source of truth, with its sequence
+number) and then calls `apply_writes` under its writer lock, so the state applies writes in the
+store's order. Searches are held off only while the in-memory arrays change (the state's write
+lock); the costly parts (embedding, building the new lexical matrix, its merge) happen outside it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.embedding import Prepared
+from service.lexical import LexicalIndex
+from service.model_state import ModelState
+from service.snapshot import SnapshotData
+from service.store import StoreView
+
+
+def apply_writes(state: ModelState, prepared: Prepared | None, deleted: Sequence[str], seq: int) -> None:
+    """Make committed writes visible: new rows for `prepared`, dead rows for replaced and deleted ids.
+
+    The caller holds the collection's writer lock (one writer at a time) and has committed the
+    writes to the store.
+    """
+    lexical = state.lexical.appended(prepared.tfidf) if prepared is not None else state.lexical
+    with state.lock.write():
+        for doc_id in deleted:
+            state.table.kill(doc_id)
+        if prepared is not None and prepared.ids:
+            for doc_id in prepared.ids:
+                state.table.kill(doc_id)
+            first = state.table.append(prepared.ids)
+            if state.embeddings.append(prepared.embeddings) != first:
+                raise RuntimeError("embedding rows out of step with the row table")
+            state.index.add(prepared.embeddings, np.arange(first, first + len(prepared.ids), dtype=np.int64))
+            state.lexical = lexical
+        state.seq = max(state.seq, seq)
+    if state.lexical.needs_merge:
+        merged = state.lexical.merged()
+        with state.lock.write():
+            state.lexical = merged
+
+
+def replay(state: ModelState, view: StoreView) -> int:
+    """Bring `state` up to the store `view`: re-apply the documents written after `state.seq`; returns how many."""
+    changed = view.changed_since(state.seq)
+    if changed:
+        current = view.get_many(changed)
+        puts = [current[doc_id].as_document() for doc_id in changed if doc_id in current]
+        deletes = [doc_id for doc_id in changed if doc_id not in current]
+        apply_writes(state, state.embedder.prepare(puts) if puts else None, deletes, view.last_seq)
+    state.seq = view.last_seq
+    return len(changed)
+
+
+@dataclass
+class Capture:
+    """What a snapshot needs, taken under the writer lock; `materialize` does the slow part outside it."""
+
+    seq: int
+    store_uuid: str
+    bundle_hash: str
+    index_tag: str
+    index_blob: np.ndarray
+    embeddings: np.ndarray
+    lexical: LexicalIndex
+    doc_ids: list[str]
+    live: np.ndarray
+
+    def materialize(self) -> SnapshotData:
+        return SnapshotData(
+            seq=self.seq,
+            store_uuid=self.store_uuid,
+            bundle_hash=self.bundle_hash,
+            index_tag=self.index_tag,
+            index_blob=self.index_blob,
+            embeddings=self.embeddings,
+            tfidf=self.lexical.matrix(),
+            doc_ids=self.doc_ids,
+            live=self.live,
+        )
+
+
+def capture(state: ModelState) -> Capture:
+    """The state as of now, for a snapshot. The caller holds the writer lock so nothing changes meanwhile."""
+    with state.lock.read():
+        return Capture(
+            seq=state.seq,
+            store_uuid=state.store_uuid,
+            bundle_hash=state.bundle.content_hash,
+            index_tag=state.config.tag(),
+            index_blob=state.index.serialize(),
+            # Filled rows are never written again, so a view is a stable copy.
+            embeddings=state.embeddings.view(),
+            lexical=state.lexical,
+            doc_ids=list(state.table.doc_ids),
+            live=state.table.live.copy(),
+        )

@@ -1,0 +1,83 @@
+"""One oracle test per model form: the served top-k over HTTP equals brute force of the form's reference score.
+
+Each form gets random arrays of its declared shapes over a small generated corpus (D of a few
+hundred words, so full W stays small), a bundle whose encoder is the trainer's ONNX export of the
+form's query map, and a real server with a flat index and a FAISS pool much smaller than the
+collection, so the lexical candidates have work to do. The brute force is `form.reference_scores`
+over every document (ssi.forms: the single definition of f); nothing here computes f by hand.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+from service_testing import Oracle, ThreadServer, assert_same_ranking, make_bundle, make_corpus, needle_of, write_corpus
+
+from ssi.bundle import load_bundle
+from ssi.forms import FORMS, PSI3
+from ssi.records import Document
+
+POOL = 16
+K = 10
+# PSI-3's degree-3 factors drawn larger than the rest, so the cubic term changes the ranking.
+SCALES = {"psi3": {"V3": 0.8, "Y3": 0.8}}
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("forms")
+    docs = make_corpus(300, seed=21, vocab_words=400)
+    return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs)}
+
+
+def keyword_queries(docs: list[Document], n: int, seed: int) -> list[str]:
+    """Keyword queries cut from documents: 5 random words, a rare word alone, a rare word among common ones."""
+    rng = np.random.default_rng(seed)
+    queries = []
+    for i in rng.choice(len(docs), size=n, replace=False).tolist():
+        words = docs[i].text.rstrip(".").split()
+        needle = needle_of(docs[i])
+        queries += [" ".join(rng.choice(words, size=5)), needle, f"{needle} {docs[i - 1].title}"]
+    return queries
+
+
+def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> bool:
+    """Whether PSI-3's top-k differs from that of its degree-2 part (the same arrays with V₃ = 0)."""
+    form = load_bundle(bundle_dir, mmap=False).form
+    quadratic = PSI3({**form.values, "V3": np.zeros_like(form.values["V3"])})
+    for query in queries:
+        q = oracle.featurize(query)
+        full = oracle.form.reference_scores(q, oracle.doc_matrix)[0]
+        degree2 = quadratic.reference_scores(q, oracle.doc_matrix)[0]
+        if list(np.argsort(-full, kind="stable")[:K]) != list(np.argsort(-degree2, kind="stable")[:K]):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_served_top_k_equals_brute_force_of_the_reference_score(form: str, corpus: dict, tmp_path: Path) -> None:
+    docs: list[Document] = corpus["docs"]
+    bundle = make_bundle(tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form))
+    oracle = Oracle(bundle, docs)
+    assert oracle.form.name == form
+    queries = keyword_queries(docs, 12, seed=sum(map(ord, form)))
+    if form == "psi3":
+        assert cubic_term_matters(bundle, oracle, queries)
+    with ThreadServer(bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL) as server:
+        model = server.client.get("/model").json()
+        assert model["form"] == form and model["index_dims"] == oracle.form.index_dims
+        candidates = []
+        for query in queries:
+            response = server.client.post("/search", json={"query": query, "k": K})
+            assert response.status_code == 200, response.text
+            assert_same_ranking(response.json()["hits"], oracle, query, K)
+            candidates.append(response.json()["candidates"])
+        if oracle.form.lexical_weights().any():  # documents beyond the FAISS pool were scored: the word matches
+            assert max(candidates) > POOL
+        for doc in docs[:: len(docs) // 8]:
+            response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
+            assert response.status_code == 200, response.text
+            assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)

@@ -1,0 +1,205 @@
+"""The `ssi` entry package: `ssi serve` runs the service half alone, without PyTorch or training code.
+
+The service image has no PyTorch, and a serving process that imported the trainer would carry its
+memory and start-up cost; so a real `ssi serve` (the venv's console script, a real HTTP server) must
+map no libtorch and import no `training`/`torch` module, while `ssi --help` still lists every command.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pytest
+import typer
+
+from ssi.bundle import write_bundle
+from ssi.forms.lowrank import LowRank
+from ssi.vocab import Vocabulary
+from ssi_cli.main import SERVICE_COMMANDS, TRAINING_COMMANDS
+from training.encoder import build_encoder
+
+REPO = Path(__file__).resolve().parents[2]
+SSI = Path(sys.executable).with_name("ssi")
+HEAVY = ("training", "torch", "onnx")  # top-level packages a serving process must never import
+
+WORDS = (
+    "river bank money loan water fish boat interest rate credit stream flood harbour sail net "
+    "market trade ship cargo storm tide coast lake valley forest mountain road bridge city music"
+).split()
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The environment without a developer's SSI_* settings, which would override the test's flags."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SSI_")}
+    env.update(extra)
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def imported_modules(stderr: str) -> set[str]:
+    """Module names from `-X importtime` lines ("import time: self | cumulative | name")."""
+    return {
+        line.rsplit("|", 1)[1].strip()
+        for line in stderr.splitlines()
+        if line.startswith("import time:") and line.count("|") == 2
+    } - {"imported package"}
+
+
+def heavy(modules: set[str]) -> list[str]:
+    return sorted(m for m in modules if m.split(".")[0] in HEAVY)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A 40-document corpus and a random low-rank bundle over its words (bundle format 2)."""
+    root = tmp_path_factory.mktemp("entry")
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(WORDS, size=12)) for _ in range(40)]
+    corpus = root / "corpus.jsonl"
+    with corpus.open("w", encoding="utf-8") as handle:
+        for i, text in enumerate(texts):
+            handle.write(json.dumps({"id": f"doc-{i}", "title": f"Doc {i}", "text": text}) + "\n")
+    vocab = Vocabulary.build(texts, min_df=1)
+    shape = (8, vocab.size)
+    form = LowRank(
+        {
+            "U": (rng.standard_normal(shape) * 0.2).astype(np.float32),
+            "V": (rng.standard_normal(shape) * 0.2).astype(np.float32),
+        }
+    )
+    bundle = root / "bundle"
+    write_bundle(bundle, form=form, vocab=vocab, encoder_onnx=build_encoder(form.query_map()))
+    return {"root": root, "corpus": corpus, "bundle": bundle}
+
+
+@pytest.fixture(scope="module")
+def served(world: dict[str, Path]) -> Iterator[dict]:
+    """`ssi serve` from the venv's console script, with every import it makes logged (-X importtime)."""
+    if not SSI.is_file():
+        pytest.fail(f"no `ssi` console script at {SSI}; reinstall the project (scripts/install.sh)")
+    port = free_port()
+    log_path = world["root"] / "serve.log"
+    args = [
+        str(SSI),
+        "serve",
+        "--bundle",
+        str(world["bundle"]),
+        "--corpus",
+        str(world["corpus"]),
+        "--cache-dir",
+        str(world["root"] / "cache"),
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--log-level",
+        "warning",
+    ]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            args, env=clean_env(PYTHONPROFILEIMPORTTIME="1"), stdout=log, stderr=subprocess.STDOUT, cwd=REPO
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            if process.poll() is not None:
+                pytest.fail(f"`ssi serve` exited with {process.returncode}:\n{server_log(log_path)}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"`ssi serve` not ready after 120 s:\n{server_log(log_path)}")
+            try:
+                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        yield {"process": process, "url": url, "log": log_path}
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+
+
+def server_log(path: Path) -> str:
+    """The server's output without the import-time lines, for failure messages."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    return "\n".join(line for line in lines if not line.startswith("import time:"))[-4000:]
+
+
+def test_ssi_serve_process_has_no_torch_and_no_training(served: dict) -> None:
+    """The live server answers a search, maps no libtorch, and never imported a training/torch module."""
+    if not Path("/proc/self/maps").exists():
+        pytest.skip("needs /proc (Linux) to read the server process's memory maps")
+    response = httpx.post(f"{served['url']}/search", json={"query": "river bank loan", "k": 5}, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["hits"], "the server should rank the generated corpus"
+
+    maps = Path(f"/proc/{served['process'].pid}/maps").read_text(encoding="utf-8", errors="replace")
+    mapped = {fields[5] for line in maps.splitlines() if len(fields := line.split(maxsplit=5)) == 6}
+    assert any("onnxruntime" in path for path in mapped), "expected the service's onnxruntime to be mapped"
+    assert not [path for path in mapped if "torch" in path], "`ssi serve` mapped PyTorch"
+
+    modules = imported_modules(served["log"].read_text(encoding="utf-8", errors="replace"))
+    assert "service.server" in modules, "the import log should cover the serving process"
+    assert heavy(modules) == [], "`ssi serve` imported training or torch modules"
+
+
+def test_serve_dispatch_imports_only_the_service_half() -> None:
+    """Building `ssi serve` registers the service's commands alone: no training, torch or onnx module."""
+    code = (
+        "import sys\n"
+        "from ssi_cli.main import main\n"
+        "try:\n"
+        "    main(['serve', '--help'])\n"
+        "except SystemExit as exc:\n"
+        "    assert not exc.code, exc.code\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=clean_env(), cwd=REPO
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--bundle" in result.stdout
+    assert result.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_help_lists_both_halves() -> None:
+    """`ssi --help` registers both halves, so a user sees every command."""
+    result = subprocess.run(
+        [str(SSI), "--help"], capture_output=True, text=True, timeout=120, env=clean_env(COLUMNS="120")
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    for command in ("train", "eval", "rank", "serve", "bench"):
+        assert f" {command} " in result.stdout, f"`ssi --help` does not list {command}"
+
+
+def test_dispatch_tables_match_what_each_half_registers() -> None:
+    """SERVICE_COMMANDS/TRAINING_COMMANDS route each subcommand to the half that defines it."""
+    from service.cli import register as register_service
+    from training.cli import register as register_training
+
+    def names(app: typer.Typer) -> set[str]:
+        return {info.name for info in app.registered_commands if info.name}
+
+    service_app, training_app = typer.Typer(), typer.Typer()
+    register_service(service_app)
+    register_training(training_app)
+    assert names(service_app) == SERVICE_COMMANDS
+    assert names(training_app) == TRAINING_COMMANDS
