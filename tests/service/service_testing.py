@@ -225,14 +225,14 @@ class ThreadServer:
 
 
 class ProcessServer:
-    """`python -m service serve` in a subprocess, its log in a file."""
+    """`python -m service serve` (or another `command`, e.g. the `ssi` script) in a subprocess, its log in a file."""
 
-    def __init__(self, workdir: Path, env: dict[str, str], args: list[str]) -> None:
+    def __init__(self, workdir: Path, env: dict[str, str], args: list[str], command: list[str] | None = None) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"server-{self.port}.log"
         self.env = {**os.environ, **env, "SSI_PORT": str(self.port), "SSI_HOST": "127.0.0.1"}
-        self.args = [sys.executable, "-m", "service", "serve", *args]
+        self.args = [*(command or [sys.executable, "-m", "service", "serve"]), *args]
         self.process: subprocess.Popen | None = None
 
     def start(self, wait: bool = True) -> ProcessServer:

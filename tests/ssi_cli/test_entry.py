@@ -9,10 +9,8 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,6 +23,7 @@ from ssi.bundle import write_bundle
 from ssi.forms.lowrank import LowRank
 from ssi.vocab import Vocabulary
 from ssi_cli.main import SERVICE_COMMANDS, TRAINING_COMMANDS
+from tests.service.service_testing import ProcessServer
 from training.encoder import build_encoder
 
 REPO = Path(__file__).resolve().parents[2]
@@ -42,12 +41,6 @@ def clean_env(**extra: str) -> dict[str, str]:
     env = {key: value for key, value in os.environ.items() if not key.startswith("SSI_")}
     env.update(extra)
     return env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def imported_modules(stderr: str) -> set[str]:
@@ -87,76 +80,35 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 @pytest.fixture(scope="module")
-def served(world: dict[str, Path]) -> Iterator[dict]:
+def served(world: dict[str, Path]) -> Iterator[ProcessServer]:
     """`ssi serve` from the venv's console script, with every import it makes logged (-X importtime)."""
     if not SSI.is_file():
         pytest.fail(f"no `ssi` console script at {SSI}; reinstall the project (scripts/install.sh)")
-    port = free_port()
-    log_path = world["root"] / "serve.log"
-    args = [
-        str(SSI),
-        "serve",
-        "--bundle",
-        str(world["bundle"]),
-        "--corpus",
-        str(world["corpus"]),
-        "--cache-dir",
-        str(world["root"] / "cache"),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--log-level",
-        "warning",
-    ]
-    with log_path.open("wb") as log:
-        process = subprocess.Popen(
-            args, env=clean_env(PYTHONPROFILEIMPORTTIME="1"), stdout=log, stderr=subprocess.STDOUT, cwd=REPO
-        )
-    url = f"http://127.0.0.1:{port}"
+    args = ["--bundle", str(world["bundle"]), "--corpus", str(world["corpus"])]
+    args += ["--cache-dir", str(world["root"] / "cache"), "--log-level", "warning"]
+    server = ProcessServer(world["root"], {"PYTHONPROFILEIMPORTTIME": "1"}, args, command=[str(SSI), "serve"])
+    server.start()
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"`ssi serve` exited with {process.returncode}:\n{server_log(log_path)}")
-            if time.monotonic() > deadline:
-                pytest.fail(f"`ssi serve` not ready after 120 s:\n{server_log(log_path)}")
-            try:
-                if httpx.get(f"{url}/readyz", timeout=5).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        yield {"process": process, "url": url, "log": log_path}
+        yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
+        server.stop()
 
 
-def server_log(path: Path) -> str:
-    """The server's output without the import-time lines, for failure messages."""
-    lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
-    return "\n".join(line for line in lines if not line.startswith("import time:"))[-4000:]
-
-
-def test_ssi_serve_process_has_no_torch_and_no_training(served: dict) -> None:
+def test_ssi_serve_process_has_no_torch_and_no_training(served: ProcessServer) -> None:
     """The live server answers a search, maps no libtorch, and never imported a training/torch module."""
     if not Path("/proc/self/maps").exists():
         pytest.skip("needs /proc (Linux) to read the server process's memory maps")
-    response = httpx.post(f"{served['url']}/search", json={"query": "river bank loan", "k": 5}, timeout=30)
+    response = httpx.post(f"{served.url}/search", json={"query": "river bank loan", "k": 5}, timeout=30)
     assert response.status_code == 200, response.text
     assert response.json()["hits"], "the server should rank the generated corpus"
 
-    maps = Path(f"/proc/{served['process'].pid}/maps").read_text(encoding="utf-8", errors="replace")
+    assert served.process is not None
+    maps = Path(f"/proc/{served.process.pid}/maps").read_text(encoding="utf-8", errors="replace")
     mapped = {fields[5] for line in maps.splitlines() if len(fields := line.split(maxsplit=5)) == 6}
     assert any("onnxruntime" in path for path in mapped), "expected the service's onnxruntime to be mapped"
     assert not [path for path in mapped if "torch" in path], "`ssi serve` mapped PyTorch"
 
-    modules = imported_modules(served["log"].read_text(encoding="utf-8", errors="replace"))
+    modules = imported_modules(served.log())
     assert "service.server" in modules, "the import log should cover the serving process"
     assert heavy(modules) == [], "`ssi serve` imported training or torch modules"
 
