@@ -30,6 +30,7 @@ class TrainSettings(BaseSettings):
     frequent_words: int | None = Field(None, ge=1)
     init_scale: float = Field(0.1, ge=0.0)
     init_from: Path | None = None
+    warm_lr_scale: float = Field(0.1, ge=0.0)
 
     # Optimisation
     lr: float = Field(0.03, gt=0.0)

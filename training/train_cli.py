@@ -76,6 +76,15 @@ def train_command(
             MODEL,
         ),
     ] = None,
+    warm_lr_scale: Annotated[
+        float | None,
+        _opt(
+            "warm_lr_scale",
+            "With --init-from: learning rate of the warm-started U and V as a share of --lr (their Adagrad "
+            "history is not in the bundle, so full-rate first steps would undo the trained model); 0 freezes them.",
+            MODEL,
+        ),
+    ] = None,
     dims: Annotated[int | None, _opt("n_dims", "Embedding size N (rows of U and V).", MODEL, "--dims", "-N")] = None,
     vocab_size: Annotated[
         int | None,
@@ -169,7 +178,8 @@ def train_command(
     given = {
         "corpus": corpus, "out": out, "pairs": pairs, "valid_pairs": valid_pairs, "queries": queries,
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
-        "query_words": query_words, "kind": kind, "init_from": init_from, "n_dims": dims,
+        "query_words": query_words, "kind": kind, "init_from": init_from, "warm_lr_scale": warm_lr_scale,
+        "n_dims": dims,
         "vocab_size": vocab_size, "min_df": min_df, "frequent_words": frequent_words, "init_scale": init_scale,
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,

@@ -75,6 +75,7 @@ class Trainer:
                 seed=settings.seed,
             ),
             init,
+            settings.warm_lr_scale,
         )
         self.sampler = TripleSampler(
             data.train,

@@ -25,6 +25,7 @@ import scipy.sparse as sp
 
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import Form, form_class
+from ssi.keywords import keyword_query
 from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.vocab import Vocabulary
@@ -69,6 +70,17 @@ def needle_of(doc: Document) -> str:
     for word in doc.text.rstrip(".").split():
         counts[word] = counts.get(word, 0) + 1
     return min(counts, key=lambda w: (len(w) < 4, counts[w]))
+
+
+def probe_queries(docs: list[Document], n: int, seed: int) -> list[str]:
+    """For n random documents: a 5-word keyword query (the protocol's sampler), its rare word alone, and
+    that rare word among common ones — the cases where the semantic part, the diagonal part or both decide."""
+    rng = np.random.default_rng(seed)
+    queries = []
+    for i in rng.choice(len(docs), size=n, replace=False).tolist():
+        needle = needle_of(docs[i])
+        queries += [keyword_query(docs[i].text, 5, seed, docs[i].id), needle, f"{needle} {docs[i - 1].title}"]
+    return queries
 
 
 def write_corpus(path: Path, docs: list[Document]) -> Path:

@@ -14,7 +14,15 @@ from urllib.parse import quote
 
 import numpy as np
 import pytest
-from service_testing import Oracle, ThreadServer, assert_same_ranking, make_bundle, make_corpus, needle_of, write_corpus
+from service_testing import (
+    Oracle,
+    ThreadServer,
+    assert_same_ranking,
+    make_bundle,
+    make_corpus,
+    probe_queries,
+    write_corpus,
+)
 
 from ssi.bundle import load_bundle
 from ssi.forms import FORMS, PSI3
@@ -31,17 +39,6 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("forms")
     docs = make_corpus(300, seed=21, vocab_words=400)
     return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs)}
-
-
-def keyword_queries(docs: list[Document], n: int, seed: int) -> list[str]:
-    """Keyword queries cut from documents: 5 random words, a rare word alone, a rare word among common ones."""
-    rng = np.random.default_rng(seed)
-    queries = []
-    for i in rng.choice(len(docs), size=n, replace=False).tolist():
-        words = docs[i].text.rstrip(".").split()
-        needle = needle_of(docs[i])
-        queries += [" ".join(rng.choice(words, size=5)), needle, f"{needle} {docs[i - 1].title}"]
-    return queries
 
 
 def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> bool:
@@ -63,7 +60,7 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(form: str, corpu
     bundle = make_bundle(tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form))
     oracle = Oracle(bundle, docs)
     assert oracle.form.name == form
-    queries = keyword_queries(docs, 12, seed=sum(map(ord, form)))
+    queries = probe_queries(docs, 12, seed=sum(map(ord, form)))
     if form == "psi3":
         assert cubic_term_matters(bundle, oracle, queries)
     with ThreadServer(bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL) as server:

@@ -7,9 +7,8 @@ from pathlib import Path
 from urllib.parse import quote
 
 import httpx
-import numpy as np
 import pytest
-from service_testing import API_KEY, ODD_IDS, Oracle, ThreadServer, assert_same_ranking, needle_of
+from service_testing import API_KEY, ODD_IDS, Oracle, ThreadServer, assert_same_ranking, needle_of, probe_queries
 
 from ssi.records import Document
 
@@ -33,13 +32,7 @@ def doc_url(doc_id: str, suffix: str = "") -> str:
 def test_top10_equals_brute_force_for_every_query_of_a_sample(server: ThreadServer, small_world: dict) -> None:
     oracle: Oracle = small_world["oracle"]
     docs: list[Document] = small_world["docs"]
-    rng = np.random.default_rng(42)
-    queries = []
-    for i in rng.choice(len(docs), size=40, replace=False).tolist():
-        words = docs[i].text.rstrip(".").split()
-        queries.append(" ".join(rng.choice(words, size=5)))  # keyword query cut from a document
-        queries.append(needle_of(docs[i]))  # one rare word: the diagonal term decides
-        queries.append(f"{needle_of(docs[i])} {docs[i - 1].title}")  # a rare word among common ones
+    queries = probe_queries(docs, 40, seed=42)
     lexical_decided = 0
     for query in queries:
         response = server.client.post("/search", json={"query": query, "k": 10})

@@ -166,6 +166,20 @@ def test_warm_start_begins_exactly_at_the_trained_lowrank_model(kind: str) -> No
         assert np.any(model.export().values["Y3"] != 0)
 
 
+def test_warm_start_rate_scale_zero_freezes_the_degree_two_tables() -> None:
+    vocab = Vocabulary.build(TEXTS, min_df=1)
+    X = vocab.featurize(TEXTS)
+    init = _trained_lowrank(X, vocab)
+    model = make_model("psi3", shape_of(vocab, seed=9), init, warm_lr_scale=0.0)
+    U0, V0 = model.U.clone(), model.V.clone()
+    block = make_block(X, [3, 4], vocab.size, True)
+    for _ in range(2):
+        model.scores(block)
+        model.update(block, np.linspace(-1, 1, 2 * X.shape[0], dtype=np.float32).reshape(2, -1))
+    assert np.array_equal(model.U.numpy(), U0.numpy()) and np.array_equal(model.V.numpy(), V0.numpy())
+    assert np.any(model.Y3.numpy() != 0) and np.any(model.export().values["V3"] != 0)
+
+
 def test_warm_start_refusals() -> None:
     vocab = Vocabulary.build(TEXTS, min_df=1)
     init = _trained_lowrank(vocab.featurize(TEXTS), vocab)

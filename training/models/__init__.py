@@ -17,7 +17,7 @@ REGISTRY: dict[str, type[SSIModel]] = {
 }
 
 
-def make_model(kind: str, shape: ModelShape, init: Form | None = None) -> SSIModel:
+def make_model(kind: str, shape: ModelShape, init: Form | None = None, warm_lr_scale: float = 1.0) -> SSIModel:
     """A fresh model of `kind`; `init` (a trained lowrank form) warm-starts the kinds that allow it."""
     try:
         cls = REGISTRY[kind]
@@ -25,7 +25,7 @@ def make_model(kind: str, shape: ModelShape, init: Form | None = None) -> SSIMod
         raise ValueError(f"unknown model kind '{kind}' (choose from {', '.join(REGISTRY)})") from None
     model = cls(shape)
     if init is not None:
-        model.warm_start(init)
+        model.warm_start(init, warm_lr_scale)
     return model
 
 

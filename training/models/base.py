@@ -43,8 +43,8 @@ class SSIModel(ABC):
     def update(self, block: Block, coeff: np.ndarray) -> None:
         """One step against ∂loss/∂S = `coeff` (B × P), for the block last passed to `scores`."""
 
-    def warm_start(self, init: Form) -> None:
-        """Start from a trained model's arrays; kinds that cannot say so."""
+    def warm_start(self, init: Form, lr_scale: float = 1.0) -> None:
+        """Start from a trained model's arrays, those tables learning at `lr_scale` × lr; kinds that cannot say so."""
         raise ValueError(f"a '{self.kind}' model trains from scratch: --init-from does not apply to it")
 
     @abstractmethod

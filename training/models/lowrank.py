@@ -42,8 +42,13 @@ class LowRank(SSIModel):
         self._ED: torch.Tensor | None = None
         self.reached = torch.zeros(shape.n_words, dtype=torch.bool)  # rows of U some update reached
 
-    def warm_start(self, init: Form) -> None:
-        """Start from a trained low-rank SSI's U and V (e.g. PSI-3 from its degree-2 model)."""
+    def warm_start(self, init: Form, lr_scale: float = 1.0) -> None:
+        """Start from a trained low-rank SSI's U and V (e.g. PSI-3 from its degree-2 model).
+
+        Their Adagrad accumulators start empty, so at the full rate the first steps are as large as
+        at the very start of training and knock the trained model off its optimum; `lr_scale` < 1
+        keeps them small (0 freezes U and V).
+        """
         if not isinstance(init, LowRankForm) or init.name != "lowrank" or self.V is self.U:
             raise ValueError(f"a '{self.kind}' model warm-starts from a 'lowrank' bundle, got '{init.name}'")
         if init.n_dims != self.shape.n_dims:
@@ -51,6 +56,9 @@ class LowRank(SSIModel):
         self.U.copy_(torch.from_numpy(self._restrict(init.values["U"])))
         self.V.copy_(torch.from_numpy(self._restrict(init.values["V"])))
         self.reached |= self.U.ne(0).any(dim=1)
+        self.opt_U.lr *= lr_scale
+        if self.opt_V is not None:
+            self.opt_V.lr *= lr_scale
 
     def _make_v(self, gen: torch.Generator) -> torch.Tensor:
         # V starts at zero and U at small random values: the first score is exactly tf-idf (no
