@@ -17,7 +17,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from service.encoder import QueryEncoder
-from ssi.bundle import Bundle
+from ssi.bundle import Bundle, BundleError
 from ssi.records import Document
 
 
@@ -55,6 +55,11 @@ class Embedder:
     """The bundle's text pipeline, query encoder and document embedding, in one place."""
 
     def __init__(self, bundle: Bundle, threads: int) -> None:
+        if not bundle.form.served_exactly:
+            raise BundleError(
+                f"{bundle.path}: form '{bundle.form.name}' cannot be ranked from an inner-product index "
+                "(it is a rerank stage); this service does not serve it"
+            )
         self.bundle = bundle
         self.form = bundle.form
         self.index_dims = bundle.manifest.index_dims

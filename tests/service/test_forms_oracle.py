@@ -9,6 +9,7 @@ over every document (ssi.forms: the single definition of f); nothing here comput
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -24,7 +25,8 @@ from service_testing import (
     write_corpus,
 )
 
-from ssi.bundle import load_bundle
+from service.embedding import Embedder
+from ssi.bundle import BundleError, load_bundle
 from ssi.forms import FORMS, PSI3
 from ssi.records import Document
 
@@ -78,3 +80,18 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(form: str, corpu
             response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
             assert response.status_code == 200, response.text
             assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)
+
+
+class _RerankOnly(FORMS["lowrank"]):  # type: ignore[misc, valid-type]
+    """A form whose score is not an inner product plus a diagonal (as a topic model's would be)."""
+
+    name = "rerank-only"
+    served_exactly = False
+
+
+def test_a_form_that_cannot_be_served_exactly_is_refused_at_load(corpus: dict, tmp_path: Path) -> None:
+    bundle_dir = make_bundle(tmp_path / "bundle", corpus["docs"], form="lowrank")
+    bundle = load_bundle(bundle_dir)
+    rerank_only = replace(bundle, form=_RerankOnly(bundle.form.values))
+    with pytest.raises(BundleError, match="form 'rerank-only' cannot be ranked from an inner-product index"):
+        Embedder(rerank_only, threads=1)
