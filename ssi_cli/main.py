@@ -13,9 +13,13 @@ from collections.abc import Sequence
 
 import typer
 
+from ssi_cli.words import register as register_words
+
 # Which half owns each subcommand; tests/test_entry.py checks these against what each `register` adds.
 SERVICE_COMMANDS: frozenset[str] = frozenset({"serve", "bench"})
 TRAINING_COMMANDS: frozenset[str] = frozenset({"train", "eval", "rank"})
+# Commands that need only a bundle and the contract package; always registered (they import nothing heavy).
+CONTRACT_COMMANDS: frozenset[str] = frozenset({"words"})
 
 HELP = "Supervised Semantic Indexing: train a learned ranking from pairs, evaluate it, serve it."
 
@@ -26,6 +30,8 @@ def halves_for(command: str | None) -> tuple[str, ...]:
         return ("service",)
     if command in TRAINING_COMMANDS:
         return ("training",)
+    if command in CONTRACT_COMMANDS:
+        return ()
     return ("training", "service")
 
 
@@ -48,6 +54,7 @@ def build_app(command: str | None = None) -> typer.Typer:
     def root() -> None:
         """Keeps `ssi` a group even when only one half (possibly one command) is registered."""
 
+    register_words(app)
     for half in halves_for(command):
         if half == "training":
             from training.cli import register as register_training

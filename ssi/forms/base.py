@@ -62,6 +62,8 @@ class Form(ABC):
     paper: ClassVar[str]
     arrays: ClassVar[tuple[ArraySpec, ...]]
     served_exactly: ClassVar[bool] = True
+    # The N × D array whose columns embed words, read by nearest words (PSI paper, Table 5); None: no such table.
+    word_array: ClassVar[str | None] = None
 
     def __init__(self, arrays: Mapping[str, np.ndarray]) -> None:
         wanted = [spec.name for spec in self.arrays]

@@ -26,6 +26,7 @@ class LowRank(Form):
     )
     identity: ClassVar[bool] = True
     document_array: ClassVar[str] = "V"  # the N × D table documents are embedded with
+    word_array: ClassVar[str | None] = "V"  # V d = Σ_i V·i d_i: column i embeds word i
 
     def query_map(self) -> np.ndarray:
         return self.values["U"]

@@ -29,6 +29,8 @@ class PSI3(Form):
         ArraySpec("Y3", ("N", "D"), "second document factor of the degree-3 term"),
     )
 
+    word_array: ClassVar[str | None] = "V"  # the degree-2 document embedding, as for SSI
+
     def query_map(self) -> np.ndarray:
         return self.values["U"]
 

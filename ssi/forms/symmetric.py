@@ -18,3 +18,4 @@ class Symmetric(LowRank):
     paper: ClassVar[str] = "SSI (paper 001), section 3"
     arrays: ClassVar[tuple[ArraySpec, ...]] = (ArraySpec("U", ("N", "D"), "word embeddings of both sides"),)
     document_array: ClassVar[str] = "U"
+    word_array: ClassVar[str | None] = "U"

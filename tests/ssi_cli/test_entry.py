@@ -22,7 +22,7 @@ import typer
 from ssi.bundle import write_bundle
 from ssi.forms.lowrank import LowRank
 from ssi.vocab import Vocabulary
-from ssi_cli.main import SERVICE_COMMANDS, TRAINING_COMMANDS
+from ssi_cli.main import CONTRACT_COMMANDS, SERVICE_COMMANDS, TRAINING_COMMANDS
 from tests.service.service_testing import ProcessServer
 from training.encoder import build_encoder
 
@@ -138,7 +138,7 @@ def test_help_lists_both_halves() -> None:
         [str(SSI), "--help"], capture_output=True, text=True, timeout=120, env=clean_env(COLUMNS="120")
     )
     assert result.returncode == 0, result.stderr[-2000:]
-    for command in ("train", "eval", "rank", "serve", "bench"):
+    for command in ("train", "eval", "rank", "serve", "bench", "words"):
         assert f" {command} " in result.stdout, f"`ssi --help` does not list {command}"
 
 
@@ -150,8 +150,12 @@ def test_dispatch_tables_match_what_each_half_registers() -> None:
     def names(app: typer.Typer) -> set[str]:
         return {info.name for info in app.registered_commands if info.name}
 
-    service_app, training_app = typer.Typer(), typer.Typer()
+    from ssi_cli.words import register as register_words
+
+    service_app, training_app, contract_app = typer.Typer(), typer.Typer(), typer.Typer()
     register_service(service_app)
     register_training(training_app)
+    register_words(contract_app)
     assert names(service_app) == SERVICE_COMMANDS
     assert names(training_app) == TRAINING_COMMANDS
+    assert names(contract_app) == CONTRACT_COMMANDS
