@@ -21,7 +21,7 @@ from ssi.corpus import read_beir_queries, read_corpus, read_pairs, read_qrels
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
-from training.splits import split_by_query
+from training.splits import split_by_query, unseen_documents
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ class TrainingData:
     train_pairs: list[Pair] = field(default_factory=list)
     valid_pairs: list[Pair] = field(default_factory=list)
     fingerprint: dict[str, str] = field(default_factory=dict)
+    unseen_docs: int = 0  # documents left out of training (the unseen-documents setting)
+    unseen_pairs: int = 0  # training pairs touching them, left out too
 
     @property
     def doc_ids(self) -> list[str]:
@@ -132,6 +134,7 @@ def load_training_data(
     vocab_size: int = 30000,
     min_df: int = 2,
     vocab: Vocabulary | None = None,
+    unseen_share: float = 0.0,
 ) -> TrainingData:
     """Read the files, build the vocabulary on the corpus (or use `vocab`, a warm start's), featurize once.
 
@@ -139,6 +142,13 @@ def load_training_data(
     with the evaluation harness's `split_by_query`, so `ssi eval` can rebuild the same split).
     """
     docs = read_corpus(corpus)
+    unseen: frozenset[str] = frozenset()
+    unseen_pairs = 0
+    if unseen_share:
+        # The unseen-documents setting: these documents and every pair touching them are left out of
+        # training altogether (text, vocabulary, pairs, negatives), as documents added after training are.
+        unseen = unseen_documents([d.id for d in docs], unseen_share, split_seed)
+        docs = [d for d in docs if d.id not in unseen]
     doc_row = {d.id: i for i, d in enumerate(docs)}
     doc_tokens = [tokenize(d.full_text) for d in docs]
     if vocab is None:
@@ -172,6 +182,11 @@ def load_training_data(
         fingerprint["qrels"] = file_fingerprint(qrels)
     else:
         raise ValueError("give either --pairs (document-document) or --queries with --qrels (BEIR)")
+    if unseen:
+        touches = (lambda p: p.doc_id in unseen or p.query_id in unseen) if doc_doc else (lambda p: p.doc_id in unseen)
+        unseen_pairs = sum(touches(p) for p in train_list)
+        train_list = [p for p in train_list if not touches(p)]
+        valid_list = [p for p in valid_list if not touches(p)]
     train = index_pairs(train_list, query_row, doc_row, doc_doc)
     valid = index_pairs(valid_list, query_row, doc_row, doc_doc) if valid_list else None
     if train.size == 0:
@@ -188,4 +203,6 @@ def load_training_data(
         train_pairs=train_list,
         valid_pairs=valid_list,
         fingerprint=fingerprint,
+        unseen_docs=len(unseen),
+        unseen_pairs=unseen_pairs,
     )

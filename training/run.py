@@ -60,6 +60,7 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         vocab_size=settings.vocab_size,
         min_df=settings.min_df,
         vocab=init.vocab if init is not None else None,
+        unseen_share=settings.unseen_docs,
     )
     loaded = time.perf_counter()
     docs = DocMatrix(data.X_docs)
@@ -89,6 +90,8 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         "train_pairs_dropped": data.train.dropped_summary(),
         "valid_pairs": data.valid.size if data.valid is not None else 0,
         "task": "document-document" if data.doc_doc else "queries",
+        "unseen": {"share": settings.unseen_docs, "seed": settings.seed, "documents": data.unseen_docs,
+                   "training_pairs_left_out": data.unseen_pairs},  # fmt: skip
     }
     manifest = export_bundle(
         settings.out,

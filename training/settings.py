@@ -21,6 +21,7 @@ class TrainSettings(BaseSettings):
     valid_qrels: Path | None = None
     valid_share: float = Field(0.1, ge=0.0, lt=1.0)
     query_words: int | None = Field(None, ge=1)
+    unseen_docs: float = Field(0.0, ge=0.0, lt=1.0)
 
     # Model
     kind: str = "lowrank"

@@ -36,3 +36,18 @@ def split_by_query(
     train = [p for p in pairs if p.query_id not in valid_ids]
     valid = [p for p in pairs if p.query_id in valid_ids]
     return train, valid
+
+
+def unseen_documents(doc_ids: Sequence[str], share: float, seed: int = DEFAULT_SPLIT_SEED) -> frozenset[str]:
+    """The documents held out of training in the unseen-documents setting (PSI paper, partitioned setup).
+
+    round(share · n) ids (at least one) of the sorted ids, permuted by `default_rng(seed)`: like the
+    validation split, it depends only on the set of ids, the share and the seed, so `ssi train` and
+    `ssi eval` hold out the same documents.
+    """
+    if not 0.0 < share < 1.0:
+        raise ValueError(f"the unseen share must be in (0, 1), got {share}")
+    ids = sorted(set(doc_ids))
+    n_unseen = min(max(1, round(share * len(ids))), len(ids) - 1)
+    order = np.random.default_rng(seed).permutation(len(ids))
+    return frozenset(ids[i] for i in order[:n_unseen])

@@ -64,6 +64,15 @@ def train_command(
             DATA,
         ),
     ] = None,
+    unseen_docs: Annotated[
+        float | None,
+        _opt(
+            "unseen_docs",
+            "Unseen-documents setting: leave this seeded share of the documents (--seed) and every pair touching "
+            "them out of training entirely; `ssi eval --unseen-docs` then ranks for queries among them.",
+            DATA,
+        ),
+    ] = None,
     kind: Annotated[
         str | None, _opt("kind", "Model form: lowrank, symmetric, noidentity, diagonal, fullw, psi3.", MODEL)
     ] = None,
@@ -178,8 +187,8 @@ def train_command(
     given = {
         "corpus": corpus, "out": out, "pairs": pairs, "valid_pairs": valid_pairs, "queries": queries,
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
-        "query_words": query_words, "kind": kind, "init_from": init_from, "warm_lr_scale": warm_lr_scale,
-        "n_dims": dims,
+        "query_words": query_words, "unseen_docs": unseen_docs, "kind": kind, "init_from": init_from,
+        "warm_lr_scale": warm_lr_scale, "n_dims": dims,
         "vocab_size": vocab_size, "min_df": min_df, "frequent_words": frequent_words, "init_scale": init_scale,
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,

@@ -144,3 +144,33 @@ def test_keyword_training_validates_on_keyword_queries(synonyms: SynonymCorpus, 
     manifest = load_bundle(tmp_path / "kw").manifest
     assert manifest.training["config"]["query_words"] == 5
     assert summary["valid"]["map"] > 0.5  # five topic-or-filler words still name the topic
+
+
+def test_unseen_documents_are_left_out_of_training_and_are_the_queries_evaluated(
+    synonyms: SynonymCorpus, tmp_path: Path
+) -> None:
+    from training.splits import unseen_documents
+
+    docs = read_corpus(synonyms.corpus)
+    unseen = unseen_documents([d.id for d in docs], 0.2, seed=1)
+    assert unseen == unseen_documents([d.id for d in reversed(docs)], 0.2, seed=1)  # order does not matter
+    assert len(unseen) == round(0.2 * len(docs))
+    summary = train(synonyms, tmp_path / "b", "--epochs", "2", "--dims", "8", "--unseen-docs", "0.2")
+    data = load_bundle(tmp_path / "b").manifest.data
+    touching = [p for p in read_pairs(synonyms.train_pairs) if p.query_id in unseen or p.doc_id in unseen]
+    assert data["unseen"]["documents"] == len(unseen) and data["n_docs"] == len(docs) - len(unseen)
+    assert data["unseen"]["training_pairs_left_out"] == len(touching) > 0
+    assert data["train_pairs"] == len(read_pairs(synonyms.train_pairs)) - len(touching)
+    assert summary["dropped_pairs"] == "none"  # left out on purpose, not dropped as unknown
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(
+        build_app(),
+        ["eval", "--bundle", str(tmp_path / "b"), "--corpus", str(synonyms.corpus), "--pairs",
+         str(synonyms.train_pairs), "--eval-pairs", str(synonyms.valid_pairs), "--unseen-docs", "0.2",
+         "--split-seed", "1", "--baselines", "tfidf", "--out", str(out)],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "results.json").read_text())
+    valid_queries = {p.query_id for p in read_pairs(synonyms.valid_pairs)}
+    assert report["task"]["name"].endswith("-unseen")
+    assert report["task"]["queries"] == len(valid_queries & unseen) > 0

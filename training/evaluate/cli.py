@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -29,7 +30,7 @@ from training.evaluate.report import rich_table, write_reports
 from training.evaluate.scorer import DEFAULT_BLOCK, Scorer
 from training.evaluate.tasks import RetrievalTask, TaskError, beir_task, doc_doc_task, keyword_task
 from training.evaluate.tuning import build_baseline
-from training.splits import DEFAULT_SPLIT_SEED, DEFAULT_VALID_FRACTION, split_by_query
+from training.splits import DEFAULT_SPLIT_SEED, DEFAULT_VALID_FRACTION, split_by_query, unseen_documents
 
 DATA = "Data"
 TASK = "Task"
@@ -175,6 +176,14 @@ def eval_command(
     split_seed: Annotated[
         int, typer.Option(help="Seed of the by-query split (ssi train uses its --seed).", rich_help_panel=TASK)
     ] = DEFAULT_SPLIT_SEED,
+    unseen_docs: Annotated[
+        float,
+        typer.Option(
+            help="Unseen-documents setting: keep only the queries among the seeded share of documents (with "
+            "--split-seed) that `ssi train --unseen-docs` left out of training (document links only; 0: off).",
+            rich_help_panel=TASK,
+        ),
+    ] = 0.0,
     max_queries: Annotated[
         int, typer.Option(help="Evaluate a fixed-seed sample of this many queries (0: all).", rich_help_panel=TASK)
     ] = 0,
@@ -239,6 +248,8 @@ def eval_command(
             docs, pairs=pairs, eval_pairs=eval_pairs, keywords=keywords, queries=queries, qrels=qrels,
             split=split, valid_share=valid_share, split_seed=split_seed, seed=seed, tokens=tokens,
         )  # fmt: skip
+        if unseen_docs:
+            task = _unseen_queries(task, docs, unseen_docs, split_seed, doc_queries=queries is None)
         task = task.subset(max_queries, seed)
         for line in task.stats.problems():
             typer.secho(f"warning: {line}", err=True, fg=typer.colors.YELLOW)
@@ -294,6 +305,21 @@ def eval_command(
         console.print(rich_table(table))
         paths = write_reports(table, out, extra={"tuning": tuning})
         console.print(f"total {total:.1f}s; wrote {', '.join(str(p) for p in paths)}", highlight=False)
+
+
+def _unseen_queries(
+    task: RetrievalTask, docs: list[Document], share: float, seed: int, *, doc_queries: bool
+) -> RetrievalTask:
+    """The task's queries among the documents held out of training (training.splits.unseen_documents)."""
+    if not doc_queries:
+        raise UsageError("--unseen-docs applies to document links (--eval-pairs), where queries are documents")
+    if not 0.0 < share < 1.0:
+        raise UsageError(f"--unseen-docs must be in (0, 1), got {share}")
+    unseen = unseen_documents([d.id for d in docs], share, seed)
+    rows = [i for i, query_id in enumerate(task.query_ids) if query_id in unseen]
+    if not rows:
+        raise UsageError("no query of the evaluated links is among the unseen documents")
+    return replace(task.select(rows), name=f"{task.name}-unseen")
 
 
 def _model_rows(models: list[Bundle]) -> dict[str, Bundle]:
