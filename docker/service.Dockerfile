@@ -1,6 +1,8 @@
 # The search service: FastAPI + uvicorn + FAISS + onnxruntime, and no PyTorch.
 # Build from the repository root:  docker build -f docker/service.Dockerfile -t ssi-search-service .
-# Run: mount a folder holding bundle/ and corpus.jsonl (written by the trainer image) at /data.
+# Run: mount a folder holding bundle/ and corpus.jsonl (written by the trainer image) at /data, and a
+# volume at /store for the document store (documents written through the API: data, not cache).
+# Stop with a grace period over 30 s (docker stop -t 45): the graceful shutdown takes up to 30 s.
 FROM python:3.11-slim
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -24,15 +26,16 @@ RUN bash scripts/install.sh --venv /opt/venv --extras serve --no-editable \
     && ssi serve --help >/dev/null
 
 RUN useradd --system --uid 10001 --user-group --home-dir /app --shell /usr/sbin/nologin ssi \
-    && mkdir -p /data /cache \
-    && chown ssi:ssi /cache
+    && mkdir -p /data /cache /store \
+    && chown ssi:ssi /cache /store
 USER ssi
 
 ENV SSI_HOST=0.0.0.0 \
     SSI_PORT=8000 \
-    SSI_CACHE_DIR=/cache
+    SSI_CACHE_DIR=/cache \
+    SSI_DATA_DIR=/store
 EXPOSE 8000
-VOLUME ["/cache"]
+VOLUME ["/cache", "/store"]
 
 HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
     CMD ["python", "/app/scripts/healthcheck.py", "/readyz"]

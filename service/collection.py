@@ -5,6 +5,21 @@ of truth, with the next write sequence number) and then applied to the in-memory
 at a time; snapshots of the index are written in the background with the sequence they reflect;
 a reload builds a new model state off to the side and swaps one reference, so requests in flight
 finish on the state they started with.
+
+Upkeep runs in one background thread, one task at a time (`_maintenance`), so that trimming the
+write log never races a reload or a compaction that still needs it:
+
+- snapshots, after SSI_SNAPSHOT_EVERY_WRITES writes or SSI_SNAPSHOT_INTERVAL seconds; a failed one is
+  retried with exponential backoff (up to SSI_SNAPSHOT_RETRY_MAX seconds);
+- online compaction when dead rows pass SSI_COMPACT_DEAD_FRACTION: built off to the side from the
+  live state, brought up to date from the store and swapped in like a reload;
+- after each snapshot, the write log is trimmed up to the oldest snapshot kept, and cache folders
+  that can no longer load are removed; disk use goes to /metrics.
+
+If applying a committed write to the in-memory index fails, the state no longer matches the store:
+the collection stops serving it (503, and /readyz says "recovering") and rebuilds it from the
+latest snapshot and the store's write log in the background. One process serves a data folder:
+a lock on the store and cache folders refuses a second one.
 """
 
 from __future__ import annotations
@@ -12,23 +27,31 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from service.bounds import cut_long_text
+from service.bounds import cut_long_text, shown
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
+from service.instance_lock import FolderLock
 from service.metrics import Metrics
 from service.model_state import ModelState, QueryResult
 from service.settings import CollectionSpec, CollectionType, Settings
-from service.snapshot import write_snapshot
-from service.state_builder import open_state
+from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
+from service.state_builder import compacted, needs_compaction, open_state
 from service.store import DocumentStore, StoredDocument
 from service.writes import apply_writes, capture, replay
-from ssi.bundle import BundleError, load_bundle
+from ssi.bundle import Bundle, BundleError, load_bundle
 from ssi.records import Document
 
 log = logging.getLogger(__name__)
+
+
+def _load_bundle(path: Path) -> Bundle:
+    """The bundle with its arrays read into memory, not memory-mapped: a bundle copied over the served
+    folder in place (truncated, then rewritten) would otherwise crash the process with SIGBUS, or change
+    the weights it serves without any check. A new bundle is served by a reload from a new folder."""
+    return load_bundle(path, mmap=False)
 
 
 class Collection:
@@ -44,27 +67,37 @@ class Collection:
         self.store: DocumentStore | None = None
         self.state: ModelState | None = None
         # One write at a time, from featurizing through commit to the in-memory apply, so the index
-        # applies writes in the store's sequence order. Reload swaps and snapshot captures take it too.
+        # applies writes in the store's sequence order. Swapping the state (reload, compaction,
+        # recovery) takes it too; a snapshot's capture does not.
         self._writer = threading.Lock()
         self._reloading = threading.Lock()
-        self._snapshotting = threading.Lock()
+        # One upkeep task at a time: snapshot + log trim, compaction, reload, recovery.
+        self._maintenance = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._snapshot_thread: threading.Thread | None = None
+        self._recovery_thread: threading.Thread | None = None
+        self._folder_locks: list[FolderLock] = []
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def load(self) -> None:
         """Open the store (importing the corpus on first start) and the model state; blocking."""
-        bundle = load_bundle(self.bundle_path)
-        self.store = DocumentStore.open_for_corpus(self.settings.store_dir, self.name, self.spec.corpus)
+        for folder in (self.settings.store_dir / self.name, self.settings.index_dir / self.name):
+            self._folder_locks.append(FolderLock(folder).acquire())
+        bundle = _load_bundle(self.bundle_path)
+        self.store = DocumentStore.open_for_corpus(
+            self.settings.store_dir, self.name, self.spec.corpus, on_change=self.settings.corpus_change
+        )
         state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
         self.state = state
         self._record_load(state)
         if state.saved_seq != state.seq:
             self.snapshot()
+        else:
+            self._record_disk(state)
         self.status = "ready"
-        self._snapshot_thread = threading.Thread(target=self._snapshot_loop, name=f"snapshots-{self.name}", daemon=True)
+        self._snapshot_thread = threading.Thread(target=self._maintenance_loop, name=f"upkeep-{self.name}", daemon=True)
         self._snapshot_thread.start()
 
     def fail(self, message: str) -> None:
@@ -75,8 +108,9 @@ class Collection:
         """Stop the snapshot thread, save what is unsaved, close the store."""
         self._stop.set()
         self._wake.set()
-        if self._snapshot_thread is not None:
-            self._snapshot_thread.join(timeout=60)
+        for thread in (self._snapshot_thread, self._recovery_thread):
+            if thread is not None:
+                thread.join(timeout=60)
         if self.state is not None and self.state.saved_seq != self.state.seq:
             try:
                 self.snapshot()
@@ -84,6 +118,9 @@ class Collection:
                 log.exception("[%s] final snapshot failed", self.name)
         if self.store is not None:
             self.store.close()
+        for lock in self._folder_locks:
+            lock.release()
+        self._folder_locks = []
 
     def _record_load(self, state: ModelState) -> None:
         self.metrics.loads.labels(self.name, state.report.source).inc()
@@ -108,6 +145,11 @@ class Collection:
             return state
         if self.status == "failed":
             raise Unavailable(f"collection '{self.name}' failed to load: {self.error}")
+        if self.status == "recovering":
+            raise Unavailable(
+                f"collection '{self.name}' is rebuilding its index from its store after a failed write; retry shortly",
+                headers={"Retry-After": "5"},
+            )
         raise Unavailable(f"collection '{self.name}' is still loading; retry shortly", headers={"Retry-After": "5"})
 
     def _ready_store(self) -> DocumentStore:
@@ -157,7 +199,7 @@ class Collection:
     def get(self, doc_id: str) -> StoredDocument:
         doc = self._ready_store().get(doc_id)
         if doc is None:
-            raise NotFound(f"no document with id {doc_id!r} in collection '{self.name}'")
+            raise NotFound(f"no document with id {shown(doc_id)} in collection '{self.name}'")
         return doc
 
     def get_many(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
@@ -184,7 +226,7 @@ class Collection:
             state = self.ready_state()
             prepared = state.embedder.prepare(docs)
             seqs = store.put(docs)
-            apply_writes(state, prepared, [], seqs[-1])
+            self._apply(state, lambda: apply_writes(state, prepared, [], seqs[-1]), seqs[-1])
             self._after_write(state, "put", len(docs))
         return seqs
 
@@ -195,10 +237,57 @@ class Collection:
             state = self.ready_state()
             seq = store.delete(doc_id)
             if seq is None:
-                raise NotFound(f"no document with id {doc_id!r} in collection '{self.name}'")
-            apply_writes(state, None, [doc_id], seq)
+                raise NotFound(f"no document with id {shown(doc_id)} in collection '{self.name}'")
+            self._apply(state, lambda: apply_writes(state, None, [doc_id], seq), seq)
             self._after_write(state, "delete", 1)
         return seq
+
+    def _apply(self, state: ModelState, apply: Callable[[], None], seq: int) -> None:
+        """Run a committed write's in-memory apply; if it fails, stop serving the state and rebuild it."""
+        try:
+            apply()
+        except Exception as exc:
+            state.broken = True
+            self.status = "recovering"
+            log.error(
+                "[%s] write %d is committed but applying it to the index failed; rebuilding the index from the store",
+                self.name,
+                seq,
+                exc_info=True,
+            )
+            self._recovery_thread = threading.Thread(
+                target=self._recover, args=(state.bundle,), name=f"recover-{self.name}", daemon=True
+            )
+            self._recovery_thread.start()
+            raise Unavailable(
+                f"the write is committed (write {seq}) but could not be applied to the index "
+                f"({type(exc).__name__}); collection '{self.name}' is rebuilding its index from its store: "
+                "it will be visible to searches when /readyz is ready again",
+                headers={"Retry-After": "5"},
+            ) from None
+
+    def _recover(self, bundle: Bundle) -> None:
+        """Rebuild the state from the latest snapshot and the store's write log, then serve it again."""
+        delay = min(1.0, self.settings.snapshot_interval)
+        while not self._stop.is_set():
+            try:
+                assert self.store is not None
+                with self._maintenance:
+                    state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
+                    with self._writer:
+                        with self.store.view() as view:
+                            replay(state, view)
+                        self.state = state
+                        self.status = "ready"
+                self._record_load(state)
+                log.info("[%s] index rebuilt from the store at write %d: serving again", self.name, state.seq)
+                if state.saved_seq != state.seq:
+                    self._wake.set()
+                return
+            except Exception:
+                log.exception("[%s] rebuilding the index failed; retrying in %.1fs", self.name, delay)
+                self._stop.wait(delay)
+                delay = min(2 * delay, self.settings.snapshot_retry_max)
 
     def _after_write(self, state: ModelState, op: str, count: int) -> None:
         self.metrics.writes.labels(self.name, op).inc(count)
@@ -223,7 +312,8 @@ class Collection:
 
     def reload(self, requested: str | None) -> dict[str, Any]:
         """Swap to a (new) bundle. The new state is built while the old one keeps serving."""
-        self._check_writable()
+        if not self.settings.reloads_enabled:
+            raise Forbidden("reloads are disabled on this server: set SSI_ADMIN_KEY or SSI_API_KEY")
         store = self._ready_store()
         path = self.resolve_bundle(requested)
         if not self._reloading.acquire(blocking=False):
@@ -231,18 +321,20 @@ class Collection:
         try:
             started = time.perf_counter()
             previous = self.ready_state()
-            try:
-                bundle = load_bundle(path)
-                state = open_state(collection=self.name, bundle=bundle, store=store, settings=self.settings)
-            except BundleError as exc:
-                raise InvalidInput(f"cannot reload: {exc}") from None
-            with self._writer:
-                # Writes that landed while the new state was being built are replayed into it first.
-                with store.view() as view:
-                    replay(state, view)
-                self.state = state
-                self.bundle_path = path
-                self._record_load(state)
+            # Upkeep waits: trimming the write log now could cut writes the new state still has to replay.
+            with self._maintenance:
+                try:
+                    bundle = _load_bundle(path)
+                    state = open_state(collection=self.name, bundle=bundle, store=store, settings=self.settings)
+                except BundleError as exc:
+                    raise InvalidInput(f"cannot reload: {exc}") from None
+                with self._writer:
+                    # Writes that landed while the new state was being built are replayed into it first.
+                    with store.view() as view:
+                        replay(state, view)
+                    self.state = state
+                    self.bundle_path = path
+                    self._record_load(state)
             log.info("[%s] reloaded: %s -> %s", self.name, previous.bundle.content_hash[:12], bundle.content_hash[:12])
             if state.saved_seq != state.seq:
                 self._wake.set()
@@ -262,47 +354,124 @@ class Collection:
     # -- snapshots -----------------------------------------------------------------------------
 
     def snapshot(self) -> Path | None:
-        """Write the current state's snapshot if it has unsaved writes; returns its folder."""
-        with self._snapshotting:
-            with self._writer:
-                state = self.state
-                if state is None or state.saved_seq == state.seq:
-                    return None
-                captured = capture(state)
-            started = time.perf_counter()
-            path = write_snapshot(state.folder, captured.materialize())
-            state.saved_seq = max(state.saved_seq or 0, captured.seq)
-            self.metrics.snapshots.labels(self.name).inc()
-            log.info(
-                "[%s] snapshot at write %d saved in %.2fs: %s",
-                self.name,
-                captured.seq,
-                time.perf_counter() - started,
-                path,
-            )
-            return path
+        """Write the current state's snapshot if it has unsaved writes; returns its folder.
 
-    def _snapshot_loop(self) -> None:
-        """Save after `snapshot_every_writes` writes, or `snapshot_interval` seconds after the first unsaved one."""
+        Writes go on meanwhile: the capture takes the state's read lock, not the writer lock.
+        """
+        with self._maintenance:
+            return self._snapshot()
+
+    def _snapshot(self) -> Path | None:
+        state = self.state
+        if state is None or state.broken or state.saved_seq == state.seq:
+            return None
+        started = time.perf_counter()
+        captured = capture(state)
+        held = time.perf_counter() - started
+        path = write_snapshot(state.folder, captured.materialize())
+        state.saved_seq = max(state.saved_seq or 0, captured.seq)
+        self.metrics.snapshots.labels(self.name).inc()
+        log.info(
+            "[%s] snapshot at write %d saved in %.2fs (captured in %.3fs): %s",
+            self.name,
+            captured.seq,
+            time.perf_counter() - started,
+            held,
+            path,
+        )
+        self._trim(state)
+        return path
+
+    def _trim(self, state: ModelState) -> None:
+        """Drop what no snapshot kept can use: write-log entries before the oldest one, dead cache folders."""
+        assert self.store is not None
+        kept = [seq_of(path) for path in snapshots(state.folder)]
+        if kept:
+            removed = self.store.trim_log(min(kept))
+            if removed:
+                log.info("[%s] write log trimmed up to write %d (%d entries)", self.name, min(kept), removed)
+            with self.store.view() as view:
+                floor = view.log_floor
+            prune_cache(state.folder.parent, state.folder, state.store_uuid, floor)
+            self.store.checkpoint()
+        self._record_disk(state)
+
+    def _record_disk(self, state: ModelState) -> None:
+        if self.store is None:
+            return
+        self.metrics.store_bytes.labels(self.name).set(self.store.disk_bytes())
+        self.metrics.snapshot_bytes.labels(self.name).set(disk_bytes(state.folder.parent))
+        self.metrics.write_log_entries.labels(self.name).set(self.store.log_entries())
+        if state.saved_seq is not None:  # last: once it equals the write seq, the figures above are current
+            self.metrics.snapshot_seq.labels(self.name).set(state.saved_seq)
+
+    def compact(self) -> bool:
+        """Drop dead rows online: build a compacted state beside the live one, catch it up, swap it in.
+
+        Searches keep using the live state throughout; writes wait only for the catch-up (the writes
+        committed during the build, replayed from the store) and the swap.
+        """
+        with self._maintenance:
+            state = self.state
+            if state is None or state.broken or self.store is None or not needs_compaction(state, self.settings):
+                return False
+            started = time.perf_counter()
+            fresh = compacted(state)
+            with self._writer:
+                if self.state is not state or state.broken:
+                    return False
+                with self.store.view() as view:
+                    replay(fresh, view)
+                self.state = fresh
+            self.metrics.compactions.labels(self.name).inc()
+            self._record_state(fresh)
+            log.info(
+                "[%s] compacted online at write %d: %d rows -> %d in %.2fs",
+                self.name,
+                fresh.seq,
+                state.table.rows,
+                fresh.table.rows,
+                time.perf_counter() - started,
+            )
+            self._snapshot()  # the renumbered rows need their own snapshot; older ones can go
+            return True
+
+    def _maintenance_loop(self) -> None:
+        """Snapshot (and compact first if needed) after `snapshot_every_writes` writes, or
+        `snapshot_interval` seconds after the first unsaved one; back off exponentially after a failure."""
         unsaved_since: float | None = None
+        base_delay = min(1.0, self.settings.snapshot_interval)
+        delay = base_delay
+        retry_at = 0.0
+        failures = 0
         while not self._stop.is_set():
-            self._wake.wait(timeout=min(1.0, self.settings.snapshot_interval))
+            self._wake.wait(timeout=base_delay)
             self._wake.clear()
             if self._stop.is_set():
                 return
             state = self.state
-            if state is None or state.saved_seq == state.seq:
+            if state is None or state.broken or state.saved_seq == state.seq:
                 unsaved_since = None
                 continue
             now = time.monotonic()
             unsaved_since = unsaved_since or now
             pending = state.seq - (state.saved_seq or 0)
-            if pending >= self.settings.snapshot_every_writes or now - unsaved_since >= self.settings.snapshot_interval:
-                try:
+            due = (
+                pending >= self.settings.snapshot_every_writes or now - unsaved_since >= self.settings.snapshot_interval
+            )
+            if not due or now < retry_at:
+                continue
+            try:
+                if not self.compact():
                     self.snapshot()
-                    unsaved_since = None
-                except Exception:  # the store's log still has every write; try again later
-                    log.exception("[%s] snapshot failed", self.name)
+                unsaved_since = None
+                delay, failures = base_delay, 0
+            except Exception:  # the store's log still has every write; try again later
+                failures += 1
+                self.metrics.snapshot_failures.labels(self.name).inc()
+                log.exception("[%s] snapshot failed (%d in a row); retrying in %.1fs", self.name, failures, delay)
+                retry_at = time.monotonic() + delay
+                delay = min(2 * delay, self.settings.snapshot_retry_max)
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"name": self.name, "type": self.type, "status": self.status}

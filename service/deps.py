@@ -2,22 +2,28 @@
 
 Routes under `/collections/{collection}/...` address a named collection; the same routes without
 the prefix address the default one (`documents`), so `CollectionDep` reads the optional path
-parameter instead of each route declaring it.
+parameter instead of each route declaring it (`CollectionPathDep`, added where the prefix is,
+declares it in the schema). Keys: `ReadKeyDep` (added to the read routers only when SSI_READ_KEY is
+set, so the schema declares what is enforced), `ApiKeyDep` (writes), `AdminKeyDep` (reloads).
 """
 
 from __future__ import annotations
 
 import hmac
-from typing import Annotated
+from collections.abc import Callable, Coroutine
+from typing import Annotated, Any
 
-from fastapi import Depends, Header, Request
+from fastapi import Depends, Path, Request, Response
+from fastapi.routing import APIRoute
+from fastapi.security import APIKeyHeader
+from pydantic import SecretStr
 
 from service.admission import Limiter
 from service.catalog import Catalog
 from service.collection import Collection
 from service.errors import Forbidden, Unauthorized
 from service.metrics import Metrics
-from service.settings import Settings
+from service.settings import COLLECTION_NAME, Settings
 
 
 def get_settings(request: Request) -> Settings:
@@ -41,6 +47,24 @@ def get_collection(request: Request, catalog: CatalogDep) -> Collection:
     return catalog.get(request.path_params.get("collection"))
 
 
+def collection_path(
+    collection: Annotated[
+        str,
+        Path(
+            pattern=COLLECTION_NAME.pattern,
+            max_length=64,
+            description="a collection this service hosts (GET /readyz lists them); the routes without "
+            "the /collections/{collection} prefix address the default one",
+        ),
+    ],
+) -> None:
+    """Declares (and bounds) the path parameter of the `/collections/{collection}/...` routes;
+    `get_collection` reads it, so that the unprefixed routes share the same code."""
+
+
+CollectionPathDep = Depends(collection_path)
+
+
 CollectionDep = Annotated[Collection, Depends(get_collection)]
 
 
@@ -56,22 +80,94 @@ SearchLimiterDep = Annotated[Limiter, Depends(get_search_limiter)]
 WriteLimiterDep = Annotated[Limiter, Depends(get_write_limiter)]
 
 
-def require_api_key(
-    settings: SettingsDep,
-    x_api_key: Annotated[
-        str | None, Header(description="the service's API key (SSI_API_KEY); needed for writes")
-    ] = None,
-) -> None:
+# The three keys travel in one header; each is its own security scheme so the OpenAPI schema says
+# which key a route needs. auto_error=False: the checks below answer with our own messages.
+_READ_KEY = APIKeyHeader(
+    name="X-API-Key",
+    scheme_name="ReadKey",
+    auto_error=False,
+    description="SSI_READ_KEY (or the write or admin key); needed for reads only when SSI_READ_KEY is set",
+)
+_WRITE_KEY = APIKeyHeader(
+    name="X-API-Key", scheme_name="WriteKey", auto_error=False, description="SSI_API_KEY; needed for writes"
+)
+_ADMIN_KEY = APIKeyHeader(
+    name="X-API-Key",
+    scheme_name="AdminKey",
+    auto_error=False,
+    description="SSI_ADMIN_KEY, or SSI_API_KEY when no admin key is set; needed for /admin/reload",
+)
+
+
+def key_matches(given: str | None, *keys: SecretStr | None) -> bool:
+    """Whether `given` equals one of the configured `keys`, compared in constant time (every key is compared)."""
+    if given is None:
+        return False
+    candidate = given.encode("utf-8", "surrogateescape")
+    matched = False
+    for key in keys:
+        if key is not None:
+            matched |= hmac.compare_digest(candidate, key.get_secret_value().encode("utf-8"))
+    return matched
+
+
+def _refuse(given: str | None, what: str) -> Unauthorized:
+    message = f"{what} needs the X-API-Key header" if given is None else "wrong X-API-Key"
+    return Unauthorized(message, headers={"WWW-Authenticate": "X-API-Key"})
+
+
+def require_read_key(settings: SettingsDep, x_api_key: Annotated[str | None, Depends(_READ_KEY)]) -> None:
+    """With SSI_READ_KEY set, reads need one of the service's keys (a writer or an admin may read too)."""
+    if settings.read_key is None:
+        return
+    if not key_matches(x_api_key, settings.read_key, settings.api_key, settings.admin_key):
+        raise _refuse(x_api_key, "this read (SSI_READ_KEY is set)")
+
+
+def require_api_key(settings: SettingsDep, x_api_key: Annotated[str | None, Depends(_WRITE_KEY)]) -> None:
     """Writes need X-API-Key equal to SSI_API_KEY, compared in constant time; no key configured: no writes."""
     if settings.api_key is None:
         if settings.insecure_writes:
             return
         raise Forbidden("writes are disabled on this server: it has no API key (set SSI_API_KEY)")
-    if x_api_key is None:
-        raise Unauthorized("this write needs the X-API-Key header", headers={"WWW-Authenticate": "X-API-Key"})
-    expected = settings.api_key.get_secret_value().encode("utf-8")
-    if not hmac.compare_digest(x_api_key.encode("utf-8", "surrogateescape"), expected):
-        raise Unauthorized("wrong X-API-Key", headers={"WWW-Authenticate": "X-API-Key"})
+    if not key_matches(x_api_key, settings.api_key):
+        raise _refuse(x_api_key, "this write")
 
 
+def require_admin_key(settings: SettingsDep, x_api_key: Annotated[str | None, Depends(_ADMIN_KEY)]) -> None:
+    """Reloads need SSI_ADMIN_KEY, or SSI_API_KEY when no admin key is set (one key for both then)."""
+    expected = settings.admin_key or settings.api_key
+    if expected is None:
+        if settings.insecure_writes:
+            return
+        raise Forbidden("reloads are disabled on this server: it has no admin key (set SSI_ADMIN_KEY or SSI_API_KEY)")
+    if not key_matches(x_api_key, expected):
+        raise _refuse(x_api_key, "a reload")
+
+
+def key_first(check: Callable[[Settings, str | None], None]) -> type[APIRoute]:
+    """A route class that runs `check` on the X-API-Key header before the body is read as JSON.
+
+    FastAPI parses a body before it runs the dependencies, so an 8 MB body without a key would be
+    parsed on the event loop only to be refused. The dependency stays: it declares the key in the
+    schema and is the check of record.
+    """
+
+    class KeyFirstRoute(APIRoute):
+        def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+            handler = super().get_route_handler()
+
+            async def keyed(request: Request) -> Response:
+                check(request.app.state.settings, request.headers.get("x-api-key"))
+                return await handler(request)
+
+            return keyed
+
+    return KeyFirstRoute
+
+
+WriteRoute = key_first(require_api_key)
+AdminRoute = key_first(require_admin_key)
+ReadKeyDep = Depends(require_read_key)
 ApiKeyDep = Annotated[None, Depends(require_api_key)]
+AdminKeyDep = Annotated[None, Depends(require_admin_key)]

@@ -7,6 +7,8 @@ no request ever sees a traceback.
 
 from __future__ import annotations
 
+from service.schemas import ErrorBody, ValidationErrorBody
+
 
 class ServiceError(Exception):
     status_code = 400
@@ -55,3 +57,25 @@ class Unavailable(ServiceError):
     """Not able to serve now: still loading, or no capacity within the queue timeout (503)."""
 
     status_code = 503
+
+
+# What each error status means on this service: the descriptions of the OpenAPI schema.
+ERROR_MEANINGS = {
+    400: "a body that is not UTF-8, a malformed Content-Length, or a Host not in SSI_ALLOWED_HOSTS",
+    401: "a key is needed and the X-API-Key header is missing or wrong",
+    403: "refused by configuration (no key set for writes, a bundle outside SSI_BUNDLE_ROOT)",
+    404: "no such document or collection",
+    409: "the collection's type does not serve this route, or a reload is already running",
+    413: "the body is larger than SSI_MAX_BODY_BYTES",
+    422: "a value that is out of bounds or of the wrong type; the first problems are listed",
+    429: "too many requests waiting; retry after Retry-After seconds",
+    503: "still loading, or no capacity within SSI_QUEUE_TIMEOUT; retry after Retry-After seconds",
+}
+
+
+def error_responses(*statuses: int) -> dict[int | str, dict[str, object]]:
+    """The `responses=` of a route that can answer `statuses`, each with the error body it returns."""
+    return {
+        status: {"model": ValidationErrorBody if status == 422 else ErrorBody, "description": ERROR_MEANINGS[status]}
+        for status in statuses
+    }

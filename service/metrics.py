@@ -2,7 +2,8 @@
 
 Each app gets its own registry (not the process-global one), so several apps in one process, as in
 the tests, do not collide. Requests are labelled by route template (`/documents/{doc_id}`), never by
-raw path, which would let clients create unbounded label sets.
+raw path, and by method only when it is a standard one (any other is "other"): a client choosing
+either freely could create label sets without bound (a 60,000-character method made /metrics 1.2 MB).
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # The *_created series double the output and say nothing a scraper needs.
 disable_created_metrics()
+
+# The methods labelled by name; uvicorn passes any token a client sends as the method.
+KNOWN_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "PATCH"})
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
@@ -61,6 +65,28 @@ class Metrics:
         )
         self.writes = Counter("ssi_document_writes", "Acknowledged document writes", ["collection", "op"], registry=r)
         self.snapshots = Counter("ssi_snapshots_written", "Index snapshots written", ["collection"], registry=r)
+        # Durability upkeep (service.collection): disk use, failed snapshots, online compactions.
+        self.store_bytes = Gauge(
+            "ssi_store_bytes", "Bytes of the document store (SQLite file, WAL)", ["collection"], registry=r
+        )
+        self.snapshot_bytes = Gauge(
+            "ssi_snapshot_bytes", "Bytes of the index snapshots (every cache folder)", ["collection"], registry=r
+        )
+        self.write_log_entries = Gauge(
+            "ssi_write_log_entries",
+            "Write-log entries kept (trimmed up to the oldest snapshot)",
+            ["collection"],
+            registry=r,
+        )
+        self.snapshot_seq = Gauge(
+            "ssi_snapshot_seq", "Write sequence the newest index snapshot reflects", ["collection"], registry=r
+        )
+        self.snapshot_failures = Counter(
+            "ssi_snapshot_failures", "Index snapshots that failed (retried with backoff)", ["collection"], registry=r
+        )
+        self.compactions = Counter(
+            "ssi_index_compactions", "Online compactions (dead rows dropped, index rebuilt)", ["collection"], registry=r
+        )
         self.candidates = Histogram(
             "ssi_search_candidates",
             "Documents scored exactly per query",
@@ -85,6 +111,10 @@ class Metrics:
         self.documents.labels(name).set(documents)
         self.rows.labels(name).set(rows)
         self.write_seq.labels(name).set(seq)
+
+
+def method_label(method: str) -> str:
+    return method if method in KNOWN_METHODS else "other"
 
 
 def _route_of(scope: Scope) -> str:
@@ -123,6 +153,6 @@ class MetricsMiddleware:
         finally:
             self.metrics.in_flight.dec()
             route = _route_of(scope)
-            method = scope.get("method", "")
+            method = method_label(scope.get("method", ""))
             self.metrics.requests.labels(route, method, str(status)).inc()
             self.metrics.latency.labels(route, method).observe(time.perf_counter() - started)

@@ -6,8 +6,15 @@ index) and the FAISS index, all numbered by the same rows (service.rows). It is 
 `service.state_builder` and changed only by `service.writes`, under its read–write lock.
 
 A request's path, top to bottom: `search` featurizes and embeds the query texts, takes the first
-candidate pool from the index for all of them at once, and `_rank` orders each query's candidates
-(pool + lexical rows) by the exact f (service.rerank), returning document ids with score parts.
+candidate pool from the index for a chunk of them at once, and `_rank` orders each query's
+candidates (pool + lexical rows) by the exact f (service.rerank), returning document ids with
+score parts.
+
+The read lock is taken per query, never across a batch: a write waits for at most one query of
+each search in flight (not for a 64-query batch), and since waiting writers hold off new readers,
+single searches do not queue behind a batch either. A chunk's pool is only reused while `version`
+(bumped by every write) is unchanged; after a write the next query searches the index again, so
+each query still sees one consistent state.
 
 A reload builds a new `ModelState` off to the side and the collection swaps its reference, so
 requests that already hold the old state finish on it undisturbed.
@@ -29,6 +36,8 @@ from service.rerank import Ranked, SemanticSearch, exact_top
 from service.rows import EmbeddingRows, RowTable
 from service.rwlock import ReadWriteLock
 from ssi.bundle import Bundle
+
+SEARCH_CHUNK = 16  # queries searched in the index at once (one FAISS call) within a batch
 
 
 @dataclass
@@ -101,6 +110,10 @@ class ModelState:
         # The write sequence the newest snapshot of this state reflects (None: not saved yet).
         self.saved_seq: int | None = seq if report.source == "cache" else None
         self.lock = ReadWriteLock()
+        self.version = 0  # bumped under the write lock whenever rows change (service.writes)
+        # Set when a write failed halfway through its in-memory apply: this state no longer matches
+        # the store and must be neither searched nor snapshotted (the collection rebuilds it).
+        self.broken = False
 
     def search(
         self,
@@ -122,32 +135,48 @@ class ModelState:
         query_embeddings = self.embedder.embed_queries(tfidf)
         excluded = list(exclude) if exclude is not None else [None] * len(queries)
         asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]
+        knobs = {"ef_search": ef_search, "nprobe": nprobe}
         results: list[QueryResult] = []
-        with self.lock.read():
-            n_live, bits = self.table.n_live, self.table.live_bits()
-            first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
-            first = None
-            if n_live:
-                first = self.index.search(query_embeddings, first_k, live_bits=bits, ef_search=ef_search, nprobe=nprobe)
-            for i in range(len(queries)):
-                words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
-                values = tfidf.data[tfidf.indptr[i] : tfidf.indptr[i + 1]]
-                if words.shape[0] == 0 or first is None:
+        # The first pool of a chunk of queries: (version, first_k, first query, scores, rows).
+        chunk: tuple[int, int, int, np.ndarray, np.ndarray] | None = None
+        for i in range(len(queries)):
+            words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
+            values = tfidf.data[tfidf.indptr[i] : tfidf.indptr[i + 1]]
+            with self.lock.read():
+                n_live, bits = self.table.n_live, self.table.live_bits()
+                if words.shape[0] == 0 or n_live == 0:
                     results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
                     continue
-
-                def semantic(k: int, i: int = i) -> tuple[np.ndarray, np.ndarray]:
-                    """The k best live rows by the index score: the first pool, or a wider search."""
-                    if k == first_k:
-                        return first[0][i], first[1][i]
+                first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
+                if chunk is None or chunk[0] != self.version or chunk[1] != first_k or i >= chunk[2] + SEARCH_CHUNK:
                     scores, rows = self.index.search(
-                        query_embeddings[i : i + 1], k, live_bits=bits, ef_search=ef_search, nprobe=nprobe
+                        query_embeddings[i : i + SEARCH_CHUNK], first_k, live_bits=bits, **knobs
                     )
-                    return scores[0], rows[0]
-
+                    chunk = (self.version, first_k, i, scores, rows)
+                _, _, start, first_scores, first_rows = chunk
+                first = (first_k, first_scores[i - start], first_rows[i - start])
+                semantic = self._semantic(query_embeddings[i : i + 1], first, bits, knobs)
                 ranked = self._rank(query_embeddings[i], words, values, asks[i], semantic, pool)
                 results.append(self._result(ranked, want, excluded[i], query_words=words.shape[0]))
         return results
+
+    def _semantic(
+        self,
+        query_embedding: np.ndarray,
+        first: tuple[int, np.ndarray, np.ndarray],
+        bits: np.ndarray | None,
+        knobs: dict[str, int | None],
+    ) -> SemanticSearch:
+        """The k best live rows by the index score for one query: its first pool, or a wider search."""
+        first_k, first_scores, first_rows = first
+
+        def semantic(k: int) -> tuple[np.ndarray, np.ndarray]:
+            if k == first_k:
+                return first_scores, first_rows
+            scores, rows = self.index.search(query_embedding, k, live_bits=bits, **knobs)
+            return scores[0], rows[0]
+
+        return semantic
 
     def _rank(
         self,

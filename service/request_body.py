@@ -1,14 +1,19 @@
 """Request bodies are bounded in size and must be UTF-8, checked before any route sees them.
 
 A body over `max_bytes` is refused with 413 as soon as its declared length or its received bytes go
-over the bound (it is never read whole into memory); a body that is not valid UTF-8 gets 400 with
-that message (FastAPI on its own would say only "There was an error parsing the body"). The body
-is buffered (it is bounded) and replayed to the app unchanged.
+over the bound (it is never read whole into memory). Routes whose bodies are small by nature get a
+smaller bound (`route_limits`, from service.bounds.body_limits: a search body cannot need more than
+its longest query), since parsing JSON holds the event loop for as long as the body is big.
+A body that is not valid UTF-8 gets 400 with that message (FastAPI on its own would say only
+"There was an error parsing the body"). The body is buffered (it is bounded) and replayed to the
+app unchanged.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -26,15 +31,25 @@ async def _reply(send: Send, status: int, detail: str) -> None:
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, route_limits: Sequence[tuple[re.Pattern[str], int]] = ()) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.route_limits = route_limits
+
+    def limit_for(self, scope: Scope) -> int:
+        """The bound of this request's body: the first of `route_limits` matching "METHOD /path", else `max_bytes`."""
+        target = f"{scope.get('method')} {scope.get('path', '')}"
+        for pattern, limit in self.route_limits:
+            if pattern.fullmatch(target):
+                return min(limit, self.max_bytes)
+        return self.max_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope.get("method") not in {"POST", "PUT", "PATCH"}:
             await self.app(scope, receive, send)
             return
-        too_large = f"request body is larger than {self.max_bytes} bytes"
+        max_bytes = self.limit_for(scope)
+        too_large = f"request body is larger than {max_bytes} bytes"
         for name, value in scope.get("headers", []):
             if name == b"content-length":
                 try:
@@ -42,7 +57,7 @@ class BodyLimitMiddleware:
                 except ValueError:
                     await _reply(send, 400, "invalid Content-Length header")
                     return
-                if declared > self.max_bytes:
+                if declared > max_bytes:
                     await _reply(send, 413, too_large)
                     return
         chunks: list[bytes] = []
@@ -53,7 +68,7 @@ class BodyLimitMiddleware:
                 return
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_bytes:
+            if size > max_bytes:
                 await _reply(send, 413, too_large)
                 return
             chunks.append(chunk)

@@ -1,9 +1,11 @@
 """A readers-writer lock: many searches at once, or one mutation of the in-memory index alone.
 
 FAISS indexes are safe to search from several threads but not while another thread adds to them
-(a FAISS lesson in STYLE.md). Searches take the shared side; applying a write takes the exclusive
-side for the few milliseconds the in-memory update needs. Waiting writers block new readers, so a
-steady stream of searches cannot starve writes.
+(a FAISS lesson in STYLE.md). Searches take the shared side, one query at a time (a batch takes
+and releases it per query, service.model_state); applying a write takes the exclusive side for the
+few milliseconds the in-memory update needs. Waiting writers block new readers, so a steady stream
+of searches cannot starve writes; and since no reader holds it for longer than one query, a write
+never waits for a whole batch, nor do the searches queued behind that write.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from service.settings import Settings
+from service.settings import Settings, is_loopback
 from service.threads import bound_thread_environment
 
 log = logging.getLogger("service")
@@ -42,6 +42,11 @@ def preflight(settings: Settings) -> None:
             raise ValueError(f"{folder} is not writable")
     if not settings.writes_enabled:
         log.warning("no SSI_API_KEY: document writes and reloads are refused (403)")
+    if not is_loopback(settings.host):
+        if settings.read_key is None:
+            log.warning("reads are open to anyone who reaches %s: set SSI_READ_KEY to require a key", settings.host)
+        if not settings.allowed_hosts:
+            log.warning("any Host header is answered: set SSI_ALLOWED_HOSTS to the names clients use")
 
 
 def run(settings: Settings) -> int:

@@ -11,10 +11,19 @@ import ipaddress
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -79,6 +88,13 @@ class Settings(BaseSettings):
     # refused, unless insecure_writes is set, which is only accepted on a loopback address.
     api_key: SecretStr | None = None
     insecure_writes: bool = False
+    # Optional keys of their own (same X-API-Key header): with read_key set, every read route but
+    # /healthz and /readyz needs a key (the read, write or admin key); admin_key guards /admin/reload
+    # (unset: the write key does). allowed_hosts (comma-separated, '*.example.com' patterns) refuses
+    # other Host headers with 400; loopback names stay allowed for the container healthcheck.
+    read_key: SecretStr | None = None
+    admin_key: SecretStr | None = None
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Index: flat is exact; hnsw and ivf are approximate (their recall is measured by `ssi bench`).
     # SSI_INDEX_KIND, its earlier name, is still read (deprecated: "kind" was ambiguous with the model form).
@@ -106,6 +122,12 @@ class Settings(BaseSettings):
     max_page_chars: int = Field(default=65_536, ge=1, le=10_000_000)
     max_page_words: int = Field(default=2048, ge=1, le=1_000_000, description="distinct words of a long query")
     max_batch: int = Field(default=64, ge=1, le=10_000)
+    # queries × k of one batch: with the defaults (64 × 100) it never binds; it keeps a raised max_k
+    # (for single searches) from multiplying into a batch's hits and snippets.
+    max_batch_hits: int = Field(default=6400, ge=1, le=1_000_000)
+    # Index knobs a request may set: ef_search (HNSW) costs time linearly; nprobe (IVF) lists scanned.
+    max_ef_search: int = Field(default=1024, ge=1, le=65_536)
+    max_nprobe: int = Field(default=1024, ge=1, le=1 << 20)
     max_documents_per_write: int = Field(default=1000, ge=1, le=1_000_000)
     max_id_chars: int = Field(default=512, ge=1, le=65_536)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1 << 31)
@@ -120,11 +142,24 @@ class Settings(BaseSettings):
     # Index snapshots: written after this many writes, or this many seconds after the first unsaved write.
     snapshot_every_writes: int = Field(default=1000, ge=1)
     snapshot_interval: float = Field(default=60.0, gt=0)
-    # When a snapshot loads with more than this share of deleted rows, the index is rebuilt without them.
+    # A failed snapshot is retried after min(1 s, snapshot_interval), doubling up to this many seconds.
+    snapshot_retry_max: float = Field(default=300.0, gt=0)
+    # When more than this share of the index's rows are dead (replaced or deleted documents), the index
+    # is rebuilt without them: at load, and online in the background when snapshots are due.
     compact_dead_fraction: float = Field(default=0.3, gt=0, le=1)
+    # A corpus file that changed since it seeded the document store: merge what only the corpus
+    # changed (new ids, documents never written through the API), or refuse to start.
+    corpus_change: Literal["merge", "refuse"] = "merge"
 
     embed_batch: int = Field(default=2048, ge=1, le=1 << 20)
     snippet_chars: int = Field(default=240, ge=20, le=10_000)
+    # A snippet looks for at most snippet_words query words in the first snippet_scan_chars
+    # characters of each hit, so its cost per hit is bounded whatever the query and the document.
+    snippet_words: int = Field(default=32, ge=1, le=1024)
+    snippet_scan_chars: int = Field(default=8192, ge=100, le=1_000_000)
+    # ...and at most snippet_scan_budget characters over all the hits of one request (a batch of
+    # 64 × 100 hits gets about 150 characters each), so a request's snippets cost ~30 ms at most.
+    snippet_scan_budget: int = Field(default=1_000_000, ge=1000, le=100_000_000)
 
     @field_validator("collection")
     @classmethod
@@ -141,17 +176,31 @@ class Settings(BaseSettings):
                 raise ValueError(f"collection name {name!r}: use lower-case letters, digits, '-' and '_'")
         return value
 
-    @field_validator("api_key")
+    @field_validator("api_key", "read_key", "admin_key")
     @classmethod
-    def _api_key(cls, value: SecretStr | None) -> SecretStr | None:
+    def _api_key(cls, value: SecretStr | None, info: ValidationInfo) -> SecretStr | None:
         if value is None or value.get_secret_value() == "":
             return None
         secret = value.get_secret_value()
+        name = f"SSI_{(info.field_name or 'api_key').upper()}"
         if len(secret) < MIN_API_KEY_CHARS:
-            raise ValueError(f"SSI_API_KEY must be at least {MIN_API_KEY_CHARS} characters (got {len(secret)})")
+            raise ValueError(f"{name} must be at least {MIN_API_KEY_CHARS} characters (got {len(secret)})")
         if secret != secret.strip():
-            raise ValueError("SSI_API_KEY must not start or end with whitespace")
+            raise ValueError(f"{name} must not start or end with whitespace")
         return value
+
+    @field_validator("allowed_hosts", mode="before")
+    @classmethod
+    def _allowed_hosts(cls, value: object) -> object:
+        """SSI_ALLOWED_HOSTS is a comma-separated list; patterns as Starlette's TrustedHostMiddleware reads them."""
+        hosts = [h.strip() for h in value.split(",")] if isinstance(value, str) else value
+        if not isinstance(hosts, list):
+            return hosts
+        hosts = [h for h in hosts if h]
+        for host in hosts:
+            if "*" in host[1:] or (host.startswith("*") and host != "*" and not host.startswith("*.")):
+                raise ValueError(f"allowed host {host!r}: a wildcard is only allowed as '*.example.com' or '*'")
+        return hosts
 
     @model_validator(mode="after")
     def _safe(self) -> Settings:
@@ -175,6 +224,11 @@ class Settings(BaseSettings):
     @property
     def writes_enabled(self) -> bool:
         return self.api_key is not None or self.insecure_writes
+
+    @property
+    def reloads_enabled(self) -> bool:
+        """Reloads need SSI_ADMIN_KEY, or SSI_API_KEY when no admin key is set."""
+        return self.admin_key is not None or self.writes_enabled
 
     def collection_specs(self) -> dict[str, CollectionSpec]:
         """Every hosted collection by name; the default one first. Raises ValueError when there is none."""

@@ -6,8 +6,15 @@ snapshot or the new one, never half of one. `meta.json` records the write sequen
 reflects, so the writes logged after it can be replayed from the store. The folder above it is the
 cache key: bundle content hash + the store it derives from + what the index build depends on.
 
+A second snapshot of the same sequence (a compacted one: same documents, fewer rows) gets a
+suffix, `snap-<seq>-<n>`, which sorts after the first, so the compaction is found on the next
+start instead of being discarded and redone. The newest KEEP snapshots are kept; a snapshot that
+cannot be used is removed with a warning (`discard`), never kept to be retried on every start.
+
     meta.json           format, seq, store uuid, bundle hash, index tag, rows, dims
-    index.faiss         the FAISS IndexIDMap2 (ids = rows)
+    index.faiss         the FAISS IndexIDMap2 (ids = rows); absent for a flat index, whose
+                        vectors are the embeddings (rebuilding it is a copy, and capturing it
+                        for a snapshot would be a second copy of the whole index)
     embeddings.npy      float32 rows × M: every row's embedding (the form's embed_documents)
     tfidf_data.npy, tfidf_indices.npy, tfidf_indptr.npy   the rows' tf-idf vectors (CSC, rows × D)
     doc_ids.json        the document id of every row
@@ -19,6 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -31,8 +39,10 @@ import scipy.sparse as sp
 log = logging.getLogger(__name__)
 
 FORMAT = "ssi-index-snapshot"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: index.faiss may be absent (flat); version 1 is read as well
+READABLE_VERSIONS = (1, 2)
 KEEP = 2  # snapshots kept per cache folder: the newest, and one to fall back on if it is damaged
+_NAME = re.compile(r"^snap-(\d{15})(?:-(\d+))?$")
 
 
 class SnapshotError(RuntimeError):
@@ -45,7 +55,7 @@ class SnapshotData:
     store_uuid: str
     bundle_hash: str
     index_tag: str
-    index_blob: np.ndarray | None  # serialized FAISS index (when writing)
+    index_blob: np.ndarray | None  # serialized FAISS index (None: none saved; a flat index is rebuilt)
     embeddings: np.ndarray
     tfidf: sp.csc_matrix
     doc_ids: list[str]
@@ -74,15 +84,30 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def seq_of(path: Path) -> int:
+    """The write sequence a snapshot reflects, from its folder name."""
+    match = _NAME.match(path.name)
+    if match is None:
+        raise ValueError(f"{path}: not a snapshot folder name")
+    return int(match.group(1))
+
+
+def _free_name(folder: Path, seq: int) -> Path:
+    final = folder / f"snap-{seq:015d}"
+    n = 0
+    while final.exists():
+        n += 1
+        final = folder / f"snap-{seq:015d}-{n:03d}"
+    return final
+
+
 def write_snapshot(folder: Path, data: SnapshotData) -> Path:
-    """Write atomically as `folder/snap-<seq>`, then drop older snapshots beyond the last KEEP."""
-    if data.index_blob is None:
-        raise ValueError("a snapshot to write needs the serialized index")
+    """Write atomically as `folder/snap-<seq>` (suffixed if that exists), then drop snapshots beyond the last KEEP."""
     folder.mkdir(parents=True, exist_ok=True)
-    final = folder / f"snap-{data.seq:015d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-snap-", dir=folder))
     try:
-        data.index_blob.tofile(tmp / "index.faiss")
+        if data.index_blob is not None:
+            data.index_blob.tofile(tmp / "index.faiss")
         np.save(tmp / "embeddings.npy", np.ascontiguousarray(data.embeddings, dtype=np.float32))
         np.save(tmp / "tfidf_data.npy", data.tfidf.data.astype(np.float32, copy=False))
         np.save(tmp / "tfidf_indices.npy", data.tfidf.indices.astype(np.int32, copy=False))
@@ -104,9 +129,7 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
         for path in tmp.iterdir():
             _fsync_file(path)
         _fsync_dir(tmp)
-        if final.exists():  # the same seq saved twice (e.g. at shutdown): the contents are identical
-            shutil.rmtree(tmp)
-            return final
+        final = _free_name(folder, data.seq)
         tmp.rename(final)
         _fsync_dir(folder)
     except BaseException:
@@ -121,11 +144,60 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
 
 
 def snapshots(folder: Path) -> Iterator[Path]:
-    """Complete snapshot folders, newest first."""
+    """Complete snapshot folders, newest first (by sequence, then by suffix: a compaction comes first)."""
     if not folder.is_dir():
         return iter(())
-    found = sorted((p for p in folder.glob("snap-*") if p.is_dir()), key=lambda p: p.name, reverse=True)
+    found = sorted((p for p in folder.glob("snap-*") if p.is_dir() and _NAME.match(p.name)), key=_order, reverse=True)
     return iter(found)
+
+
+def _order(path: Path) -> tuple[int, int]:
+    match = _NAME.match(path.name)
+    assert match is not None
+    return int(match.group(1)), int(match.group(2) or 0)
+
+
+def discard(path: Path) -> None:
+    """Remove a snapshot that cannot be used, so it is neither retried on every start nor kept on disk.
+
+    The caller logs why. Removing is safe: a snapshot is a cache of what the store and its log hold.
+    """
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def disk_bytes(folder: Path) -> int:
+    """Bytes of every file under `folder` (0 if it does not exist)."""
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.stat(os.path.join(root, name)).st_size
+            except FileNotFoundError:  # removed meanwhile
+                pass
+    return total
+
+
+def prune_cache(collection_dir: Path, current: Path, store_uuid: str, log_floor: int) -> list[Path]:
+    """Remove the cache folders of one collection that can no longer load: another store's, or older than the log.
+
+    A snapshot can only be brought up to date if the write log still holds every write after it
+    (`log_floor`); cache folders of other bundles or index settings whose newest snapshot is older
+    are dead weight, and so are those of a store that no longer exists. Returns what was removed.
+    """
+    removed: list[Path] = []
+    if not collection_dir.is_dir():
+        return removed
+    for folder in collection_dir.iterdir():
+        if not folder.is_dir() or folder == current:
+            continue
+        newest = next(snapshots(folder), None)
+        other_store = f"-{store_uuid[:12]}-" not in folder.name
+        if other_store or newest is None or seq_of(newest) < log_floor:
+            shutil.rmtree(folder, ignore_errors=True)
+            removed.append(folder)
+    if removed:
+        log.info("removed %d cache folders that can no longer load: %s", len(removed), ", ".join(map(str, removed)))
+    return removed
 
 
 def read_snapshot(
@@ -136,9 +208,10 @@ def read_snapshot(
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise SnapshotError(f"{path}: unreadable meta.json ({exc})") from None
+    if meta.get("format_version") not in READABLE_VERSIONS:
+        raise SnapshotError(f"{path}: format_version is {meta.get('format_version')!r}, expected {READABLE_VERSIONS}")
     expected = {
         "format": FORMAT,
-        "format_version": FORMAT_VERSION,
         "bundle_hash": bundle_hash,
         "store_uuid": store_uuid,
         "index_tag": index_tag,

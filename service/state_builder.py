@@ -2,8 +2,11 @@
 
 `open_state` takes the newest usable snapshot of the cache folder (its key: bundle content hash +
 store + index build settings), checks it against the store and replays the writes logged after
-it; with no usable snapshot it embeds every stored document and builds the index. A snapshot with
-too many dead rows is compacted (renumbered, the FAISS index rebuilt from the cached embeddings).
+it; with no usable snapshot it embeds every stored document and builds the index. A snapshot that
+cannot be used (damaged, from another store, older than the trimmed write log) is removed, so it
+is not read and refused again on every start. A state with too many dead rows is compacted
+(renumbered, the FAISS index rebuilt from the cached embeddings): here at load, and online by the
+collection (`compacted` reads a live state under its read lock only for a moment).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from service.model_state import LoadReport, ModelState
 from service.progress import progress
 from service.rows import EmbeddingRows, RowTable
 from service.settings import Settings
-from service.snapshot import SnapshotError, cache_folder, read_snapshot, snapshots
+from service.snapshot import SnapshotError, cache_folder, discard, read_snapshot, snapshots
 from service.store import DocumentStore, StoreView
 from service.writes import replay
 from ssi.bundle import Bundle
@@ -57,13 +60,15 @@ def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, setting
                 state = from_snapshot(path, view, **common)
                 break
             except (SnapshotError, IndexLoadError, ValueError) as exc:
-                log.warning("[%s] ignoring snapshot: %s", collection, exc)
+                log.warning("[%s] ignoring snapshot %s (removed it): %s", collection, path.name, exc)
+                discard(path)
         if state is None:
             state = computed(view, settings, **common)
         else:
             state.report.replayed = replay(state, view)
-            if state.table.rows and state.table.n_dead / state.table.rows > settings.compact_dead_fraction:
+            if needs_compaction(state, settings):
                 state = compacted(state)
+                state.report.compacted = True
     state.report.seconds = time.perf_counter() - started
     log.info(
         "[%s] %s index ready: %d documents (%d rows) at write %d, from %s in %.2fs (embedded %d, replayed %d)",
@@ -78,6 +83,11 @@ def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, setting
         state.report.replayed,
     )
     return state
+
+
+def needs_compaction(state: ModelState, settings: Settings) -> bool:
+    """Whether dead rows (replaced or deleted documents) are more than SSI_COMPACT_DEAD_FRACTION of the index."""
+    return bool(state.table.rows) and state.table.n_dead / state.table.rows > settings.compact_dead_fraction
 
 
 def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
@@ -95,9 +105,18 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
     )
     if data.seq > view.last_seq:
         raise SnapshotError(f"{path}: reflects write {data.seq}, but the store ends at {view.last_seq}")
+    if data.seq < view.log_floor:
+        raise SnapshotError(f"{path}: reflects write {data.seq}, but the write log was trimmed up to {view.log_floor}")
+    embeddings = EmbeddingRows(data.embeddings, index_dims)
+    if (path / "index.faiss").exists():
+        index = VectorIndex.load(path / "index.faiss", config, index_dims)
+    elif config.index_type == "flat":  # the flat index is its vectors: rebuilt, a copy
+        index = VectorIndex.build(config, index_dims, embeddings.view(), np.arange(embeddings.rows, dtype=np.int64))
+    else:
+        raise SnapshotError(f"{path}: no index.faiss for a {config.index_type} index")
     return ModelState(
-        index=VectorIndex.load(path / "index.faiss", config, index_dims),
-        embeddings=EmbeddingRows(data.embeddings, index_dims),
+        index=index,
+        embeddings=embeddings,
         lexical=LexicalIndex(bundle.form.lexical_weights(), data.tfidf),
         table=RowTable(data.doc_ids, data.live),
         seq=data.seq,
@@ -143,22 +162,39 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
 
 
 def compacted(state: ModelState) -> ModelState:
-    """The same documents without dead rows, renumbered (rebuilds the FAISS index from the cached embeddings)."""
-    rows = np.flatnonzero(state.table.live)
-    embeddings = state.embeddings.view()[rows]
+    """The same documents without dead rows, renumbered (rebuilds the FAISS index from the cached embeddings).
+
+    `state` may be live: what is read under its read lock is the live rows, the embeddings' view
+    (filled rows never change) and the lexical index (never mutated, only replaced), so the gather
+    and the index build run without holding it. The result reflects `state.seq` as read then.
+    """
+    with state.lock.read():
+        rows = np.flatnonzero(state.table.live)
+        doc_ids = [state.table.doc_ids[r] for r in rows.tolist()]
+        all_embeddings = state.embeddings.view()
+        lexical = state.lexical
+        seq = state.seq
+        before = state.table.rows
+    embeddings = all_embeddings[rows]
     index = VectorIndex.build(state.config, state.embeddings.dim, embeddings, np.arange(rows.shape[0], dtype=np.int64))
-    report = state.report
-    report.compacted = True
-    log.info("compacted the index: %d rows -> %d", state.table.rows, rows.shape[0])
+    report = LoadReport(
+        source=state.report.source,
+        seconds=state.report.seconds,
+        embedded=state.report.embedded,
+        replayed=state.report.replayed,
+        snapshot=state.report.snapshot,
+        compacted=state.report.compacted,
+    )
+    log.info("compacted the index: %d rows -> %d", before, rows.shape[0])
     fresh = ModelState(
         bundle=state.bundle,
         embedder=state.embedder,
         config=state.config,
         index=index,
         embeddings=EmbeddingRows(embeddings, state.embeddings.dim),
-        lexical=state.lexical.select(rows),
-        table=RowTable([state.table.doc_ids[r] for r in rows.tolist()]),
-        seq=state.seq,
+        lexical=lexical.select(rows),
+        table=RowTable(doc_ids),
+        seq=seq,
         store_uuid=state.store_uuid,
         folder=state.folder,
         report=report,

@@ -6,16 +6,27 @@ in-memory index is derived state: it is saved in snapshots that record the seque
 and on start the writes logged after that sequence are replayed (`changed_since`), so a crash at any
 moment loses nothing that was acknowledged.
 
-A store is seeded once from a corpus file and is keyed by that file's fingerprint: pointing the
-service at a different corpus file starts a different store (the old one, with any writes made
-through the API, stays on disk). The tf-idf vectors are not kept here but in the index snapshots,
-because they depend on the bundle's vocabulary, not on the document alone.
+A collection has one store (`<store_dir>/<collection>/documents.sqlite`), seeded once from its
+corpus file; from then on the store is the truth. When the corpus file changes, `merge_corpus`
+brings in what the corpus alone owns and never what was written through the API (see its
+docstring), logged as a warning with counts; with `on_change="refuse"` the collection refuses to
+start instead. Nothing switches to a fresh store behind the operator's back. Every corpus document
+is remembered in `seeded` (id and a digest of its title and text) so a later merge can tell a
+document the API changed from one only the corpus changed.
+
+The write log is trimmed (`trim_log`) up to the oldest index snapshot still kept: older entries
+can no longer be replayed onto anything, and `log_floor` records where it now starts, so a
+snapshot older than that is refused instead of replayed with a gap. The tf-idf vectors are not
+kept here but in the index snapshots, because they depend on the bundle's vocabulary, not on the
+document alone.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import re
 import sqlite3
 import threading
 import uuid
@@ -23,13 +34,19 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 from ssi.corpus import DataFileError, iter_corpus
 from ssi.records import Document
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
+STORE_FILE = "documents.sqlite"
+# Version 1 kept one store per corpus file, named by the file's sha256 (or "empty").
+_LEGACY_NAME = re.compile(r"^([0-9a-f]{16}|empty)\.sqlite$")
+# The WAL file is cut back to this size after a checkpoint (it never shrinks otherwise).
+WAL_SIZE_LIMIT = 64 << 20
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS documents (
@@ -40,7 +57,10 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 CREATE UNIQUE INDEX IF NOT EXISTS documents_by_seq ON documents(seq);
 CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, op TEXT NOT NULL, doc_id TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS seeded (id TEXT PRIMARY KEY, digest TEXT);
 """
+
+CorpusChange = Literal["merge", "refuse"]
 
 
 class StoreError(RuntimeError):
@@ -71,11 +91,36 @@ def corpus_fingerprint(path: Path | None) -> str:
     return digest.hexdigest()
 
 
+def digest(title: str, text: str) -> str:
+    """Identity of a document's contents, to tell which side (corpus or API) changed it."""
+    return hashlib.sha256(f"{title}\0{text}".encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def _connect(path: Path) -> sqlite3.Connection:
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=FULL")
+    conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
+    conn.create_function("ssi_digest", 2, digest, deterministic=True)
     return conn
+
+
+@dataclass(frozen=True, slots=True)
+class MergeReport:
+    """What merging a changed corpus did (see `DocumentStore.merge_corpus`)."""
+
+    added: int  # ids new to the corpus and to the store
+    updated: int  # changed in the corpus, never written through the API: the corpus version now
+    kept: int  # changed in the corpus, but written through the API: the API version stays
+    left_deleted: int  # listed by the corpus, deleted through the API: stays deleted
+    dropped_from_corpus: int  # seeded earlier, no longer in the corpus: kept in the store
+
+    def describe(self) -> str:
+        return (
+            f"{self.added} added, {self.updated} updated, {self.kept} kept as written through the API, "
+            f"{self.left_deleted} left deleted (deleted through the API), "
+            f"{self.dropped_from_corpus} no longer in the corpus (kept; delete them through the API)"
+        )
 
 
 class StoreView:
@@ -85,6 +130,9 @@ class StoreView:
         self._conn = conn
         self.last_seq = int(conn.execute("SELECT value FROM meta WHERE key='last_seq'").fetchone()[0])
         self.count = int(conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+        floor = conn.execute("SELECT value FROM meta WHERE key='log_floor'").fetchone()
+        # Log entries up to log_floor were trimmed: a state older than that cannot be replayed.
+        self.log_floor = int(floor[0]) if floor else 0
 
     def iter_batches(self, size: int) -> Iterator[list[StoredDocument]]:
         cursor = self._conn.execute("SELECT id, title, text, seq FROM documents ORDER BY seq")
@@ -92,7 +140,9 @@ class StoreView:
             yield [StoredDocument(*row) for row in rows]
 
     def changed_since(self, seq: int) -> list[str]:
-        """Ids written (put or deleted) after `seq`, each once."""
+        """Ids written (put or deleted) after `seq`, each once; an error if the log no longer reaches back."""
+        if seq < self.log_floor:
+            raise StoreError(f"the write log starts after write {self.log_floor}: cannot replay from write {seq}")
         rows = self._conn.execute("SELECT DISTINCT doc_id FROM log WHERE seq > ?", (seq,)).fetchall()
         return [row[0] for row in rows]
 
@@ -136,6 +186,9 @@ class DocumentStore:
                 defaults = {"schema_version": SCHEMA_VERSION, "uuid": uuid.uuid4().hex, "last_seq": "0"}
                 conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", list(defaults.items()))
                 meta = defaults
+            elif meta.get("schema_version") == "1":
+                self._migrate_from_1(conn, meta)
+                meta["schema_version"] = SCHEMA_VERSION
             conn.execute("COMMIT")
         except BaseException:
             conn.execute("ROLLBACK")
@@ -145,9 +198,26 @@ class DocumentStore:
         self.uuid: str = meta["uuid"]
 
     @staticmethod
-    def path_for(store_dir: Path, collection: str, fingerprint: str) -> Path:
-        name = "empty" if fingerprint == "none" else fingerprint[:16]
-        return store_dir / collection / f"{name}.sqlite"
+    def _migrate_from_1(conn: sqlite3.Connection, meta: dict[str, str]) -> None:
+        """Version 1 had no `seeded` table: rebuild it from what version 1 knew.
+
+        Documents still at their import sequence are the corpus's; ids deleted through the API are
+        recorded with no digest, so a merge never brings a deleted document back.
+        """
+        import_seq = int(meta.get("import_seq", "0"))
+        conn.execute(
+            "INSERT OR IGNORE INTO seeded(id, digest) SELECT id, ssi_digest(title, text) FROM documents WHERE seq <= ?",
+            (import_seq,),
+        )
+        conn.execute(
+            "INSERT OR IGNORE INTO seeded(id, digest) SELECT DISTINCT doc_id, NULL FROM log "
+            "WHERE op = 'delete' AND doc_id NOT IN (SELECT id FROM documents)"
+        )
+        conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (SCHEMA_VERSION,))
+
+    @staticmethod
+    def path_for(store_dir: Path, collection: str) -> Path:
+        return store_dir / collection / STORE_FILE
 
     @classmethod
     def open_for_corpus(
@@ -156,14 +226,45 @@ class DocumentStore:
         collection: str,
         corpus: Path | None,
         on_progress: Callable[[int], None] | None = None,
+        *,
+        on_change: CorpusChange = "merge",
     ) -> DocumentStore:
-        """Open the store seeded from `corpus`, importing the corpus on first use (in one transaction)."""
-        fingerprint = corpus_fingerprint(corpus)
-        store = cls(cls.path_for(store_dir, collection, fingerprint))
-        if corpus is not None and store.meta("imported") != "1":
-            log.info("seeding document store %s from %s", store.path, corpus)
-            store.import_corpus(corpus, fingerprint, on_progress)
+        """The collection's store: seeded from `corpus` on first use, afterwards the truth.
+
+        A corpus file that changed since it seeded the store is merged (`merge_corpus`) or, with
+        `on_change="refuse"`, refused with a `StoreError` that says what to do.
+        """
+        path = cls.path_for(store_dir, collection)
+        if not path.exists():
+            _adopt_legacy_store(path, corpus_fingerprint(corpus) if corpus is not None else "none")
+        store = cls(path)
+        try:
+            if corpus is not None:
+                store._seed_or_merge(corpus, on_progress, on_change)
+        except BaseException:
+            store.close()
+            raise
         return store
+
+    def _seed_or_merge(self, corpus: Path, on_progress: Callable[[int], None] | None, on_change: CorpusChange) -> None:
+        fingerprint = corpus_fingerprint(corpus)
+        seeded_from = self.meta("corpus_sha256")
+        if seeded_from == fingerprint:
+            return
+        if self.last_seq == 0:
+            log.info("seeding document store %s from %s", self.path, corpus)
+            self.import_corpus(corpus, fingerprint, on_progress)
+            return
+        what = "changed since it seeded" if seeded_from else "was not what seeded"
+        if on_change == "refuse":
+            raise StoreError(
+                f"corpus {corpus} {what} the document store {self.path} ({self.count()} documents, "
+                f"written through the API included): the store is the truth. Serve the store without "
+                f"--corpus, restore the earlier corpus file, or set SSI_CORPUS_CHANGE=merge to bring "
+                f"in what only the corpus changed"
+            )
+        report = self.merge_corpus(corpus, fingerprint)
+        log.warning("corpus %s %s the document store %s: merged: %s", corpus, what, self.path, report.describe())
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -194,6 +295,20 @@ class DocumentStore:
     def count(self) -> int:
         with self._reader() as conn:
             return int(conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0])
+
+    def log_entries(self) -> int:
+        with self._reader() as conn:
+            return int(conn.execute("SELECT COUNT(*) FROM log").fetchone()[0])
+
+    def disk_bytes(self) -> int:
+        """Bytes on disk: the database, its WAL and shared-memory files."""
+        total = 0
+        for suffix in ("", "-wal", "-shm"):
+            try:
+                total += os.stat(f"{self.path}{suffix}").st_size
+            except FileNotFoundError:
+                pass
+        return total
 
     def get(self, doc_id: str) -> StoredDocument | None:
         with self._reader() as conn:
@@ -242,19 +357,22 @@ class DocumentStore:
     def put(self, docs: Sequence[Document]) -> list[int]:
         """Add or replace documents in one durable transaction; returns each one's write sequence number."""
         with self._transaction() as conn:
-            first = self._next_seq(conn)
-            seqs = list(range(first, first + len(docs)))
-            conn.executemany(
-                "INSERT INTO documents(id, seq, title, text) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text",
-                [(d.id, s, d.title, d.text) for d, s in zip(docs, seqs, strict=True)],
-            )
-            conn.executemany(
-                "INSERT INTO log(seq, op, doc_id) VALUES (?, 'put', ?)",
-                [(s, d.id) for d, s in zip(docs, seqs, strict=True)],
-            )
-            if seqs:
-                self._set_seq(conn, seqs[-1])
+            return self._put_in(conn, docs)
+
+    def _put_in(self, conn: sqlite3.Connection, docs: Sequence[Document]) -> list[int]:
+        first = self._next_seq(conn)
+        seqs = list(range(first, first + len(docs)))
+        conn.executemany(
+            "INSERT INTO documents(id, seq, title, text) VALUES (?, ?, ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text",
+            [(d.id, s, d.title, d.text) for d, s in zip(docs, seqs, strict=True)],
+        )
+        conn.executemany(
+            "INSERT INTO log(seq, op, doc_id) VALUES (?, 'put', ?)",
+            [(s, d.id) for d, s in zip(docs, seqs, strict=True)],
+        )
+        if seqs:
+            self._set_seq(conn, seqs[-1])
         return seqs
 
     def delete(self, doc_id: str) -> int | None:
@@ -283,6 +401,7 @@ class DocumentStore:
         with self._transaction() as conn:
             conn.execute("DELETE FROM documents")
             conn.execute("DELETE FROM log")
+            conn.execute("DELETE FROM seeded")
             try:
                 conn.executemany(
                     "INSERT INTO documents(id, seq, title, text) VALUES (?, ?, ?, ?)", rows(iter_corpus(corpus))
@@ -294,19 +413,112 @@ class DocumentStore:
             if count == 0:
                 raise DataFileError(corpus, None, "the corpus holds no documents")
             self._set_seq(conn, count)
-            conn.executemany(
-                "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)",
-                [
-                    ("imported", "1"),
-                    ("import_seq", str(count)),
-                    ("corpus", str(corpus)),
-                    ("corpus_sha256", fingerprint),
-                ],
-            )
+            conn.execute("INSERT INTO seeded(id, digest) SELECT id, ssi_digest(title, text) FROM documents")
+            self._set_meta(conn, {"imported": "1", "import_seq": str(count), "corpus": str(corpus)})
+            self._set_meta(conn, {"corpus_sha256": fingerprint})
         if on_progress is not None:
             on_progress(count)
         log.info("imported %d documents from %s", count, corpus)
         return count
+
+    @staticmethod
+    def _set_meta(conn: sqlite3.Connection, values: dict[str, str]) -> None:
+        conn.executemany("INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)", list(values.items()))
+
+    def merge_corpus(self, corpus: Path, fingerprint: str) -> MergeReport:
+        """Bring a changed corpus into the store, in one transaction, as writes the index replays.
+
+        The store is the truth; the corpus only decides what it alone owns. For each corpus document:
+        a new id (never seeded, not in the store) is added; a document the corpus changed is updated
+        only if the store still holds what the corpus had seeded (the API never touched it);
+        otherwise the API's version, or its delete, stands. Documents the corpus no longer lists stay.
+        """
+
+        def rows() -> Iterator[tuple[str, str, str, str]]:
+            for doc in iter_corpus(corpus):
+                yield doc.id, doc.title, doc.text, digest(doc.title, doc.text)
+
+        with self._transaction() as conn:
+            conn.execute("CREATE TEMP TABLE incoming (id TEXT PRIMARY KEY, title TEXT, text TEXT, digest TEXT)")
+            try:
+                try:
+                    conn.executemany("INSERT INTO incoming(id, title, text, digest) VALUES (?, ?, ?, ?)", rows())
+                except sqlite3.IntegrityError:
+                    raise DataFileError(corpus, None, "duplicate document id") from None
+
+                def count(sql: str) -> int:
+                    return int(conn.execute(sql).fetchone()[0])
+
+                joined = "FROM incoming i LEFT JOIN seeded s ON s.id = i.id LEFT JOIN documents d ON d.id = i.id WHERE "
+                stored = "ssi_digest(d.title, d.text)"
+                new = "s.id IS NULL AND d.id IS NULL"
+                changed = "s.id IS NOT NULL AND s.digest IS NOT i.digest"
+                owned = f"d.id IS NOT NULL AND {stored} IS s.digest"
+                # Held in a version the API wrote, which differs from the corpus's new version.
+                api_owned = (
+                    f"d.id IS NOT NULL AND {stored} IS NOT i.digest "
+                    f"AND (s.id IS NULL OR (s.digest IS NOT i.digest AND {stored} IS NOT s.digest))"
+                )
+                # Applied as ordinary puts (the next sequence numbers, logged), in SQL so nothing is held in memory.
+                base = self._next_seq(conn) - 1
+                conn.execute(
+                    f"CREATE TEMP TABLE applied AS SELECT i.id AS id, i.title AS title, i.text AS text, "
+                    f"{base} + row_number() OVER (ORDER BY i.rowid) AS seq {joined} ({new}) OR ({changed} AND {owned})"
+                )
+                applied = count("SELECT COUNT(*) FROM temp.applied")
+                added = count(f"SELECT COUNT(*) {joined} {new}")
+                report = MergeReport(
+                    added=added,
+                    updated=applied - added,
+                    kept=count(f"SELECT COUNT(*) {joined} {api_owned}"),
+                    left_deleted=count(f"SELECT COUNT(*) {joined} s.id IS NOT NULL AND d.id IS NULL"),
+                    dropped_from_corpus=count(
+                        "SELECT COUNT(*) FROM seeded s JOIN documents d ON d.id = s.id "
+                        "WHERE s.id NOT IN (SELECT id FROM incoming)"
+                    ),
+                )
+                conn.execute(
+                    "INSERT INTO documents(id, seq, title, text) "
+                    "SELECT id, seq, title, text FROM temp.applied WHERE true "
+                    "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text"
+                )
+                conn.execute("INSERT INTO log(seq, op, doc_id) SELECT seq, 'put', id FROM temp.applied")
+                if applied:
+                    self._set_seq(conn, base + applied)
+                conn.execute(
+                    "INSERT INTO seeded(id, digest) SELECT id, digest FROM incoming WHERE true "
+                    "ON CONFLICT(id) DO UPDATE SET digest = excluded.digest"
+                )
+                self._set_meta(conn, {"imported": "1", "corpus": str(corpus), "corpus_sha256": fingerprint})
+            finally:
+                conn.execute("DROP TABLE IF EXISTS temp.applied")
+                conn.execute("DROP TABLE temp.incoming")
+        return report
+
+    def checkpoint(self) -> bool:
+        """Copy the WAL into the database and truncate it, unless a reader still needs it; True if done.
+
+        SQLite checkpoints on its own but never shrinks the WAL; after a trim this keeps the files
+        at the size of what they hold. Writes wait for it (a few ms per MB), readers do not: a busy
+        reader makes it give up after 200 ms rather than hold the writes up.
+        """
+        with self._write_lock:
+            self._writer.execute("PRAGMA busy_timeout=200")
+            try:
+                busy, _, _ = self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            finally:
+                self._writer.execute("PRAGMA busy_timeout=60000")
+        return busy == 0
+
+    def trim_log(self, upto_seq: int) -> int:
+        """Drop log entries up to `upto_seq` (the oldest snapshot kept reflects them); returns how many."""
+        with self._transaction() as conn:
+            floor = int((conn.execute("SELECT value FROM meta WHERE key='log_floor'").fetchone() or ("0",))[0])
+            if upto_seq <= floor:
+                return 0
+            removed = conn.execute("DELETE FROM log WHERE seq <= ?", (upto_seq,)).rowcount
+            self._set_meta(conn, {"log_floor": str(upto_seq)})
+        return int(removed)
 
     def close(self) -> None:
         with self._pool_lock:
@@ -316,3 +528,45 @@ class DocumentStore:
             conn.close()
         with self._write_lock:
             self._writer.close()
+
+
+def _adopt_legacy_store(path: Path, fingerprint: str) -> None:
+    """Copy a version-1 store (one per corpus file, named by its hash) into the one store of its collection.
+
+    The store seeded from the current corpus file is the one that was being served; failing that,
+    the most recently written one. It is copied with SQLite's online backup (WAL included) and then
+    removed; stores of other corpus versions are left where they are, named in a warning.
+    """
+    legacy = [p for p in path.parent.glob("*.sqlite") if _LEGACY_NAME.match(p.name)]
+    if not legacy:
+        return
+    wanted = "empty" if fingerprint == "none" else fingerprint[:16]
+
+    def written(p: Path) -> float:
+        return max(Path(f"{p}{suffix}").stat().st_mtime for suffix in ("", "-wal") if Path(f"{p}{suffix}").exists())
+
+    chosen = next((p for p in legacy if p.stem == wanted), None) or max(legacy, key=written)
+    old = DocumentStore(chosen)  # opening recovers its WAL and upgrades its schema
+    partial = path.with_name(f".{path.name}.partial")
+    partial.unlink(missing_ok=True)
+    try:
+        copy = sqlite3.connect(partial)
+        try:
+            with old._write_lock:
+                old._writer.backup(copy)
+        finally:
+            copy.close()
+    finally:
+        old.close()
+    with partial.open("rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(partial, path)
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{chosen}{suffix}").unlink(missing_ok=True)
+    others = ", ".join(str(p) for p in legacy if p != chosen)
+    log.warning(
+        "moved the document store %s to %s (one store per collection now)%s",
+        chosen,
+        path,
+        f"; stores of other corpus versions are left as they were: {others}" if others else "",
+    )

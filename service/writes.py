@@ -4,6 +4,11 @@ The collection commits every write to the store first (the source of truth, with
 number) and then calls `apply_writes` under its writer lock, so the state applies writes in the
 store's order. Searches are held off only while the in-memory arrays change (the state's write
 lock); the costly parts (embedding, building the new lexical matrix, its merge) happen outside it.
+
+A snapshot's `capture` needs only the state's read lock (searches go on; the next in-memory apply
+waits for it), not the collection's writer lock, so writes keep being featurized and committed
+meanwhile. For a flat index it copies nothing large: the index is the embeddings, whose filled
+rows never change, so the snapshot saves those and the index is rebuilt from them on load.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ def apply_writes(state: ModelState, prepared: Prepared | None, deleted: Sequence
     """
     lexical = state.lexical.appended(prepared.tfidf) if prepared is not None else state.lexical
     with state.lock.write():
+        state.version += 1  # first: a search that reused an older pool must not survive a half-applied write
         for doc_id in deleted:
             state.table.kill(doc_id)
         if prepared is not None and prepared.ids:
@@ -46,7 +52,10 @@ def apply_writes(state: ModelState, prepared: Prepared | None, deleted: Sequence
 
 
 def replay(state: ModelState, view: StoreView) -> int:
-    """Bring `state` up to the store `view`: re-apply the documents written after `state.seq`; returns how many."""
+    """Bring `state` up to the store `view`: re-apply the documents written after `state.seq`; returns how many.
+
+    Raises `StoreError` if the write log was trimmed past `state.seq` (the state is too old to catch up).
+    """
     changed = view.changed_since(state.seq)
     if changed:
         current = view.get_many(changed)
@@ -59,13 +68,13 @@ def replay(state: ModelState, view: StoreView) -> int:
 
 @dataclass
 class Capture:
-    """What a snapshot needs, taken under the writer lock; `materialize` does the slow part outside it."""
+    """What a snapshot needs, taken under the state's read lock; `materialize` does the slow part outside it."""
 
     seq: int
     store_uuid: str
     bundle_hash: str
     index_tag: str
-    index_blob: np.ndarray
+    index_blob: np.ndarray | None  # None for a flat index (rebuilt from the embeddings)
     embeddings: np.ndarray
     lexical: LexicalIndex
     doc_ids: list[str]
@@ -86,14 +95,15 @@ class Capture:
 
 
 def capture(state: ModelState) -> Capture:
-    """The state as of now, for a snapshot. The caller holds the writer lock so nothing changes meanwhile."""
+    """The state as of now, for a snapshot: consistent, since writes change it only under the write lock."""
     with state.lock.read():
         return Capture(
             seq=state.seq,
             store_uuid=state.store_uuid,
             bundle_hash=state.bundle.content_hash,
             index_tag=state.config.tag(),
-            index_blob=state.index.serialize(),
+            # HNSW and IVF are more than their vectors (graph, coarse lists): those are copied here.
+            index_blob=None if state.config.index_type == "flat" else state.index.serialize(),
             # Filled rows are never written again, so a view is a stable copy.
             embeddings=state.embeddings.view(),
             lexical=state.lexical,

@@ -1,9 +1,13 @@
 """Documents by id: read, "more like this", add or replace, delete.
 
 Ids are arbitrary strings ("C++", "Football_(soccer)", "Áedán_mac_Gabráin", even "a/b"); the routes
-take the rest of the path as the id, so clients percent-encode it (`C%2B%2B`). The "similar" route
-is matched first, so an id that itself ends in "/similar" can be read and written but not used
-with `GET .../similar`.
+take the rest of the path as the id, so clients percent-encode it (`C%2B%2B`; the server sees `%2F`
+as "/", like any ASGI server). A path ending in "/similar" is the similar-documents resource for
+every method, so an id may not end in "/similar" (the writes refuse one): `PUT .../x/similar` is a
+405, not a write of the id "x/similar".
+
+Two routers, so that the read key (when configured) is added to the reads only: `read_router`
+(GET a document, GET similar) and `write_router` (PUT, POST, DELETE: the write key).
 """
 
 from __future__ import annotations
@@ -11,14 +15,16 @@ from __future__ import annotations
 import time
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from service.bounds import check_document_id, check_documents, check_paging
-from service.deps import ApiKeyDep, CollectionDep, SearchLimiterDep, SettingsDep, WriteLimiterDep
+from service.deps import ApiKeyDep, CollectionDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
+from service.errors import error_responses
 from service.routes.search import to_result
 from service.schemas import (
+    WRITTEN_ID,
     DeleteResponse,
     DocumentBody,
     DocumentIn,
@@ -26,6 +32,7 @@ from service.schemas import (
     DocumentsIn,
     SearchResponse,
     WriteResponse,
+    ceiling,
 )
 from ssi.records import Document
 
@@ -43,12 +50,53 @@ class DocumentIdConvertor(Convertor[str]):
         return value
 
 
+class WrittenIdConvertor(DocumentIdConvertor):
+    """An id of a write: the rest of the path unless it ends in "/similar" (then the path is the
+    similar-documents resource, which answers 405 to a write)."""
+
+    regex = r"(?![\s\S]*/similar$)[\s\S]*"
+
+
 register_url_convertor("docid", DocumentIdConvertor())
+register_url_convertor("writtenid", WrittenIdConvertor())
 
-router = APIRouter(tags=["documents"])
+# 400/413: the body checks; 401/403: the write key; 404: an unknown collection (or document).
+WRITE_ERRORS = (400, 401, 403, 404, 413, 422, 429, 503)
+
+read_router = APIRouter(tags=["documents"])
+write_router = APIRouter(tags=["documents"], route_class=WriteRoute)
+
+# Any id may be looked up (a longer one is simply not found); a written id is bounded and checked.
+LookupId = Annotated[str, Path(min_length=1, description="the document id, percent-encoded ('a/b' is a%2Fb)")]
+WrittenId = Annotated[
+    str,
+    Path(
+        description="the document id, percent-encoded: not blank, no control characters, not ending in "
+        "'/similar', at most SSI_MAX_ID_CHARS",
+        json_schema_extra={"minLength": 1, "pattern": WRITTEN_ID, "x-bounds": {"maxLength": "max_id_chars"}},
+    ),
+]
+K = Annotated[
+    int,
+    Query(
+        ge=1,
+        le=ceiling("max_k"),
+        description="hits (at most SSI_MAX_K)",
+        json_schema_extra={"x-bounds": {"maximum": "max_k"}},
+    ),
+]
+OFFSET = Annotated[
+    int,
+    Query(
+        ge=0,
+        le=ceiling("max_offset"),
+        description="hits to skip (at most SSI_MAX_OFFSET)",
+        json_schema_extra={"x-bounds": {"maximum": "max_offset"}},
+    ),
+]
 
 
-@router.get(
+@read_router.get(
     "/documents/{doc_id:docid}/similar",
     response_model=SearchResponse,
     summary="Documents most like this one (the stored document is the query; it is left out)",
@@ -59,15 +107,15 @@ router = APIRouter(tags=["documents"])
         "of highest tf-idf weight, renormalized. Serves `documents` collections; an `adverts` "
         "collection answers 409."
     ),
-    responses={409: {"description": "the collection holds adverts, not documents"}},
+    responses=error_responses(401, 404, 409, 422, 429, 503),
 )
 async def similar(
-    doc_id: str,
+    doc_id: LookupId,
     collection: CollectionDep,
     settings: SettingsDep,
     limiter: SearchLimiterDep,
-    k: Annotated[int, Query(ge=1)] = 10,
-    offset: Annotated[int, Query(ge=0)] = 0,
+    k: K = 10,
+    offset: OFFSET = 0,
 ) -> SearchResponse:
     check_paging(settings, k, offset)
     started = time.perf_counter()
@@ -76,15 +124,25 @@ async def similar(
     return SearchResponse(**result.model_dump(), collection=collection.name, took_ms=round(took, 3))
 
 
-@router.get("/documents/{doc_id:docid}", response_model=DocumentOut, summary="One stored document")
-async def get_document(doc_id: str, collection: CollectionDep) -> DocumentOut:
+@read_router.get(
+    "/documents/{doc_id:docid}",
+    response_model=DocumentOut,
+    summary="One stored document",
+    responses=error_responses(401, 404, 422, 503),
+)
+async def get_document(doc_id: LookupId, collection: CollectionDep) -> DocumentOut:
     doc = await run_in_threadpool(collection.get, doc_id)
     return DocumentOut(collection=collection.name, id=doc.id, title=doc.title, text=doc.text, seq=doc.seq)
 
 
-@router.put("/documents/{doc_id:docid}", response_model=WriteResponse, summary="Add or replace one document")
+@write_router.put(
+    "/documents/{doc_id:writtenid}",
+    response_model=WriteResponse,
+    summary="Add or replace one document",
+    responses=error_responses(*WRITE_ERRORS),
+)
 async def put_document(
-    doc_id: str,
+    doc_id: WrittenId,
     body: DocumentBody,
     _: ApiKeyDep,
     collection: CollectionDep,
@@ -96,7 +154,12 @@ async def put_document(
     return WriteResponse(collection=collection.name, ids=[doc_id], seq=seqs[-1])
 
 
-@router.post("/documents", response_model=WriteResponse, summary="Add or replace documents (one transaction)")
+@write_router.post(
+    "/documents",
+    response_model=WriteResponse,
+    summary="Add or replace documents (one transaction)",
+    responses=error_responses(*WRITE_ERRORS),
+)
 async def post_documents(
     body: DocumentsIn,
     _: ApiKeyDep,
@@ -110,9 +173,14 @@ async def post_documents(
     return WriteResponse(collection=collection.name, ids=[d.id for d in docs], seq=seqs[-1])
 
 
-@router.delete("/documents/{doc_id:docid}", response_model=DeleteResponse, summary="Delete one document")
+@write_router.delete(
+    "/documents/{doc_id:writtenid}",
+    response_model=DeleteResponse,
+    summary="Delete one document",
+    responses=error_responses(401, 403, 404, 422, 429, 503),
+)
 async def delete_document(
-    doc_id: str,
+    doc_id: WrittenId,
     _: ApiKeyDep,
     collection: CollectionDep,
     settings: SettingsDep,

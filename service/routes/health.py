@@ -16,7 +16,12 @@ async def healthz() -> Health:
     return Health(status="ok")
 
 
-@router.get("/readyz", response_model=Readiness, summary="Readiness: 200 when every collection serves, else 503")
+@router.get(
+    "/readyz",
+    response_model=Readiness,
+    summary="Readiness: 200 when every collection serves, else 503",
+    responses={503: {"model": Readiness, "description": "a collection is still loading, or failed to load"}},
+)
 async def readyz(catalog: CatalogDep) -> JSONResponse:
     collections = {name: c.describe() for name, c in catalog.collections.items()}
     statuses = {c["status"] for c in collections.values()}

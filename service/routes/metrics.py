@@ -6,10 +6,19 @@ from fastapi import APIRouter, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from service.deps import MetricsDep
+from service.errors import error_responses
 
 router = APIRouter(tags=["health"])
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get(
+    "/metrics",
+    summary="Prometheus metrics",
+    response_class=Response,
+    responses={
+        200: {"content": {"text/plain": {"schema": {"type": "string"}}}, "description": "the text exposition"},
+        **error_responses(401),
+    },
+)
 def metrics(registry: MetricsDep) -> Response:
     return Response(generate_latest(registry.registry), media_type=CONTENT_TYPE_LATEST)

@@ -9,6 +9,7 @@ from fastapi import APIRouter
 from service.bounds import check_search
 from service.collection import Collection
 from service.deps import CollectionDep, SearchLimiterDep, SettingsDep
+from service.errors import error_responses
 from service.model_state import QueryResult
 from service.schemas import BatchSearchRequest, BatchSearchResponse, Hit, SearchRequest, SearchResponse, SearchResult
 from service.settings import Settings
@@ -17,11 +18,25 @@ from ssi.tokenize import tokenize
 
 router = APIRouter(tags=["search"])
 
+# 400/413: the body checks; 401: a read key; 404: an unknown collection; 409: an adverts collection.
+SEARCH_ERRORS = (400, 401, 404, 409, 413, 422, 429, 503)
 
-def to_result(collection: Collection, settings: Settings, result: QueryResult, query: str | None) -> SearchResult:
-    """Hits with titles and snippets from the store; `query` None means snippets from the opening of each text."""
+
+def scan_chars(settings: Settings, hits: int) -> int:
+    """Characters of each hit's text a snippet scans when a request returns `hits` hits in all."""
+    return min(settings.snippet_scan_chars, settings.snippet_scan_budget // max(1, hits))
+
+
+def to_result(
+    collection: Collection, settings: Settings, result: QueryResult, query: str | None, scan: int | None = None
+) -> SearchResult:
+    """Hits with titles and snippets from the store; `query` None means snippets from the opening of each text.
+
+    `scan`: the characters of each hit scanned for a query word (default: as for this result alone).
+    """
     docs = collection.get_many(result.doc_ids)
-    pattern = query_pattern(tokenize(query)) if query else None
+    scan = scan_chars(settings, len(result.doc_ids)) if scan is None else scan
+    pattern = query_pattern(tokenize(query), settings.snippet_words) if query else None
     hits = []
     for doc_id, score, semantic, lexical in zip(
         result.doc_ids, result.scores, result.semantic, result.lexical, strict=True
@@ -29,7 +44,7 @@ def to_result(collection: Collection, settings: Settings, result: QueryResult, q
         doc = docs.get(doc_id)
         if doc is None:  # deleted between the ranking and this lookup
             continue
-        snippet = make_snippet(doc.text, pattern, settings.snippet_chars)
+        snippet = make_snippet(doc.text, pattern, settings.snippet_chars, scan)
         hits.append(Hit(id=doc_id, title=doc.title, snippet=snippet, score=score, semantic=semantic, lexical=lexical))
     return SearchResult(hits=hits, query_words=result.query_words, candidates=result.candidates)
 
@@ -40,9 +55,12 @@ def to_result(collection: Collection, settings: Settings, result: QueryResult, q
     summary="Rank the collection for one query",
     description=(
         "A short query: refused (422) beyond SSI_MAX_QUERY_CHARS characters (4,096 by default). "
+        "Each hit's snippet looks for the query's first SSI_SNIPPET_WORDS (32) distinct words in the first "
+        "SSI_SNIPPET_SCAN_CHARS (8,192) characters of its text, and in SSI_SNIPPET_SCAN_BUDGET (1,000,000) "
+        "characters in all per request (a large batch scans less of each hit). "
         "Serves `documents` collections; an `adverts` collection answers 409."
     ),
-    responses={409: {"description": "the collection holds adverts, not documents"}},
+    responses=error_responses(*SEARCH_ERRORS),
 )
 async def search(
     body: SearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
@@ -63,8 +81,11 @@ async def search(
     "/search/batch",
     response_model=BatchSearchResponse,
     summary="Rank the collection for several queries",
-    description="Each query as in `POST /search`, at most SSI_MAX_BATCH of them.",
-    responses={409: {"description": "the collection holds adverts, not documents"}},
+    description=(
+        "Each query as in `POST /search`: at most SSI_MAX_BATCH (64) of them, and queries × k at most "
+        "SSI_MAX_BATCH_HITS (6,400)."
+    ),
+    responses=error_responses(*SEARCH_ERRORS),
 )
 async def search_batch(
     body: BatchSearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
@@ -74,7 +95,8 @@ async def search_batch(
 
     def work() -> list[SearchResult]:
         results = collection.search(body.queries, body.k, body.offset, ef_search=body.ef_search, nprobe=body.nprobe)
-        return [to_result(collection, settings, r, q) for r, q in zip(results, body.queries, strict=True)]
+        scan = scan_chars(settings, sum(len(r.doc_ids) for r in results))
+        return [to_result(collection, settings, r, q, scan) for r, q in zip(results, body.queries, strict=True)]
 
     results = await limiter.run(work)
     took = (time.perf_counter() - started) * 1000

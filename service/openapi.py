@@ -1,0 +1,82 @@
+"""The OpenAPI schema as this server enforces it: the configured bounds, knobs and collections filled in.
+
+FastAPI derives the schema from the models, which can only hold fixed values; what a request may
+send depends on the settings (SSI_MAX_K, SSI_MAX_BATCH, the index type, the hosted collections).
+`exact_schema` fills those in, so a client generator or a fuzzer reads the contract the server
+applies: every `x-bounds` marker (service.schemas) becomes the keyword it names with the setting's
+value; `ef_search` is offered only on an HNSW index and `nprobe` only on IVF (elsewhere they are
+refused, like any unknown field); the `{collection}` parameter lists the hosted collections; and
+with SSI_ALLOWED_HOSTS set, every operation may answer 400 for a foreign Host header.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+
+from service.errors import error_responses
+from service.settings import Settings
+
+BOUNDS_KEY = "x-bounds"
+# Request fields that only one index type accepts.
+INDEX_KNOBS = {"ef_search": "hnsw", "nprobe": "ivf"}
+SEARCH_BODIES = ("SearchRequest", "BatchSearchRequest")
+
+
+def _fill_bounds(node: Any, settings: Settings) -> None:
+    """Replace each `x-bounds: {keyword: setting}` by `keyword: settings.<setting>`, in place, recursively."""
+    if isinstance(node, dict):
+        bounds = node.pop(BOUNDS_KEY, None)
+        if bounds:
+            # An optional field (`int | None`) carries its constraints in the non-null branch of anyOf.
+            targets = [b for b in node.get("anyOf", []) if b.get("type") != "null"] or [node]
+            for keyword, setting in bounds.items():
+                for target in targets:
+                    target[keyword] = getattr(settings, setting)
+        for value in node.values():
+            _fill_bounds(value, settings)
+    elif isinstance(node, list):
+        for value in node:
+            _fill_bounds(value, settings)
+
+
+def _operations(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    return [op for item in schema.get("paths", {}).values() for op in item.values() if isinstance(op, dict)]
+
+
+def exact_schema(app: FastAPI, settings: Settings, collections: list[str]) -> dict[str, Any]:
+    schema = get_openapi(
+        title=app.title, version=app.version, summary=app.summary, description=app.description, routes=app.routes
+    )
+    _fill_bounds(schema, settings)
+    components = schema.get("components", {}).get("schemas", {})
+    for name in SEARCH_BODIES:
+        properties = components.get(name, {}).get("properties", {})
+        for knob, index_type in INDEX_KNOBS.items():
+            if settings.index_type != index_type:
+                properties.pop(knob, None)
+    host_error = error_responses(400)[400] if settings.allowed_hosts else None
+    for operation in _operations(schema):
+        for parameter in operation.get("parameters", []):
+            if parameter.get("in") == "path" and parameter.get("name") == "collection":
+                parameter["schema"] = {**parameter["schema"], "enum": sorted(collections)}
+                parameter["schema"].pop("pattern", None)
+        if host_error is not None and "400" not in operation["responses"]:
+            operation["responses"]["400"] = {
+                "description": host_error["description"],
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}},
+            }
+    return schema
+
+
+def install_exact_schema(app: FastAPI, settings: Settings, collections: list[str]) -> None:
+    """Serve `exact_schema` at /openapi.json (computed once, on first request)."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            app.openapi_schema = exact_schema(app, settings, collections)
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,18 @@
+"""The crash loop, short: five SIGKILLs of the real server during write bursts (scripts/crash-loop.sh runs 50+)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from benchmarks.crash_loop import Config, make_world, run_crash_loop
+
+
+def test_sigkill_loop_loses_nothing_acknowledged_and_keeps_the_ranking_exact(tmp_path: Path) -> None:
+    config = Config(work_dir=tmp_path, kills=5, writers=3, documents=600, burst_min=0.3, burst_max=1.0, seed=1)
+    docs, corpus, bundle = make_world(tmp_path / "world", config.documents, config.seed)
+    lines: list[str] = []
+    result = run_crash_loop(config, docs=docs, corpus=corpus, bundle=bundle, log=lines.append)
+    summary = result.summary()
+    assert summary["kills"] >= 5, lines
+    assert summary["acknowledged_puts"] > 50 and summary["acknowledged_deletes"] > 5, summary
+    assert len(result.rounds) >= 3
