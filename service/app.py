@@ -31,7 +31,7 @@ from service.errors import ServiceError
 from service.metrics import KNOWN_METHODS, Metrics, MetricsMiddleware
 from service.openapi import install_exact_schema
 from service.request_body import BodyLimitMiddleware
-from service.routes import admin, documents, health, metrics, model, pages, search
+from service.routes import admin, documents, health, metrics, model, pages, search, words
 from service.routes.pages import STATIC_DIR
 from service.settings import Settings
 from service.threads import limit_blas_threads
@@ -165,6 +165,7 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
         (documents.read_router, read),
         (documents.write_router, []),
         (model.router, read),
+        (words.router, read),
     ):
         app.include_router(router, dependencies=needs)
         app.include_router(router, prefix="/collections/{collection}", dependencies=[*needs, CollectionPathDep])

@@ -202,8 +202,8 @@ class Collection:
             raise NotFound(f"no document with id {shown(doc_id)} in collection '{self.name}'")
         return doc
 
-    def get_many(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
-        return self._ready_store().get_many(ids)
+    def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
+        return self._ready_store().get_many(ids, text_chars)
 
     def _check_knobs(self, state: ModelState, ef_search: int | None, nprobe: int | None) -> None:
         index_type = state.config.index_type

@@ -259,6 +259,17 @@ class ReloadResponse(BaseModel):
     seconds: float
 
 
+class Neighbour(BaseModel):
+    word: str
+    distance: float
+
+
+class NearestWordsResponse(BaseModel):
+    collection: str
+    word: str
+    neighbours: list[Neighbour]
+
+
 class ModelResponse(BaseModel):
     collection: str
     type: str = Field(description="what the collection holds: documents or adverts")

@@ -150,12 +150,15 @@ class StoreView:
         return _get_many(self._conn, ids)
 
 
-def _get_many(conn: sqlite3.Connection, ids: Sequence[str]) -> dict[str, StoredDocument]:
+def _get_many(conn: sqlite3.Connection, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
+    """The documents of `ids` that exist; with `text_chars`, only the first that many characters of each text
+    (a snippet needs no more, and a batch of hits over long documents would otherwise read them whole)."""
     found: dict[str, StoredDocument] = {}
+    text = "text" if text_chars is None else f"substr(text, 1, {int(text_chars)})"
     for start in range(0, len(ids), 500):
         chunk = list(ids[start : start + 500])
         marks = ",".join("?" * len(chunk))
-        for row in conn.execute(f"SELECT id, title, text, seq FROM documents WHERE id IN ({marks})", chunk):
+        for row in conn.execute(f"SELECT id, title, {text}, seq FROM documents WHERE id IN ({marks})", chunk):
             found[row[0]] = StoredDocument(*row)
     return found
 
@@ -315,9 +318,9 @@ class DocumentStore:
             row = conn.execute("SELECT id, title, text, seq FROM documents WHERE id=?", (doc_id,)).fetchone()
         return StoredDocument(*row) if row else None
 
-    def get_many(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
+    def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
         with self._reader() as conn:
-            return _get_many(conn, ids)
+            return _get_many(conn, ids, text_chars)
 
     @contextmanager
     def view(self) -> Iterator[StoreView]:

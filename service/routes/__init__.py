@@ -1,1 +1,1 @@
-"""One router per resource: search, documents, model, admin, health, metrics, pages."""
+"""One router per resource: search, documents, model, words, admin, health, metrics, pages."""

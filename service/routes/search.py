@@ -34,8 +34,9 @@ def to_result(
 
     `scan`: the characters of each hit scanned for a query word (default: as for this result alone).
     """
-    docs = collection.get_many(result.doc_ids)
     scan = scan_chars(settings, len(result.doc_ids)) if scan is None else scan
+    # A snippet reads at most scan + width characters; one more tells whether the text goes on ("…").
+    docs = collection.get_many(result.doc_ids, text_chars=scan + settings.snippet_chars + 1)
     pattern = query_pattern(tokenize(query), settings.snippet_words) if query else None
     hits = []
     for doc_id, score, semantic, lexical in zip(

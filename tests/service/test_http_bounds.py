@@ -152,3 +152,19 @@ def test_a_large_batch_scans_less_of_each_hit(long_server: ThreadServer, long_wo
     batch = long_server.client.post("/search/batch", json={"queries": ["tail3"] * 64, "k": 60})
     assert batch.status_code == 200, batch.text
     assert "tail3" not in snippet_of_mid(batch.json()["results"][0]["hits"])
+
+
+def test_a_snippet_from_the_text_prefix_the_store_reads_equals_one_from_the_whole_text() -> None:
+    """Search reads only scan + width + 1 characters of each hit's text: the snippet must not change."""
+    import random
+
+    from service.snippet import make_snippet, query_pattern
+
+    rng = random.Random(0)
+    vocabulary = [f"w{i}" for i in range(300)]
+    for _ in range(200):
+        text = " ".join(rng.choice(vocabulary) for _ in range(rng.randrange(1, 3000)))
+        scan, width = rng.randrange(100, 3000), rng.randrange(40, 400)
+        pattern = query_pattern(rng.sample(vocabulary, 3), 32)
+        prefix = text[: scan + width + 1]
+        assert make_snippet(prefix, pattern, width, scan) == make_snippet(text, pattern, width, scan)
