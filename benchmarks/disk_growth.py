@@ -9,7 +9,6 @@ document adds a row; online compaction, write-log trimming and snapshot pruning 
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 from pathlib import Path
@@ -19,17 +18,7 @@ import httpx
 import typer
 
 from benchmarks.crash_loop import KEY, Config, Server, make_world
-
-
-def folder_bytes(path: Path) -> int:
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except FileNotFoundError:  # removed by the server meanwhile
-                pass
-    return total
+from service.snapshot import disk_bytes
 
 
 def main(
@@ -56,8 +45,8 @@ def main(
                 if r % every == 0:
                     rows = client.get("/model").json()["index"]["rows"]
                     typer.echo(
-                        f"after {r * replace:,} replacements: store {folder_bytes(folder / 'data') / 1e3:.0f} kB, "
-                        f"snapshots {folder_bytes(folder / 'cache' / 'index') / 1e3:.0f} kB, index rows {rows:,}"
+                        f"after {r * replace:,} replacements: store {disk_bytes(folder / 'data') / 1e3:.0f} kB, "
+                        f"snapshots {disk_bytes(folder / 'cache' / 'index') / 1e3:.0f} kB, index rows {rows:,}"
                     )
     finally:
         server.stop()

@@ -29,6 +29,7 @@ import typer
 
 from service.bench.queries import keyword_queries
 from service.bench.server import ServedProcess
+from service.snapshot import disk_bytes
 
 API_KEY = "soak-test-key-0123456789"
 SHED = {429, 503}  # deliberate answers under overload
@@ -42,8 +43,6 @@ class Window:
     statuses: Counter[str] = field(default_factory=Counter)
 
 
-def folder_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 async def _client(kind: str, url: str, queries: list[str], state: dict[str, Any], deadline: float, seed: int) -> None:
@@ -85,7 +84,7 @@ async def _sampler(server: ServedProcess, folders: list[Path], state: dict[str, 
         sample: dict[str, Any] = {
             "t": round(time.perf_counter() - started, 1),
             "rss_mb": round(server.rss_bytes() / 2**20, 1),
-            "disk_mb": round(sum(folder_bytes(f) for f in folders) / 2**20, 2),
+            "disk_mb": round(sum(disk_bytes(f) for f in folders) / 2**20, 2),
             "statuses": dict(window.statuses),
         }
         for kind, values in window.latencies.items():

@@ -11,7 +11,7 @@ import os
 import sys
 
 from service.settings import Settings, is_loopback
-from service.threads import bound_thread_environment
+from service.threads import bound_thread_environment, limit_malloc_arenas
 
 log = logging.getLogger("service")
 
@@ -52,6 +52,7 @@ def preflight(settings: Settings) -> None:
 def run(settings: Settings) -> int:
     """Serve until interrupted; returns the process exit code (1 if a collection could not load)."""
     bound_thread_environment(settings.threads)
+    limit_malloc_arenas()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )

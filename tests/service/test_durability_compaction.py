@@ -4,7 +4,6 @@ damaged snapshots are handled once, and a failing snapshot backs off without hol
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import sqlite3
 import threading
@@ -18,22 +17,12 @@ from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking
 from service.collection import Collection
 from service.metrics import Metrics
 from service.settings import CollectionSpec, Settings
-from service.snapshot import snapshots
+from service.snapshot import disk_bytes, snapshots
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
 
 
-def folder_bytes(path: Path) -> int:
-    """Bytes under `path`, tolerating files and folders that the server removes while they are counted."""
-    total = 0
-    for root, _, files in os.walk(path):
-        for name in files:
-            try:
-                total += os.stat(os.path.join(root, name)).st_size
-            except FileNotFoundError:
-                pass
-    return total
 
 
 def log_entries(store: Path) -> int:
@@ -80,7 +69,7 @@ def test_disk_stays_bounded_under_replacements(small_world: dict, tmp_path: Path
                 time.sleep(0.05)
             # Disk use as the server reports it after each snapshot, and as found on disk.
             sizes.append(int(gauge(metrics, "ssi_store_bytes") + gauge(metrics, "ssi_snapshot_bytes")))
-            on_disk.append(folder_bytes(cache))
+            on_disk.append(disk_bytes(cache))
         index = client.get("/model").json()["index"]
         assert index["documents"] == n
         assert index["rows"] <= n * 1.3 + 100, f"dead rows pile up: {index}"
