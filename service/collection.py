@@ -24,6 +24,7 @@ a lock on the store and cache folders refuses a second one.
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -40,6 +41,7 @@ from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
 from service.state_builder import compacted, needs_compaction, open_state
 from service.store import DocumentStore, StoredDocument
+from service.threads import release_free_memory
 from service.writes import apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
 from ssi.records import Document
@@ -416,6 +418,7 @@ class Collection:
             if state is None or state.broken or self.store is None or not needs_compaction(state, self.settings):
                 return False
             started = time.perf_counter()
+            before = state.table.rows
             fresh = compacted(state)
             with self._writer:
                 if self.state is not state or state.broken:
@@ -423,13 +426,16 @@ class Collection:
                 with self.store.view() as view:
                     replay(fresh, view)
                 self.state = fresh
+            del state
+            gc.collect()
+            release_free_memory()  # the old index's pages, or RSS steps up at every compaction
             self.metrics.compactions.labels(self.name).inc()
             self._record_state(fresh)
             log.info(
                 "[%s] compacted online at write %d: %d rows -> %d in %.2fs",
                 self.name,
                 fresh.seq,
-                state.table.rows,
+                before,
                 fresh.table.rows,
                 time.perf_counter() - started,
             )

@@ -59,3 +59,18 @@ def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
         return bool(libc.mallopt(_M_ARENA_MAX, arenas))
     except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to bound
         return False
+
+
+def release_free_memory() -> bool:
+    """Hand the heap's free pages back to the system (glibc malloc_trim) after a large structure was dropped.
+
+    An online compaction or a reload builds a new index beside the live one and then drops the old one;
+    glibc keeps those pages otherwise, and RSS steps up at each swap. Returns whether it ran.
+    """
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        return bool(ctypes.CDLL(name).malloc_trim(0))
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return False
