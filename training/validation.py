@@ -28,15 +28,20 @@ class FixedQueryProducts:
         self.X = docs.X
         self._docs = docs
         self._queries = queries
-        self._gram = gram if gram is not None else docs.products(queries)
+        self._gram = gram  # computed on first use: forms without the diagonal term never ask for it
+
+    def _fixed_gram(self) -> np.ndarray:
+        if self._gram is None:
+            self._gram = self._docs.products(self._queries)
+        return self._gram
 
     def products(self, Q: sp.csr_matrix, weights: np.ndarray | None = None) -> np.ndarray:
         if Q is self._queries:
             if weights is None:
-                return self._gram.copy()
+                return self._fixed_gram().copy()
             w = np.asarray(weights, dtype=np.float32)
             if w.size and np.all(w == w[0]):
-                return self._gram * w[0]
+                return self._fixed_gram() * w[0]
         return self._docs.products(Q, weights)
 
 
