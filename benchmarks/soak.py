@@ -43,8 +43,6 @@ class Window:
     statuses: Counter[str] = field(default_factory=Counter)
 
 
-
-
 async def _client(kind: str, url: str, queries: list[str], state: dict[str, Any], deadline: float, seed: int) -> None:
     """One client sending requests of `kind` back to back until the deadline."""
     rng = random.Random(seed)

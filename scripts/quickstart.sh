@@ -38,6 +38,18 @@ cd "$root"
 
 bash "$root/scripts/train-bundle.sh" --data "$data" --minutes "$minutes" ${train_flags[@]+"${train_flags[@]}"}
 
+# The adverts collection beside the documents: each demo document's title and first sentence is an
+# advert, and its links are clicks (`ssi clicks links`); an asymmetric model (pages -> adverts) is
+# trained on them, once. POST /match and the page's "Match ads" view use it.
+if [[ ! -f "$data/ads-bundle/manifest.json" || ${#train_flags[@]} -gt 0 ]]; then
+    echo "==> making the demo adverts and training their model (at most 1 minute)"
+    ssi clicks links --corpus "$data/corpus.jsonl" --train-links "$data/generated/train_pairs.tsv" \
+        --valid-links "$data/generated/valid_pairs.tsv" --out "$data/ads" >/dev/null
+    ssi train --corpus "$data/ads/ads.jsonl" --pages "$data/ads/pages.jsonl" --clicks "$data/ads/clicks.train.jsonl" \
+        --valid-clicks "$data/ads/clicks.valid.jsonl" --out "$data/ads-bundle" --max-minutes 1 --dims 64 >/dev/null
+fi
+export SSI_COLLECTIONS="$(python -c 'import json, sys; print(json.dumps({"ads": {"bundle": sys.argv[1], "corpus": sys.argv[2], "type": "adverts"}}))' "$data/ads-bundle" "$data/ads/ads.jsonl")"
+
 export SSI_CACHE_DIR="${SSI_CACHE_DIR:-$data/cache}"
-echo "==> serving the demo at http://$host:$port  (search page: /, API docs: /docs; Ctrl-C stops)"
+echo "==> serving the demo at http://$host:$port  (search page: /, match ads: /#/match, API docs: /docs; Ctrl-C stops)"
 exec ssi serve --bundle "$data/bundle" --corpus "$data/corpus.jsonl" --host "$host" --port "$port"

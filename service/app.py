@@ -24,6 +24,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
 from service.admission import Limiter
+from service.adverts import AdvertBooks
 from service.bounds import body_limits
 from service.catalog import Catalog
 from service.deps import CollectionPathDep, ReadKeyDep
@@ -31,7 +32,7 @@ from service.errors import ServiceError
 from service.metrics import KNOWN_METHODS, Metrics, MetricsMiddleware
 from service.openapi import install_exact_schema
 from service.request_body import BodyLimitMiddleware
-from service.routes import admin, documents, health, metrics, model, pages, search, words
+from service.routes import admin, documents, health, match, metrics, model, pages, search, words
 from service.routes.pages import STATIC_DIR
 from service.settings import Settings
 from service.threads import limit_blas_threads
@@ -139,6 +140,7 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
         try:
             yield
         finally:
+            app.state.adverts.close()
             catalog.close()
 
     app = FastAPI(
@@ -149,6 +151,7 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
     )
     app.state.settings = settings
     app.state.catalog = catalog
+    app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
     app.state.metrics = metrics_registry
     app.state.search_limiter = Limiter(
         "search", settings.max_concurrency, settings.max_queue, settings.queue_timeout, metrics_registry.reject
@@ -166,6 +169,8 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
         (documents.write_router, []),
         (model.router, read),
         (words.router, read),
+        (match.read_router, read),
+        (match.write_router, []),
     ):
         app.include_router(router, dependencies=needs)
         app.include_router(router, prefix="/collections/{collection}", dependencies=[*needs, CollectionPathDep])

@@ -102,6 +102,9 @@ def bench(
     bundle: Annotated[Path, typer.Option(help="Model bundle folder to serve")],
     corpus: Annotated[Path | None, typer.Option(help="JSONL corpus to serve (or --generate N)")] = None,
     generate: Annotated[int, typer.Option(help="Generate this many short documents from the bundle's words")] = 0,
+    passages: Annotated[
+        int, typer.Option(help="Serve --corpus cut into 60-word passages, at most this many (real text at scale)")
+    ] = 0,
     out: Annotated[Path | None, typer.Option(help="JSON result (default bench-results/bench-<time>.json)")] = None,
     work_dir: Annotated[Path | None, typer.Option(help="Caches and server logs (default: a new temp folder)")] = None,
     queries: Annotated[int, typer.Option(help="Keyword queries sampled from the corpus")] = 500,
@@ -147,6 +150,7 @@ def bench(
         bundle=bundle,
         corpus=corpus,
         generate=generate,
+        passages=passages,
         work_dir=work_dir or Path(tempfile.mkdtemp(prefix="ssi-bench-")),
         out=out or Path("bench-results") / f"bench-{stamp}.json",
         n_queries=queries,

@@ -216,13 +216,13 @@ class Collection:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def _check_writable(self) -> None:
+    def check_writable(self) -> None:
         if not self.settings.writes_enabled:
             raise Forbidden("writes are disabled on this server: set SSI_API_KEY")
 
     def put(self, docs: Sequence[Document]) -> list[int]:
         """Add or replace documents: durable in the store when this returns, and visible to searches."""
-        self._check_writable()
+        self.check_writable()
         store = self._ready_store()
         with self._writer:
             state = self.ready_state()
@@ -233,7 +233,7 @@ class Collection:
         return seqs
 
     def delete(self, doc_id: str) -> int:
-        self._check_writable()
+        self.check_writable()
         store = self._ready_store()
         with self._writer:
             state = self.ready_state()

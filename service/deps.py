@@ -26,15 +26,18 @@ from service.metrics import Metrics
 from service.settings import COLLECTION_NAME, Settings
 
 
-def get_settings(request: Request) -> Settings:
+# The dependencies that do no blocking work are `async def`: FastAPI runs a plain `def` dependency in
+# its thread pool, a thread hop each (five per search), which cost more CPU than the search's scan on
+# a small collection (py-spy on the 2-core machine).
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_catalog(request: Request) -> Catalog:
+async def get_catalog(request: Request) -> Catalog:
     return request.app.state.catalog
 
 
-def get_metrics(request: Request) -> Metrics:
+async def get_metrics(request: Request) -> Metrics:
     return request.app.state.metrics
 
 
@@ -43,11 +46,11 @@ CatalogDep = Annotated[Catalog, Depends(get_catalog)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
 
 
-def get_collection(request: Request, catalog: CatalogDep) -> Collection:
+async def get_collection(request: Request, catalog: CatalogDep) -> Collection:
     return catalog.get(request.path_params.get("collection"))
 
 
-def collection_path(
+async def collection_path(
     collection: Annotated[
         str,
         Path(
@@ -68,11 +71,11 @@ CollectionPathDep = Depends(collection_path)
 CollectionDep = Annotated[Collection, Depends(get_collection)]
 
 
-def get_search_limiter(request: Request) -> Limiter:
+async def get_search_limiter(request: Request) -> Limiter:
     return request.app.state.search_limiter
 
 
-def get_write_limiter(request: Request) -> Limiter:
+async def get_write_limiter(request: Request) -> Limiter:
     return request.app.state.write_limiter
 
 
@@ -116,7 +119,7 @@ def _refuse(given: str | None, what: str) -> Unauthorized:
     return Unauthorized(message, headers={"WWW-Authenticate": "X-API-Key"})
 
 
-def require_read_key(settings: SettingsDep, x_api_key: Annotated[str | None, Depends(_READ_KEY)]) -> None:
+async def require_read_key(settings: SettingsDep, x_api_key: Annotated[str | None, Depends(_READ_KEY)]) -> None:
     """With SSI_READ_KEY set, reads need one of the service's keys (a writer or an admin may read too)."""
     if settings.read_key is None:
         return

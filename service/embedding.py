@@ -75,10 +75,15 @@ class Embedder:
         """float32 [queries, M]: (query map) q by the exported ONNX graph."""
         return self.encoder.encode(tfidf.toarray())
 
-    def embed_documents(self, tfidf: sp.csr_matrix) -> np.ndarray:
-        """float32 [documents, M], C order: what the index stores for each row, as the form defines it."""
-        return np.ascontiguousarray(self.form.embed_documents(tfidf), dtype=np.float32)
+    def embed_documents(self, tfidf: sp.csr_matrix, doc_ids: Sequence[str] | None = None) -> np.ndarray:
+        """float32 [documents, M], C order: what the index stores for each row, as the form defines it.
+
+        `doc_ids` reach a form with per-document vectors (half-transductive: a training document with
+        its text unchanged keeps its free vector, any other falls back to the functional map).
+        """
+        return np.ascontiguousarray(self.form.embed_documents_of(tfidf, doc_ids), dtype=np.float32)
 
     def prepare(self, docs: Sequence[Document]) -> Prepared:
         tfidf = self.featurize([doc.full_text for doc in docs])
-        return Prepared(ids=[doc.id for doc in docs], tfidf=tfidf, embeddings=self.embed_documents(tfidf))
+        ids = [doc.id for doc in docs]
+        return Prepared(ids=ids, tfidf=tfidf, embeddings=self.embed_documents(tfidf, ids))

@@ -47,6 +47,14 @@ def _column_max(matrix: sp.csc_matrix) -> np.ndarray:
     return out
 
 
+def _row_norm_max(matrix: sp.csc_matrix) -> float:
+    """max_d ‖X[d]‖ (1 for unit tf-idf rows; 0 for none)."""
+    if matrix.nnz == 0:
+        return 0.0
+    squares = np.bincount(matrix.indices, weights=matrix.data.astype(np.float64) ** 2, minlength=matrix.shape[0])
+    return float(np.sqrt(squares.max()))
+
+
 def _empty() -> Scored:
     nothing = np.zeros(0, dtype=np.float64)
     return np.zeros(0, dtype=np.int64), nothing, nothing
@@ -59,6 +67,7 @@ class LexicalIndex:
         base: sp.spmatrix,
         delta: sp.spmatrix | None = None,
         base_column_max: np.ndarray | None = None,
+        base_row_norm_max: float | None = None,
     ) -> None:
         self.weights = np.asarray(weights, dtype=np.float32)
         self.n_words = self.weights.shape[0]
@@ -67,6 +76,8 @@ class LexicalIndex:
         self._delta = _csc(delta if delta is not None else sp.csc_matrix((0, self.n_words)), self.n_words)
         self._base_column_max = _column_max(self._base) if base_column_max is None else base_column_max
         self.column_max = np.maximum(self._base_column_max, _column_max(self._delta))
+        self._base_row_norm_max = _row_norm_max(self._base) if base_row_norm_max is None else base_row_norm_max
+        self.row_norm_max = max(self._base_row_norm_max, _row_norm_max(self._delta))
 
     @property
     def rows(self) -> int:
@@ -83,7 +94,7 @@ class LexicalIndex:
     def appended(self, rows: sp.spmatrix) -> LexicalIndex:
         """A new index with `rows` (documents × words tf-idf) added after the current last row."""
         delta = sp.vstack([self._delta, sp.csr_matrix(rows, dtype=np.float32)], format="csc")
-        return LexicalIndex(self.weights, self._base, delta, self._base_column_max)
+        return LexicalIndex(self.weights, self._base, delta, self._base_column_max, self._base_row_norm_max)
 
     def merged(self) -> LexicalIndex:
         return LexicalIndex(self.weights, self.matrix())
@@ -116,6 +127,11 @@ class LexicalQuery:
         self.weight = index.weights[self.words].astype(np.float64) * q  # w_i q_i
         self.positive = np.maximum(self.weight, 0.0)
         self.bound = self.positive * index.column_max[self.words]  # m_i: the most word i can add
+        # The most l⁺ can be for any row: Σ m_i, and (Cauchy–Schwarz) max_i w_i⁺ · ‖q‖ · max_d ‖d‖,
+        # which is max w⁺ for unit tf-idf vectors; service.rerank prunes the pool with it.
+        w_max = float(np.maximum(index.weights[self.words], 0.0).max(initial=0.0))
+        cauchy = w_max * float(np.linalg.norm(q)) * index.row_norm_max
+        self.max_gain = float(min(self.bound.sum(), cauchy))
         self.nonnegative = index.nonnegative
         self.n_rows = index.rows
         self._parts = index.parts()

@@ -22,6 +22,12 @@ on 1M short documents, K = 64 left a median of ~55k documents to score exactly, 
 flat or IVF scan costs the same for any K, so callers start those with a large pool, and K is
 widened (×8) when the lexical candidates would still cost more to score than another scan.
 
+Within C, only rows that can still reach the top `want` are scored: with w ≥ 0, τ is at least the
+`want`-th best s in C, and l⁺ ≤ max_gain (LexicalQuery: Σ m_i, and max wᵢ⁺·‖q‖·max‖d‖ = max w⁺ for
+unit tf-idf), so a pool row with s + max_gain below that cannot enter. For SSI's w = 1 the top
+1,024 semantic scores of a collection usually lie within 1 of each other and little is cut; for
+`noidentity` (w = 0) every pool row below the `want`-th is skipped.
+
 With an approximate index (HNSW, IVF) s_K is not a true bound and the result is approximate; its
 recall against this exact ranking is what `ssi bench` reports.
 """
@@ -41,6 +47,7 @@ class LexicalTerm(Protocol):
     """The diagonal term of one query (service.lexical.LexicalQuery)."""
 
     nonnegative: bool
+    max_gain: float  # no row's l⁺ exceeds it
 
     def for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
@@ -62,6 +69,18 @@ class Ranked:
     def empty(cls) -> Ranked:
         nothing = np.zeros(0, dtype=np.float64)
         return cls(np.zeros(0, dtype=np.int64), nothing, nothing, nothing, 0, 0)
+
+
+def _worth_scoring(sem_found: np.ndarray, want: int, lexical: LexicalTerm) -> np.ndarray:
+    """The pool rows that can still be in the top `want`: with w ≥ 0, f ≥ s, so τ is at least the
+    `want`-th best semantic score s_w of the pool, and a pool row with s + max l⁺ < s_w cannot reach
+    it (its lexical part is bounded by LexicalQuery.max_gain). With negative weights, every row."""
+    keep = np.ones(sem_found.shape[0], dtype=bool)
+    if not lexical.nonnegative or sem_found.shape[0] <= want:
+        return keep
+    s_want = float(np.partition(sem_found, -want)[-want])
+    slack = 1e-5 * (1.0 + abs(s_want) + lexical.max_gain)  # FAISS's float32 sums
+    return sem_found.astype(np.float64) + lexical.max_gain >= s_want - slack
 
 
 def exact_top(
@@ -95,9 +114,12 @@ def exact_top(
         keep = found >= 0
         sem_found, found = sem_found[keep], found[keep].astype(np.int64)
         covered_all = found.shape[0] >= n_live
-        lexical_found, _ = lexical.for_rows(found)
-        f_found = embeddings[found].astype(np.float64) @ uq + lexical_found
-        tau = float(np.partition(f_found, -want)[-want]) if found.shape[0] >= want else -np.inf
+        scored = _worth_scoring(sem_found, want, lexical)
+        pool_rows = found[scored]
+        lexical_found, _ = lexical.for_rows(pool_rows)
+        semantic_found = embeddings[pool_rows].astype(np.float64) @ uq
+        f_found = semantic_found + lexical_found
+        tau = float(np.partition(f_found, -want)[-want]) if pool_rows.shape[0] >= want else -np.inf
         s_k = float(sem_found.min()) if found.shape[0] else np.inf
         if covered_all:
             break
@@ -119,8 +141,8 @@ def exact_top(
             continue
         extra, extra_lexical = rows[chosen], lexical_rows[chosen]
         break
-    candidates = np.concatenate([found, extra])
-    semantic = embeddings[candidates].astype(np.float64) @ uq
+    candidates = np.concatenate([pool_rows, extra])
+    semantic = np.concatenate([semantic_found, embeddings[extra].astype(np.float64) @ uq])
     lexical_part = np.concatenate([lexical_found, extra_lexical])
     scores = semantic + lexical_part
     order = np.lexsort((candidates, -scores))[:want]

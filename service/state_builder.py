@@ -139,7 +139,7 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     with progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
         for batch in view.iter_batches(settings.embed_batch):
             tfidf = embedder.featurize([doc.as_document().full_text for doc in batch])
-            embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf)
+            embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch])
             parts.append(tfidf)
             doc_ids.extend(doc.id for doc in batch)
             row += len(batch)

@@ -7,6 +7,11 @@ A bundle is a folder of plain files (Style: bm25s's saved models):
     vocab.tsv       word<TAB>idf, one line per word id
     <name>.npy      each array the form declares (ssi.forms), float32, e.g. U.npy and V.npy
     encoder.onnx    the query encoder x ↦ (query map) x on the tf-idf vector, run by onnxruntime
+                    (absent for a form not served exactly, e.g. hash kernels: index_dims 0)
+    documents.tsv   fingerprint<TAB>id per training document of a keyed form (half-transductive:
+                    row i of its free vectors v), absent for the others (manifest `documents` null)
+    cfh_*           the correlated-hashing map of a vocabulary that has one (ssi.feature_hashing; manifest
+                    `hashing`, null without): rare words and 2-grams → k frequent words each
 
 The manifest names the form; the form says which arrays there are and how to score with them.
 Loading checks the format version, every file's hash and every shape, and refuses a mismatch
@@ -29,7 +34,9 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, Field, ValidationError
 
-from ssi.forms import Form, FormError, form_class
+from ssi.feature_hashing import FILES as HASHING_FILES
+from ssi.feature_hashing import HashingError, read_hashing, write_hashing
+from ssi.forms import DocumentKeys, Form, FormError, form_class
 from ssi.tokenize import TOKENIZER_VERSION
 from ssi.vocab import TF_SCHEME, Vocabulary
 
@@ -38,6 +45,7 @@ FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 VOCAB = "vocab.tsv"
 ENCODER_FILE = "encoder.onnx"
+DOCUMENTS = "documents.tsv"
 
 
 class BundleError(ValueError):
@@ -49,7 +57,8 @@ class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     form: str
     n_dims: int = Field(ge=0)  # N of the form's arrays (0: a form without embeddings)
-    index_dims: int = Field(ge=1)  # M: the size of the query embedding and of each vector in the index
+    # M: the size of the query embedding and of each vector in the index; 0: a form not served exactly (no encoder)
+    index_dims: int = Field(ge=0)
     vocab_size: int = Field(ge=1)
     arrays: dict[str, list[int]]  # array name -> shape; stored as <name>.npy
     tokenizer: str
@@ -60,9 +69,14 @@ class Manifest(BaseModel):
     training: dict[str, Any] = Field(default_factory=dict)
     data: dict[str, Any] = Field(default_factory=dict)
     metrics: dict[str, Any] = Field(default_factory=dict)
+    documents: int | None = Field(None, ge=0)  # lines of documents.tsv: a keyed form's documents (None: no file)
+    hashing: dict[str, Any] | None = None  # the vocabulary's correlated-hashing map (ssi.feature_hashing), if any
 
     def payload_files(self) -> list[str]:
-        return [VOCAB, ENCODER_FILE, *(array_file(name) for name in self.arrays)]
+        encoder = [ENCODER_FILE] if self.index_dims else []
+        keys = [DOCUMENTS] if self.documents is not None else []
+        keys += list(HASHING_FILES) if self.hashing is not None else []
+        return [VOCAB, *encoder, *keys, *(array_file(name) for name in self.arrays)]
 
 
 @dataclass
@@ -126,20 +140,54 @@ def read_vocab(path: Path, tokenizer: str, tf_scheme: str) -> Vocabulary:
         raise BundleError(f"{path}: {exc}") from None
 
 
+def _write_documents(path: Path, keys: DocumentKeys) -> None:
+    with path.open("w", encoding="utf-8") as handle:
+        for doc_id, fingerprint in zip(keys.ids, keys.fingerprints, strict=True):
+            if any(c in doc_id for c in "\t\r\n"):
+                raise ValueError(f"document id {doc_id!r} has a tab or line break: it cannot be stored in {DOCUMENTS}")
+            handle.write(f"{fingerprint}\t{doc_id}\n")
+
+
+def read_documents(path: Path, expected: int) -> DocumentKeys:
+    ids: list[str] = []
+    prints: list[str] = []
+    with path.open("r", encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            fingerprint, sep, doc_id = line.rstrip("\n").partition("\t")
+            if not sep or not fingerprint or not doc_id:
+                raise BundleError(f"{path}:{number}: expected 'fingerprint<TAB>document id'")
+            prints.append(fingerprint)
+            ids.append(doc_id)
+    if len(ids) != expected:
+        raise BundleError(f"{path}: {len(ids)} documents, the manifest says {expected}")
+    try:
+        return DocumentKeys(tuple(ids), tuple(prints))
+    except FormError as exc:
+        raise BundleError(f"{path}: {exc}") from None
+
+
 def write_bundle(
     out_dir: Path | str,
     *,
     form: Form,
     vocab: Vocabulary,
-    encoder_onnx: bytes,
+    encoder_onnx: bytes | None,
     training: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
 ) -> Manifest:
-    """Write a bundle atomically: into a sibling temp folder, then renamed over `out_dir`."""
+    """Write a bundle atomically: into a sibling temp folder, then renamed over `out_dir`.
+
+    `encoder_onnx` is the query encoder of a form served exactly, None for one that is not (no query map).
+    """
     out_dir = Path(out_dir)
     if form.vocab_size != vocab.size:
         raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
+    if (encoder_onnx is None) != (not form.served_exactly):
+        raise ValueError(
+            f"form '{form.name}' "
+            + ("is served exactly: it needs its query encoder" if form.served_exactly else "has no query encoder")
+        )
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", dir=out_dir.parent))
     tmp.chmod(0o755)  # mkdtemp makes 0700; the service may run as another user (docker)
@@ -147,9 +195,16 @@ def write_bundle(
         _write_vocab(tmp / VOCAB, vocab)
         for name, array in form.values.items():
             np.save(tmp / array_file(name), np.ascontiguousarray(array, dtype=np.float32))
-        (tmp / ENCODER_FILE).write_bytes(encoder_onnx)
+        if encoder_onnx is not None:
+            (tmp / ENCODER_FILE).write_bytes(encoder_onnx)
+        keys = form.document_keys
+        if keys is not None:
+            _write_documents(tmp / DOCUMENTS, keys)
+        hashing = write_hashing(tmp, vocab.hashing) if vocab.hashing is not None else []
         arrays = {name: list(array.shape) for name, array in form.values.items()}
-        names = [VOCAB, ENCODER_FILE, *(array_file(name) for name in arrays)]
+        encoder = [ENCODER_FILE] if encoder_onnx is not None else []
+        names = [VOCAB, *encoder, *([DOCUMENTS] if keys is not None else []), *hashing]
+        names += [array_file(name) for name in arrays]
         files = {name: sha256_file(tmp / name) for name in names}
         manifest = Manifest(
             form=form.name,
@@ -165,6 +220,8 @@ def write_bundle(
             training=training or {},
             data=data or {},
             metrics=metrics or {},
+            documents=len(keys) if keys is not None else None,
+            hashing=vocab.hashing.manifest_entry() if vocab.hashing is not None else None,
         )
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
         for name in (*names, MANIFEST):
@@ -262,27 +319,36 @@ def load_bundle(path: Path | str, *, mmap: bool = True, verify_hashes: bool = Tr
     verify_files(path, manifest.files, manifest.content_hash, verify_hashes)
     check_text_pipeline(path, manifest.tokenizer, manifest.tf_scheme)
     vocab = read_vocab(path / VOCAB, manifest.tokenizer, manifest.tf_scheme)
+    if manifest.hashing is not None:
+        try:
+            vocab = Vocabulary(
+                vocab.words, vocab.idf, vocab.tokenizer, vocab.tf_scheme, read_hashing(path, manifest.hashing)
+            )
+        except (HashingError, KeyError, ValueError) as exc:
+            raise BundleError(f"{path}: correlated-hashing map: {exc}") from None
     if vocab.size != manifest.vocab_size:
         raise BundleError(f"{path / VOCAB}: {vocab.size} words, the manifest says {manifest.vocab_size}")
     try:
         cls = form_class(manifest.form)
+        expected = cls.shapes(manifest.n_dims, manifest.vocab_size, **cls.free_sizes(manifest.arrays))
     except FormError as exc:
         raise BundleError(f"{path / MANIFEST}: {exc}") from None
-    expected = cls.shapes(manifest.n_dims, manifest.vocab_size)
     arrays: dict[str, np.ndarray] = {}
     for name, shape in expected.items():
         array = load_array(path / array_file(name), mmap)
         if array.shape != shape or array.dtype != np.float32 or list(shape) != manifest.arrays.get(name):
-            raise BundleError(
-                f"{path / array_file(name)}: expected float32 {shape}, found {array.dtype} {array.shape}"
-            )
+            raise BundleError(f"{path / array_file(name)}: expected float32 {shape}, found {array.dtype} {array.shape}")
         arrays[name] = array
-    return Bundle(path=path, manifest=manifest, vocab=vocab, form=bind_form(path, cls, arrays, manifest.index_dims))
+    keys = read_documents(path / DOCUMENTS, manifest.documents) if manifest.documents is not None else None
+    form = bind_form(path, cls, arrays, manifest.index_dims, keys)
+    return Bundle(path=path, manifest=manifest, vocab=vocab, form=form)
 
 
-def bind_form(path: Path, cls: type[Form], arrays: dict[str, np.ndarray], index_dims: int) -> Form:
+def bind_form(
+    path: Path, cls: type[Form], arrays: dict[str, np.ndarray], index_dims: int, keys: DocumentKeys | None = None
+) -> Form:
     try:
-        form = cls(arrays)
+        form = cls(arrays, keys) if keys is not None else cls(arrays)
     except FormError as exc:
         raise BundleError(f"{path}: {exc}") from None
     if form.index_dims != index_dims:

@@ -34,7 +34,7 @@ def _open_binary(path: Path) -> IO[bytes]:
     return gzip.open(path, "rb") if gzipped else path.open("rb")
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str]]:
+def numbered_lines(path: Path) -> Iterator[tuple[int, str]]:
     """(line number, line without newline) for non-blank lines; decoded line by line so an encoding
     error names its own line."""
     path = Path(path)
@@ -79,7 +79,7 @@ def _string_field(path: Path, number: int, record: dict, *names: str, required: 
 def iter_corpus(path: Path | str) -> Iterator[Document]:
     """Documents of a JSONL corpus: `id` (or BEIR's `_id`), optional `title`, `text`."""
     path = Path(path)
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         record = _json_object(path, number, line)
         doc_id = _string_field(path, number, record, "id", "_id")
         if not doc_id.strip():
@@ -107,7 +107,7 @@ def read_pairs(path: Path | str) -> list[Pair]:
     """`query_id<TAB>doc_id` lines (document-document pairs such as links)."""
     path = Path(path)
     pairs: list[Pair] = []
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         parts = line.split("\t")
         if len(parts) < 2 or not parts[0] or not parts[1]:
             raise DataFileError(path, number, "expected 'query_id<TAB>doc_id'")
@@ -119,7 +119,7 @@ def read_qrels(path: Path | str) -> list[Pair]:
     """BEIR qrels (`query-id<TAB>corpus-id<TAB>score`, header optional); score > 0 is relevant."""
     path = Path(path)
     pairs: list[Pair] = []
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         parts = line.split("\t")
         if number == 1 and parts[0].strip().lower() in {"query-id", "query_id", "qid"}:
             continue
@@ -140,7 +140,7 @@ def read_beir_queries(path: Path | str) -> list[Query]:
     """BEIR queries: JSONL with `_id` (or `id`) and `text`."""
     path = Path(path)
     queries = []
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         record = _json_object(path, number, line)
         queries.append(
             Query(_string_field(path, number, record, "_id", "id"), _string_field(path, number, record, "text"))
@@ -152,7 +152,7 @@ def read_queries_tsv(path: Path | str) -> list[Query]:
     """`query_id<TAB>query text` lines, the input of `ssi rank`."""
     path = Path(path)
     queries = []
-    for number, line in _lines(path):
+    for number, line in numbered_lines(path):
         qid, sep, text = line.partition("\t")
         if not sep or not qid:
             raise DataFileError(path, number, "expected 'query_id<TAB>query text'")

@@ -12,6 +12,9 @@ The split is used only when it is cheaper for the queries at hand (keyword queri
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Sequence
+
 import numpy as np
 import scipy.sparse as sp
 
@@ -30,10 +33,15 @@ class DocMatrix:
         *,
         dense_budget_bytes: int = DEFAULT_DENSE_BUDGET,
         min_df_fraction: float = 0.1,
+        ids: Sequence[str] | None = None,
     ) -> None:
+        """`ids`: the rows' document ids where known, for forms with per-document state (ssi.forms.halftrans)."""
         X = sp.csr_matrix(X, dtype=np.float32)
         X.sum_duplicates()
+        if ids is not None and len(ids) != X.shape[0]:
+            raise ValueError(f"{len(ids)} document ids for {X.shape[0]} rows")
         self.X = X
+        self.ids = ids
         self.n_docs, self.n_features = X.shape
         df = np.bincount(X.indices, minlength=self.n_features)
         self.df = df
@@ -46,12 +54,18 @@ class DocMatrix:
         # X_F as [F, n_docs] so Q_F @ X_Fᵀ is one contiguous GEMM.
         self._dense_T = np.ascontiguousarray(X[:, self.dense_cols].toarray().T)
         keep = self._dense_pos[X.indices] < 0
-        rest = sp.csr_matrix(
-            (X.data * keep, X.indices.copy(), X.indptr.copy()), shape=X.shape
-        )
+        rest = sp.csr_matrix((X.data * keep, X.indices.copy(), X.indptr.copy()), shape=X.shape)
         rest.eliminate_zeros()
         self._rest_T = rest.T.tocsr()
         self._all_T = X.T.tocsr()
+
+    def with_ids(self, ids: Sequence[str] | None) -> DocMatrix:
+        """The same prepared rows (shared, not copied) named by document ids."""
+        if ids is not None and len(ids) != self.n_docs:
+            raise ValueError(f"{len(ids)} document ids for {self.n_docs} rows")
+        named = copy.copy(self)
+        named.ids = ids
+        return named
 
     def products(self, Q: sp.csr_matrix, weights: np.ndarray | None = None) -> np.ndarray:
         """Dense float32 [n_queries, n_docs] = (Q · diag(weights)) Xᵀ."""

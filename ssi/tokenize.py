@@ -22,3 +22,8 @@ def tokenize(text: str) -> list[str]:
     # as a pattern that excludes them.
     normalized = unicodedata.normalize("NFKC", text).casefold().replace("_", " ")
     return [w for w in _WORD.findall(normalized) if len(w) <= MAX_WORD_CHARS]
+
+
+def bigrams(tokens: list[str]) -> list[str]:
+    """Adjacent word pairs joined by a space ("new york"): the 2-gram features of correlated hashing."""
+    return [f"{a} {b}" for a, b in zip(tokens, tokens[1:], strict=False)]

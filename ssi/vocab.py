@@ -3,6 +3,9 @@
 A text becomes x with x_i = (1 + log tf_i) · idf_i over the D vocabulary words, scaled to unit
 length (the representation of Bai et al., "Supervised Semantic Indexing", 2009). Word ids are
 ordered by document frequency, most frequent first, so "the top-n words" is the id range [0, n).
+
+A vocabulary with a correlated-hashing map (ssi.feature_hashing) appends the F-dimensional hashed
+block of the text's rare words and 2-grams: rows are [x_D ; h], `size` = D + F.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from ssi.feature_hashing import CorrelatedHashing
 from ssi.tokenize import TOKENIZER_VERSION, tokenize
 
 TF_SCHEME = "log1p-idf-l2"
@@ -28,6 +32,7 @@ class Vocabulary:
     idf: np.ndarray
     tokenizer: str = TOKENIZER_VERSION
     tf_scheme: str = TF_SCHEME
+    hashing: CorrelatedHashing | None = None  # correlated feature hashing: appends h = H x_rare (ssi.feature_hashing)
     _index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -37,10 +42,26 @@ class Vocabulary:
         self._index = {w: i for i, w in enumerate(self.words)}
         if len(self._index) != len(self.words):
             raise ValueError("vocabulary has duplicate words")
+        if self.hashing is not None and self.hashing.n_frequent > len(self.words):
+            raise ValueError(
+                f"the hashing map targets {self.hashing.n_frequent} frequent words, "
+                f"the vocabulary has {len(self.words)}"
+            )
 
     @property
     def size(self) -> int:
+        """Width of a featurized row: the D words, plus F hashed slots with a correlated-hashing map."""
+        return len(self.words) + (self.hashing.n_frequent if self.hashing is not None else 0)
+
+    @property
+    def n_words(self) -> int:
+        """D, the words with their own tf-idf column."""
         return len(self.words)
+
+    def feature_name(self, index: int) -> str:
+        """What column `index` of a featurized row holds: a word, or "~w", the hashed slot of frequent word w."""
+        n = len(self.words)
+        return self.words[index] if index < n else f"~{self.words[index - n]}"
 
     def id_of(self, word: str) -> int | None:
         return self._index.get(word)
@@ -75,6 +96,15 @@ class Vocabulary:
 
     def featurize_tokens(self, token_lists: Sequence[Sequence[str]]) -> sp.csr_matrix:
         """`featurize` on texts already tokenized."""
+        words = self._word_rows(token_lists)
+        if self.hashing is None:
+            return words
+        matrix = sp.hstack([words, self.hashing.hashed(token_lists)], format="csr", dtype=np.float32)
+        matrix.sort_indices()
+        return matrix
+
+    def _word_rows(self, token_lists: Sequence[Sequence[str]]) -> sp.csr_matrix:
+        """Unit tf-idf rows over the D words."""
         indptr = np.zeros(len(token_lists) + 1, dtype=np.int64)
         all_ids: list[np.ndarray] = []
         all_vals: list[np.ndarray] = []
@@ -97,7 +127,7 @@ class Vocabulary:
         index_dtype = np.int32 if indptr[-1] < np.iinfo(np.int32).max else np.int64
         matrix = sp.csr_matrix(
             (data.astype(np.float32), indices.astype(index_dtype), indptr.astype(index_dtype)),
-            shape=(len(token_lists), self.size),
+            shape=(len(token_lists), self.n_words),
         )
         matrix.has_sorted_indices = True
         return matrix

@@ -21,6 +21,8 @@ from ssi.corpus import read_beir_queries, read_corpus, read_pairs, read_qrels
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
+from training.dice import HashingPlan
+from training.self_pairs import SelfPairMode, build_self_pairs
 from training.splits import split_by_query, unseen_documents
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,10 @@ class TrainingData:
     fingerprint: dict[str, str] = field(default_factory=dict)
     unseen_docs: int = 0  # documents left out of training (the unseen-documents setting)
     unseen_pairs: int = 0  # training pairs touching them, left out too
+    # The documents validation ranks when they are not the training documents: self-made pairs hold
+    # their validation documents out of training (training.self_pairs says why).
+    valid_docs: list[Document] | None = None
+    X_valid_docs: sp.csr_matrix | None = None
 
     @property
     def doc_ids(self) -> list[str]:
@@ -135,11 +141,22 @@ def load_training_data(
     min_df: int = 2,
     vocab: Vocabulary | None = None,
     unseen_share: float = 0.0,
+    clicks: Path | None = None,
+    valid_clicks: Path | None = None,
+    pages: Path | None = None,
+    clicked_position: int | None = None,
+    self_pairs: SelfPairMode | None = None,
+    self_pair_words: int = 30,
+    hashing: HashingPlan | None = None,
 ) -> TrainingData:
     """Read the files, build the vocabulary on the corpus (or use `vocab`, a warm start's), featurize once.
 
     BEIR data without `valid_qrels` holds out `valid_share` of the training queries (by query id,
     with the evaluation harness's `split_by_query`, so `ssi eval` can rebuild the same split).
+    A click log (`clicks`, training.clicks) makes the adverts the corpus and the pages the queries;
+    its one vocabulary is built on adverts and pages together, so page words have weights too.
+    `self_pairs` (training.self_pairs) makes pairs from the corpus itself, with no labels: the vocabulary
+    comes from the full documents, the trainer's document rows from their texts without the query part.
     """
     docs = read_corpus(corpus)
     unseen: frozenset[str] = frozenset()
@@ -151,8 +168,36 @@ def load_training_data(
         docs = [d for d in docs if d.id not in unseen]
     doc_row = {d.id: i for i, d in enumerate(docs)}
     doc_tokens = [tokenize(d.full_text) for d in docs]
+    click_pairs = None
+    if clicks is not None:
+        from training.clicks import load_click_pairs
+
+        click_pairs = load_click_pairs(
+            clicks, pages=pages, valid_clicks=valid_clicks, clicked_position=clicked_position,
+            valid_share=valid_share, split_seed=split_seed,
+        )  # fmt: skip
     if vocab is None:
-        vocab = Vocabulary.build_from_tokens(doc_tokens, max_words=vocab_size, min_df=min_df)
+        page_tokens = [tokenize(q.text) for q in click_pairs.pages] if click_pairs is not None else []
+        vocab = Vocabulary.build_from_tokens(doc_tokens + page_tokens, max_words=vocab_size, min_df=min_df)
+        del page_tokens
+    if hashing is not None:  # correlated feature hashing: the DICE map counted on the whole corpus
+        vocab = hashing.build(doc_tokens, vocab)
+    made = (
+        build_self_pairs(docs, self_pairs, span_words=self_pair_words, valid_share=valid_share, seed=split_seed)
+        if self_pairs
+        else None
+    )
+    valid_docs: list[Document] | None = None
+    X_valid_docs: sp.csr_matrix | None = None
+    if made is not None:
+        rest = [tokenize(text) for text in made.doc_texts]
+        keep = [d.id not in made.held_out for d in docs]
+        valid_docs = [d for d, kept in zip(docs, keep, strict=True) if not kept]
+        X_valid_docs = vocab.featurize_tokens([tokens for tokens, kept in zip(rest, keep, strict=True) if not kept])
+        docs = [d for d, kept in zip(docs, keep, strict=True) if kept]
+        doc_row = {d.id: i for i, d in enumerate(docs)}
+        doc_tokens = [tokens for tokens, kept in zip(rest, keep, strict=True) if kept]
+        del rest
     X_docs = vocab.featurize_tokens(doc_tokens)
     del doc_tokens
     fingerprint = {"corpus": file_fingerprint(corpus)}
@@ -166,6 +211,21 @@ def load_training_data(
         fingerprint["pairs"] = file_fingerprint(pairs)
         if valid_pairs:
             fingerprint["valid_pairs"] = file_fingerprint(valid_pairs)
+    elif click_pairs is not None:
+        doc_doc = False
+        query_list = click_pairs.pages
+        query_row = {q.id: i for i, q in enumerate(query_list)}
+        X_queries = vocab.featurize([q.text for q in query_list])
+        train_list, valid_list = click_pairs.train, click_pairs.valid
+        fingerprint.update(click_pairs.fingerprint)
+    elif made is not None:
+        doc_doc = False
+        query_list = made.queries
+        query_row = {q.id: i for i, q in enumerate(query_list)}
+        X_queries = vocab.featurize([q.text for q in query_list])
+        train_list, valid_list = made.train, made.valid
+        fingerprint["self_pairs"] = f"{self_pairs}, {self_pair_words} words, seed {split_seed}"
+        log.info("self-made pairs (%s): %d, %d documents gave none", self_pairs, len(made.train), made.skipped)
     elif queries is not None and qrels is not None:
         doc_doc = False
         query_list = read_beir_queries(queries)
@@ -181,14 +241,17 @@ def load_training_data(
         fingerprint["queries"] = file_fingerprint(queries)
         fingerprint["qrels"] = file_fingerprint(qrels)
     else:
-        raise ValueError("give either --pairs (document-document) or --queries with --qrels (BEIR)")
+        raise ValueError(
+            "give --pairs (document-document), --queries with --qrels (BEIR), --clicks (adverts) or --self-pairs"
+        )
     if unseen:
         touches = (lambda p: p.doc_id in unseen or p.query_id in unseen) if doc_doc else (lambda p: p.doc_id in unseen)
         unseen_pairs = sum(touches(p) for p in train_list)
         train_list = [p for p in train_list if not touches(p)]
         valid_list = [p for p in valid_list if not touches(p)]
     train = index_pairs(train_list, query_row, doc_row, doc_doc)
-    valid = index_pairs(valid_list, query_row, doc_row, doc_doc) if valid_list else None
+    valid_row = doc_row if valid_docs is None else {d.id: i for i, d in enumerate(valid_docs)}
+    valid = index_pairs(valid_list, query_row, valid_row, doc_doc) if valid_list else None
     if train.size == 0:
         raise ValueError(f"no usable training pairs (dropped: {train.dropped_summary()})")
     return TrainingData(
@@ -205,4 +268,6 @@ def load_training_data(
         fingerprint=fingerprint,
         unseen_docs=len(unseen),
         unseen_pairs=unseen_pairs,
+        valid_docs=valid_docs,
+        X_valid_docs=X_valid_docs,
     )

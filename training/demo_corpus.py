@@ -42,12 +42,24 @@ import typer
 # concept is register 0, the second register 1, the third register 2.
 TOPICS: dict[str, dict[str, tuple[str, str, str, str]]] = {
     "astronomy": {
-        "sky watching": ("telescope|spyglass|refractor", "star|sun|luminary", "comet|meteor|fireball",
-                         "eyepiece|lens|ocular"),
-        "planets": ("planet|exoplanet|world", "orbit|revolution|trajectory", "moon|satellite|companion",
-                    "gravity|attraction|pull"),
-        "deep space": ("galaxy|nebula|starcloud", "universe|cosmos|heavens", "redshift|expansion|recession",
-                       "blackhole|singularity|collapsar"),
+        "sky watching": (
+            "telescope|spyglass|refractor",
+            "star|sun|luminary",
+            "comet|meteor|fireball",
+            "eyepiece|lens|ocular",
+        ),
+        "planets": (
+            "planet|exoplanet|world",
+            "orbit|revolution|trajectory",
+            "moon|satellite|companion",
+            "gravity|attraction|pull",
+        ),
+        "deep space": (
+            "galaxy|nebula|starcloud",
+            "universe|cosmos|heavens",
+            "redshift|expansion|recession",
+            "blackhole|singularity|collapsar",
+        ),
     },
     "cooking": {
         "baking": ("oven|stove|range", "dough|batter|paste", "flour|meal|semolina", "loaf|bread|bun"),
@@ -57,74 +69,122 @@ TOPICS: dict[str, dict[str, tuple[str, str, str, str]]] = {
     "gardening": {
         "soil": ("soil|earth|loam", "compost|mulch|manure", "spade|shovel|trowel", "fertilizer|nutrient|feed"),
         "flowers": ("rose|tulip|peony", "bloom|blossom|flower", "petal|sepal|bract", "pollinator|bee|bumblebee"),
-        "vegetables": ("tomato|courgette|squash", "seedling|sprout|shoot", "harvest|crop|yield",
-                       "greenhouse|polytunnel|coldframe"),
+        "vegetables": (
+            "tomato|courgette|squash",
+            "seedling|sprout|shoot",
+            "harvest|crop|yield",
+            "greenhouse|polytunnel|coldframe",
+        ),
     },
     "sailing": {
         "boats": ("yacht|sloop|ketch", "hull|keel|bow", "mast|spar|boom", "sail|canvas|jib"),
-        "navigation": ("compass|bearing|heading", "chart|map|atlas", "harbour|port|marina",
-                       "lighthouse|beacon|buoy"),
-        "weather at sea": ("gale|squall|storm", "tide|current|swell", "wave|breaker|roller",
-                           "anchor|mooring|tether"),
+        "navigation": ("compass|bearing|heading", "chart|map|atlas", "harbour|port|marina", "lighthouse|beacon|buoy"),
+        "weather at sea": ("gale|squall|storm", "tide|current|swell", "wave|breaker|roller", "anchor|mooring|tether"),
     },
     "music": {
-        "instruments": ("guitar|lute|mandolin", "piano|keyboard|harpsichord", "violin|fiddle|viola",
-                        "drum|timpani|percussion"),
+        "instruments": (
+            "guitar|lute|mandolin",
+            "piano|keyboard|harpsichord",
+            "violin|fiddle|viola",
+            "drum|timpani|percussion",
+        ),
         "theory": ("chord|harmony|triad", "melody|tune|air", "rhythm|beat|tempo", "scale|mode|key"),
-        "performance": ("concert|recital|gig", "orchestra|ensemble|band", "conductor|maestro|bandleader",
-                        "pitch|tone|intonation"),
+        "performance": (
+            "concert|recital|gig",
+            "orchestra|ensemble|band",
+            "conductor|maestro|bandleader",
+            "pitch|tone|intonation",
+        ),
     },
     "football": {
-        "attack": ("goal|strike|finish", "striker|forward|attacker", "goalkeeper|keeper|goalie",
-                   "pass|cross|assist"),
-        "competition": ("league|division|championship", "match|fixture|game", "referee|official|umpire",
-                        "trophy|cup|silverware"),
+        "attack": ("goal|strike|finish", "striker|forward|attacker", "goalkeeper|keeper|goalie", "pass|cross|assist"),
+        "competition": (
+            "league|division|championship",
+            "match|fixture|game",
+            "referee|official|umpire",
+            "trophy|cup|silverware",
+        ),
         "matchday": ("stadium|arena|ground", "pitch|field|turf", "supporter|fan|crowd", "tackle|challenge|foul"),
     },
     "medicine": {
-        "diagnosis": ("doctor|physician|clinician", "symptom|sign|complaint", "diagnosis|assessment|examination",
-                      "fever|temperature|pyrexia"),
-        "treatment": ("medicine|drug|medication", "dose|dosage|prescription", "surgery|operation|procedure",
-                      "therapy|treatment|remedy"),
-        "hospital": ("hospital|clinic|infirmary", "nurse|carer|orderly", "ward|unit|bay",
-                     "patient|sufferer|invalid"),
+        "diagnosis": (
+            "doctor|physician|clinician",
+            "symptom|sign|complaint",
+            "diagnosis|assessment|examination",
+            "fever|temperature|pyrexia",
+        ),
+        "treatment": (
+            "medicine|drug|medication",
+            "dose|dosage|prescription",
+            "surgery|operation|procedure",
+            "therapy|treatment|remedy",
+        ),
+        "hospital": ("hospital|clinic|infirmary", "nurse|carer|orderly", "ward|unit|bay", "patient|sufferer|invalid"),
     },
     "finance": {
-        "banking": ("bank|lender|creditor", "loan|mortgage|credit", "interest|yield|return",
-                    "deposit|savings|account"),
-        "markets": ("stock|share|equity", "market|exchange|bourse", "investor|trader|broker",
-                    "portfolio|holdings|assets"),
+        "banking": ("bank|lender|creditor", "loan|mortgage|credit", "interest|yield|return", "deposit|savings|account"),
+        "markets": (
+            "stock|share|equity",
+            "market|exchange|bourse",
+            "investor|trader|broker",
+            "portfolio|holdings|assets",
+        ),
         "accounts": ("budget|forecast|plan", "tax|levy|duty", "profit|earnings|income", "debt|liability|arrears"),
     },
     "rivers": {
-        "river courses": ("river|stream|brook", "bank|shore|riverside", "delta|estuary|mouth",
-                          "flood|inundation|deluge"),
-        "valleys": ("valley|gorge|canyon", "waterfall|cascade|cataract", "rapids|whitewater|torrent",
-                    "erosion|weathering|scouring"),
-        "river wildlife": ("trout|salmon|grayling", "otter|beaver|mink", "heron|kingfisher|egret",
-                           "reed|rush|sedge"),
+        "river courses": (
+            "river|stream|brook",
+            "bank|shore|riverside",
+            "delta|estuary|mouth",
+            "flood|inundation|deluge",
+        ),
+        "valleys": (
+            "valley|gorge|canyon",
+            "waterfall|cascade|cataract",
+            "rapids|whitewater|torrent",
+            "erosion|weathering|scouring",
+        ),
+        "river wildlife": ("trout|salmon|grayling", "otter|beaver|mink", "heron|kingfisher|egret", "reed|rush|sedge"),
     },
     "computing": {
-        "hardware": ("computer|laptop|workstation", "processor|chip|cpu", "memory|ram|cache",
-                     "mouse|trackpad|pointer"),
-        "software": ("program|application|software", "bug|defect|glitch", "compiler|interpreter|toolchain",
-                     "database|datastore|repository"),
-        "networks": ("network|internet|web", "server|host|node", "password|passphrase|credential",
-                     "firewall|gateway|router"),
+        "hardware": ("computer|laptop|workstation", "processor|chip|cpu", "memory|ram|cache", "mouse|trackpad|pointer"),
+        "software": (
+            "program|application|software",
+            "bug|defect|glitch",
+            "compiler|interpreter|toolchain",
+            "database|datastore|repository",
+        ),
+        "networks": (
+            "network|internet|web",
+            "server|host|node",
+            "password|passphrase|credential",
+            "firewall|gateway|router",
+        ),
     },
     "birds": {
-        "garden birds": ("sparrow|finch|wren", "robin|thrush|blackbird", "nest|roost|eyrie",
-                         "feather|plumage|down"),
+        "garden birds": ("sparrow|finch|wren", "robin|thrush|blackbird", "nest|roost|eyrie", "feather|plumage|down"),
         "raptors": ("eagle|hawk|falcon", "owl|kestrel|harrier", "talon|claw|grip", "prey|quarry|kill"),
         "migration": ("migration|passage|flyway", "crane|stork|ibis", "wing|pinion|flight", "song|call|chirp"),
     },
     "construction": {
-        "building site": ("crane|hoist|derrick", "brick|block|masonry", "cement|concrete|mortar",
-                          "scaffold|staging|platform"),
-        "design": ("architect|designer|draughtsman", "blueprint|plan|drawing", "foundation|footing|base",
-                   "beam|girder|joist"),
-        "trades": ("carpenter|joiner|woodworker", "plumber|pipefitter|fitter", "electrician|wireman|sparky",
-                   "roof|rafter|truss"),
+        "building site": (
+            "crane|hoist|derrick",
+            "brick|block|masonry",
+            "cement|concrete|mortar",
+            "scaffold|staging|platform",
+        ),
+        "design": (
+            "architect|designer|draughtsman",
+            "blueprint|plan|drawing",
+            "foundation|footing|base",
+            "beam|girder|joist",
+        ),
+        "trades": (
+            "carpenter|joiner|woodworker",
+            "plumber|pipefitter|fitter",
+            "electrician|wireman|sparky",
+            "roof|rafter|truss",
+        ),
     },
     "games": {
         "chess": ("bishop|knight|rook", "pawn|piece|man", "checkmate|mate|stalemate", "opening|gambit|defence"),
@@ -132,47 +192,64 @@ TOPICS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "board games": ("dice|die|cube", "board|grid|square", "token|counter|meeple", "turn|move|go"),
     },
     "medieval history": {
-        "castles": ("castle|fortress|keep", "moat|ditch|trench", "siege|blockade|assault",
-                    "wall|rampart|battlement"),
+        "castles": ("castle|fortress|keep", "moat|ditch|trench", "siege|blockade|assault", "wall|rampart|battlement"),
         "knights": ("knight|squire|paladin", "armour|mail|plate", "sword|lance|mace", "horse|steed|charger"),
-        "the crown": ("king|monarch|sovereign", "queen|consort|empress", "throne|crown|sceptre",
-                      "court|palace|household"),
+        "the crown": (
+            "king|monarch|sovereign",
+            "queen|consort|empress",
+            "throne|crown|sceptre",
+            "court|palace|household",
+        ),
     },
     "coffee and tea": {
         "coffee": ("coffee|espresso|java", "bean|roast|grind", "barista|brewer|roaster", "mug|cup|beaker"),
         "tea": ("tea|infusion|tisane", "leaf|tip|bud", "teapot|kettle|urn", "steep|soak|infuse"),
-        "cafes": ("cafe|coffeehouse|teahouse", "pastry|croissant|biscuit", "milk|cream|froth",
-                  "sugar|honey|sweetener"),
+        "cafes": ("cafe|coffeehouse|teahouse", "pastry|croissant|biscuit", "milk|cream|froth", "sugar|honey|sweetener"),
     },
     "weather": {
-        "forecasts": ("forecast|outlook|prediction", "rain|drizzle|shower", "cloud|overcast|haze",
-                      "wind|breeze|gust"),
-        "extremes": ("hurricane|cyclone|typhoon", "drought|dryness|aridity", "heatwave|scorcher|swelter",
-                     "blizzard|snowstorm|whiteout"),
-        "climate": ("climate|atmosphere|airmass", "carbon|emission|greenhouse", "glacier|icecap|icesheet",
-                    "thermometer|barometer|gauge"),
+        "forecasts": ("forecast|outlook|prediction", "rain|drizzle|shower", "cloud|overcast|haze", "wind|breeze|gust"),
+        "extremes": (
+            "hurricane|cyclone|typhoon",
+            "drought|dryness|aridity",
+            "heatwave|scorcher|swelter",
+            "blizzard|snowstorm|whiteout",
+        ),
+        "climate": (
+            "climate|atmosphere|airmass",
+            "carbon|emission|greenhouse",
+            "glacier|icecap|icesheet",
+            "thermometer|barometer|gauge",
+        ),
     },
     "photography": {
-        "cameras": ("camera|slr|rangefinder", "lens|objective|zoom", "tripod|monopod|stand",
-                    "flash|strobe|speedlight"),
-        "exposure": ("exposure|aperture|fstop", "shutter|curtain|blade", "iso|sensitivity|gain",
-                     "light|illumination|brightness"),
-        "prints": ("photograph|snapshot|picture", "darkroom|lab|studio", "film|negative|emulsion",
-                   "portrait|landscape|still"),
+        "cameras": ("camera|slr|rangefinder", "lens|objective|zoom", "tripod|monopod|stand", "flash|strobe|speedlight"),
+        "exposure": (
+            "exposure|aperture|fstop",
+            "shutter|curtain|blade",
+            "iso|sensitivity|gain",
+            "light|illumination|brightness",
+        ),
+        "prints": (
+            "photograph|snapshot|picture",
+            "darkroom|lab|studio",
+            "film|negative|emulsion",
+            "portrait|landscape|still",
+        ),
     },
     "running": {
         "racing": ("marathon|race|run", "sprint|dash|burst", "jog|trot|lope", "trainer|sneaker|shoe"),
-        "gym": ("gym|studio|club", "dumbbell|barbell|kettlebell", "muscle|sinew|brawn",
-                "stretch|warmup|mobility"),
-        "health": ("heart|pulse|heartbeat", "stamina|endurance|fitness", "diet|nutrition|fuel",
-                   "injury|strain|sprain"),
+        "gym": ("gym|studio|club", "dumbbell|barbell|kettlebell", "muscle|sinew|brawn", "stretch|warmup|mobility"),
+        "health": ("heart|pulse|heartbeat", "stamina|endurance|fitness", "diet|nutrition|fuel", "injury|strain|sprain"),
     },
     "railways": {
         "trains": ("train|locomotive|engine", "carriage|coach|wagon", "track|rail|line", "station|halt|terminus"),
-        "operations": ("timetable|schedule|roster", "signal|semaphore|light", "driver|engineer|motorman",
-                       "ticket|fare|pass"),
-        "age of steam": ("steam|boiler|firebox", "coal|fuel|coke", "viaduct|bridge|trestle",
-                         "tunnel|cutting|bore"),
+        "operations": (
+            "timetable|schedule|roster",
+            "signal|semaphore|light",
+            "driver|engineer|motorman",
+            "ticket|fare|pass",
+        ),
+        "age of steam": ("steam|boiler|firebox", "coal|fuel|coke", "viaduct|bridge|trestle", "tunnel|cutting|bore"),
     },
     "wine and beer": {
         "vineyards": ("vineyard|vine|estate", "grape|berry|cluster", "vintage|cuvee|bottling", "cellar|vault|cave"),
@@ -180,76 +257,129 @@ TOPICS: dict[str, dict[str, tuple[str, str, str, str]]] = {
         "brewing": ("beer|ale|lager", "hop|bittering|malt", "yeast|ferment|culture", "barrel|cask|keg"),
     },
     "insects": {
-        "beetles and moths": ("beetle|weevil|ladybird", "butterfly|moth|skipper", "ant|termite|colony",
-                              "larva|grub|caterpillar"),
+        "beetles and moths": (
+            "beetle|weevil|ladybird",
+            "butterfly|moth|skipper",
+            "ant|termite|colony",
+            "larva|grub|caterpillar",
+        ),
         "spiders": ("spider|arachnid|tarantula", "web|silk|gossamer", "venom|poison|toxin", "fang|chelicera|bite"),
         "bees": ("hive|apiary|skep", "honey|nectar|pollen", "queen|drone|worker", "sting|stinger|barb"),
     },
     "ocean life": {
         "open sea": ("shark|ray|dogfish", "reef|coral|atoll", "whale|dolphin|porpoise", "plankton|krill|algae"),
-        "diving": ("diver|snorkeller|freediver", "wetsuit|drysuit|flipper", "oxygen|air|tank",
-                   "depth|fathom|abyss"),
-        "the shore": ("beach|strand|sands", "crab|lobster|shrimp", "shell|conch|mussel",
-                      "rockpool|tidepool|lagoon"),
+        "diving": ("diver|snorkeller|freediver", "wetsuit|drysuit|flipper", "oxygen|air|tank", "depth|fathom|abyss"),
+        "the shore": ("beach|strand|sands", "crab|lobster|shrimp", "shell|conch|mussel", "rockpool|tidepool|lagoon"),
     },
     "art": {
-        "painting": ("painting|canvas|artwork", "brush|bristle|paintbrush", "palette|colour|hue",
-                     "oil|acrylic|watercolour"),
-        "sculpture": ("sculpture|statue|figure", "marble|granite|stone", "chisel|mallet|rasp",
-                      "bronze|cast|foundry"),
-        "galleries": ("gallery|museum|exhibition", "curator|collector|dealer", "artist|painter|master",
-                      "sketch|study|drawing"),
+        "painting": (
+            "painting|canvas|artwork",
+            "brush|bristle|paintbrush",
+            "palette|colour|hue",
+            "oil|acrylic|watercolour",
+        ),
+        "sculpture": ("sculpture|statue|figure", "marble|granite|stone", "chisel|mallet|rasp", "bronze|cast|foundry"),
+        "galleries": (
+            "gallery|museum|exhibition",
+            "curator|collector|dealer",
+            "artist|painter|master",
+            "sketch|study|drawing",
+        ),
     },
     "law": {
-        "courts": ("courtroom|tribunal|bench", "judge|magistrate|justice", "jury|panel|juror",
-                   "verdict|ruling|judgment"),
-        "crime": ("crime|offence|felony", "police|constable|detective", "theft|burglary|robbery",
-                  "evidence|proof|testimony"),
-        "contracts": ("contract|agreement|deed", "lawyer|solicitor|attorney", "clause|provision|term",
-                      "lawsuit|claim|litigation"),
+        "courts": (
+            "courtroom|tribunal|bench",
+            "judge|magistrate|justice",
+            "jury|panel|juror",
+            "verdict|ruling|judgment",
+        ),
+        "crime": (
+            "crime|offence|felony",
+            "police|constable|detective",
+            "theft|burglary|robbery",
+            "evidence|proof|testimony",
+        ),
+        "contracts": (
+            "contract|agreement|deed",
+            "lawyer|solicitor|attorney",
+            "clause|provision|term",
+            "lawsuit|claim|litigation",
+        ),
     },
     "geology": {
-        "volcanoes": ("volcano|crater|caldera", "lava|magma|molten", "eruption|explosion|outburst",
-                      "ash|tephra|cinder"),
+        "volcanoes": (
+            "volcano|crater|caldera",
+            "lava|magma|molten",
+            "eruption|explosion|outburst",
+            "ash|tephra|cinder",
+        ),
         "rocks": ("rock|boulder|crag", "crystal|mineral|gem", "fossil|ammonite|trilobite", "sediment|silt|clay"),
-        "earthquakes": ("earthquake|quake|tremor", "fault|rift|fracture", "plate|tectonic|crust",
-                        "seismograph|seismometer|sensor"),
+        "earthquakes": (
+            "earthquake|quake|tremor",
+            "fault|rift|fracture",
+            "plate|tectonic|crust",
+            "seismograph|seismometer|sensor",
+        ),
     },
     "pets": {
         "dogs": ("dog|hound|puppy", "leash|lead|collar", "bark|howl|yap", "kennel|doghouse|crate"),
         "cats": ("cat|kitten|tomcat", "purr|meow|hiss", "whisker|paw|tail", "litter|tray|sandbox"),
-        "pet care": ("vet|veterinarian|petdoctor", "grooming|brushing|bathing", "kibble|petfood|treat",
-                     "walk|stroll|outing"),
+        "pet care": (
+            "vet|veterinarian|petdoctor",
+            "grooming|brushing|bathing",
+            "kibble|petfood|treat",
+            "walk|stroll|outing",
+        ),
     },
     "spaceflight": {
-        "rockets": ("rocket|launcher|booster", "launch|liftoff|blastoff", "propellant|kerosene|hydrogen",
-                    "thruster|nozzle|motor"),
-        "astronauts": ("astronaut|cosmonaut|spacefarer", "spacesuit|helmet|visor", "capsule|module|lander",
-                       "mission|expedition|sortie"),
-        "space stations": ("spacestation|outpost|habitat", "dock|berth|airlock", "telemetry|uplink|downlink",
-                           "microgravity|weightlessness|freefall"),
+        "rockets": (
+            "rocket|launcher|booster",
+            "launch|liftoff|blastoff",
+            "propellant|kerosene|hydrogen",
+            "thruster|nozzle|motor",
+        ),
+        "astronauts": (
+            "astronaut|cosmonaut|spacefarer",
+            "spacesuit|helmet|visor",
+            "capsule|module|lander",
+            "mission|expedition|sortie",
+        ),
+        "space stations": (
+            "spacestation|outpost|habitat",
+            "dock|berth|airlock",
+            "telemetry|uplink|downlink",
+            "microgravity|weightlessness|freefall",
+        ),
     },
     "theatre and film": {
-        "stage": ("theatre|playhouse|stage", "actor|performer|player", "rehearsal|runthrough|practice",
-                  "script|screenplay|lines"),
-        "cinema": ("movie|feature|flick", "director|filmmaker|auteur", "scene|shot|take",
-                   "premiere|debut|launch"),
-        "audience": ("audience|spectator|viewer", "applause|ovation|cheer", "critic|reviewer|columnist",
-                     "boxoffice|takings|gross"),
+        "stage": (
+            "theatre|playhouse|stage",
+            "actor|performer|player",
+            "rehearsal|runthrough|practice",
+            "script|screenplay|lines",
+        ),
+        "cinema": ("movie|feature|flick", "director|filmmaker|auteur", "scene|shot|take", "premiere|debut|launch"),
+        "audience": (
+            "audience|spectator|viewer",
+            "applause|ovation|cheer",
+            "critic|reviewer|columnist",
+            "boxoffice|takings|gross",
+        ),
     },
     "farming": {
-        "crops": ("wheat|barley|oats", "tractor|plough|harrow", "irrigation|watering|sprinkler",
-                  "silo|granary|barn"),
+        "crops": ("wheat|barley|oats", "tractor|plough|harrow", "irrigation|watering|sprinkler", "silo|granary|barn"),
         "livestock": ("cattle|cow|heifer", "sheep|ewe|lamb", "pig|sow|hog", "pasture|meadow|grazing"),
-        "farm business": ("farmer|grower|rancher", "price|value|rate", "auction|sale|mart",
-                          "subsidy|grant|support"),
+        "farm business": ("farmer|grower|rancher", "price|value|rate", "auction|sale|mart", "subsidy|grant|support"),
     },
     "mountains": {
-        "climbing": ("mountain|peak|summit", "rope|cord|belay", "climber|mountaineer|alpinist",
-                     "ice|snowfield|serac"),
+        "climbing": ("mountain|peak|summit", "rope|cord|belay", "climber|mountaineer|alpinist", "ice|snowfield|serac"),
         "hiking": ("hike|trek|ramble", "trail|path|footpath", "backpack|rucksack|daypack", "boot|gaiter|crampon"),
-        "camping": ("tent|shelter|bivouac", "campfire|fire|bonfire", "sleepingbag|bedroll|blanket",
-                    "lantern|torch|headlamp"),
+        "camping": (
+            "tent|shelter|bivouac",
+            "campfire|fire|bonfire",
+            "sleepingbag|bedroll|blanket",
+            "lantern|torch|headlamp",
+        ),
     },
 }
 
@@ -360,8 +490,15 @@ def _focus(rng: random.Random, topic: str, subtopic: str) -> list[list[str]]:
 FOCUS_WEIGHTS = (4, 3, 3, 1, 1)
 
 
-def _document(rng: random.Random, cfg: DemoConfig, doc_id: str, topic: str, subtopic: str,
-              focus: list[list[str]], topic_names: list[str]) -> DemoDoc:
+def _document(
+    rng: random.Random,
+    cfg: DemoConfig,
+    doc_id: str,
+    topic: str,
+    subtopic: str,
+    focus: list[list[str]],
+    topic_names: list[str],
+) -> DemoDoc:
     register = rng.randrange(N_REGISTERS)
 
     def concept_word() -> str:
@@ -473,29 +610,49 @@ _DEFAULTS = DemoConfig()
 
 
 def main(
-    out: Annotated[Path, typer.Option(help="Folder to write corpus.jsonl, train_pairs.tsv, valid_pairs.tsv, "
-                                           "queries.tsv and qrels.tsv into (created if missing).")],
-    seed: Annotated[int, typer.Option(
-        help="Random seed; the same seed always writes the same files.")] = _DEFAULTS.seed,
-    topics: Annotated[int, typer.Option(min=1, max=len(TOPICS),
-                                        help=f"How many of the {len(TOPICS)} topics to use.")] = _DEFAULTS.topics,
-    docs_per_subtopic: Annotated[int, typer.Option(
-        min=2, help="Documents per subtopic (3 subtopics a topic).")] = _DEFAULTS.docs_per_subtopic,
-    thread_size: Annotated[int, typer.Option(
-        min=2, help="Documents per thread: a thread's documents dwell on the same concepts, each in its own words."
-    )] = _DEFAULTS.thread_size,
-    links_within: Annotated[int, typer.Option(
-        min=0, help="Links from each document to others of its thread.")] = _DEFAULTS.links_within,
-    links_across: Annotated[int, typer.Option(
-        min=0, help="Links from each document to random others of its topic (noise).")] = _DEFAULTS.links_across,
-    valid_fraction: Annotated[float, typer.Option(
-        min=0.0, max=1.0, help="Share of the links held out as validation pairs.")] = _DEFAULTS.valid_fraction,
+    out: Annotated[
+        Path,
+        typer.Option(
+            help="Folder to write corpus.jsonl, train_pairs.tsv, valid_pairs.tsv, "
+            "queries.tsv and qrels.tsv into (created if missing)."
+        ),
+    ],
+    seed: Annotated[
+        int, typer.Option(help="Random seed; the same seed always writes the same files.")
+    ] = _DEFAULTS.seed,
+    topics: Annotated[
+        int, typer.Option(min=1, max=len(TOPICS), help=f"How many of the {len(TOPICS)} topics to use.")
+    ] = _DEFAULTS.topics,
+    docs_per_subtopic: Annotated[
+        int, typer.Option(min=2, help="Documents per subtopic (3 subtopics a topic).")
+    ] = _DEFAULTS.docs_per_subtopic,
+    thread_size: Annotated[
+        int,
+        typer.Option(
+            min=2, help="Documents per thread: a thread's documents dwell on the same concepts, each in its own words."
+        ),
+    ] = _DEFAULTS.thread_size,
+    links_within: Annotated[
+        int, typer.Option(min=0, help="Links from each document to others of its thread.")
+    ] = _DEFAULTS.links_within,
+    links_across: Annotated[
+        int, typer.Option(min=0, help="Links from each document to random others of its topic (noise).")
+    ] = _DEFAULTS.links_across,
+    valid_fraction: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of the links held out as validation pairs.")
+    ] = _DEFAULTS.valid_fraction,
 ) -> None:
     """Write the self-contained demo collection: topical documents whose related documents often use
     different words for the same things (synonyms), plus training and validation links."""
-    cfg = DemoConfig(seed=seed, topics=topics, docs_per_subtopic=docs_per_subtopic, thread_size=thread_size,
-                     links_within=links_within,
-                     links_across=links_across, valid_fraction=valid_fraction)
+    cfg = DemoConfig(
+        seed=seed,
+        topics=topics,
+        docs_per_subtopic=docs_per_subtopic,
+        thread_size=thread_size,
+        links_within=links_within,
+        links_across=links_across,
+        valid_fraction=valid_fraction,
+    )
     collection = generate(cfg)
     paths = write(collection, out)
     typer.echo(

@@ -1,5 +1,5 @@
 """Export a trained model as a bundle (ssi.bundle): its form's arrays, the vocabulary, the ONNX query
-encoder of the form's query map, and the manifest."""
+encoder of the form's query map (none for a form not served exactly), and the manifest."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def export_bundle(
         out,
         form=form,
         vocab=vocab,
-        encoder_onnx=build_encoder(form.query_map()),
+        encoder_onnx=build_encoder(form.query_map()) if form.served_exactly else None,
         training=training,
         data=data,
         metrics=metrics,

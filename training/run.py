@@ -13,6 +13,7 @@ import torch
 from ssi.bundle import load_bundle
 from ssi.products import DocMatrix
 from training.data import TrainingData, load_training_data
+from training.dice import HashingPlan
 from training.evaluate.metrics import quick_map
 from training.evaluate.tasks import RetrievalTask, beir_task, doc_doc_task, keyword_task
 from training.export import export_bundle
@@ -39,10 +40,24 @@ def build_validator(data: TrainingData, docs: DocMatrix, trainer: Trainer) -> Fo
         cached = trainer.lexical.cached if trainer.lexical is not None else None
         gram = cached[rows] if cached is not None else None
         return FormValidator(data.X_docs[rows], docs, _map_of(task), gram)
-    task = beir_task(data.docs, data.queries, data.valid_pairs, name="valid")
+    # Adverts (click logs): a page's training clicks are left out of its validation ranking (filtered).
+    known = data.train_pairs if trainer.settings.clicks is not None else ()
+    if data.X_valid_docs is not None and data.valid_docs is not None:  # self-made pairs: held-out documents
+        ranked, docs = data.valid_docs, DocMatrix(data.X_valid_docs, ids=[d.id for d in data.valid_docs])
+    else:
+        ranked = data.docs
+    task = beir_task(ranked, data.queries, data.valid_pairs, name="valid", known=known)
     row_of = {q.id: i for i, q in enumerate(data.queries)}
     rows = np.asarray([row_of[q] for q in task.query_ids], dtype=np.int64)
     return FormValidator(data.X_queries[rows], docs, _map_of(task))
+
+
+def hashing_plan(settings: TrainSettings) -> HashingPlan | None:
+    """The correlated-hashing map `--kind cfh` needs (F = --frequent-words), None for the other kinds."""
+    if settings.kind != "cfh" or settings.frequent_words is None:
+        return None
+    ngrams = tuple(int(n) for n in settings.cfh_ngrams.split(","))
+    return HashingPlan(settings.frequent_words, settings.cfh_top_k, ngrams, settings.cfh_min_df)
 
 
 def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[str, Any]:
@@ -61,9 +76,16 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         min_df=settings.min_df,
         vocab=init.vocab if init is not None else None,
         unseen_share=settings.unseen_docs,
+        clicks=settings.clicks,
+        valid_clicks=settings.valid_clicks,
+        pages=settings.pages,
+        clicked_position=settings.clicked_position,
+        self_pairs=settings.self_pairs,
+        self_pair_words=settings.self_pair_words,
+        hashing=hashing_plan(settings),
     )
     loaded = time.perf_counter()
-    docs = DocMatrix(data.X_docs)
+    docs = DocMatrix(data.X_docs, ids=data.doc_ids)
     trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None)
     trainer.validator = build_validator(data, docs, trainer)
     prepared = time.perf_counter()
@@ -89,9 +111,13 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         "train_pairs": data.train.size,
         "train_pairs_dropped": data.train.dropped_summary(),
         "valid_pairs": data.valid.size if data.valid is not None else 0,
-        "task": "document-document" if data.doc_doc else "queries",
-        "unseen": {"share": settings.unseen_docs, "seed": settings.seed, "documents": data.unseen_docs,
-                   "training_pairs_left_out": data.unseen_pairs},  # fmt: skip
+        "task": "document-document" if data.doc_doc else ("adverts" if settings.clicks else "queries"),
+        "unseen": {
+            "share": settings.unseen_docs,
+            "seed": settings.seed,
+            "documents": data.unseen_docs,
+            "training_pairs_left_out": data.unseen_pairs,
+        },  # fmt: skip
     }
     manifest = export_bundle(
         settings.out,

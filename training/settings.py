@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,6 +23,12 @@ class TrainSettings(BaseSettings):
     valid_share: float = Field(0.1, ge=0.0, lt=1.0)
     query_words: int | None = Field(None, ge=1)
     unseen_docs: float = Field(0.0, ge=0.0, lt=1.0)
+    clicks: Path | None = None  # a click log (training.clicks): adverts are the corpus, pages the queries
+    valid_clicks: Path | None = None
+    pages: Path | None = None
+    clicked_position: int | None = Field(None, ge=1)
+    self_pairs: Literal["title", "split"] | None = None  # no labels: pairs cut from the corpus (training.self_pairs)
+    self_pair_words: int = Field(30, ge=1)
 
     # Model
     kind: str = "lowrank"
@@ -32,6 +39,13 @@ class TrainSettings(BaseSettings):
     init_scale: float = Field(0.1, ge=0.0)
     init_from: Path | None = None
     warm_lr_scale: float = Field(0.1, ge=0.0)
+    hash_size: int = Field(1 << 20, ge=1)  # H of --kind hashkernel
+    gamma: float = Field(1.0, ge=0.0)  # γ of --kind halftrans: weight of the functional regularizer (paper 004, eq. 6)
+    # --kind cfh (correlated feature hashing, ssi.feature_hashing): top-k frequent words per rare feature,
+    # which n-grams are hashed, and the documents a 2-gram must appear in; F is --frequent-words
+    cfh_top_k: int = Field(5, ge=1)
+    cfh_ngrams: Literal["1", "2", "1,2"] = "1,2"
+    cfh_min_df: int = Field(2, ge=1)
 
     # Optimisation
     lr: float = Field(0.03, gt=0.0)
@@ -54,12 +68,18 @@ class TrainSettings(BaseSettings):
 
     @model_validator(mode="after")
     def _one_source(self) -> TrainSettings:
-        if (self.pairs is None) == (self.queries is None):
-            raise ValueError("give either --pairs (document-document) or --queries with --qrels (BEIR)")
+        if sum(source is not None for source in (self.pairs, self.queries, self.clicks, self.self_pairs)) != 1:
+            raise ValueError(
+                "give one of --pairs (document-document), --queries with --qrels (BEIR), --clicks, --self-pairs"
+            )
+        if self.clicks is None and (self.valid_clicks or self.pages or self.clicked_position):
+            raise ValueError("--valid-clicks, --pages and --clicked-position go with --clicks")
         if self.queries is not None and self.qrels is None:
             raise ValueError("--queries needs --qrels")
         if self.query_words is not None and self.pairs is None:
             raise ValueError("--query-words cuts query documents to keywords: it needs --pairs")
+        if self.kind == "cfh" and (self.frequent_words is None or self.query_words is not None):
+            raise ValueError("--kind cfh hashes onto the top --frequent-words words: give it (and no --query-words)")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
         return self

@@ -73,8 +73,48 @@ def train_command(
             DATA,
         ),
     ] = None,
+    clicks: Annotated[
+        Path | None,
+        _opt(
+            "clicks",
+            "Click log (JSONL or TSV: page, ad, position, clicked; see training/clicks.py): adverts are the "
+            "--corpus, pages the queries; each clicked (page, ad) is a training pair, every other ad a negative.",
+            DATA,
+        ),
+    ] = None,
+    valid_clicks: Annotated[
+        Path | None,
+        _opt("valid_clicks", "Click log for validation (every click counts); without it --valid-share of pages.", DATA),
+    ] = None,
+    pages: Annotated[
+        Path | None, _opt("pages", "Pages JSONL (id, optional title, text) the click logs name by id.", DATA)
+    ] = None,
+    clicked_position: Annotated[
+        int | None,
+        _opt(
+            "clicked_position",
+            "Train only on clicks at this slate position (1: the paper's guard against position bias; "
+            "a lower slot is seen less often, so its clicks say less about the match). Default: every click.",
+            DATA,
+        ),
+    ] = None,
+    self_pairs: Annotated[
+        str | None,
+        _opt(
+            "self_pairs",
+            "No labels: make the pairs from the corpus itself. 'title': a document's title against its body; "
+            "'split': a span of --self-pair-words words against the rest of its document (training/self_pairs.py).",
+            DATA,
+        ),
+    ] = None,
+    self_pair_words: Annotated[
+        int | None, _opt("self_pair_words", "Words in the query span of --self-pairs split.", DATA)
+    ] = None,
     kind: Annotated[
-        str | None, _opt("kind", "Model form: lowrank, symmetric, noidentity, diagonal, fullw, psi3.", MODEL)
+        str | None,
+        _opt(
+            "kind", "Model form: lowrank, symmetric, noidentity, diagonal, fullw, psi3, hashkernel, halftrans.", MODEL
+        ),
     ] = None,
     init_from: Annotated[
         Path | None,
@@ -93,6 +133,33 @@ def train_command(
             "history is not in the bundle, so full-rate first steps would undo the trained model); 0 freezes them.",
             MODEL,
         ),
+    ] = None,
+    hash_size: Annotated[
+        int | None,
+        _opt(
+            "hash_size",
+            "Hash kernels (--kind hashkernel): buckets H that the (query word, document word) pairs share.",
+            MODEL,
+        ),
+    ] = None,
+    gamma: Annotated[
+        float | None,
+        _opt(
+            "gamma",
+            "Half-transductive ranking (--kind halftrans): weight γ of the functional regularizer (paper 004, "
+            "eq. 6); larger is more like a purely functional (inductive) model.",
+            MODEL,
+        ),
+    ] = None,
+    cfh_top_k: Annotated[
+        int | None,
+        _opt("cfh_top_k", "Correlated hashing (--kind cfh): frequent words k per rare word or 2-gram.", MODEL),
+    ] = None,
+    cfh_ngrams: Annotated[
+        str | None, _opt("cfh_ngrams", "Correlated hashing: what is hashed, 1 (rare words), 2 (2-grams) or 1,2.", MODEL)
+    ] = None,
+    cfh_min_df: Annotated[
+        int | None, _opt("cfh_min_df", "Correlated hashing: documents a 2-gram must appear in to be hashed.", MODEL)
     ] = None,
     dims: Annotated[int | None, _opt("n_dims", "Embedding size N (rows of U and V).", MODEL, "--dims", "-N")] = None,
     vocab_size: Annotated[
@@ -187,13 +254,16 @@ def train_command(
     given = {
         "corpus": corpus, "out": out, "pairs": pairs, "valid_pairs": valid_pairs, "queries": queries,
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
-        "query_words": query_words, "unseen_docs": unseen_docs, "kind": kind, "init_from": init_from,
-        "warm_lr_scale": warm_lr_scale, "n_dims": dims,
+        "query_words": query_words, "unseen_docs": unseen_docs, "clicks": clicks, "valid_clicks": valid_clicks,
+        "pages": pages, "clicked_position": clicked_position, "self_pairs": self_pairs,
+        "self_pair_words": self_pair_words, "kind": kind, "init_from": init_from,
+        "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
         "vocab_size": vocab_size, "min_df": min_df, "frequent_words": frequent_words, "init_scale": init_scale,
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,
         "pool_size": pool_size, "epochs": epochs, "max_minutes": max_minutes, "eval_every": eval_every,
         "patience": patience, "seed": seed, "threads": threads,
+        "cfh_top_k": cfh_top_k, "cfh_ngrams": cfh_ngrams, "cfh_min_df": cfh_min_df,
     }  # fmt: skip
     try:
         settings = TrainSettings(**{k: v for k, v in given.items() if v is not None})

@@ -16,14 +16,14 @@ import numpy as np
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from ssi.forms import Form
+from ssi.forms import DocumentKeys, Form
 from ssi.products import DocMatrix
 from training.data import TrainingData
 from training.gram import LexicalBlocks
 from training.keywords import cut_to_keywords
 from training.loss import margin_ranking
-from training.models import ModelShape, SSIModel, make_model
-from training.models.block import Block, SparseRows
+from training.models import REGISTRY, ModelShape, SSIModel, make_model
+from training.models.block import Block, SparseRows, Triples
 from training.sampling import TripleSampler
 from training.settings import TrainSettings
 
@@ -73,6 +73,9 @@ class Trainer:
                 init_scale=settings.init_scale,
                 lr=settings.lr,
                 seed=settings.seed,
+                hash_size=settings.hash_size,
+                gamma=settings.gamma,
+                documents=DocumentKeys.of(data.doc_ids, data.X_docs) if _per_document(settings.kind) else None,
             ),
             init,
             settings.warm_lr_scale,
@@ -108,7 +111,8 @@ class Trainer:
         if self.settings.query_words:
             rows = cut = cut_to_keywords(rows, self.data.vocab.idf, self.settings.query_words, self.keyword_rng)
         gram = self.lexical.block(queries, pool, cut) if self.lexical is not None else None
-        return Block(queries=SparseRows.of(rows, self.n_words), docs=docs, gram=gram)
+        doc_rows = np.arange(self.data.X_docs.shape[0]) if pool is None else pool
+        return Block(queries=SparseRows.of(rows, self.n_words), docs=docs, gram=gram, doc_rows=doc_rows)
 
     def step(self) -> tuple[float, float, int]:
         """One step; returns (loss, share of violated triples, triples used).
@@ -127,6 +131,7 @@ class Trainer:
             scores, plan.triple_query, plan.triple_pos, neg, valid, self.settings.margin
         )
         t4 = time.perf_counter()
+        block.triples = Triples(plan.triple_query, plan.triple_pos, neg, valid, self.settings.margin)
         self.model.update(block, coeff)
         t5 = time.perf_counter()
         for phase, a, b in (
@@ -209,6 +214,11 @@ class Trainer:
         if SELECTION_METRIC not in new:
             return True  # no validation: the latest model is the one kept
         return new[SELECTION_METRIC] > old.get(SELECTION_METRIC, float("-inf"))
+
+
+def _per_document(kind: str) -> bool:
+    cls = REGISTRY.get(kind)
+    return cls is not None and cls.per_document
 
 
 def _fmt(metrics: dict[str, float]) -> str:

@@ -47,14 +47,20 @@ def summarize(latencies: list[float], clients: int, errors: int, seconds: float)
     )
 
 
-async def _drive(url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, warmup: int) -> LoadResult:
+async def _drive(
+    url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, warmup: int, path: str = "/search"
+) -> LoadResult:
     latencies: list[float] = []
     errors = 0
     source = itertools.cycle(bodies)
+
+    def send(client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
+        return client.post(path, json=body) if path == "/search" else client.get(path)
+
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
         for body in itertools.islice(source, warmup):
-            await client.post("/search", json=body)
+            await send(client, body)
         deadline = time.perf_counter() + seconds
         started = time.perf_counter()
 
@@ -63,7 +69,7 @@ async def _drive(url: str, bodies: list[dict[str, Any]], clients: int, seconds: 
             while time.perf_counter() < deadline:
                 body = next(source)
                 sent = time.perf_counter()
-                response = await client.post("/search", json=body)
+                response = await send(client, body)
                 if response.status_code == 200:
                     latencies.append(time.perf_counter() - sent)
                 else:
@@ -74,8 +80,11 @@ async def _drive(url: str, bodies: list[dict[str, Any]], clients: int, seconds: 
     return summarize(latencies, clients, errors, elapsed)
 
 
-def run_load(url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, warmup: int = 20) -> LoadResult:
-    return asyncio.run(_drive(url, bodies, clients, seconds, warmup))
+def run_load(
+    url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, warmup: int = 20, path: str = "/search"
+) -> LoadResult:
+    """`clients` connections sending POST /search (`bodies` in turn), or GET `path` for any other path."""
+    return asyncio.run(_drive(url, bodies, clients, seconds, warmup, path))
 
 
 def http_floor(url: str, seconds: float = 2.0) -> LoadResult:

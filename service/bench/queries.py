@@ -61,3 +61,21 @@ def generate_corpus(path: Path, vocab: Vocabulary, n_docs: int, words_per_doc: i
 def corpus_texts(corpus: Path) -> Iterator[tuple[str, str]]:
     for doc in iter_corpus(corpus):
         yield doc.id, doc.full_text
+
+
+def passage_corpus(source: Path, path: Path, words_per_passage: int = 60, limit: int = 100_000) -> Path:
+    """Real text cut into passages of `words_per_passage` whitespace words (the last piece of an article
+    may be shorter), at most `limit` of them, written as JSONL to `path` (a benchmark input, never data in
+    the repo). Ids are `<article id>#<n>`, titles the article's title."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = 0
+    with path.open("w", encoding="utf-8") as handle:
+        for doc in iter_corpus(source):
+            words = doc.text.split()
+            for n, start in enumerate(range(0, len(words), words_per_passage)):
+                if written >= limit:
+                    return path
+                text = " ".join(words[start : start + words_per_passage])
+                handle.write(json.dumps({"id": f"{doc.id}#{n}", "title": doc.title, "text": text}) + "\n")
+                written += 1
+    return path

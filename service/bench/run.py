@@ -20,8 +20,9 @@ from typing import Any
 import numpy as np
 
 from service.bench.bm25 import bm25_yardstick
+from service.bench.floors import scan_floor
 from service.bench.load import http_floor, ranked_hits, run_load, summarize
-from service.bench.queries import generate_corpus, keyword_queries
+from service.bench.queries import generate_corpus, keyword_queries, passage_corpus
 from service.bench.server import ServedProcess
 from ssi.bundle import load_bundle
 
@@ -33,6 +34,7 @@ class BenchConfig:
     work_dir: Path
     out: Path
     generate: int = 0
+    passages: int = 0  # serve the corpus cut into 60-word passages, at most this many
     n_queries: int = 500
     query_words: int = 5
     k: int = 10
@@ -94,19 +96,34 @@ def _serve_and_measure(
     log(f"[{index_type}] ready in {result['first_start_seconds']}s; {result['rss_mb_ready']} MB")
     result["http_floor"] = http_floor(server.url).as_dict()
     log(f"[{index_type}] GET /healthz p50 {result['http_floor']['p50_ms']:.2f} ms (HTTP and framework alone)")
+    result["healthz_load"] = {}
+    for clients in config.clients:
+        cpu = server.cpu_seconds()
+        floor = run_load(server.url, bodies, clients, min(config.seconds, 3.0), path="/healthz")
+        result["healthz_load"][str(clients)] = floor.as_dict()
+        result["healthz_load"][str(clients)]["server_cpu_ms_per_request"] = round(
+            (server.cpu_seconds() - cpu) * 1000 / max(1, floor.requests), 3
+        )
+        log(f"[{index_type}] GET /healthz, {clients:>3} clients: {floor.throughput_qps:.1f} q/s, "
+            f"p99 {floor.p99_ms:.2f} ms")  # fmt: skip
     result["load"] = {}
     for clients in config.clients:
+        cpu = server.cpu_seconds()
         measured = run_load(server.url, bodies, clients, config.seconds)
         result["load"][str(clients)] = measured.as_dict()
+        cpu_ms = (server.cpu_seconds() - cpu) * 1000 / max(1, measured.requests)
+        result["load"][str(clients)]["server_cpu_ms_per_request"] = round(cpu_ms, 3)
         log(f"[{index_type}] {clients:>3} clients: p50 {measured.p50_ms:.2f} ms, p99 {measured.p99_ms:.2f} ms, "
-            f"{measured.throughput_qps:.1f} q/s, {measured.errors} errors")  # fmt: skip
+            f"{measured.throughput_qps:.1f} q/s, {measured.errors} errors, "
+            f"server CPU {cpu_ms:.2f} ms/request")  # fmt: skip
     result["rss_mb_after_load"] = round(server.rss_bytes() / 2**20, 1)
     return result, server
 
 
-def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> dict[str, Any]:
+def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The flat collection searched in this process (from the cache the server left), without HTTP:
-    the same work per query as the server does, to separate the ranking's cost from HTTP's."""
+    the same work per query as the server does, to separate the ranking's cost from HTTP's; and the
+    FAISS scan floor over the same vectors (service.bench.floors)."""
     from service.collection import Collection
     from service.metrics import Metrics
     from service.routes.search import to_result
@@ -126,15 +143,23 @@ def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> dict[s
             (result,) = collection.search([query], config.k, 0)
             to_result(collection, settings, result, query)
             latencies.append(time.perf_counter() - sent)
+        state = collection.ready_state()
+        embedded = state.embedder.embed_queries(state.embedder.featurize(queries))
+        floor = scan_floor(state.embeddings.view(), embedded, config.k, config.threads)
     finally:
         collection.close()
-    return summarize(latencies, 1, 0, float(sum(latencies))).as_dict()
+    return summarize(latencies, 1, 0, float(sum(latencies))).as_dict(), floor
 
 
 def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
     config.work_dir.mkdir(parents=True, exist_ok=True)
     bundle = load_bundle(config.bundle)
     corpus = config.corpus
+    if corpus is not None and config.passages:
+        source, corpus = corpus, config.work_dir / f"passages-{config.passages}.jsonl"
+        if not corpus.is_file():
+            log(f"cutting {source} into 60-word passages (at most {config.passages}) into {corpus}")
+            passage_corpus(source, corpus, limit=config.passages)
     if corpus is None:
         corpus = config.work_dir / f"generated-{config.generate}.jsonl"
         if not corpus.is_file():
@@ -203,8 +228,11 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             result["restart_rss_mb"] = round(again.rss_bytes() / 2**20, 1)
             again.stop()
         if index_type == "flat":
-            result["in_process"] = _in_process(config, corpus, queries)
+            result["in_process"], report["scan_floor"] = _in_process(config, corpus, queries)
             log(f"[flat] in-process (no HTTP): p50 {result['in_process']['p50_ms']:.2f} ms")
+            floor = report["scan_floor"]
+            log(f"[flat] FAISS scan floor: p50 {floor['p50_ms']:.2f} ms (1 thread), "
+                f"{floor['throughput_qps']:.1f} q/s ({floor['threads']} threads)")  # fmt: skip
         report[index_type] = result
 
     bm25_single = report["bm25"]["single_query"]
@@ -220,6 +248,18 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
         ratios["flat_in_process_p50_over_bm25_p50"] = round(
             report["flat"]["in_process"]["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2
         )
+    if "scan_floor" in report and "flat" in report:
+        floor = report["scan_floor"]
+        for clients, level in report["flat"]["load"].items():
+            healthz = report["flat"]["healthz_load"].get(clients, {})
+            ratios[f"flat_{clients}c_p50_over_scan_p50"] = round(level["p50_ms"] / max(floor["p50_ms"], 1e-9), 2)
+            ratios[f"flat_{clients}c_qps_over_scan_qps"] = round(
+                level["throughput_qps"] / max(floor["throughput_qps"], 1e-9), 3
+            )
+            if healthz:
+                ratios[f"flat_{clients}c_qps_over_healthz_qps"] = round(
+                    level["throughput_qps"] / max(healthz["throughput_qps"], 1e-9), 3
+                )
     report["ratios"] = ratios
     config.out.parent.mkdir(parents=True, exist_ok=True)
     config.out.write_text(json.dumps(report, indent=2), encoding="utf-8")

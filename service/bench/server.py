@@ -58,6 +58,13 @@ class ServedProcess:
         assert self.process is not None
         return psutil.Process(self.process.pid).memory_info().rss
 
+    def cpu_seconds(self) -> float:
+        """CPU time the server process has used so far (all its threads, user + system): on a shared
+        machine, CPU per request is what the request costs, where wall time also counts the neighbours."""
+        assert self.process is not None
+        times = psutil.Process(self.process.pid).cpu_times()
+        return float(times.user + times.system)
+
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
             return

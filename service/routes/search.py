@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 
 from fastapi import APIRouter
 
+from service.batching import BatchKey, QueryBatcher
 from service.bounds import check_search
 from service.collection import Collection
 from service.deps import CollectionDep, SearchLimiterDep, SettingsDep
@@ -20,6 +23,25 @@ router = APIRouter(tags=["search"])
 
 # 400/413: the body checks; 401: a read key; 404: an unknown collection; 409: an adverts collection.
 SEARCH_ERRORS = (400, 401, 404, 409, 413, 422, 429, 503)
+
+
+_batchers: weakref.WeakKeyDictionary[Collection, QueryBatcher] = weakref.WeakKeyDictionary()
+_batchers_lock = threading.Lock()
+
+
+def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
+    """The collection's micro-batcher (service.batching): concurrent single searches share one search call."""
+    with _batchers_lock:
+        batcher = _batchers.get(collection)
+        if batcher is None:
+
+            def search(queries: list[str], key: BatchKey) -> list[QueryResult]:
+                k, offset, ef_search, nprobe = key
+                return collection.search(queries, k, offset, ef_search=ef_search, nprobe=nprobe)
+
+            batcher = QueryBatcher(search, leaders=settings.threads, max_batch=settings.max_batch)
+            _batchers[collection] = batcher
+        return batcher
 
 
 def scan_chars(settings: Settings, hits: int) -> int:
@@ -70,7 +92,8 @@ async def search(
     started = time.perf_counter()
 
     def work() -> SearchResult:
-        (result,) = collection.search([body.query], body.k, body.offset, ef_search=body.ef_search, nprobe=body.nprobe)
+        key = (body.k, body.offset, body.ef_search, body.nprobe)
+        result = batcher_for(collection, settings).search(body.query, key)
         return to_result(collection, settings, result, body.query)
 
     result = await limiter.run(work)

@@ -14,6 +14,7 @@
     document: (id) => `documents/${encodeURIComponent(id)}`,
     similar: (id, k, offset) => `documents/${encodeURIComponent(id)}/similar?k=${k}&offset=${offset}`,
     model: "model",
+    match: "match",
   };
 
   const $ = (id) => document.getElementById(id);
@@ -26,6 +27,7 @@
   const hitList = $("hits");
   const more = $("more");
   const docView = $("document");
+  const matchView = $("match");
 
   // What "More results" continues: a function of the offset that returns a promise of a response.
   let nextPage = null;
@@ -52,6 +54,7 @@
     intro.hidden = section !== intro;
     results.hidden = section !== results;
     docView.hidden = section !== docView;
+    matchView.hidden = section !== matchView;
   }
 
   // FastAPI answers errors as {"detail": "..."} or {"detail": [{"loc": [...], "msg": "..."}]}.
@@ -231,6 +234,7 @@
       const paragraphs = String(doc.text || "").split(/\n\s*\n/).filter((p) => p.trim());
       $("doc-text").replaceChildren(...paragraphs.map((p) => el("p", { text: p })));
       $("doc-similar").setAttribute("href", `#/similar/${encodeURIComponent(doc.id)}`);
+      $("doc-match").setAttribute("href", `#/match/${encodeURIComponent(doc.id)}`);
       show(docView);
       setStatus("");
     } catch (error) {
@@ -238,6 +242,48 @@
         show(null);
         setStatus(error.message, true);
       }
+    }
+  }
+
+  // An advert: its text, its metadata, the score split and why it matched (shared and related words).
+  function renderAd(ad, maxScore) {
+    const meta = [ad.category && `category ${ad.category}`, ad.advertiser && `advertiser ${ad.advertiser}`,
+      ad.budget ? "budget left" : "no budget"].filter(Boolean).join(" · ");
+    const why = el("p", { class: "why" });
+    if (ad.shared_words.length) why.append(el("b", { text: "shared: " }), ad.shared_words.join(", "), "  ");
+    if (ad.related_words.length) why.append(el("b", { text: "related page words: " }), ad.related_words.join(", "));
+    return el(
+      "li",
+      { class: "hit", "data-id": ad.id },
+      el("div", {}, el("span", { class: "hit-title", text: ad.title || ad.id }), el("span", { class: "hit-id", text: ad.id })),
+      el("p", { class: "snippet", text: ad.text }),
+      el("p", { class: "ad-meta", text: meta }),
+      why,
+      scoreLine(ad, maxScore),
+    );
+  }
+
+  // POST /match with a page text or the id of a stored document; shows the adverts with their score split.
+  async function matchAds(request) {
+    const token = ++renderToken;
+    show(matchView);
+    document.title = "Match ads – SSI search";
+    $("ads").replaceChildren();
+    if (!request) return setStatus("");
+    setStatus("Matching…");
+    try {
+      const body = await fetchJson(API.match, {
+        method: "POST",
+        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify({ ...request, k: PAGE_SIZE }),
+      });
+      if (token !== renderToken) return;
+      const ads = body.results[0].ads;
+      const maxScore = Math.max(0, ...ads.map((a) => a.score));
+      $("ads").replaceChildren(...ads.map((ad) => renderAd(ad, maxScore)));
+      setStatus(ads.length ? `${ads.length} adverts · ${body.took_ms.toFixed(1)} ms · ${body.results[0].page_words} page words` : "No adverts.");
+    } catch (error) {
+      if (token === renderToken) setStatus(error.message, true);
     }
   }
 
@@ -259,6 +305,8 @@
       }
       if (path.startsWith("/doc/")) return showDocument(decodeURIComponent(path.slice("/doc/".length)));
       if (path.startsWith("/similar/")) return similar(decodeURIComponent(path.slice("/similar/".length)));
+      if (path === "/match") return matchAds(null);
+      if (path.startsWith("/match/")) return matchAds({ page_id: decodeURIComponent(path.slice("/match/".length)) });
     } catch (error) {
       setStatus(`Bad link: ${error.message}`, true); // e.g. a malformed %-escape
       return;
@@ -288,6 +336,11 @@
     const target = `#/search?${new URLSearchParams({ q: query })}`;
     if (location.hash === target) route(); // same query again: search again
     else location.hash = target;
+  });
+  $("match-form").addEventListener("submit", (event) => {
+    event.preventDefault();
+    const page = $("page").value;
+    if (page.trim()) matchAds({ page });
   });
   // "Back" returns to the list the document was opened from; opened directly, it goes to the start page.
   let viewsVisited = 0;

@@ -6,15 +6,21 @@ index from it; see `ssi.forms.base` for what a form declares.
 
 from __future__ import annotations
 
-from ssi.forms.base import ArraySpec, DocumentProducts, Form, FormError
+from ssi.forms.base import ArraySpec, DocumentKeys, DocumentProducts, Form, FormError
+from ssi.forms.cfh import CorrelatedHashingForm
 from ssi.forms.diagonal import Diagonal
 from ssi.forms.fullw import FullW
+from ssi.forms.halftrans import HalfTransductive
+from ssi.forms.hashkernel import HashKernel
 from ssi.forms.lowrank import LowRank
 from ssi.forms.noidentity import NoIdentity
 from ssi.forms.psi3 import PSI3
 from ssi.forms.symmetric import Symmetric
 
-FORMS: dict[str, type[Form]] = {cls.name: cls for cls in (LowRank, Symmetric, NoIdentity, Diagonal, FullW, PSI3)}
+FORMS: dict[str, type[Form]] = {
+    cls.name: cls for cls in (LowRank, Symmetric, NoIdentity, Diagonal, FullW, PSI3, HashKernel, HalfTransductive)
+}
+FORMS[CorrelatedHashingForm.name] = CorrelatedHashingForm
 
 
 def form_class(name: str) -> type[Form]:
@@ -25,4 +31,4 @@ def form_class(name: str) -> type[Form]:
         raise FormError(f"unknown model form '{name}' (this build knows {', '.join(FORMS)})") from None
 
 
-__all__ = ["FORMS", "ArraySpec", "DocumentProducts", "Form", "FormError", "form_class"]
+__all__ = ["FORMS", "ArraySpec", "DocumentKeys", "DocumentProducts", "Form", "FormError", "form_class"]

@@ -24,11 +24,13 @@ import pytest
 import scipy.sparse as sp
 
 from ssi.bundle import load_bundle, write_bundle
-from ssi.forms import Form, form_class
+from ssi.forms import DocumentKeys, Form, form_class
 from ssi.keywords import keyword_query
 from ssi.products import DocMatrix
 from ssi.records import Document
+from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
+from training.dice import HashingPlan
 from training.encoder import build_encoder
 
 API_KEY = "test-key-0123456789abcdef"
@@ -98,21 +100,25 @@ def random_form(
     seed: int = 1,
     scale: float = 0.2,
     scales: dict[str, float] | None = None,
+    keys: DocumentKeys | None = None,
+    hashed: int = 1,
 ) -> Form:
     """The form `form` with random float32 arrays of its declared shapes (`scales` overrides `scale` per array).
 
     A diagonal's weights are drawn positive (a learned re-weighting of words), the other arrays are normal.
+    A keyed form (per-document vectors) holds one for each of `keys`' documents.
     """
     cls = form_class(form)
     rng = np.random.default_rng(seed)
     arrays: dict[str, np.ndarray] = {}
-    for name, shape in cls.shapes(n_dims, vocab_size).items():
+    sizes = {"H": 4 * vocab_size, "T": len(keys) if keys is not None else 0, "F": hashed}
+    for name, shape in cls.shapes(n_dims, vocab_size, **sizes).items():
         if form == "diagonal":
             array = rng.uniform(0.2, 3.0, shape)
         else:
             array = rng.standard_normal(shape) * (scales or {}).get(name, scale)
         arrays[name] = array.astype(np.float32)
-    return cls(arrays)
+    return cls(arrays, keys or DocumentKeys((), ())) if cls.keyed else cls(arrays)
 
 
 def make_bundle(
@@ -125,10 +131,19 @@ def make_bundle(
     scale: float = 0.2,
     scales: dict[str, float] | None = None,
 ) -> Path:
-    """A bundle of `form` with random arrays over the corpus vocabulary (every word kept, so needles are searchable)."""
+    """A bundle of `form` with random arrays over the corpus vocabulary (every word kept, so needles are searchable).
+
+    A keyed form (halftrans) gets a free vector for every other document: the rest fall back to its functional map.
+    """
     vocab = Vocabulary.build([d.full_text for d in docs], min_df=1)
-    model = random_form(form, n_dims, vocab.size, seed=seed, scale=scale, scales=scales)
-    write_bundle(path, form=model, vocab=vocab, encoder_onnx=build_encoder(model.query_map()))
+    if form == "cfh":  # correlated feature hashing: its DICE map counted on the corpus, onto the top quarter
+        vocab = HashingPlan(vocab.n_words // 4, k=3, min_df=1).build([tokenize(d.full_text) for d in docs], vocab)
+    known = docs[::2]
+    keys = DocumentKeys.of([d.id for d in known], vocab.featurize([d.full_text for d in known]))
+    hashed = vocab.hashing.n_frequent if vocab.hashing is not None else 1
+    model = random_form(form, n_dims, vocab.size, seed=seed, scale=scale, scales=scales, keys=keys, hashed=hashed)
+    encoder = build_encoder(model.query_map()) if model.served_exactly else None  # hash kernels have none
+    write_bundle(path, form=model, vocab=vocab, encoder_onnx=encoder)
     return path
 
 
@@ -144,7 +159,7 @@ class Oracle:
         self.form = self.bundle.form
         self.ids = [d.id for d in self.docs]
         X = self.bundle.vocab.featurize([d.full_text for d in self.docs])
-        self.doc_matrix = DocMatrix(X)
+        self.doc_matrix = DocMatrix(X, ids=self.ids)  # a keyed form's training documents use their own vectors
         self._embedded: np.ndarray | None = None
 
     def featurize(self, query: str) -> sp.csr_matrix:
@@ -163,7 +178,7 @@ class Oracle:
     def semantic_rank(self, query: str, doc_id: str) -> int:
         """Where the embedding index alone ranks `doc_id` (its score (query map q)·embed(d), not f)."""
         if self._embedded is None:
-            self._embedded = self.form.embed_documents(self.doc_matrix.X).astype(np.float64)
+            self._embedded = self.form.embed_documents_of(self.doc_matrix.X, self.ids).astype(np.float64)
         q = self.featurize(query)
         semantic = self._embedded @ (q @ np.asarray(self.form.query_map(), dtype=np.float64).T).ravel()
         return int((semantic > semantic[self.ids.index(doc_id)]).sum())

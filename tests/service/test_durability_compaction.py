@@ -23,8 +23,6 @@ from ssi.records import Document
 KEY = {"X-API-Key": API_KEY}
 
 
-
-
 def log_entries(store: Path) -> int:
     with sqlite3.connect(f"file:{store}?mode=ro", uri=True) as conn:
         return int(conn.execute("SELECT COUNT(*) FROM log").fetchone()[0])

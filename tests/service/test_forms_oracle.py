@@ -9,10 +9,12 @@ over every document (ssi.forms: the single definition of f); nothing here comput
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 import numpy as np
 import pytest
 from service_testing import (
@@ -56,7 +58,7 @@ def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> 
     return False
 
 
-@pytest.mark.parametrize("form", sorted(FORMS))
+@pytest.mark.parametrize("form", sorted(name for name, cls in FORMS.items() if cls.served_exactly))
 def test_served_top_k_equals_brute_force_of_the_reference_score(form: str, corpus: dict, tmp_path: Path) -> None:
     docs: list[Document] = corpus["docs"]
     bundle = make_bundle(tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form))
@@ -95,3 +97,32 @@ def test_a_form_that_cannot_be_served_exactly_is_refused_at_load(corpus: dict, t
     rerank_only = replace(bundle, form=_RerankOnly(bundle.form.values))
     with pytest.raises(BundleError, match="form 'rerank-only' cannot be ranked from an inner-product index"):
         Embedder(rerank_only, threads=1)
+
+
+@pytest.mark.parametrize("form", sorted(name for name, cls in FORMS.items() if not cls.served_exactly))
+def test_a_bundled_form_not_served_exactly_gets_a_clear_refusal(form: str, corpus: dict, tmp_path: Path) -> None:
+    """Hash kernels: the bundle loads (`ssi eval` ranks it); the embedder refuses it, and a server says why."""
+    bundle_dir = make_bundle(tmp_path / "bundle", corpus["docs"], form=form)
+    bundle = load_bundle(bundle_dir)
+    assert bundle.manifest.index_dims == 0
+    with pytest.raises(BundleError, match=f"form '{form}' cannot be ranked from an inner-product index"):
+        Embedder(bundle, threads=1)
+    server = ThreadServer(bundle=bundle_dir, corpus=corpus["corpus"], cache_dir=tmp_path / "cache")
+    server.thread.start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                ready = httpx.get(f"{server.url}/readyz", timeout=5)
+            except httpx.TransportError:
+                ready = None
+            if ready is not None and ready.json()["status"] != "loading":
+                break
+            assert time.monotonic() < deadline, "the server neither failed nor became ready"
+            time.sleep(0.1)
+        assert ready.status_code == 503 and ready.json()["status"] == "failed"
+        (collection,) = ready.json()["collections"].values()
+        assert f"form '{form}' cannot be ranked from an inner-product index" in collection["error"]
+    finally:
+        server.server.should_exit = True
+        server.thread.join(timeout=30)

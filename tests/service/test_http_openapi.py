@@ -32,7 +32,8 @@ def _operations(spec: dict) -> list[tuple[str, str, dict]]:
 
 def test_the_collection_routes_declare_their_path_parameter(spec: dict) -> None:
     prefixed = [(p, m, op) for p, m, op in _operations(spec) if p.startswith("/collections/{collection}/")]
-    assert len(prefixed) == 9  # search, batch, similar, document get/put/delete, documents post, model, words
+    # search, batch, similar, document get/put/delete, documents post, model, words; match, advert get/put/patch/delete
+    assert len(prefixed) == 14
     for path, _, op in prefixed:
         params = {p["name"]: p for p in op.get("parameters", []) if p["in"] == "path"}
         assert params["collection"]["required"] and params["collection"]["schema"]["enum"] == ["documents"], path

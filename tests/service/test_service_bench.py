@@ -40,4 +40,9 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     assert all(0.9 <= r["recall@10"] <= 1.0 for r in recall.values())
     assert report["bm25"]["documents"] == len(small_world["docs"]) and report["bm25"]["single_query"]["p50_ms"] > 0
     assert report["ratios"]["flat_p50_over_bm25_p50"] > 0
+    # The floors of the same run: the FAISS scan over the same vectors, and GET /healthz at each client count.
+    assert report["scan_floor"]["documents"] == len(small_world["docs"]) and report["scan_floor"]["throughput_qps"] > 0
+    assert set(report["flat"]["healthz_load"]) == {"1", "4"}
+    assert report["flat"]["load"]["1"]["server_cpu_ms_per_request"] > 0
+    assert report["ratios"]["flat_4c_qps_over_scan_qps"] > 0 and report["ratios"]["flat_4c_qps_over_healthz_qps"] > 0
     assert any("recall@10" in line for line in lines)

@@ -83,9 +83,25 @@ def _build_bundle(data: Path) -> None:
         handle.write(json.dumps(TWIN) + "\n")
     # A fixed number of epochs (not only a time budget), so the model does not depend on the machine's speed.
     subprocess.run(
-        ["bash", str(REPO / "scripts" / "train-bundle.sh"), "--data", str(data), "--input", str(source),
-         "--minutes", "3", "--", "--epochs", "150", "--seed", "1", "--no-progress"],
-        env=_clean_env(), check=True, timeout=600,
+        [
+            "bash",
+            str(REPO / "scripts" / "train-bundle.sh"),
+            "--data",
+            str(data),
+            "--input",
+            str(source),
+            "--minutes",
+            "3",
+            "--",
+            "--epochs",
+            "150",
+            "--seed",
+            "1",
+            "--no-progress",
+        ],
+        env=_clean_env(),
+        check=True,
+        timeout=600,
     )
 
 
@@ -98,9 +114,23 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     log_path = data / "serve.log"
     with log_path.open("wb") as log:
         process = subprocess.Popen(
-            [str(SSI), "serve", "--bundle", str(data / "bundle"), "--corpus", str(data / "corpus.jsonl"),
-             "--host", "127.0.0.1", "--port", str(port), "--cache-dir", str(data / "cache")],
-            env=_clean_env(), stdout=log, stderr=subprocess.STDOUT,
+            [
+                str(SSI),
+                "serve",
+                "--bundle",
+                str(data / "bundle"),
+                "--corpus",
+                str(data / "corpus.jsonl"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--cache-dir",
+                str(data / "cache"),
+            ],
+            env=_clean_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
         )
     base = f"http://127.0.0.1:{port}"
     try:

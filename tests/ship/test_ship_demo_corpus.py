@@ -22,7 +22,11 @@ def run_generator(out: Path, *args: str, hash_seed: str = "0") -> subprocess.Com
     env = {**os.environ, "PYTHONHASHSEED": hash_seed}
     return subprocess.run(
         [sys.executable, "-m", "training.demo_corpus", "--out", str(out), *args],
-        env=env, capture_output=True, text=True, timeout=120, check=True,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
 
 
@@ -108,10 +112,22 @@ def test_ambiguous_words_cross_topics() -> None:
 def test_help_explains_every_option() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "training.demo_corpus", "--help"],
-        capture_output=True, text=True, timeout=60, check=True, env={**os.environ, "COLUMNS": "200"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "COLUMNS": "200"},
     )
-    for option in ("--out", "--seed", "--topics", "--docs-per-subtopic", "--thread-size", "--links-within",
-                   "--links-across", "--valid-fraction"):
+    for option in (
+        "--out",
+        "--seed",
+        "--topics",
+        "--docs-per-subtopic",
+        "--thread-size",
+        "--links-within",
+        "--links-across",
+        "--valid-fraction",
+    ):
         assert option in result.stdout
 
 

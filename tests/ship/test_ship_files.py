@@ -84,8 +84,11 @@ def check_ssi_argv(argv: list[str]) -> None:
     assert argv[0] == "ssi", argv
     group = ssi_cli()
     assert argv[1] in group.commands, f"`ssi {argv[1]}` is not a command (have: {sorted(group.commands)})"
-    known = options_of(group.commands[argv[1]])
-    for arg in argv[2:]:
+    command, rest = group.commands[argv[1]], argv[2:]
+    if hasattr(command, "commands") and rest and rest[0] in command.commands:  # a group: `ssi clicks links ...`
+        command, rest = command.commands[rest[0]], rest[1:]
+    known = options_of(command)
+    for arg in rest:
         if arg.startswith("--"):
             assert arg.split("=", 1)[0] in known, f"`ssi {argv[1]}` has no option {arg}"
     subprocess.run([str(SSI), argv[1], "--help"], check=True, capture_output=True, timeout=120)
@@ -352,9 +355,11 @@ def _ssi_invocations(text: str) -> list[list[str]]:
     for line in joined.splitlines():
         if line.lstrip().startswith("#") or "echo" in line:
             continue
-        match = re.search(r"(?:^|[\s(])ssi\s+([a-z][a-z-]*)(.*)$", line)
+        # `ssi SUB [SUBSUB] ...`: a second word names a command of a group (`ssi clicks links`)
+        match = re.search(r"(?:^|[\s(])ssi\s+([a-z][a-z-]*)((?:\s+[a-z][a-z-]*)?)(.*)$", line)
         if match:
-            found.append(["ssi", match.group(1), *re.findall(r"(?<![\w-])--[a-z][a-z-]*", match.group(2))])
+            flags = re.findall(r"(?<![\w-])--[a-z][a-z-]*", match.group(3))
+            found.append(["ssi", match.group(1), *match.group(2).split(), *flags])
     return found
 
 
@@ -400,7 +405,9 @@ def test_test_command_fails_when_no_test_runs() -> None:
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "test.sh"), "tests/ship/test_ship_files.py", "-k", "no_test_has_this_name"],
         env={**os.environ, "LINT": "0", "VENV": str(Path(sys.executable).parents[1])},
-        capture_output=True, text=True, timeout=300,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert result.returncode != 0
     assert "collected no tests" in result.stderr
@@ -412,7 +419,10 @@ def test_test_command_fails_when_no_test_runs() -> None:
 @pytest.mark.parametrize("package", ["service", "training"])
 def test_python_m_help_explains_every_option(package: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", package, "--help"], capture_output=True, text=True, timeout=120,
+        [sys.executable, "-m", package, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "COLUMNS": "200"},
     )
     assert result.returncode == 0, result.stderr[-2000:]
@@ -434,7 +444,10 @@ def _train_bundle(*args: str) -> subprocess.CompletedProcess[str]:
     env["PATH"] = f"{SSI.parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "train-bundle.sh"), *args, "--", "--no-progress", "--dims", "8"],
-        env=env, capture_output=True, text=True, timeout=600,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 

@@ -11,22 +11,30 @@ import onnxruntime as ort
 import pytest
 
 from ssi.bundle import MANIFEST, BundleError, content_hash, load_bundle, read_manifest, write_bundle
-from ssi.forms import FORMS, Form
+from ssi.forms import FORMS, DocumentKeys, Form
 from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
 from training.encoder import INPUT_NAME, build_encoder
 
 TEXTS = ["alpha beta gamma", "beta gamma delta", "gamma delta epsilon", "alpha epsilon"]
 
+HASH_SIZE = 23  # H of the hash-kernel form's W
+HASHED = 2  # F of the correlated-hashing form: the last 2 columns are its hashed slots
+SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
+
 
 def random_form(name: str, n_dims: int, vocab_size: int, seed: int = 0) -> Form:
     rng = np.random.default_rng(seed)
     cls = FORMS[name]
-    return cls({k: rng.normal(size=shape).astype(np.float32) for k, shape in cls.shapes(n_dims, vocab_size).items()})
+    keys = DocumentKeys(("first", "second"), ("0" * 16, "1" * 16))  # a keyed form's (halftrans) documents
+    shapes = cls.shapes(n_dims, vocab_size, H=HASH_SIZE, T=len(keys), F=HASHED)
+    arrays = {k: rng.normal(size=shape).astype(np.float32) for k, shape in shapes.items()}
+    return cls(arrays, keys) if cls.keyed else cls(arrays)
 
 
 def write_form(path: Path, form: Form, vocab: Vocabulary) -> None:
-    write_bundle(path, form=form, vocab=vocab, encoder_onnx=build_encoder(form.query_map()))
+    encoder = build_encoder(form.query_map()) if form.served_exactly else None
+    write_bundle(path, form=form, vocab=vocab, encoder_onnx=encoder)
 
 
 @pytest.fixture
@@ -73,7 +81,7 @@ def test_every_form_round_trips_with_the_same_scores(tmp_path: Path, name: str) 
     np.testing.assert_array_equal(bundle.form.reference_scores(Q, docs), form.reference_scores(Q, docs))
 
 
-@pytest.mark.parametrize("name", sorted(FORMS))
+@pytest.mark.parametrize("name", SERVED)
 def test_onnx_encoder_equals_the_query_map(tmp_path: Path, name: str) -> None:
     vocab = Vocabulary.build(TEXTS, min_df=1)
     write_form(tmp_path / name, random_form(name, 3, vocab.size), vocab)
@@ -83,6 +91,20 @@ def test_onnx_encoder_equals_the_query_map(tmp_path: Path, name: str) -> None:
     got = session.run(None, {INPUT_NAME: x})[0]
     assert got.shape == (5, bundle.manifest.index_dims)
     np.testing.assert_allclose(got, x @ np.asarray(bundle.form.query_map()).T, atol=1e-5, rtol=0)
+
+
+def test_a_form_not_served_exactly_is_bundled_without_an_encoder(tmp_path: Path) -> None:
+    vocab = Vocabulary.build(TEXTS, min_df=1)
+    form = random_form("hashkernel", 1, vocab.size)
+    write_form(tmp_path / "hk", form, vocab)
+    bundle = load_bundle(tmp_path / "hk")
+    assert bundle.manifest.index_dims == 0 and bundle.manifest.arrays == {"W": [HASH_SIZE], "w": [vocab.size]}
+    assert not bundle.encoder_path.exists() and "encoder.onnx" not in bundle.manifest.files
+    with pytest.raises(ValueError, match="form 'hashkernel' has no query encoder"):
+        write_bundle(tmp_path / "x", form=form, vocab=vocab, encoder_onnx=b"onnx")
+    lowrank = random_form("lowrank", 3, vocab.size)
+    with pytest.raises(ValueError, match="form 'lowrank' is served exactly: it needs its query encoder"):
+        write_bundle(tmp_path / "y", form=lowrank, vocab=vocab, encoder_onnx=None)
 
 
 def test_rewrite_replaces_atomically(bundle_dir: Path) -> None:

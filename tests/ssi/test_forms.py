@@ -11,10 +11,14 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ssi.forms import FORMS, Form, FormError, form_class
+from ssi.forms import FORMS, DocumentKeys, Form, FormError, form_class
+from ssi.forms.hashkernel import PRIME
 from ssi.products import DocMatrix
 
 D, N = 40, 5
+H = 97  # hash buckets of the hash-kernel form (below D² = 1600: pairs collide)
+F = 8  # hashed slots of the correlated-hashing form (the last F of the D columns)
+SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
 
 
 @pytest.fixture
@@ -30,12 +34,16 @@ def matrices() -> tuple[sp.csr_matrix, sp.csr_matrix]:
 
 
 def make(name: str, seed: int = 0) -> Form:
+    """Random arrays; a keyed form (halftrans) holds vectors for documents these tests never pass (all fall back)."""
     rng = np.random.default_rng(seed)
     cls = form_class(name)
-    return cls({k: rng.normal(size=s).astype(np.float32) for k, s in cls.shapes(N, D).items()})
+    keys = DocumentKeys(("elsewhere-1", "elsewhere-2"), ("0" * 16, "1" * 16))
+    shapes = cls.shapes(N, D, H=H, T=len(keys), F=F)
+    arrays = {k: rng.normal(size=s).astype(np.float32) for k, s in shapes.items()}
+    return cls(arrays, keys) if cls.keyed else cls(arrays)
 
 
-@pytest.mark.parametrize("name", sorted(FORMS))
+@pytest.mark.parametrize("name", SERVED)
 def test_reference_score_is_index_product_plus_diagonal(name: str, matrices) -> None:
     Q, X = matrices
     form = make(name)
@@ -75,6 +83,36 @@ def test_forms_without_semantics_and_without_identity(matrices) -> None:
     np.testing.assert_allclose(
         noid.reference_scores(Q, docs), (Q.toarray() @ U.T) @ (X.toarray() @ V.T).T, rtol=1e-4, atol=1e-4
     )
+
+
+def test_hash_kernel_is_the_hashed_pair_sum_plus_its_diagonal(matrices) -> None:
+    """f(q, d) = Σ_{i,j} q_i d_j W[mod(i·P + j, H)] + Σ_i w_i q_i d_i, pair by pair (H below D: windows wrap too)."""
+    Q, X = matrices
+    for hash_size in (H, 13):
+        form = form_class("hashkernel").shapes(N, D, H=hash_size)
+        rng = np.random.default_rng(hash_size)
+        hk = form_class("hashkernel")({k: rng.normal(size=s).astype(np.float32) for k, s in form.items()})
+        W, w = hk.values["W"].astype(np.float64), hk.values["w"].astype(np.float64)
+        q_rows, d_rows = Q.toarray().astype(np.float64), X.toarray().astype(np.float64)
+        expected = np.zeros((Q.shape[0], X.shape[0]))
+        for b, p in np.ndindex(*expected.shape):
+            for i in np.flatnonzero(q_rows[b]):
+                expected[b, p] += w[i] * q_rows[b, i] * d_rows[p, i]
+                for j in np.flatnonzero(d_rows[p]):
+                    expected[b, p] += q_rows[b, i] * d_rows[p, j] * W[(i * PRIME + j) % hash_size]
+        np.testing.assert_allclose(hk.reference_scores(Q, DocMatrix(X)), expected, rtol=1e-4, atol=1e-5)
+        assert hk.lexical_weights() is not None and hk.hash_size == hash_size
+
+
+def test_hash_kernel_has_no_index_embedding() -> None:
+    form = make("hashkernel")
+    assert not form.served_exactly and form.index_dims == 0
+    with pytest.raises(FormError, match="no query map"):
+        form.query_map()
+    with pytest.raises(FormError, match="no document embedding"):
+        form.embed_documents(sp.csr_matrix((1, D), dtype=np.float32))
+    with pytest.raises(FormError, match="needs the size of H"):
+        form_class("hashkernel").shapes(N, D)
 
 
 def test_bad_arrays_are_refused_with_the_reason() -> None:

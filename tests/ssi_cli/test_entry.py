@@ -148,7 +148,7 @@ def test_dispatch_tables_match_what_each_half_registers() -> None:
     from training.cli import register as register_training
 
     def names(app: typer.Typer) -> set[str]:
-        return {info.name for info in app.registered_commands if info.name}
+        return {info.name for info in [*app.registered_commands, *app.registered_groups] if info.name}
 
     from ssi_cli.words import register as register_words
 

@@ -83,4 +83,4 @@ def test_train_cli_rejects_missing_source(tmp_path: Path) -> None:
     corpus = write(tmp_path / "corpus.jsonl", '{"id": "a", "text": "x"}\n')
     result = CliRunner().invoke(build_app(), ["train", "--corpus", str(corpus), "--out", str(tmp_path / "b")])
     assert result.exit_code != 0
-    assert "either --pairs" in result.output
+    assert "give one of --pairs" in result.output and "--self-pairs" in result.output

@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from ssi.forms import Form
+from ssi.forms import DocumentKeys, Form
 from ssi.products import DocMatrix
+from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
+from training.dice import HashingPlan
 from training.loss import margin_ranking
 from training.models import REGISTRY, ModelShape, make_model
 from training.models.block import Block, SparseRows
@@ -27,25 +29,42 @@ TEXTS = [
 def make_block(X: sp.csr_matrix, queries: list[int], n_words: int, with_gram: bool) -> Block:
     Xq = X[queries]
     gram = np.asarray((Xq @ X.T).toarray(), dtype=np.float32) if with_gram else None
-    return Block(queries=SparseRows.of(Xq, n_words), docs=SparseRows.of(X, n_words), gram=gram)
+    rows = np.arange(X.shape[0])
+    return Block(queries=SparseRows.of(Xq, n_words), docs=SparseRows.of(X, n_words), gram=gram, doc_rows=rows)
+
+
+def doc_ids(n: int) -> list[str]:
+    return [f"doc-{i}" for i in range(n)]
 
 
 def exported_scores(export: Form, Xq: sp.csr_matrix, Xd: sp.csr_matrix) -> np.ndarray:
     """f(q, d) as the exported form defines it (its reference score)."""
-    return export.reference_scores(Xq, DocMatrix(Xd))
+    return export.reference_scores(Xq, DocMatrix(Xd, ids=doc_ids(Xd.shape[0])))
 
 
-def shape_of(vocab: Vocabulary, n_dims: int = 4, seed: int = 1) -> ModelShape:
-    return ModelShape(vocab_size=vocab.size, n_dims=n_dims, n_words=vocab.size, init_scale=0.3, lr=0.1, seed=seed)
+def shape_of(vocab: Vocabulary, n_dims: int = 4, seed: int = 1, n_words: int | None = None) -> ModelShape:
+    documents = DocumentKeys.of(doc_ids(len(TEXTS)), vocab.featurize(TEXTS))  # halftrans: one vector per text
+    return ModelShape(
+        vocab_size=vocab.size,
+        n_dims=n_dims,
+        n_words=n_words or vocab.size,
+        init_scale=0.3,
+        lr=0.1,
+        seed=seed,
+        documents=documents,
+    )
 
 
 @pytest.mark.parametrize("kind", sorted(REGISTRY))
 def test_training_scores_equal_exported_form(kind: str) -> None:
     vocab = Vocabulary.build(TEXTS, min_df=1)
+    n_words = vocab.size
+    if kind == "cfh":  # rows [x_D ; h]: the other words and 2-grams hashed onto the top 4 (training.dice)
+        vocab, n_words = HashingPlan(4, k=2, min_df=1).build([tokenize(t) for t in TEXTS], vocab), 4
     X = vocab.featurize(TEXTS)
-    model = make_model(kind, shape_of(vocab))
+    model = make_model(kind, shape_of(vocab, n_words=n_words))
     assert model.export().name == kind
-    block = make_block(X, [0, 2], vocab.size, model.needs_gram)
+    block = make_block(X, [0, 2], n_words, model.needs_gram)
     # A few updates first, so V (zero at start) and the learned weights are not at their start.
     rng = np.random.default_rng(0)
     for _ in range(3):

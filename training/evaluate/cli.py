@@ -86,8 +86,8 @@ def _build_task(
         return doc_doc_task(docs, judged, trained)
     if queries is None or qrels is None:
         raise UsageError("--queries and --qrels go together")
-    if pairs is not None or keywords:
-        raise UsageError("--pairs and --keywords are for document links, not BEIR queries")
+    if keywords:
+        raise UsageError("--keywords is for document links, not BEIR queries")
     if split not in SPLITS:
         raise UsageError(f"--split must be one of {', '.join(SPLITS)}, got {split!r}")
     judgments = read_qrels(qrels)
@@ -99,7 +99,9 @@ def _build_task(
             raise UsageError(f"{qrels}: cannot split: {exc}") from None
         judgments = valid_part if split == "valid" else train_part
         name = f"beir-{split}"
-    return beir_task(docs, read_beir_queries(queries), judgments, name=name)
+    # --pairs with queries (e.g. the training clicks of an adverts log, as qrels): filtered setting.
+    known = read_qrels(pairs) if pairs is not None else []
+    return beir_task(docs, read_beir_queries(queries), judgments, name=name, known=known)
 
 
 @contextmanager
@@ -123,9 +125,7 @@ def eval_command(
     corpus: Annotated[
         Path, typer.Option(help="Corpus JSONL (gzip or not): id (or _id), title, text.", rich_help_panel=DATA)
     ],
-    out: Annotated[
-        Path, typer.Option(help="Folder for results.json and results.md.", rich_help_panel=DATA)
-    ],
+    out: Annotated[Path, typer.Option(help="Folder for results.json and results.md.", rich_help_panel=DATA)],
     bundle: Annotated[
         list[Path] | None,
         typer.Option(
@@ -147,7 +147,9 @@ def eval_command(
     pairs: Annotated[
         Path | None,
         typer.Option(
-            help="Training links: left out of each query's ranking (the filtered setting).", rich_help_panel=TASK
+            help="Training links (or, with --queries, training qrels such as an adverts log's clicks): left out "
+            "of each query's ranking (the filtered setting).",
+            rich_help_panel=TASK,
         ),
     ] = None,
     keywords: Annotated[
@@ -187,14 +189,10 @@ def eval_command(
     max_queries: Annotated[
         int, typer.Option(help="Evaluate a fixed-seed sample of this many queries (0: all).", rich_help_panel=TASK)
     ] = 0,
-    seed: Annotated[
-        int, typer.Option(help="Seed of keyword sampling and query samples.", rich_help_panel=TASK)
-    ] = 0,
+    seed: Annotated[int, typer.Option(help="Seed of keyword sampling and query samples.", rich_help_panel=TASK)] = 0,
     baselines: Annotated[
         str,
-        typer.Option(
-            help=f"Comma-separated baselines ({', '.join(BASELINES)}), or 'none'.", rich_help_panel=SCORERS
-        ),
+        typer.Option(help=f"Comma-separated baselines ({', '.join(BASELINES)}), or 'none'.", rich_help_panel=SCORERS),
     ] = ",".join(BASELINES),
     tune: Annotated[
         bool,
@@ -272,9 +270,7 @@ def eval_command(
                 own, shared = features, (ctx.tfidf.docs if names else None)
             else:
                 own, shared = TextFeatures(loaded.vocab, tokens), None
-            scorers[name] = FormScorer.from_bundle(
-                loaded, docs, features=own, doc_matrix=shared, block_size=block_size
-            )
+            scorers[name] = FormScorer.from_bundle(loaded, docs, features=own, doc_matrix=shared, block_size=block_size)
         tune_task = task.subset(tune_queries, seed) if tune else None
         tuning: dict[str, Any] = {}
         if names and "tfidf" not in names:

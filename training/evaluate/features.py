@@ -58,7 +58,7 @@ class TextFeatures:
         self._to_vocab = np.zeros(0, dtype=np.int32)
         self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         # Our fast path re-implements one tf scheme; any other falls back to the vocabulary's own.
-        self._fast = vocab.tf_scheme == TF_SCHEME == "log1p-idf-l2"
+        self._fast = vocab.tf_scheme == TF_SCHEME == "log1p-idf-l2" and vocab.hashing is None  # no hashed block
 
     @property
     def size(self) -> int:

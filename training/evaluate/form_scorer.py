@@ -26,7 +26,7 @@ from training.evaluate.scorer import DEFAULT_BLOCK, VectorScorer
 
 def same_vocabulary(a: Vocabulary, b: Vocabulary) -> bool:
     """Same words in the same order with the same idf: the same tf-idf vectors."""
-    return a is b or (a.words == b.words and np.array_equal(a.idf, b.idf))
+    return a is b or (a.words == b.words and np.array_equal(a.idf, b.idf) and a.hashing is b.hashing is None)
 
 
 class FormScorer(VectorScorer):
@@ -42,7 +42,11 @@ class FormScorer(VectorScorer):
         doc_matrix: sp.csr_matrix | DocMatrix | None = None,
         block_size: int = DEFAULT_BLOCK,
     ) -> None:
-        """Give `docs` (featurized here) or their tf-idf `doc_matrix` (reused as is)."""
+        """Give `docs` (featurized here) or their tf-idf `doc_matrix` (reused as is).
+
+        With `docs`, the form also gets their ids: a form with per-document vectors (halftrans) uses
+        them for the documents it was trained on and the functional map for any other.
+        """
         if form.vocab_size != vocab.size:
             raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
         self.vocab = vocab
@@ -55,6 +59,8 @@ class FormScorer(VectorScorer):
                 raise ValueError("give the documents or their tf-idf matrix")
             doc_matrix = self.features([d.full_text for d in docs])
         self.docs = DocMatrix(doc_matrix) if not isinstance(doc_matrix, DocMatrix) else doc_matrix
+        if docs is not None and self.docs.ids is None:
+            self.docs = self.docs.with_ids([d.id for d in docs])
         if self.docs.n_features != vocab.size:
             raise ValueError(f"document matrix has {self.docs.n_features} features, vocabulary {vocab.size}")
         self.block_size = block_size

@@ -64,9 +64,7 @@ def summarize(values: np.ndarray) -> MetricSummary:
 
 def _check(scores: np.ndarray, relevant: sp.csr_matrix, excluded: sp.csr_matrix) -> None:
     if scores.ndim != 2 or scores.shape != relevant.shape or scores.shape != excluded.shape:
-        raise ValueError(
-            f"scores {scores.shape} do not match judgments {relevant.shape} / exclusions {excluded.shape}"
-        )
+        raise ValueError(f"scores {scores.shape} do not match judgments {relevant.shape} / exclusions {excluded.shape}")
     if not np.isfinite(scores).all():
         raise ValueError("scores contain NaN or infinite values")
 

@@ -236,9 +236,7 @@ def doc_doc_task(
         raise TaskError(_no_queries_message(n_eval, n_unknown_q + n_unknown_d, unknown))
     qrels = {d.id: frozenset(relevant[d.id]) for d in query_docs}
     overlap = sum(len(qrels[q] & trained.get(q, set())) for q in qrels)
-    excluded = {
-        q: frozenset(({q} | (trained.get(q, set()) if filtered else set())) - qrels[q]) for q in qrels
-    }
+    excluded = {q: frozenset(({q} | (trained.get(q, set()) if filtered else set())) - qrels[q]) for q in qrels}
     stats = TaskStats(
         eval_pairs=n_eval,
         train_pairs=n_train,
@@ -299,8 +297,13 @@ def beir_task(
     qrels: Iterable[Pair],
     *,
     name: str = "beir",
+    known: Iterable[Pair] = (),
 ) -> RetrievalTask:
-    """Natural-language queries judged by qrels; queries without a usable judgment are skipped."""
+    """Natural-language queries judged by qrels; queries without a usable judgment are skipped.
+
+    `known` (the filtered setting, e.g. the training clicks of a page): those documents are left out
+    of their query's ranking unless judged relevant, as `doc_doc_task` does with training links.
+    """
     doc_ids = tuple(d.id for d in docs)
     known_docs = set(doc_ids)
     query_text: dict[str, str] = {}
@@ -328,6 +331,12 @@ def beir_task(
     kept = [q for q in queries if relevant.get(q.id)]
     if not kept:
         raise TaskError(_no_queries_message(n_pairs, n_unknown_q + n_unknown_d, unknown))
+    excluded: dict[str, set[str]] = {}
+    n_known = 0
+    for pair in known:
+        n_known += 1
+        if pair.doc_id in known_docs and pair.doc_id not in relevant.get(pair.query_id, ()):
+            excluded.setdefault(pair.query_id, set()).add(pair.doc_id)
     stats = TaskStats(
         eval_pairs=n_pairs,
         unknown_query_pairs=n_unknown_q,
@@ -335,6 +344,7 @@ def beir_task(
         duplicate_pairs=n_dup,
         queries_without_relevant=len(queries) - len(kept),
         unknown_examples=tuple(unknown),
+        train_pairs=n_known,
     )
     return RetrievalTask(
         name=name,
@@ -342,7 +352,7 @@ def beir_task(
         query_ids=tuple(q.id for q in kept),
         query_texts=tuple(q.text for q in kept),
         qrels={q.id: frozenset(relevant[q.id]) for q in kept},
-        excluded={},
+        excluded={q.id: frozenset(excluded[q.id]) for q in kept if q.id in excluded},
         primary_metric="ndcg@10",
         stats=stats,
     )

@@ -7,14 +7,18 @@ from __future__ import annotations
 
 from ssi.forms import Form
 from training.models.base import ModelShape, SSIModel
+from training.models.cfh import CorrelatedHashing
 from training.models.diagonal import Diagonal
 from training.models.fullw import FullW
+from training.models.halftrans import HalfTransductive
+from training.models.hashkernel import HashKernel
 from training.models.lowrank import LowRank, NoIdentity, Symmetric
 from training.models.psi3 import PSI3
 
 REGISTRY: dict[str, type[SSIModel]] = {
-    cls.kind: cls for cls in (LowRank, Symmetric, NoIdentity, Diagonal, FullW, PSI3)
+    cls.kind: cls for cls in (LowRank, Symmetric, NoIdentity, Diagonal, FullW, PSI3, HashKernel, HalfTransductive)
 }
+REGISTRY[CorrelatedHashing.kind] = CorrelatedHashing
 
 
 def make_model(kind: str, shape: ModelShape, init: Form | None = None, warm_lr_scale: float = 1.0) -> SSIModel:

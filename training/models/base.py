@@ -12,7 +12,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from ssi.forms import Form
+from ssi.forms import DocumentKeys, Form
 from training.models.block import Block
 
 
@@ -24,6 +24,9 @@ class ModelShape:
     init_scale: float
     lr: float
     seed: int
+    hash_size: int = 1 << 20  # H: buckets of hashed word pairs (the hashkernel kind)
+    gamma: float = 1.0  # γ of the half-transductive regularizer (paper 004, eq. 6)
+    documents: DocumentKeys | None = None  # the training documents, by row (kinds with per-document vectors)
 
 
 class SSIModel(ABC):
@@ -31,6 +34,8 @@ class SSIModel(ABC):
     description: ClassVar[str]
     # Whether the trainer must supply the fixed tf-idf block q·d (False when the kind learns it).
     needs_gram: ClassVar[bool] = True
+    # Whether the kind learns a vector per training document (the trainer then supplies ModelShape.documents).
+    per_document: ClassVar[bool] = False
 
     def __init__(self, shape: ModelShape) -> None:
         self.shape = shape

@@ -65,3 +65,16 @@ class Block:
     queries: SparseRows
     docs: SparseRows
     gram: np.ndarray | None  # B × P tf-idf inner products q·d (None when the model learns them)
+    doc_rows: np.ndarray | None = None  # P: the pool's document rows (of the training corpus)
+    triples: Triples | None = None  # the step's triples, set once negatives are drawn (before `update`)
+
+
+@dataclass(frozen=True)
+class Triples:
+    """A step's (query, positive, negative) triples as block indices, for kinds with a loss of their own."""
+
+    query: np.ndarray  # T, index into the block's queries
+    pos: np.ndarray  # T, index into the pool
+    neg: np.ndarray  # T, index into the pool
+    valid: np.ndarray  # T bool: the triple found a valid negative
+    margin: float

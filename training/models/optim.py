@@ -30,7 +30,13 @@ class RowAdagrad:
             self.weight.addcdiv_(grad, self.accumulator.sqrt().add_(EPS), value=-self.lr)
             return
         index = torch.from_numpy(rows.astype(np.int64))
-        g = grad.index_select(0, index)
+        self.step_rows(grad.index_select(0, index), rows)
+
+    def step_rows(self, g: torch.Tensor, rows: np.ndarray) -> None:
+        """Apply `g`, the gradients of `rows` alone (len(rows) × dims, rows distinct; `g` is overwritten)."""
+        if rows.size == 0:
+            return
+        index = torch.from_numpy(rows.astype(np.int64))
         acc = self.accumulator.index_select(0, index).addcmul_(g, g)
         self.accumulator.index_copy_(0, index, acc)
         self.weight.index_add_(0, index, g.div_(acc.sqrt_().add_(EPS)), alpha=-self.lr)

@@ -17,9 +17,7 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu x
 
 def make_docs(n: int = 6) -> list[Document]:
     rng = np.random.default_rng(1)
-    return [
-        Document(f"d{i}", f"Title {i}", " ".join(rng.choice(WORDS, size=40).tolist())) for i in range(n)
-    ]
+    return [Document(f"d{i}", f"Title {i}", " ".join(rng.choice(WORDS, size=40).tolist())) for i in range(n)]
 
 
 def test_doc_doc_task_filters_the_query_and_its_training_links() -> None:

@@ -78,9 +78,7 @@ def _build_bm25(ctx: BaselineContext, p: dict[str, Any]) -> Scorer:
 BASELINES: dict[str, BaselineSpec] = {
     spec.name: spec
     for spec in (
-        BaselineSpec(
-            "tfidf", "tf-idf cosine", lambda ctx, p: ctx.tfidf, lambda ctx: {}, lambda ctx: [{}]
-        ),
+        BaselineSpec("tfidf", "tf-idf cosine", lambda ctx, p: ctx.tfidf, lambda ctx: {}, lambda ctx: [{}]),
         BaselineSpec(
             "bm25",
             "BM25",

@@ -1,6 +1,6 @@
 """tf-idf cosine: the baseline every table is read against.
 
-    f(q, d) = q · d        q, d unit tf-idf vectors, x_i = (1 + log tf_i) · idf_i
+f(q, d) = q · d        q, d unit tf-idf vectors, x_i = (1 + log tf_i) · idf_i
 """
 
 from __future__ import annotations

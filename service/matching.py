@@ -1,0 +1,140 @@
+"""Adverts for a page: the exact filtered top k of an adverts collection, with why each advert matched.
+
+A page is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS heaviest words, as
+`/similar` does. The ranking is the collection's exact search (service.model_state: f(q, d) =
+(U q)·(V d) + Σ w_i q_i d_i over cached V d, so a match costs N multiplications per advert scanned).
+
+Filters never starve: the search asks for the exact top `want` adverts, keeps those the filter
+admits (in order, so they are the exact top of the admitted ones), and when fewer than k are left
+it asks again for four times as many, up to every advert of the collection. A request therefore
+gets k adverts whenever k adverts are admitted, and fewer only when fewer exist.
+
+Why an advert matched, in words: `shared` are the words of both texts, by q_i d_i (their share of
+the lexical part when the form has the identity term); `related` are the page words that pulled the
+advert most through the semantic part, word i contributing q_i (U e_i)·(V d) (the query map is
+linear, so these shares add up to the semantic score). A good content match often has no shared
+word and only related ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.adverts import AdFilter, AdvertBook, AdvertMeta
+from service.bounds import cut_long_text
+from service.collection import Collection
+from service.model_state import ModelState
+from service.settings import Settings
+
+EXPLAIN_WORDS = 5  # shared and related words reported per advert
+GROWTH = 4  # how much more a filtered search asks for when the admitted adverts fall short
+
+
+@dataclass(frozen=True, slots=True)
+class AdHit:
+    id: str
+    title: str
+    text: str
+    meta: AdvertMeta
+    score: float
+    semantic: float
+    lexical: float
+    shared: list[str]
+    related: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class PageMatch:
+    hits: list[AdHit]
+    page_words: int  # distinct page words the model knows (after the cut)
+    ranked: int  # adverts ranked exactly to fill the page's k (grows with a selective filter)
+
+
+def match_pages(
+    collection: Collection,
+    book: AdvertBook,
+    settings: Settings,
+    pages: Sequence[str],
+    k: int,
+    ad_filter: AdFilter,
+) -> list[PageMatch]:
+    """The exact top k admitted adverts of each page text."""
+    collection.require_type("adverts", "/match")
+    state = collection.ready_state()
+    return [_match_one(collection, book, settings, state, cut_long_text(text, settings.max_page_chars), k, ad_filter)
+            for text in pages]  # fmt: skip
+
+
+def _match_one(
+    collection: Collection,
+    book: AdvertBook,
+    settings: Settings,
+    state: ModelState,
+    text: str,
+    k: int,
+    ad_filter: AdFilter,
+) -> PageMatch:
+    pool = settings.candidate_pool if state.config.index_type == "hnsw" else settings.scan_pool
+    want = k
+    while True:
+        n_live = state.table.n_live
+        (result,) = state.search([text], want, pool=pool, max_words=settings.max_page_words)
+        meta = book.get_many(result.doc_ids)
+        chosen = [j for j, ad_id in enumerate(result.doc_ids) if ad_filter.admits(meta[ad_id])][:k]
+        if len(chosen) >= k or len(result.doc_ids) < want or want >= n_live:
+            break
+        want = min(n_live, want * GROWTH)
+    ids = [result.doc_ids[j] for j in chosen]
+    stored = collection.get_many(ids)
+    ids = [ad_id for ad_id in ids if ad_id in stored]  # deleted between the ranking and this lookup
+    texts = [stored[ad_id].as_document().full_text for ad_id in ids]
+    shared, related = explain(state, settings, text, ids, texts)
+    position = {result.doc_ids[j]: j for j in chosen}
+    hits = [
+        AdHit(
+            id=ad_id,
+            title=stored[ad_id].title,
+            text=stored[ad_id].text,
+            meta=meta[ad_id],
+            score=result.scores[position[ad_id]],
+            semantic=result.semantic[position[ad_id]],
+            lexical=result.lexical[position[ad_id]],
+            shared=shared[i],
+            related=related[i],
+        )
+        for i, ad_id in enumerate(ids)
+    ]
+    return PageMatch(hits=hits, page_words=result.query_words, ranked=result.candidates)
+
+
+def explain(
+    state: ModelState, settings: Settings, page: str, ids: list[str], ads: list[str]
+) -> tuple[list[list[str]], list[list[str]]]:
+    """(shared words, related page words) of each advert (`ids`, their texts `ads`), strongest first."""
+    if not ads:
+        return [], []
+    embedder = state.embedder
+    vocab = embedder.bundle.vocab
+    q = embedder.featurize([page], settings.max_page_words)
+    q_ids, q_vals = q.indices, q.data
+    ad_tfidf = embedder.featurize(ads)
+    ad_embedded = embedder.embed_documents(ad_tfidf, ids)  # [ads, M], as the index holds them
+    page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
+    # contribution[a, i] = q_i (U e_i)·(V d_a): the page words' shares of each advert's semantic part
+    contribution = (ad_embedded @ page_map) * q_vals[None, :]
+    shared_all, related_all = [], []
+    for a in range(len(ads)):
+        start, end = ad_tfidf.indptr[a], ad_tfidf.indptr[a + 1]
+        d = dict(zip(ad_tfidf.indices[start:end].tolist(), ad_tfidf.data[start:end].tolist(), strict=True))
+        # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
+        shares = sorted(
+            ((float(v) * d[i], i) for i, v in zip(q_ids.tolist(), q_vals.tolist(), strict=True) if i in d),
+            reverse=True,
+        )
+        shared_all.append([vocab.feature_name(i) for _, i in shares[:EXPLAIN_WORDS]])
+        order = np.argsort(-contribution[a])[:EXPLAIN_WORDS]
+        related_all.append([vocab.feature_name(int(q_ids[j])) for j in order.tolist() if contribution[a, j] > 0])
+    return shared_all, related_all

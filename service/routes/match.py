@@ -1,0 +1,268 @@
+"""`POST /match`: the adverts for a web page, and the advert writes (add, update, pause, delete).
+
+The routes address an adverts collection: `/collections/{name}/match`, or `/match` for the one
+adverts collection the service hosts. A page is its text, the id of a document of a documents
+collection, or a batch of texts. Advert writes go through the keyed write path like documents
+(`PUT /adverts/{id}` stores the text in the collection and the metadata in its book, metadata
+first, so an advert written paused is never matched even for a moment); `PATCH` changes metadata
+only (pause, resume), which is instant since the index is untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+from starlette.concurrency import run_in_threadpool
+
+from service.advert_schemas import (
+    AdMatch,
+    AdvertBody,
+    AdvertOut,
+    AdvertPatch,
+    MatchRequest,
+    MatchResponse,
+    PageMatchOut,
+)
+from service.adverts import AdvertBook, AdvertBooks, AdvertMeta
+from service.bounds import check_document_id, check_documents, shown
+from service.catalog import Catalog
+from service.collection import Collection
+from service.deps import ApiKeyDep, CatalogDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
+from service.errors import InvalidInput, NotFound, error_responses
+from service.matching import PageMatch, match_pages
+from service.routes.documents import LookupId, WrittenId
+from service.schemas import DeleteResponse, DocumentIn, WriteResponse
+from ssi.records import Document
+
+read_router = APIRouter(tags=["adverts"])
+write_router = APIRouter(tags=["adverts"], route_class=WriteRoute)
+
+# 401: a read key; 404: an unknown collection or page document; 409: not an adverts collection.
+MATCH_ERRORS = (400, 401, 404, 409, 413, 422, 429, 503)
+WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 503)
+
+
+def adverts_collection(request: Request, catalog: CatalogDep) -> Collection:
+    """The collection named in the path, else the service's one adverts collection."""
+    name = request.path_params.get("collection")
+    if name is not None:
+        collection = catalog.get(name)
+    else:
+        hosted = [c for c in catalog.collections.values() if c.type == "adverts"]
+        if len(hosted) != 1:
+            raise NotFound(
+                "this service hosts no adverts collection"
+                if not hosted
+                else "this service hosts several adverts collections: use /collections/{name}/match"
+            )
+        collection = hosted[0]
+    collection.require_type("adverts", "/match and /adverts")
+    return collection
+
+
+def advert_books(request: Request) -> AdvertBooks:
+    return request.app.state.adverts
+
+
+AdvertsDep = Annotated[Collection, Depends(adverts_collection)]
+BooksDep = Annotated[AdvertBooks, Depends(advert_books)]
+
+
+def _page_texts(body: MatchRequest, catalog: Catalog) -> list[str]:
+    given = [name for name in ("page", "page_id", "pages") if getattr(body, name) is not None]
+    if len(given) != 1:
+        raise InvalidInput("give exactly one of page (a text), page_id (a stored document) and pages (a batch)")
+    if body.documents is not None and body.page_id is None:
+        raise InvalidInput("documents names the collection of page_id: give page_id with it")
+    if body.page is not None:
+        texts = [body.page]
+    elif body.pages is not None:
+        if not body.pages:
+            raise InvalidInput("pages is empty")
+        texts = body.pages
+    else:
+        return []  # read from the store in the worker thread
+    for i, text in enumerate(texts):
+        field = "page" if body.page is not None else f"pages[{i}]"
+        if not text.strip():
+            raise InvalidInput(f"{field} is empty")
+        if "\x00" in text:
+            raise InvalidInput(f"{field} contains a NUL character")
+    return texts
+
+
+def _stored_page(body: MatchRequest, catalog: Catalog) -> str:
+    assert body.page_id is not None
+    documents = catalog.get(body.documents)
+    documents.require_type("documents", "page_id")
+    return documents.get(body.page_id).as_document().full_text
+
+
+def _out(match: PageMatch) -> PageMatchOut:
+    return PageMatchOut(
+        ads=[
+            AdMatch(
+                id=hit.id,
+                title=hit.title,
+                text=hit.text,
+                score=hit.score,
+                semantic=hit.semantic,
+                lexical=hit.lexical,
+                category=hit.meta.category,
+                advertiser=hit.meta.advertiser,
+                budget=hit.meta.budget,
+                shared_words=hit.shared,
+                related_words=hit.related,
+            )  # fmt: skip
+            for hit in match.hits
+        ],
+        page_words=match.page_words,
+        ranked=match.ranked,
+    )
+
+
+@read_router.post(
+    "/match",
+    response_model=MatchResponse,
+    summary="The adverts for a web page (or a batch of pages)",
+    description=(
+        "Ranks the adverts collection for the page by the exact score f = semantic + lexical, keeps the "
+        "adverts the filters admit (a paused advert never), and returns the top k of them with the score "
+        "split and the words that made each match: a filter never returns fewer than k adverts while k "
+        "admitted ones exist. A page is cut like /similar's stored document, never refused for its length "
+        "within the body bound (SSI_MAX_BODY_BYTES, 8 MiB: a larger body gets 413)."
+    ),
+    responses=error_responses(*MATCH_ERRORS),
+)
+async def match(
+    body: MatchRequest,
+    collection: AdvertsDep,
+    books: BooksDep,
+    catalog: CatalogDep,
+    settings: SettingsDep,
+    limiter: SearchLimiterDep,
+) -> MatchResponse:
+    texts = _page_texts(body, catalog)
+    if body.pages is not None and len(body.pages) > settings.max_batch:
+        raise InvalidInput(f"at most {settings.max_batch} pages per batch (got {len(body.pages)})")
+    if not 1 <= body.k <= settings.max_k:
+        raise InvalidInput(f"k must be between 1 and {settings.max_k} (got {body.k})")
+    if len(texts) * body.k > settings.max_batch_hits:
+        raise InvalidInput(f"pages × k must be at most {settings.max_batch_hits}")
+    started = time.perf_counter()
+
+    def work() -> list[PageMatch]:
+        pages = texts or [_stored_page(body, catalog)]
+        return match_pages(collection, books.get(collection), settings, pages, body.k, body.filters)
+
+    results = await limiter.run(work)
+    took = (time.perf_counter() - started) * 1000
+    return MatchResponse(collection=collection.name, results=[_out(r) for r in results], took_ms=round(took, 3))
+
+
+def _advert_out(collection: Collection, book: AdvertBook, ad_id: str) -> AdvertOut:
+    doc = collection.get(ad_id)
+    meta = book.get(ad_id)
+    return AdvertOut(
+        collection=collection.name, id=doc.id, title=doc.title, text=doc.text, active=meta.active,
+        category=meta.category, advertiser=meta.advertiser, budget=meta.budget, seq=doc.seq,
+    )  # fmt: skip
+
+
+@read_router.get(
+    "/adverts/{ad_id:docid}",
+    response_model=AdvertOut,
+    summary="One advert with its metadata",
+    responses=error_responses(401, 404, 409, 422, 503),
+)
+async def get_advert(ad_id: LookupId, collection: AdvertsDep, books: BooksDep) -> AdvertOut:
+    return await run_in_threadpool(lambda: _advert_out(collection, books.get(collection), ad_id))
+
+
+@write_router.put(
+    "/adverts/{ad_id:writtenid}",
+    response_model=WriteResponse,
+    summary="Add or replace one advert (text and metadata)",
+    responses=error_responses(*WRITE_ERRORS),
+)
+async def put_advert(
+    ad_id: WrittenId,
+    body: AdvertBody,
+    _: ApiKeyDep,
+    collection: AdvertsDep,
+    books: BooksDep,
+    settings: SettingsDep,
+    limiter: WriteLimiterDep,
+) -> WriteResponse:
+    check_documents(settings, [DocumentIn(id=ad_id, title=body.title, text=body.text)], field="advert")
+    meta = AdvertMeta(active=body.active, category=body.category, advertiser=body.advertiser, budget=body.budget)
+
+    def write() -> list[int]:
+        collection.check_writable()  # refuse before the metadata changes
+        state = collection.ready_state()
+        state.embedder.prepare([Document(id=ad_id, title=body.title, text=body.text)])  # refuse a text it cannot take
+        books.get(collection).put_many([(ad_id, meta)])
+        return collection.put([Document(id=ad_id, title=body.title, text=body.text)])
+
+    seqs = await limiter.run(write)
+    return WriteResponse(collection=collection.name, ids=[ad_id], seq=seqs[-1])
+
+
+@write_router.patch(
+    "/adverts/{ad_id:writtenid}",
+    response_model=AdvertOut,
+    summary="Change an advert's metadata: pause (active false), resume, recategorize",
+    responses=error_responses(*WRITE_ERRORS),
+)
+async def patch_advert(
+    ad_id: WrittenId,
+    body: AdvertPatch,
+    _: ApiKeyDep,
+    collection: AdvertsDep,
+    books: BooksDep,
+    settings: SettingsDep,
+    limiter: WriteLimiterDep,
+) -> AdvertOut:
+    check_document_id(settings, ad_id)
+    changes = body.model_dump(exclude_unset=True)
+    if not changes:
+        raise InvalidInput("nothing to change: give active, category, advertiser or budget")
+    if any(changes.get(name) is None for name in ("active", "budget") if name in changes):
+        raise InvalidInput("active and budget must be true or false")
+
+    def write() -> AdvertOut:
+        collection.check_writable()
+        book = books.get(collection)
+        if collection.get_many([ad_id]).get(ad_id) is None:
+            raise NotFound(f"no advert with id {shown(ad_id)} in collection '{collection.name}'")
+        book.update(ad_id, **changes)
+        return _advert_out(collection, book, ad_id)
+
+    return await limiter.run(write)
+
+
+@write_router.delete(
+    "/adverts/{ad_id:writtenid}",
+    response_model=DeleteResponse,
+    summary="Delete one advert (text and metadata)",
+    responses=error_responses(401, 403, 404, 409, 422, 429, 503),
+)
+async def delete_advert(
+    ad_id: WrittenId,
+    _: ApiKeyDep,
+    collection: AdvertsDep,
+    books: BooksDep,
+    settings: SettingsDep,
+    limiter: WriteLimiterDep,
+) -> DeleteResponse:
+    check_document_id(settings, ad_id)
+
+    def write() -> int:
+        seq = collection.delete(ad_id)
+        books.get(collection).delete(ad_id)
+        return seq
+
+    seq = await limiter.run(write)
+    return DeleteResponse(collection=collection.name, id=ad_id, deleted=True, seq=seq)
