@@ -12,8 +12,9 @@ import unicodedata
 
 TOKENIZER_VERSION = "words-nfkc-casefold-v1"
 
-_WORD = re.compile(r"\w+")
 MAX_WORD_CHARS = 40
+# Whole runs of at most MAX_WORD_CHARS word characters: a longer run matches nowhere (no boundary inside it).
+_WORD = re.compile(rf"\b\w{{1,{MAX_WORD_CHARS}}}\b")
 
 
 def tokenize(text: str) -> list[str]:
@@ -21,7 +22,7 @@ def tokenize(text: str) -> list[str]:
     # Underscores are word characters to `\w`; turning them into spaces first is twice as fast
     # as a pattern that excludes them.
     normalized = unicodedata.normalize("NFKC", text).casefold().replace("_", " ")
-    return [w for w in _WORD.findall(normalized) if len(w) <= MAX_WORD_CHARS]
+    return _WORD.findall(normalized)
 
 
 def bigrams(tokens: list[str]) -> list[str]:

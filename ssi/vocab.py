@@ -14,6 +14,7 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from itertools import chain, repeat
 
 import numpy as np
 import scipy.sparse as sp
@@ -104,30 +105,34 @@ class Vocabulary:
         return matrix
 
     def _word_rows(self, token_lists: Sequence[Sequence[str]]) -> sp.csr_matrix:
-        """Unit tf-idf rows over the D words."""
-        indptr = np.zeros(len(token_lists) + 1, dtype=np.int64)
-        all_ids: list[np.ndarray] = []
-        all_vals: list[np.ndarray] = []
-        lookup = self._index.get
-        for row, tokens in enumerate(token_lists):
-            ids = [i for i in map(lookup, tokens) if i is not None]
-            if ids:
-                uniq, counts = np.unique(np.asarray(ids, dtype=np.int64), return_counts=True)
-                vals = (1.0 + np.log(counts)).astype(np.float32) * self.idf[uniq]
-                vals /= np.linalg.norm(vals)
-            else:
-                uniq = np.zeros(0, dtype=np.int64)
-                vals = np.zeros(0, dtype=np.float32)
-            all_ids.append(uniq)
-            all_vals.append(vals)
-            indptr[row + 1] = indptr[row] + uniq.shape[0]
-        indices = np.concatenate(all_ids) if all_ids else np.zeros(0, dtype=np.int64)
-        data = np.concatenate(all_vals) if all_vals else np.zeros(0, dtype=np.float32)
+        """Unit tf-idf rows over the D words, for all texts at once.
+
+        Every token of every text is looked up in one pass (dict.get mapped in C), the (row, word)
+        counts come from one sparse matrix that sums duplicates, and the weights and row norms are
+        array operations: no numpy call per text, which is what bounded index builds before.
+        """
+        n_rows = len(token_lists)
+        lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=n_rows)
+        tokens = list(chain.from_iterable(token_lists))
+        ids = np.fromiter(map(self._index.get, tokens, repeat(-1, len(tokens))), dtype=np.int64, count=len(tokens))
+        rows = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
+        known = ids >= 0
+        ids, rows = ids[known], rows[known]
+        index_dtype = np.int32 if ids.shape[0] < np.iinfo(np.int32).max else np.int64
+        counts = sp.csr_matrix(
+            (np.ones(ids.shape[0], dtype=np.float64), (rows.astype(index_dtype), ids.astype(index_dtype))),
+            shape=(n_rows, self.n_words),
+        )
+        counts.sum_duplicates()  # sorts the indices of each row as well
+        values = (1.0 + np.log(counts.data)).astype(np.float32) * self.idf[counts.indices]
+        per_row = np.diff(counts.indptr)
+        entry_rows = np.repeat(np.arange(n_rows), per_row)
+        norms = np.sqrt(np.bincount(entry_rows, weights=values.astype(np.float64) ** 2, minlength=n_rows))
+        values /= norms[entry_rows].astype(np.float32)  # every stored row has a positive norm
         # One index dtype for indices and indptr: scipy mutates mixed-dtype matrices badly in place.
-        index_dtype = np.int32 if indptr[-1] < np.iinfo(np.int32).max else np.int64
         matrix = sp.csr_matrix(
-            (data.astype(np.float32), indices.astype(index_dtype), indptr.astype(index_dtype)),
-            shape=(len(token_lists), self.n_words),
+            (values.astype(np.float32), counts.indices.astype(index_dtype), counts.indptr.astype(index_dtype)),
+            shape=(n_rows, self.n_words),
         )
         matrix.has_sorted_indices = True
         return matrix
