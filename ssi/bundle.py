@@ -37,6 +37,7 @@ from pydantic import BaseModel, Field, ValidationError
 from ssi.feature_hashing import FILES as HASHING_FILES
 from ssi.feature_hashing import HashingError, read_hashing, write_hashing
 from ssi.forms import DocumentKeys, Form, FormError, form_class
+from ssi.idf_table import read_idf_table, write_idf_table
 from ssi.tokenize import TOKENIZER_VERSION
 from ssi.vocab import TF_SCHEME, Vocabulary
 
@@ -116,26 +117,16 @@ def content_hash(files: dict[str, str]) -> str:
 
 
 def _write_vocab(path: Path, vocab: Vocabulary) -> None:
-    with path.open("w", encoding="utf-8") as handle:
-        for word, idf in zip(vocab.words, vocab.idf.tolist(), strict=True):
-            handle.write(f"{word}\t{idf!r}\n")
+    write_idf_table(path, vocab.words, vocab.idf)
 
 
 def read_vocab(path: Path, tokenizer: str, tf_scheme: str) -> Vocabulary:
-    words: list[str] = []
-    idf: list[float] = []
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            word, sep, value = line.rstrip("\n").partition("\t")
-            try:
-                if not sep or not word:
-                    raise ValueError
-                idf.append(float(value))
-            except ValueError:
-                raise BundleError(f"{path}:{number}: expected 'word<TAB>idf'") from None
-            words.append(word)
     try:
-        return Vocabulary(words=words, idf=np.asarray(idf, dtype=np.float32), tokenizer=tokenizer, tf_scheme=tf_scheme)
+        words, idf = read_idf_table(path)
+    except ValueError as exc:
+        raise BundleError(str(exc)) from None
+    try:
+        return Vocabulary(words=words, idf=idf, tokenizer=tokenizer, tf_scheme=tf_scheme)
     except ValueError as exc:
         raise BundleError(f"{path}: {exc}") from None
 

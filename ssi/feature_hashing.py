@@ -29,6 +29,8 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from ssi.idf_table import read_idf_table, write_idf_table
+
 FEATURES_FILE = "cfh_features.tsv"
 TARGETS_FILE = "cfh_targets.npy"
 DICE_FILE = "cfh_dice.npy"
@@ -192,9 +194,7 @@ class CorrelatedHashing:
 
 def write_hashing(directory: Path, hashing: CorrelatedHashing) -> list[str]:
     """Write the map's files into `directory`; returns their names (the bundle hashes them)."""
-    with (directory / FEATURES_FILE).open("w", encoding="utf-8") as handle:
-        for feature, idf in zip(hashing.features, hashing.idf.tolist(), strict=True):
-            handle.write(f"{feature}\t{idf!r}\n")
+    write_idf_table(directory / FEATURES_FILE, hashing.features, hashing.idf)
     np.save(directory / TARGETS_FILE, np.ascontiguousarray(hashing.targets, dtype=np.int32))
     np.save(directory / DICE_FILE, np.ascontiguousarray(hashing.dice, dtype=np.float32))
     return list(FILES)
@@ -202,19 +202,10 @@ def write_hashing(directory: Path, hashing: CorrelatedHashing) -> list[str]:
 
 def read_hashing(directory: Path, entry: dict[str, Any]) -> CorrelatedHashing:
     """The map written by `write_hashing`, checked against the manifest's `entry` (else a `HashingError`)."""
-    features: list[str] = []
-    idf: list[float] = []
-    path = directory / FEATURES_FILE
-    with path.open("r", encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            feature, sep, value = line.rstrip("\n").partition("\t")
-            try:
-                if not sep or not feature:
-                    raise ValueError
-                idf.append(float(value))
-            except ValueError:
-                raise HashingError(f"{path}:{number}: expected 'feature<TAB>idf'") from None
-            features.append(feature)
+    try:
+        features, idf = read_idf_table(directory / FEATURES_FILE)
+    except ValueError as exc:
+        raise HashingError(str(exc)) from None
     try:
         targets = np.load(directory / TARGETS_FILE, allow_pickle=False)
         dice = np.load(directory / DICE_FILE, allow_pickle=False)

@@ -25,6 +25,38 @@ from ssi.tokenize import TOKENIZER_VERSION, tokenize
 TF_SCHEME = "log1p-idf-l2"
 
 
+def tfidf_rows(word_ids: np.ndarray, lengths: np.ndarray, idf: np.ndarray) -> sp.csr_matrix:
+    """The TF_SCHEME rows of texts given as their word ids laid end to end: the one home of the weighting.
+
+    `word_ids` holds each text's tokens as vocabulary ids (−1: not in the vocabulary), texts one
+    after another, `lengths` how many tokens each text has. x_i = (1 + log tf_i) · idf_i, scaled to
+    unit length; a text with no known word is an empty row. All texts at once: the (row, word)
+    counts come from one sparse matrix that sums duplicates, the weights and norms are array
+    operations (no numpy call per text, which bounded index builds before).
+    """
+    n_rows, n_words = lengths.shape[0], idf.shape[0]
+    rows = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
+    known = word_ids >= 0
+    ids, rows = word_ids[known], rows[known]
+    index_dtype = np.int32 if max(ids.shape[0], n_words) < np.iinfo(np.int32).max else np.int64
+    counts = sp.csr_matrix(
+        (np.ones(ids.shape[0], dtype=np.float64), (rows.astype(index_dtype), ids.astype(index_dtype))),
+        shape=(n_rows, n_words),
+    )
+    counts.sum_duplicates()  # sorts each row's indices as well
+    values = (1.0 + np.log(counts.data)).astype(np.float32) * idf[counts.indices]
+    entry_rows = np.repeat(np.arange(n_rows), np.diff(counts.indptr))
+    norms = np.sqrt(np.bincount(entry_rows, weights=values.astype(np.float64) ** 2, minlength=n_rows))
+    values /= norms[entry_rows].astype(np.float32)  # every stored row has a positive norm
+    # One index dtype for indices and indptr: scipy mutates mixed-dtype matrices badly in place.
+    matrix = sp.csr_matrix(
+        (values.astype(np.float32), counts.indices.astype(index_dtype), counts.indptr.astype(index_dtype)),
+        shape=(n_rows, n_words),
+    )
+    matrix.has_sorted_indices = True
+    return matrix
+
+
 @dataclass
 class Vocabulary:
     """Words (id = position) with their idf; built once by the trainer, shipped in the bundle."""
@@ -105,37 +137,11 @@ class Vocabulary:
         return matrix
 
     def _word_rows(self, token_lists: Sequence[Sequence[str]]) -> sp.csr_matrix:
-        """Unit tf-idf rows over the D words, for all texts at once.
-
-        Every token of every text is looked up in one pass (dict.get mapped in C), the (row, word)
-        counts come from one sparse matrix that sums duplicates, and the weights and row norms are
-        array operations: no numpy call per text, which is what bounded index builds before.
-        """
-        n_rows = len(token_lists)
-        lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=n_rows)
+        """Unit tf-idf rows over the D words: every token looked up in one pass (dict.get mapped in C)."""
+        lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=len(token_lists))
         tokens = list(chain.from_iterable(token_lists))
         ids = np.fromiter(map(self._index.get, tokens, repeat(-1, len(tokens))), dtype=np.int64, count=len(tokens))
-        rows = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
-        known = ids >= 0
-        ids, rows = ids[known], rows[known]
-        index_dtype = np.int32 if ids.shape[0] < np.iinfo(np.int32).max else np.int64
-        counts = sp.csr_matrix(
-            (np.ones(ids.shape[0], dtype=np.float64), (rows.astype(index_dtype), ids.astype(index_dtype))),
-            shape=(n_rows, self.n_words),
-        )
-        counts.sum_duplicates()  # sorts the indices of each row as well
-        values = (1.0 + np.log(counts.data)).astype(np.float32) * self.idf[counts.indices]
-        per_row = np.diff(counts.indptr)
-        entry_rows = np.repeat(np.arange(n_rows), per_row)
-        norms = np.sqrt(np.bincount(entry_rows, weights=values.astype(np.float64) ** 2, minlength=n_rows))
-        values /= norms[entry_rows].astype(np.float32)  # every stored row has a positive norm
-        # One index dtype for indices and indptr: scipy mutates mixed-dtype matrices badly in place.
-        matrix = sp.csr_matrix(
-            (values.astype(np.float32), counts.indices.astype(index_dtype), counts.indptr.astype(index_dtype)),
-            shape=(n_rows, self.n_words),
-        )
-        matrix.has_sorted_indices = True
-        return matrix
+        return tfidf_rows(ids, lengths, self.idf)
 
     def featurize_dense(self, texts: Sequence[str]) -> np.ndarray:
         """The dense float32 form the ONNX query encoder takes."""

@@ -3,8 +3,9 @@
 Tokenizing dominates the cost of an evaluation on long documents (Wikispeedia: ~15 s per pass
 over the corpus). A document–document task uses every document as a query, and every scorer and
 every tuning point would tokenize them again; `TokenTable` keeps each distinct text as a compact
-int32 array of word ids instead, and `TextFeatures` turns those ids into the exact tf-idf rows of
-`Vocabulary.featurize` (tested against it), x_i = (1 + log tf_i) · idf_i, scaled to unit length.
+int32 array of word ids instead, and `TextFeatures` turns those ids into the tf-idf rows of
+`Vocabulary.featurize` with the same function (`ssi.vocab.tfidf_rows`, tested against it),
+x_i = (1 + log tf_i) · idf_i, scaled to unit length.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ssi.tokenize import tokenize
-from ssi.vocab import TF_SCHEME, Vocabulary
+from ssi.vocab import TF_SCHEME, Vocabulary, tfidf_rows
 
 
 class TokenTable:
@@ -57,7 +58,7 @@ class TextFeatures:
         self.tokens = tokens if tokens is not None else TokenTable()
         self._to_vocab = np.zeros(0, dtype=np.int32)
         self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        # Our fast path re-implements one tf scheme; any other falls back to the vocabulary's own.
+        # The fast path (memoized token ids) serves this tf scheme without a hashed block; else the vocabulary's own.
         self._fast = vocab.tf_scheme == TF_SCHEME == "log1p-idf-l2" and vocab.hashing is None  # no hashed block
 
     @property
@@ -73,16 +74,6 @@ class TextFeatures:
             self._to_vocab = np.concatenate([self._to_vocab, extra])
         return self._to_vocab
 
-    def _row(self, ids: np.ndarray, to_vocab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        mapped = to_vocab[ids] if ids.shape[0] else ids
-        mapped = mapped[mapped >= 0]
-        if mapped.shape[0] == 0:
-            return np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float32)
-        uniq, counts = np.unique(mapped.astype(np.int64), return_counts=True)
-        vals = (1.0 + np.log(counts)).astype(np.float32) * self.vocab.idf[uniq]
-        vals /= np.linalg.norm(vals)
-        return uniq.astype(np.int32), vals.astype(np.float32)
-
     def __call__(self, texts: Sequence[str]) -> sp.csr_matrix:
         """[len(texts), D] float32 CSR with sorted indices, equal to `vocab.featurize(texts)`."""
         if not self._fast:
@@ -91,8 +82,12 @@ class TextFeatures:
         if missing:
             token_ids = self.tokens.ids(missing)
             to_vocab = self._vocab_ids()
-            for text, ids in zip(missing, token_ids, strict=True):
-                self._rows[text] = self._row(ids, to_vocab)
+            lengths = np.asarray([ids.shape[0] for ids in token_ids], dtype=np.int64)
+            flat = np.concatenate(token_ids) if token_ids else np.zeros(0, dtype=np.int32)
+            made = tfidf_rows(to_vocab[flat].astype(np.int64), lengths, self.vocab.idf)
+            for row, text in enumerate(missing):
+                start, end = made.indptr[row], made.indptr[row + 1]
+                self._rows[text] = (made.indices[start:end].astype(np.int32), made.data[start:end])
         rows = [self._rows[t] for t in texts]
         indptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([r[0].shape[0] for r in rows], out=indptr[1:])
