@@ -10,7 +10,7 @@ Also times the floors the issue compares against: the FAISS flat scan of one que
 vectors (one thread), and K=pool from the same index.
 
     python -m benchmarks.search_stages --bundle B --passages-from $W/docs.jsonl.gz --passages 100000 \
-        --work-dir /work/runs/speed/stages --out stages.json
+        --work-dir /tmp/search-stages --out stages.json
 """
 
 from __future__ import annotations

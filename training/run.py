@@ -132,7 +132,7 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         "bundle": str(settings.out),
         "content_hash": manifest.content_hash,
         "form": manifest.form,
-        "N": settings.n_dims,
+        **{k: v for k, v in result.best.sizes.items() if k != "D"},
         "D": data.vocab.size,
         "valid": result.best_metrics,
         "best_step": result.best_step,

@@ -159,6 +159,7 @@ class Form(ABC):
                         f"form '{self.name}': {spec.name} has {symbol} = {size}, another array says {sizes[symbol]}"
                     )
             self.values[spec.name] = array
+        self.sizes = dict(sizes)  # every symbol's concrete size (N, D, and H, F or T where declared)
         self.n_dims = sizes.get("N", 0)
         self.vocab_size = sizes["D"]
         self._cache: dict[tuple[str, int], tuple[sp.csr_matrix, np.ndarray]] = {}

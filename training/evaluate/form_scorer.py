@@ -85,7 +85,8 @@ class FormScorer(VectorScorer):
         return self.docs.n_docs
 
     def params(self) -> dict[str, Any]:
-        return {"form": self.form.name, "N": self.form.n_dims, "D": self.vocab.size}
+        """The form and its sizes as its arrays declare them (no N for hash kernels, H, F or T where they exist)."""
+        return {"form": self.form.name, **{k: v for k, v in self.form.sizes.items() if k != "D"}, "D": self.vocab.size}
 
     def score_vectors(self, Q: sp.csr_matrix) -> np.ndarray:
         return self.form.reference_scores(Q, self.docs)
