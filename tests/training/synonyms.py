@@ -14,6 +14,27 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from typer.testing import CliRunner
+
+from ssi.bundle import load_bundle
+from ssi.corpus import read_corpus, read_pairs
+from ssi_cli.main import build_app
+from training.evaluate.baselines.tfidf import TfidfScorer
+from training.evaluate.features import TextFeatures
+from training.evaluate.form_scorer import FormScorer
+from training.evaluate.harness import score_task
+from training.evaluate.metrics import MAP
+from training.evaluate.tasks import doc_doc_task
+
+# A handful of short texts for the kinds' block-level tests (gradients, scores against the form).
+TEXTS = [
+    "red apple fruit sweet",
+    "green apple fruit sour",
+    "car engine wheel road",
+    "truck engine wheel cargo",
+    "apple pie recipe sweet",
+    "road trip car music",
+]
 
 
 @dataclass
@@ -63,3 +84,24 @@ def make_synonym_corpus(
     (folder / "train.tsv").write_text("\n".join(train) + "\n", encoding="utf-8")
     (folder / "valid.tsv").write_text("\n".join(valid) + "\n", encoding="utf-8")
     return SynonymCorpus(corpus, folder / "train.tsv", folder / "valid.tsv", len(docs))
+
+
+def train(data: SynonymCorpus, out: Path, *extra: str) -> dict:
+    """`ssi train` on the corpus (seed 1, one thread, validation on its held-out links); its JSON summary."""
+    args = ["train", "--corpus", str(data.corpus), "--pairs", str(data.train_pairs)]
+    args += ["--valid-pairs", str(data.valid_pairs), "--out", str(out), "--no-progress", "--seed", "1"]
+    args += ["--threads", "1", *extra]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output[result.output.index("{") :])
+
+
+def held_out_map(data: SynonymCorpus, bundle_dir: Path) -> tuple[float, float]:
+    """(the bundle's MAP, tf-idf's MAP) on the validation links, filtered, from the evaluation harness."""
+    docs = read_corpus(data.corpus)
+    task = doc_doc_task(docs, read_pairs(data.valid_pairs), read_pairs(data.train_pairs))
+    bundle = load_bundle(bundle_dir)
+    features = TextFeatures(bundle.vocab)
+    learned = score_task(task, FormScorer.from_bundle(bundle, docs, features=features), quick=True)[MAP].mean()
+    tfidf = score_task(task, TfidfScorer(features, docs), quick=True)[MAP].mean()
+    return float(learned), float(tfidf)

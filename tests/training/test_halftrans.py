@@ -3,63 +3,35 @@ is the gradient of eq. (6) with the γ-weighted regularizer, and its training sc
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from ssi.bundle import load_bundle
-from ssi.corpus import read_corpus, read_pairs
+from ssi.corpus import read_corpus
 from ssi.forms import DocumentKeys
 from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
-from ssi_cli.main import build_app
-from tests.training.synonyms import SynonymCorpus, make_synonym_corpus
-from training.evaluate.baselines.tfidf import TfidfScorer
-from training.evaluate.features import TextFeatures
-from training.evaluate.form_scorer import FormScorer
-from training.evaluate.harness import score_task
-from training.evaluate.metrics import MAP
-from training.evaluate.tasks import doc_doc_task
+from tests.training.synonyms import TEXTS, SynonymCorpus, held_out_map, train
 from training.loss import margin_ranking
 from training.models import ModelShape, make_model
 from training.models.block import Block, SparseRows, Triples
 
-TEXTS = [
-    "red apple fruit sweet",
-    "green apple fruit sour",
-    "car engine wheel road",
-    "truck engine wheel cargo",
-    "apple pie recipe sweet",
-    "road trip car music",
-]
 IDS = [f"doc-{i}" for i in range(len(TEXTS))]
-
-
-@pytest.fixture(scope="module")
-def synonyms(tmp_path_factory: pytest.TempPathFactory) -> SynonymCorpus:
-    return make_synonym_corpus(tmp_path_factory.mktemp("synonyms"))
 
 
 def test_learns_synonyms_that_tfidf_cannot_see(synonyms: SynonymCorpus, tmp_path: Path) -> None:
     out = tmp_path / "ht"
-    args = ["train", "--corpus", str(synonyms.corpus), "--pairs", str(synonyms.train_pairs)]
-    args += ["--valid-pairs", str(synonyms.valid_pairs), "--out", str(out), "--no-progress", "--seed", "1"]
-    args += ["--threads", "1", "--kind", "halftrans", "--gamma", "1", "--epochs", "40", "--dims", "16", "--lr", "0.1"]
-    result = CliRunner().invoke(build_app(), args)
-    assert result.exit_code == 0, result.output
-    summary = json.loads(result.output[result.output.index("{") :])
+    summary = train(
+        synonyms, out, "--kind", "halftrans", "--gamma", "1", "--epochs", "40", "--dims", "16", "--lr", "0.1"
+    )
     bundle = load_bundle(out)
     docs = read_corpus(synonyms.corpus)
     assert bundle.manifest.form == "halftrans" and 0 < bundle.manifest.documents <= len(docs)
     assert set(bundle.form.keys.ids) <= {d.id for d in docs}
-    task = doc_doc_task(docs, read_pairs(synonyms.valid_pairs), read_pairs(synonyms.train_pairs))
-    features = TextFeatures(bundle.vocab)
-    learned = float(score_task(task, FormScorer.from_bundle(bundle, docs, features=features), quick=True)[MAP].mean())
-    tfidf = float(score_task(task, TfidfScorer(features, docs), quick=True)[MAP].mean())
+    learned, tfidf = held_out_map(synonyms, out)
     assert tfidf < 0.1 and learned > 0.8 and learned > 8 * tfidf
     assert summary["valid"]["map"] == pytest.approx(learned, abs=1e-6)  # trainer and harness agree
 

@@ -3,26 +3,16 @@ encoder that `ssi eval` ranks, and the trainer's block scores are the exported f
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 import pytest
 import scipy.sparse as sp
-from typer.testing import CliRunner
 
 from ssi.bundle import load_bundle
-from ssi.corpus import read_corpus, read_pairs
 from ssi.forms.hashkernel import PRIME
 from ssi.products import DocMatrix
-from ssi_cli.main import build_app
-from tests.training.synonyms import SynonymCorpus, make_synonym_corpus
-from training.evaluate.baselines.tfidf import TfidfScorer
-from training.evaluate.features import TextFeatures
-from training.evaluate.form_scorer import FormScorer
-from training.evaluate.harness import score_task
-from training.evaluate.metrics import MAP
-from training.evaluate.tasks import doc_doc_task
+from tests.training.synonyms import SynonymCorpus, held_out_map, train
 from training.models import ModelShape, make_model
 from training.models.block import Block, SparseRows
 from training.models.hashkernel import _accumulate
@@ -40,27 +30,13 @@ def shape(hash_size: int = H, lr: float = 0.1) -> ModelShape:
     return ModelShape(vocab_size=D, n_dims=1, n_words=D, init_scale=0.0, lr=lr, seed=0, hash_size=hash_size)
 
 
-@pytest.fixture(scope="module")
-def synonyms(tmp_path_factory: pytest.TempPathFactory) -> SynonymCorpus:
-    return make_synonym_corpus(tmp_path_factory.mktemp("synonyms"))
-
-
 def test_hash_kernels_learn_synonyms_that_tfidf_cannot_see(synonyms: SynonymCorpus, tmp_path: Path) -> None:
     out = tmp_path / "hk"
-    args = ["train", "--corpus", str(synonyms.corpus), "--pairs", str(synonyms.train_pairs)]
-    args += ["--valid-pairs", str(synonyms.valid_pairs), "--out", str(out), "--no-progress", "--seed", "1"]
-    args += ["--threads", "1", "--kind", "hashkernel", "--hash-size", "4096", "--epochs", "10", "--lr", "0.1"]
-    result = CliRunner().invoke(build_app(), args)
-    assert result.exit_code == 0, result.output
-    summary = json.loads(result.output[result.output.index("{") :])
+    summary = train(synonyms, out, "--kind", "hashkernel", "--hash-size", "4096", "--epochs", "10", "--lr", "0.1")
     bundle = load_bundle(out)
     assert bundle.manifest.form == "hashkernel" and bundle.manifest.arrays["W"] == [4096]
     assert bundle.manifest.index_dims == 0 and not bundle.encoder_path.exists()
-    docs = read_corpus(synonyms.corpus)
-    task = doc_doc_task(docs, read_pairs(synonyms.valid_pairs), read_pairs(synonyms.train_pairs))
-    features = TextFeatures(bundle.vocab)
-    learned = float(score_task(task, FormScorer.from_bundle(bundle, docs, features=features), quick=True)[MAP].mean())
-    tfidf = float(score_task(task, TfidfScorer(features, docs), quick=True)[MAP].mean())
+    learned, tfidf = held_out_map(synonyms, out)
     assert tfidf < 0.1 and learned > 0.8 and learned > 8 * tfidf
     assert summary["valid"]["map"] == pytest.approx(learned, abs=1e-6)  # trainer and harness agree
 

@@ -11,19 +11,11 @@ from ssi.forms import DocumentKeys, Form
 from ssi.products import DocMatrix
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
+from tests.training.synonyms import TEXTS
 from training.dice import HashingPlan
 from training.loss import margin_ranking
 from training.models import REGISTRY, ModelShape, make_model
 from training.models.block import Block, SparseRows
-
-TEXTS = [
-    "red apple fruit sweet",
-    "green apple fruit sour",
-    "car engine wheel road",
-    "truck engine wheel cargo",
-    "apple pie recipe sweet",
-    "road trip car music",
-]
 
 
 def make_block(X: sp.csr_matrix, queries: list[int], n_words: int, with_gram: bool) -> Block:

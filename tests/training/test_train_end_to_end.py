@@ -13,48 +13,7 @@ from typer.testing import CliRunner
 from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus, read_pairs
 from ssi_cli.main import build_app
-from tests.training.synonyms import SynonymCorpus, make_synonym_corpus
-from training.evaluate.baselines.tfidf import TfidfScorer
-from training.evaluate.features import TextFeatures
-from training.evaluate.form_scorer import FormScorer
-from training.evaluate.harness import score_task
-from training.evaluate.metrics import MAP
-from training.evaluate.tasks import doc_doc_task
-
-
-@pytest.fixture(scope="module")
-def synonyms(tmp_path_factory: pytest.TempPathFactory) -> SynonymCorpus:
-    return make_synonym_corpus(tmp_path_factory.mktemp("synonyms"))
-
-
-def train(data: SynonymCorpus, out: Path, *extra: str) -> dict:
-    args = ["train", "--corpus", str(data.corpus), "--pairs", str(data.train_pairs)]
-    args += [
-        "--valid-pairs",
-        str(data.valid_pairs),
-        "--out",
-        str(out),
-        "--no-progress",
-        "--seed",
-        "1",
-        "--threads",
-        "1",
-        *extra,
-    ]
-    result = CliRunner().invoke(build_app(), args)
-    assert result.exit_code == 0, result.output
-    return json.loads(result.output[result.output.index("{") :])
-
-
-def held_out_map(data: SynonymCorpus, bundle_dir: Path) -> tuple[float, float]:
-    """(SSI MAP, tf-idf MAP) on the validation pairs, filtered, from the evaluation harness."""
-    docs = read_corpus(data.corpus)
-    task = doc_doc_task(docs, read_pairs(data.valid_pairs), read_pairs(data.train_pairs))
-    bundle = load_bundle(bundle_dir)
-    features = TextFeatures(bundle.vocab)
-    ssi = score_task(task, FormScorer.from_bundle(bundle, docs, features=features), quick=True)[MAP].mean()
-    tfidf = score_task(task, TfidfScorer(features, docs), quick=True)[MAP].mean()
-    return float(ssi), float(tfidf)
+from tests.training.synonyms import SynonymCorpus, held_out_map, train
 
 
 def test_ssi_learns_synonyms_that_tfidf_cannot_see(synonyms: SynonymCorpus, tmp_path: Path) -> None:
