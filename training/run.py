@@ -17,31 +17,39 @@ from training.dice import HashingPlan
 from training.evaluate.metrics import quick_map
 from training.evaluate.tasks import RetrievalTask, beir_task, doc_doc_task, keyword_task
 from training.export import export_bundle
+from training.fitted import FitContext, fitted_kind
+from training.history_plot import write_history_plot
 from training.settings import TrainSettings
 from training.trainer import Trainer
 from training.validation import FormValidator
+
+HISTORY_PLOT = "history.png"  # beside the bundle's files; not part of its content hash
 
 
 def _map_of(task: RetrievalTask) -> Callable[[np.ndarray], dict[str, float]]:
     return lambda scores: {"map": quick_map(task, scores)}
 
 
-def build_validator(data: TrainingData, docs: DocMatrix, trainer: Trainer) -> FormValidator | None:
-    """The validation task of the data, measured on the form's reference scores; None without validation pairs."""
+def build_validator(
+    data: TrainingData, docs: DocMatrix, settings: TrainSettings, gram_cache: np.ndarray | None = None
+) -> FormValidator | None:
+    """The validation task of the data, measured on the form's reference scores; None without validation pairs.
+
+    `gram_cache`: q·d of every query document against every document where the trainer holds it.
+    """
     if not data.valid_pairs:
         return None
-    if data.doc_doc and trainer.settings.query_words:
-        task = keyword_task(data.docs, data.valid_pairs, data.train_pairs, n_words=trainer.settings.query_words)
+    if data.doc_doc and settings.query_words:
+        task = keyword_task(data.docs, data.valid_pairs, data.train_pairs, n_words=settings.query_words)
         return FormValidator(data.vocab.featurize(list(task.query_texts)), docs, _map_of(task))
     if data.doc_doc:
         task = doc_doc_task(data.docs, data.valid_pairs, data.train_pairs, name="valid")
         rows = task.query_doc_rows
         assert rows is not None
-        cached = trainer.lexical.cached if trainer.lexical is not None else None
-        gram = cached[rows] if cached is not None else None
+        gram = gram_cache[rows] if gram_cache is not None else None
         return FormValidator(data.X_docs[rows], docs, _map_of(task), gram)
     # Adverts (click logs): a page's training clicks are left out of its validation ranking (filtered).
-    known = data.train_pairs if trainer.settings.clicks is not None else ()
+    known = data.train_pairs if settings.clicks is not None else ()
     if data.X_valid_docs is not None and data.valid_docs is not None:  # self-made pairs: held-out documents
         ranked, docs = data.valid_docs, DocMatrix(data.X_valid_docs, ids=[d.id for d in data.valid_docs])
     else:
@@ -86,10 +94,21 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
     )
     loaded = time.perf_counter()
     docs = DocMatrix(data.X_docs, ids=data.doc_ids)
-    trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None)
-    trainer.validator = build_validator(data, docs, trainer)
-    prepared = time.perf_counter()
-    result = trainer.run(show_progress=show_progress)
+    fitted = fitted_kind(settings.kind)
+    if fitted is not None:
+        context = FitContext(
+            data, settings, docs, build_validator(data, docs, settings), init.form if init is not None else None,
+            show_progress,
+        )  # fmt: skip
+        prepared = time.perf_counter()
+        result = fitted().fit(context)
+    else:
+        trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None)
+        trainer.validator = build_validator(
+            data, docs, settings, trainer.lexical.cached if trainer.lexical is not None else None
+        )
+        prepared = time.perf_counter()
+        result = trainer.run(show_progress=show_progress)
     training_info: dict[str, Any] = {
         "config": settings.model_dump(mode="json"),
         "steps": result.steps,
@@ -127,9 +146,11 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         data=data_info,
         metrics={"valid": result.best_metrics},
     )
+    plot = write_history_plot(result.history, settings.out / HISTORY_PLOT, f"ssi train --kind {settings.kind}")
     finished = time.perf_counter()
     return {
         "bundle": str(settings.out),
+        "history_plot": str(plot) if plot is not None else None,
         "content_hash": manifest.content_hash,
         "form": manifest.form,
         **{k: v for k, v in result.best.sizes.items() if k != "D"},
