@@ -123,6 +123,28 @@ class Vocabulary:
         idf = np.array([math.log((1 + n_docs) / (1 + c)) + 1.0 for _, c in kept], dtype=np.float32)
         return cls(words=words, idf=idf)
 
+    @classmethod
+    def interleaved(cls, first: Vocabulary, second: Vocabulary) -> Vocabulary:
+        """Two languages' vocabularies as one: ranks taken in turn, a word both hold kept once (`first`'s idf).
+
+        Cross-language retrieval (PSI paper, 000 section 4.2) has a query vocabulary and a document
+        vocabulary; one index space over both lets every kind train unchanged, and taking the ranks in
+        turn keeps "the top-n words" (the frequent-word restriction) about n/2 of each language's most
+        frequent. Each idf is its own collection's.
+        """
+        if first.hashing is not None or second.hashing is not None:
+            raise ValueError("two-language vocabularies do not take a correlated-hashing map")
+        words: list[str] = []
+        idf: list[float] = []
+        seen: set[str] = set()
+        for rank in range(max(len(first.words), len(second.words))):
+            for vocab in (first, second):
+                if rank < len(vocab.words) and vocab.words[rank] not in seen:
+                    seen.add(vocab.words[rank])
+                    words.append(vocab.words[rank])
+                    idf.append(float(vocab.idf[rank]))
+        return cls(words=words, idf=np.asarray(idf, dtype=np.float32))
+
     def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
         """Unit-length tf-idf rows (float32 CSR, sorted indices); a text with no known word is all zero."""
         return self.featurize_tokens([tokenize(t) for t in texts])

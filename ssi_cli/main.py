@@ -17,7 +17,7 @@ from ssi_cli.words import register as register_words
 
 # Which half owns each subcommand; tests/test_entry.py checks these against what each `register` adds.
 SERVICE_COMMANDS: frozenset[str] = frozenset({"serve", "bench"})
-TRAINING_COMMANDS: frozenset[str] = frozenset({"train", "eval", "rank", "clicks"})
+TRAINING_COMMANDS: frozenset[str] = frozenset({"train", "eval", "rank", "clicks", "crosslang"})
 # Commands that need only a bundle and the contract package; always registered (they import nothing heavy).
 CONTRACT_COMMANDS: frozenset[str] = frozenset({"words"})
 

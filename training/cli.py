@@ -1,4 +1,4 @@
-"""`ssi train`, `ssi eval`, `ssi rank`, `ssi clicks`: the offline commands."""
+"""`ssi train`, `ssi eval`, `ssi rank`, `ssi clicks`, `ssi crosslang`: the offline commands."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     from training.click_logs.cli import clicks_app
+    from training.crosslang_cli import crosslang_command
     from training.evaluate.cli import eval_command, rank_command
     from training.train_cli import train_command
 
@@ -14,3 +15,6 @@ def register(app: typer.Typer) -> None:
     app.command("eval", help="Score a bundle and the classic baselines on one split, in one run.")(eval_command)
     app.command("rank", help="Rank a TSV of queries against a corpus and write a TREC run file.")(rank_command)
     app.add_typer(clicks_app, name="clicks")
+    app.command("crosslang", help="Write a cross-language task: pseudo-language queries for a linked corpus.")(
+        crosslang_command
+    )

@@ -138,6 +138,7 @@ def load_training_data(
     valid_share: float = 0.1,
     split_seed: int = 0,
     vocab_size: int = 30000,
+    query_vocab_size: int = 0,
     min_df: int = 2,
     vocab: Vocabulary | None = None,
     unseen_share: float = 0.0,
@@ -157,6 +158,7 @@ def load_training_data(
     its one vocabulary is built on adverts and pages together, so page words have weights too.
     `self_pairs` (training.self_pairs) makes pairs from the corpus itself, with no labels: the vocabulary
     comes from the full documents, the trainer's document rows from their texts without the query part.
+    `query_vocab_size` (two languages, with `queries`) adds the queries' own top words to the vocabulary.
     """
     docs = read_corpus(corpus)
     unseen: frozenset[str] = frozenset()
@@ -180,6 +182,10 @@ def load_training_data(
         page_tokens = [tokenize(q.text) for q in click_pairs.pages] if click_pairs is not None else []
         vocab = Vocabulary.build_from_tokens(doc_tokens + page_tokens, max_words=vocab_size, min_df=min_df)
         del page_tokens
+        if query_vocab_size and queries is not None:  # two languages: the queries' words, by their own df
+            query_tokens = (tokenize(q.text) for q in read_beir_queries(queries))
+            query_vocab = Vocabulary.build_from_tokens(query_tokens, max_words=query_vocab_size, min_df=min_df)
+            vocab = Vocabulary.interleaved(vocab, query_vocab)
     if hashing is not None:  # correlated feature hashing: the DICE map counted on the whole corpus
         vocab = hashing.build(doc_tokens, vocab)
     made = (

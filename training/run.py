@@ -48,8 +48,9 @@ def build_validator(
         assert rows is not None
         gram = gram_cache[rows] if gram_cache is not None else None
         return FormValidator(data.X_docs[rows], docs, _map_of(task), gram)
-    # Adverts (click logs): a page's training clicks are left out of its validation ranking (filtered).
-    known = data.train_pairs if settings.clicks is not None else ()
+    # A query's training pairs (an adverts page's clicks, a cross-language query's links) are left out of its
+    # validation ranking (filtered); BEIR splits by query, where this leaves nothing out.
+    known = data.train_pairs
     if data.X_valid_docs is not None and data.valid_docs is not None:  # self-made pairs: held-out documents
         ranked, docs = data.valid_docs, DocMatrix(data.X_valid_docs, ids=[d.id for d in data.valid_docs])
     else:
@@ -81,6 +82,7 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         valid_share=settings.valid_share,
         split_seed=settings.seed,
         vocab_size=settings.vocab_size,
+        query_vocab_size=settings.query_vocab_size,
         min_df=settings.min_df,
         vocab=init.vocab if init is not None else None,
         unseen_share=settings.unseen_docs,

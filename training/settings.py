@@ -34,6 +34,9 @@ class TrainSettings(BaseSettings):
     kind: str = "lowrank"
     n_dims: int = Field(100, ge=1, le=4096)
     vocab_size: int = Field(30000, ge=10)
+    # Two languages (--queries in another language than the corpus): the queries' own top words join the
+    # vocabulary (ssi.vocab.Vocabulary.interleaved); 0 = one vocabulary built on the corpus.
+    query_vocab_size: int = Field(0, ge=0)
     min_df: int = Field(2, ge=1)
     frequent_words: int | None = Field(None, ge=1)
     init_scale: float = Field(0.1, ge=0.0)
@@ -76,6 +79,8 @@ class TrainSettings(BaseSettings):
             raise ValueError("--valid-clicks, --pages and --clicked-position go with --clicks")
         if self.queries is not None and self.qrels is None:
             raise ValueError("--queries needs --qrels")
+        if self.query_vocab_size and self.queries is None:
+            raise ValueError("--query-vocab-size gives the queries' language its own words: it needs --queries")
         if self.query_words is not None and self.pairs is None:
             raise ValueError("--query-words cuts query documents to keywords: it needs --pairs")
         if self.kind == "cfh" and (self.frequent_words is None or self.query_words is not None):

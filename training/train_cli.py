@@ -172,6 +172,15 @@ def train_command(
             "-D",
         ),
     ] = None,
+    query_vocab_size: Annotated[
+        int | None,
+        _opt(
+            "query_vocab_size",
+            "Two languages: the queries' own most frequent words join the vocabulary, this many "
+            "(0: one vocabulary built on the corpus). Needs --queries.",
+            MODEL,
+        ),
+    ] = None,
     min_df: Annotated[
         int | None, _opt("min_df", "Words in fewer documents are left out of the vocabulary.", MODEL)
     ] = None,
@@ -258,7 +267,8 @@ def train_command(
         "pages": pages, "clicked_position": clicked_position, "self_pairs": self_pairs,
         "self_pair_words": self_pair_words, "kind": kind, "init_from": init_from,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
-        "vocab_size": vocab_size, "min_df": min_df, "frequent_words": frequent_words, "init_scale": init_scale,
+        "vocab_size": vocab_size, "query_vocab_size": query_vocab_size, "min_df": min_df,
+        "frequent_words": frequent_words, "init_scale": init_scale,
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,
         "pool_size": pool_size, "epochs": epochs, "max_minutes": max_minutes, "eval_every": eval_every,
