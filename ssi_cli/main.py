@@ -18,6 +18,8 @@ from ssi_cli.words import register as register_words
 # Which half owns each subcommand; tests/test_entry.py checks these against what each `register` adds.
 SERVICE_COMMANDS: frozenset[str] = frozenset({"serve", "bench"})
 TRAINING_COMMANDS: frozenset[str] = frozenset({"train", "eval", "rank", "clicks", "crosslang"})
+# The optional cluster layer (cluster/, extra `cluster`): Ray is imported only when one of these runs.
+CLUSTER_COMMANDS: frozenset[str] = frozenset({"index", "cluster"})
 # Commands that need only a bundle and the contract package; always registered (they import nothing heavy).
 CONTRACT_COMMANDS: frozenset[str] = frozenset({"words"})
 
@@ -30,9 +32,11 @@ def halves_for(command: str | None) -> tuple[str, ...]:
         return ("service",)
     if command in TRAINING_COMMANDS:
         return ("training",)
+    if command in CLUSTER_COMMANDS:
+        return ("cluster",)
     if command in CONTRACT_COMMANDS:
         return ()
-    return ("training", "service")
+    return ("training", "service", "cluster")
 
 
 def command_of(argv: Sequence[str]) -> str | None:
@@ -60,6 +64,10 @@ def build_app(command: str | None = None) -> typer.Typer:
             from training.cli import register as register_training
 
             register_training(app)
+        elif half == "cluster":
+            from cluster.cli import register as register_cluster
+
+            register_cluster(app)
         else:
             from service.cli import register as register_service
 

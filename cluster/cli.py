@@ -1,0 +1,177 @@
+"""`ssi index` and `ssi cluster serve|local`: the sharded index and its service on a Ray cluster.
+
+Only typer is imported at module level (`ssi --help` lists these commands without loading Ray);
+`ssi index` without `--ray` never imports Ray at all. Bad input (a missing corpus, a folder that
+already holds an index, an unreachable cluster) exits with a one-line reason, never a traceback.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+cluster_app = typer.Typer(
+    help="Serve a sharded index on a Ray cluster (same HTTP API as `ssi serve`).", no_args_is_help=True
+)
+
+
+def fail(message: str) -> typer.Exit:
+    typer.echo(f"error: {message}", err=True)
+    return typer.Exit(2)
+
+
+def require_ray() -> None:
+    """A clear message, not an ImportError, where the `cluster` extra is not installed (the service image)."""
+    import importlib.util
+
+    if importlib.util.find_spec("ray") is None:
+        raise fail("this command needs Ray: pip install -e '.[cluster]' (or scripts/install.sh --extras ...,cluster)")
+
+
+def index(
+    bundle: Annotated[Path, typer.Option(help="Model bundle folder written by `ssi train`")],
+    corpus: Annotated[Path, typer.Option(help="Corpus: JSONL (id, title, text; .gz too) or Parquet")],
+    out: Annotated[Path, typer.Option(help="Empty folder for the sharded index (shards + cluster.json)")],
+    shards: Annotated[int, typer.Option(min=1, max=4096, help="Number of index shards")] = 2,
+    ray: Annotated[
+        str | None,
+        typer.Option(
+            "--ray", help="Run as a Ray Data job on this cluster: 'local' starts one here, 'auto', ray://HOST:10001"
+        ),
+    ] = None,
+    index_type: Annotated[str, typer.Option(help="flat (exact), hnsw or ivf")] = "flat",
+    batch_size: Annotated[int, typer.Option(min=1, help="Documents per embedding batch (a Ray Data block)")] = 2048,
+    workers: Annotated[int | None, typer.Option(min=1, help="CPUs of a 'local' Ray cluster (default: all)")] = None,
+) -> None:
+    """Build a sharded index: each document's vectors computed once (in parallel with --ray), written per shard."""
+    from cluster.index_job import build_index
+    from cluster.manifest import ClusterIndexError
+    from ssi.bundle import BundleError
+    from ssi.corpus import DataFileError
+
+    if ray is not None:
+        require_ray()
+    if index_type not in ("flat", "hnsw", "ivf"):
+        raise fail(f"--index-type must be flat, hnsw or ivf (got {index_type!r})")
+    started = time.perf_counter()
+    try:
+        manifest = build_index(
+            corpus,
+            bundle,
+            out,
+            shards,
+            ray_address=ray,
+            index_type=index_type,
+            batch_size=batch_size,
+            workers=workers,  # type: ignore[arg-type]
+        )
+    except (ClusterIndexError, BundleError, DataFileError, ValueError, FileNotFoundError) as exc:
+        raise fail(str(exc)) from None
+    except ConnectionError as exc:
+        raise fail(f"cannot reach the Ray cluster at {ray}: {exc}") from None
+    per_shard = ", ".join(str(e.documents) for e in manifest.entries)
+    typer.echo(
+        f"indexed {manifest.documents} documents into {manifest.shards} shards ({per_shard}) under {out} "
+        f"in {time.perf_counter() - started:.1f}s (embedding {manifest.embed_seconds:.1f}s, engine {manifest.engine})"
+    )
+
+
+def _settings(host: str, port: int, insecure_writes: bool) -> Any:
+    from service.cli import settings_from
+
+    return settings_from({"host": host, "port": port, "insecure_writes": insecure_writes or None})
+
+
+def _serve_forever(index_dir: Path, settings: Any, options: Any, address: str, num_cpus: int | None) -> None:
+    require_ray()
+    from cluster.deploy import start, stop
+    from cluster.manifest import ClusterIndexError
+
+    try:
+        start(index_dir, settings, options, address=address, num_cpus=num_cpus)
+    except ClusterIndexError as exc:
+        raise fail(str(exc)) from None
+    typer.echo(f"serving {index_dir} at http://{settings.host}:{settings.port} (Ctrl-C stops)")
+    done = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: done.set())
+    try:
+        done.wait()
+    except KeyboardInterrupt:
+        pass
+    stop()
+
+
+Host = Annotated[str, typer.Option(help="Address of the HTTP proxy")]
+Port = Annotated[int, typer.Option(help="Port of the HTTP proxy")]
+Insecure = Annotated[
+    bool, typer.Option("--insecure-writes", help="Accept writes without SSI_API_KEY (loopback address only)")
+]
+Replicas = Annotated[int, typer.Option(min=1, help="Replicas per shard (more than 1: read-only copies)")]
+ShardCpus = Annotated[float, typer.Option(min=0, help="CPUs Ray reserves for each shard replica")]
+Threads = Annotated[int, typer.Option(min=1, help="FAISS / onnxruntime threads per shard replica")]
+Retry = Annotated[float, typer.Option(min=0, help="Seconds the router waits for a restarting shard before a 503")]
+
+
+@cluster_app.command("serve")
+def serve_command(
+    index_dir: Annotated[Path, typer.Option("--index", help="Sharded index folder written by `ssi index`")],
+    address: Annotated[
+        str, typer.Option(help="Ray cluster: 'local' starts one here, 'auto', ray://HOST:10001")
+    ] = "auto",
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    replicas: Replicas = 1,
+    shard_cpus: ShardCpus = 1.0,
+    threads: Threads = 1,
+    retry_seconds: Retry = 30.0,
+    insecure_writes: Insecure = False,
+) -> None:
+    """Serve a sharded index on a running Ray cluster: one Serve deployment per shard and a router."""
+    require_ray()
+    from cluster.deploy import ClusterOptions
+
+    options = ClusterOptions(replicas=replicas, shard_cpus=shard_cpus, threads=threads, retry_seconds=retry_seconds)
+    _serve_forever(index_dir, _settings(host, port, insecure_writes), options, address, None)
+
+
+@cluster_app.command("local")
+def local_command(
+    bundle: Annotated[Path, typer.Option(help="Model bundle folder written by `ssi train`")],
+    corpus: Annotated[
+        Path, typer.Option(help="Corpus: JSONL or Parquet (indexed unless --out already holds its index)")
+    ],
+    out: Annotated[Path, typer.Option(help="Folder of the sharded index (built here on first run)")],
+    shards: Annotated[int, typer.Option(min=1, help="Number of index shards")] = 2,
+    workers: Annotated[int, typer.Option(min=0, help="Worker nodes beside the head, on loopback")] = 2,
+    host: Host = "127.0.0.1",
+    port: Port = 8000,
+    threads: Threads = 1,
+    insecure_writes: Insecure = False,
+) -> None:
+    """One command: start a Ray cluster here (a head and worker nodes on loopback), index the corpus on it, serve it."""
+    require_ray()
+    from cluster.deploy import ClusterOptions
+    from cluster.local import LocalCluster
+    from cluster.manifest import MANIFEST_FILE
+
+    settings = _settings(host, port, insecure_writes)
+    local = LocalCluster(workers=workers)
+    try:
+        local.connect()
+        typer.echo(f"local Ray cluster at {local.address}: {local.nodes()} nodes")
+        if not (out / MANIFEST_FILE).exists():
+            index(bundle=bundle, corpus=corpus, out=out, shards=shards, ray=local.address)
+        options = ClusterOptions(shard_cpus=0, threads=threads)
+        _serve_forever(out, settings, options, local.address, None)
+    finally:
+        local.shutdown()
+
+
+def register(app: typer.Typer) -> None:
+    app.command("index")(index)
+    app.add_typer(cluster_app, name="cluster")

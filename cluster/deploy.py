@@ -1,0 +1,139 @@
+"""The sharded service on Ray Serve: one deployment per index shard and a router deployment in front.
+
+    router  (HTTP ingress: cluster.http over cluster.fanout, `router_replicas` replicas)
+      ├── shard-0000  (cluster.shard_server.ShardServer, `replicas` replicas)
+      ├── shard-0001
+      └── …
+
+A shard replica opens the shard's folder (store + snapshot written by `ssi index`), so a restarted
+replica comes back with every acknowledged write: the store is the truth and its write log is
+replayed over the snapshot (service.state_builder). One process serves a folder
+(service.instance_lock), so with `replicas` > 1 each replica serves a private copy of its shard's
+folder, read-only (more query throughput; writes answer 403): replicas share no store, and
+replicating writes between them is not done here. Imported only by the `ssi cluster` commands.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ray import serve
+from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+from cluster.fanout import Fanout, retrying
+from cluster.http import build_app
+from cluster.manifest import ClusterIndexError, read_manifest
+from cluster.shard_server import Reply, ShardServer
+from cluster.sharding import shard_folder_name
+from service.settings import Settings
+
+APP_NAME = "ssi"
+# A dead replica, one being replaced, or a node gone: worth retrying (Serve routes to a new replica).
+RETRIED = (RayActorError, ActorDiedError, ActorUnavailableError)
+
+
+@dataclass(frozen=True)
+class ClusterOptions:
+    """How the sharded service is laid out on the cluster (flags of `ssi cluster serve`)."""
+
+    replicas: int = 1  # per shard
+    router_replicas: int = 1
+    shard_cpus: float = 1.0  # CPUs Ray reserves for each shard replica (0 on a small local cluster)
+    router_cpus: float = 0.0
+    threads: int = 1  # FAISS / onnxruntime threads in a shard replica
+    retry_seconds: float = 30.0  # how long the router waits for a restarting shard before a 503
+    max_ongoing_requests: int = 16
+
+
+class RayShards:
+    """The router's view of the shard deployments: `call` with retries on a dead or restarting replica."""
+
+    def __init__(self, handles: list[Any], retry_seconds: float) -> None:
+        self.handles = handles
+        self.count = len(handles)
+        self.retry_seconds = retry_seconds
+
+    async def call(self, shard: int, method: str, *args: Any) -> Reply:
+        handle = self.handles[shard]
+        return await retrying(lambda: getattr(handle, method).remote(*args), shard, self.retry_seconds, RETRIED)
+
+
+@serve.ingress()
+class Router:
+    """The HTTP ingress: cluster.http's app over the shard handles."""
+
+    def __init__(self, handles: list[Any], settings: Settings, about: dict[str, Any], retry_seconds: float) -> None:
+        self.app_settings = settings
+        self.fanout = Fanout(RayShards(handles, retry_seconds))
+        self.about = about
+
+    def __serve_build_asgi_app__(self) -> Any:
+        return build_app(self.app_settings, self.fanout, self.about)
+
+
+def application(index: Path, settings: Settings, options: ClusterOptions) -> Any:
+    """The bound Serve application for the sharded index at `index` (checked before anything starts)."""
+    manifest = read_manifest(index)
+    if options.replicas < 1:
+        raise ClusterIndexError(f"replicas must be at least 1 (got {options.replicas})")
+    shard_app = serve.deployment(ShardServer)
+    handles = [
+        shard_app.options(
+            name=shard_folder_name(i),
+            num_replicas=options.replicas,
+            ray_actor_options={"num_cpus": options.shard_cpus},
+            max_ongoing_requests=options.max_ongoing_requests,
+            health_check_period_s=2,
+        ).bind(str(index.resolve()), i, options.threads, options.replicas > 1)
+        for i in range(manifest.shards)
+    ]
+    about = manifest.model_dump(exclude={"entries"}) | {"documents_per_shard": [e.documents for e in manifest.entries]}
+    router = serve.deployment(Router).options(
+        name="router",
+        num_replicas=options.router_replicas,
+        ray_actor_options={"num_cpus": options.router_cpus},
+        max_ongoing_requests=256,
+    )
+    return router.bind(handles, settings, about, options.retry_seconds)
+
+
+def start(
+    index: Path, settings: Settings, options: ClusterOptions, *, address: str = "local", num_cpus: int | None = None
+) -> Any:
+    """Connect to the cluster, start Serve's HTTP proxy on settings.host:port and deploy; returns the router handle."""
+    from cluster.connect import connect
+
+    read_manifest(index)  # a bad folder is refused before any cluster is joined or started
+    connect(address, num_cpus=num_cpus)
+    serve.start(http_options={"host": settings.host, "port": settings.port})
+    return serve.run(application(index, settings, options), name=APP_NAME, route_prefix="/", blocking=False)
+
+
+def stop() -> None:
+    serve.delete(APP_NAME)
+
+
+def build(args: dict[str, str]) -> Any:
+    """Serve's config-file entry (`import_path: cluster.deploy:build`, as KubeRay's RayService uses it).
+
+    `args`: `index` (the sharded index folder on a volume every node mounts), and optionally
+    `replicas`, `shard_cpus`, `threads`, `retry_seconds`; keys, bounds and the rest come from the
+    `SSI_*` environment as for `ssi serve`.
+    """
+    from service.settings import Settings
+
+    known = {"index", "replicas", "shard_cpus", "threads", "retry_seconds"}
+    unknown = sorted(set(args) - known)
+    if unknown or "index" not in args:
+        raise ClusterIndexError(
+            f"serve config args: need 'index', may set {sorted(known - {'index'})}; got {sorted(args)}"
+        )
+    options = ClusterOptions(
+        replicas=int(args.get("replicas", 1)),
+        shard_cpus=float(args.get("shard_cpus", 1.0)),
+        threads=int(args.get("threads", 1)),
+        retry_seconds=float(args.get("retry_seconds", 30.0)),
+    )
+    return application(Path(args["index"]), Settings(), options)

@@ -1,0 +1,148 @@
+"""The router's core: fan a request out to the shards, merge their exact answers, route writes to owners.
+
+Why the merge is exact: a document's score f(q, d) depends only on q and d (the bundle's vocabulary and
+idf, not the collection), so each shard's exact top (k + offset) (service.rerank, the single node's
+code) holds every document of its shard that can be in the global top (k + offset); sorting the
+union by score and cutting gives the single node's answer. Ties are broken by document id here (the
+single node breaks them by row), so only documents of exactly equal score may change places.
+
+A shard that cannot answer (its replica died, is restarting, or is unreachable) is retried until
+`retry_seconds` have passed; after that the request fails with a 503 naming the shard. A ranking is
+never assembled from the shards that did answer: a missing shard would silently drop its documents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from cluster.shard_server import Reply, ShardServer
+from cluster.sharding import shard_of
+from service.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
+from service.schemas import Hit, SearchResult
+
+ERRORS: dict[int, type[ServiceError]] = {
+    401: Unauthorized,
+    403: Forbidden,
+    404: NotFound,
+    409: Conflict,
+    422: InvalidInput,
+    503: Unavailable,
+}
+
+
+class ShardUnavailable(Unavailable):
+    """A shard did not answer within the retry window: no ranking is returned without it."""
+
+
+class Shards(Protocol):
+    """How the router reaches shard i: `call(i, method, *args)` runs ShardServer.method there."""
+
+    count: int
+
+    async def call(self, shard: int, method: str, *args: Any) -> Reply: ...
+
+
+class LocalShards:
+    """Shards in this process (no Ray): the same router over ShardServer objects, for tests and the benchmark."""
+
+    def __init__(self, servers: Sequence[ShardServer]) -> None:
+        self.servers = list(servers)
+        self.count = len(self.servers)
+
+    async def call(self, shard: int, method: str, *args: Any) -> Reply:
+        return await asyncio.to_thread(getattr(self.servers[shard], method), *args)
+
+
+def unwrap(reply: Reply) -> Any:
+    """The reply's value, or its service error raised again with the shard's status and message."""
+    if reply.status == 200:
+        return reply.value
+    raise ERRORS.get(reply.status, ServiceError)(reply.message, headers=reply.headers)
+
+
+def merge(results: Sequence[dict[str, Any]], k: int, offset: int) -> SearchResult:
+    """One query's answer from each shard's exact top (k + offset): the global top k after `offset`."""
+    hits = [Hit(**hit) for result in results for hit in result["hits"]]
+    hits.sort(key=lambda hit: (-hit.score, hit.id))
+    return SearchResult(
+        hits=hits[offset : offset + k],
+        query_words=max((r["query_words"] for r in results), default=0),
+        candidates=sum(r["candidates"] for r in results),
+    )
+
+
+class Fanout:
+    """Search, "more like this" and writes over all shards, with the single node's answers."""
+
+    def __init__(self, shards: Shards) -> None:
+        self.shards = shards
+
+    async def _all(self, method: str, *args: Any) -> list[Any]:
+        replies = await asyncio.gather(*(self.shards.call(i, method, *args) for i in range(self.shards.count)))
+        return [unwrap(reply) for reply in replies]
+
+    async def search(
+        self, queries: Sequence[str], k: int, offset: int, ef_search: int | None = None, nprobe: int | None = None
+    ) -> list[SearchResult]:
+        per_shard = await self._all("search", list(queries), k + offset, ef_search, nprobe)
+        return [merge([shard[i] for shard in per_shard], k, offset) for i in range(len(queries))]
+
+    async def similar(self, doc_id: str, k: int, offset: int) -> SearchResult:
+        text = unwrap(await self.shards.call(self.owner(doc_id), "page_text", doc_id))
+        return merge(await self._all("search_page", text, k + offset, doc_id), k, offset)
+
+    def owner(self, doc_id: str) -> int:
+        return shard_of(doc_id, self.shards.count)
+
+    async def get(self, doc_id: str) -> dict[str, Any]:
+        return unwrap(await self.shards.call(self.owner(doc_id), "get", doc_id))
+
+    async def put(self, docs: Sequence[dict[str, str]]) -> list[int]:
+        """Each document to the shard that owns it (one transaction per shard); the write sequence of each.
+
+        A batch spanning shards is atomic per shard, not across shards: if one shard fails, the
+        others' documents are written and the error names the shard (the request can be repeated:
+        a put is idempotent).
+        """
+        groups: dict[int, list[int]] = {}
+        for i, doc in enumerate(docs):
+            groups.setdefault(self.owner(doc["id"]), []).append(i)
+        shards = sorted(groups)
+        replies = await asyncio.gather(*(self.shards.call(s, "put", [docs[i] for i in groups[s]]) for s in shards))
+        seqs = [0] * len(docs)
+        for shard, reply in zip(shards, replies, strict=True):
+            for i, seq in zip(groups[shard], unwrap(reply), strict=True):
+                seqs[i] = seq
+        return seqs
+
+    async def delete(self, doc_id: str) -> int:
+        return unwrap(await self.shards.call(self.owner(doc_id), "delete", doc_id))
+
+    async def describe(self) -> list[dict[str, Any]]:
+        replies = await asyncio.gather(*(self.shards.call(i, "describe") for i in range(self.shards.count)))
+        return [
+            reply.value if reply.status == 200 else {"shard": i, "status": "unavailable", "error": reply.message}
+            for i, reply in enumerate(replies)
+        ]
+
+
+async def retrying(call: Any, shard: int, retry_seconds: float, errors: tuple[type[BaseException], ...]) -> Reply:
+    """`await call()` again while it fails with one of `errors` (a dead or restarting replica), up to
+    `retry_seconds`; then a ShardUnavailable naming the shard and the last error."""
+    deadline = time.monotonic() + retry_seconds
+    delay = 0.1
+    while True:
+        try:
+            return await call()
+        except errors as exc:
+            if time.monotonic() + delay > deadline:
+                raise ShardUnavailable(
+                    f"shard {shard} did not answer within {retry_seconds:g}s ({type(exc).__name__}); "
+                    "no partial ranking is returned: retry shortly",
+                    headers={"Retry-After": "5"},
+                ) from None
+            await asyncio.sleep(delay)
+            delay = min(2 * delay, 2.0)

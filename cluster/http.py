@@ -1,0 +1,117 @@
+"""The router's HTTP API: the single node's routes and bodies (service.schemas), answered by the shards.
+
+`POST /search`, `POST /search/batch`, `GET /documents/{id}`, `GET /documents/{id}/similar`,
+`PUT /documents/{id}`, `POST /documents` and `DELETE /documents/{id}` take the same requests and give
+the same responses as `ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY
+for writes, SSI_READ_KEY for reads) and error bodies (service.app's handlers); `GET /cluster` lists
+the shards. The app is built per process (`build_app`), so the Ray Serve router (cluster.deploy) and
+an in-process router (cluster.fanout.LocalShards) serve the very same routes.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+
+from cluster.fanout import Fanout
+from service.app import install_error_handlers
+from service.bounds import check_document_id, check_documents, check_paging, check_search
+from service.deps import ApiKeyDep, ReadKeyDep, SettingsDep
+from service.routes.documents import OFFSET, K, LookupId, WrittenId
+from service.schemas import (
+    BatchSearchRequest,
+    BatchSearchResponse,
+    DeleteResponse,
+    DocumentBody,
+    DocumentIn,
+    DocumentOut,
+    DocumentsIn,
+    SearchRequest,
+    SearchResponse,
+    WriteResponse,
+)
+from service.settings import Settings
+
+COLLECTION_NAME = "documents"
+
+
+async def get_fanout(request: Request) -> Fanout:
+    return request.app.state.fanout
+
+
+def took_ms(started: float) -> float:
+    return round((time.perf_counter() - started) * 1000, 3)
+
+
+def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None = None) -> FastAPI:
+    """The router app over `fanout`; `about` (the manifest's summary) is shown by GET /cluster."""
+    app = FastAPI(title="ssi-search (sharded)", description=__doc__)
+    app.state.settings = settings
+    app.state.fanout = fanout
+    install_error_handlers(app)
+    reads = [ReadKeyDep] if settings.read_key is not None else []
+    name = settings.collection
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        shards = await fanout.describe()
+        ready = all(s.get("status") == "ready" for s in shards)
+        return JSONResponse(
+            {"status": "ready" if ready else "loading", "shards": shards}, status_code=200 if ready else 503
+        )
+
+    @app.get("/cluster", dependencies=reads)
+    async def cluster() -> dict[str, Any]:
+        return {"index": about or {}, "shards": await fanout.describe()}
+
+    @app.post("/search", response_model=SearchResponse, dependencies=reads)
+    async def search(body: SearchRequest, settings: SettingsDep) -> SearchResponse:
+        check_search(settings, body, [body.query], batch=False)
+        started = time.perf_counter()
+        (result,) = await fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
+        return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
+
+    @app.post("/search/batch", response_model=BatchSearchResponse, dependencies=reads)
+    async def search_batch(body: BatchSearchRequest, settings: SettingsDep) -> BatchSearchResponse:
+        check_search(settings, body, body.queries, batch=True)
+        started = time.perf_counter()
+        results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
+        return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
+
+    @app.get("/documents/{doc_id:docid}/similar", response_model=SearchResponse, dependencies=reads)
+    async def similar(doc_id: LookupId, settings: SettingsDep, k: K = 10, offset: OFFSET = 0) -> SearchResponse:
+        check_paging(settings, k, offset)
+        started = time.perf_counter()
+        result = await fanout.similar(doc_id, k, offset)
+        return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
+
+    @app.get("/documents/{doc_id:docid}", response_model=DocumentOut, dependencies=reads)
+    async def get_document(doc_id: LookupId) -> DocumentOut:
+        return DocumentOut(collection=name, **(await fanout.get(doc_id)))
+
+    @app.put("/documents/{doc_id:writtenid}", response_model=WriteResponse)
+    async def put_document(doc_id: WrittenId, body: DocumentBody, _: ApiKeyDep, settings: SettingsDep) -> WriteResponse:
+        check_documents(settings, [DocumentIn(id=doc_id, title=body.title, text=body.text)], field="document")
+        seqs = await fanout.put([{"id": doc_id, "title": body.title, "text": body.text}])
+        return WriteResponse(collection=name, ids=[doc_id], seq=seqs[-1])
+
+    @app.post("/documents", response_model=WriteResponse)
+    async def post_documents(body: DocumentsIn, _: ApiKeyDep, settings: SettingsDep) -> WriteResponse:
+        check_documents(settings, body.documents)
+        seqs = await fanout.put([{"id": d.id, "title": d.title, "text": d.text} for d in body.documents])
+        return WriteResponse(collection=name, ids=[d.id for d in body.documents], seq=max(seqs))
+
+    @app.delete("/documents/{doc_id:writtenid}", response_model=DeleteResponse)
+    async def delete_document(doc_id: WrittenId, _: ApiKeyDep, settings: SettingsDep) -> DeleteResponse:
+        check_document_id(settings, doc_id)
+        seq = await fanout.delete(doc_id)
+        return DeleteResponse(collection=name, id=doc_id, deleted=True, seq=seq)
+
+    return app

@@ -1,0 +1,123 @@
+"""`ssi index`: a bundle + a corpus → a sharded index (cluster.manifest), computed here or as a Ray Data job.
+
+Without `--ray` the documents are read, embedded and written by this process (no Ray is imported);
+with `--ray ADDRESS` the same two steps (cluster.shard_build) run as a Ray Data job: the corpus is read
+in blocks in parallel, each block is embedded on a worker, and the rows are grouped by owner shard and
+each shard written by one task (cluster.ray_index). Either way the manifest is written last.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from pathlib import Path
+
+from cluster.manifest import MANIFEST_FILE, ClusterIndexError, ClusterManifest, ShardEntry, write_manifest
+from cluster.shard_build import Block, embed_block, write_shard
+from cluster.shard_settings import shard_settings
+from cluster.sharding import shard_folder_name
+from service.embedding import Embedder
+from service.settings import IndexType
+from service.state_builder import index_config
+from ssi.bundle import load_bundle
+from ssi.corpus import iter_corpus
+
+
+def check_output(out: Path) -> None:
+    """Refuse to write over an existing index or into a folder holding anything else."""
+    if out.exists() and not out.is_dir():
+        raise ClusterIndexError(f"{out} is a file, not a folder")
+    if out.is_dir() and any(out.iterdir()):
+        what = "an index" if (out / MANIFEST_FILE).exists() else "files"
+        raise ClusterIndexError(f"{out} already holds {what}: remove it or choose an empty folder")
+
+
+def build_index(
+    corpus: Path,
+    bundle_path: Path,
+    out: Path,
+    shards: int,
+    *,
+    ray_address: str | None = None,
+    index_type: IndexType = "flat",
+    batch_size: int = 2048,
+    workers: int | None = None,
+) -> ClusterManifest:
+    """Build the sharded index of `corpus` under `out` and return its manifest."""
+    if shards < 1:
+        raise ClusterIndexError(f"shards must be at least 1 (got {shards})")
+    if not corpus.exists():
+        raise ClusterIndexError(f"corpus {corpus} does not exist")
+    check_output(out)
+    started = time.perf_counter()
+    bundle = load_bundle(bundle_path, mmap=False)
+    Embedder(bundle, 1)  # refuses a form the service cannot serve before any work
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        if ray_address is None:
+            entries, embed_seconds = _build_here(corpus, bundle_path, out, shards, index_type, batch_size)
+        else:
+            from cluster.ray_index import build_with_ray
+
+            entries, embed_seconds = build_with_ray(
+                corpus,
+                bundle_path,
+                out,
+                shards,
+                ray_address,
+                index_type=index_type,
+                batch_size=batch_size,
+                workers=workers,
+            )
+    except BaseException:
+        shutil.rmtree(out, ignore_errors=True)  # half an index is no index: the folder was empty before
+        raise
+    index_tag = index_config(shard_settings(out / shard_folder_name(0), bundle.path, index_type)).tag()
+    manifest = ClusterManifest(
+        bundle=str(bundle.path.resolve()),
+        bundle_hash=bundle.content_hash,
+        form=bundle.manifest.form,
+        shards=shards,
+        index_type=index_type,
+        index_tag=index_tag,
+        documents=sum(e.documents for e in entries),
+        engine="local" if ray_address is None else "ray",
+        ray_address=ray_address,
+        embed_seconds=round(embed_seconds, 3),
+        seconds=round(time.perf_counter() - started, 3),
+        entries=sorted(entries, key=lambda e: e.shard),
+    )
+    write_manifest(out, manifest)
+    return manifest
+
+
+def _build_here(
+    corpus: Path, bundle_path: Path, out: Path, shards: int, index_type: IndexType, batch_size: int
+) -> tuple[list[ShardEntry], float]:
+    """The single-process build: every block embedded here, then each shard written."""
+    started = time.perf_counter()
+    bundle = load_bundle(bundle_path, mmap=False)
+    embedder = Embedder(bundle, 1)
+    per_shard: list[list[Block]] = [[] for _ in range(shards)]
+    batch = []
+    for doc in iter_corpus(corpus):
+        batch.append(doc)
+        if len(batch) == batch_size:
+            _split(embed_block(embedder, batch, shards), per_shard)
+            batch = []
+    if batch:
+        _split(embed_block(embedder, batch, shards), per_shard)
+    embed_seconds = time.perf_counter() - started
+    dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
+    entries = [
+        write_shard(out, shard, bundle, Block.concat(blocks, dims, vocab), index_type)
+        for shard, blocks in enumerate(per_shard)
+    ]
+    return entries, embed_seconds
+
+
+def _split(block: Block, per_shard: list[list[Block]]) -> None:
+    for shard in range(len(per_shard)):
+        rows = (block.shards == shard).nonzero()[0]
+        if rows.shape[0]:
+            per_shard[shard].append(block.select(rows))

@@ -1,0 +1,42 @@
+"""A Ray cluster on this machine: a head node and worker nodes on loopback (`ssi cluster local`, tests).
+
+Each node is a real raylet with its own object store, started by Ray's own `ray.cluster_utils.Cluster`
+(what Ray's test suite uses for multi-node clusters on one host): tasks and replicas are scheduled
+across nodes exactly as on a real cluster, only the network is loopback.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+
+class LocalCluster:
+    def __init__(self, workers: int = 2, cpus_per_node: int = 1, object_store_mb: int = 256) -> None:
+        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        from ray.cluster_utils import Cluster
+
+        node = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mb * 1024 * 1024}
+        self.cluster: Any = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+        for _ in range(workers):
+            self.cluster.add_node(**node)
+        self.address: str = self.cluster.address
+
+    def connect(self) -> Any:
+        """Join the cluster from this process (the driver); returns the ray module."""
+        import ray
+
+        if not ray.is_initialized():
+            ray.init(address=self.address, logging_level="warning", log_to_driver=False)
+        return ray
+
+    def nodes(self) -> int:
+        import ray
+
+        return sum(1 for node in ray.nodes() if node.get("Alive"))
+
+    def shutdown(self) -> None:
+        import ray
+
+        ray.shutdown()
+        self.cluster.shutdown()

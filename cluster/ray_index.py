@@ -1,0 +1,117 @@
+"""The index build as a Ray Data job (imported only by `ssi index --ray`).
+
+    read_json / read_parquet (blocks, in parallel)
+      → map_batches(embed_batch): each block's shard, tf-idf rows and vectors (cluster.shard_build.embed_block),
+        one bundle load per worker process
+      → materialize (the embedding stage is timed on its own)
+      → groupby("shard").map_groups(write_group): each shard's store and snapshot written by one task
+
+The output folder must be one every worker can write (a shared file system on a real cluster; on a
+local cluster it is simply the local disk). A shard that receives no document is written empty by the
+driver, so the manifest always lists every shard.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from cluster.connect import connect
+from cluster.manifest import ClusterIndexError, ShardEntry
+from cluster.shard_build import Block, document_of, embed_block, write_shard
+from service.embedding import Embedder
+from service.settings import IndexType
+from ssi.bundle import load_bundle
+
+JSON_BLOCK_BYTES = 64 << 20  # the Arrow JSON reader's block: a line longer than this cannot be read
+
+
+@functools.lru_cache(maxsize=2)
+def _embedder(bundle_path: str) -> Embedder:
+    """One bundle load per worker process: Ray reuses a worker for task after task."""
+    return Embedder(load_bundle(Path(bundle_path), mmap=False), 1)
+
+
+def embed_batch(batch: dict[str, np.ndarray], bundle_path: str, shards: int) -> dict[str, np.ndarray]:
+    """A Ray Data task: one block of corpus records → its rows with shard, vectors and tf-idf (cluster.shard_build).
+
+    Tasks rather than actors: an actor pool holds its CPUs for the whole job, and on a small cluster it
+    can hold every CPU while the read tasks that feed it wait for one.
+    """
+    columns = list(batch)
+    n = len(batch[columns[0]]) if columns else 0
+    docs = [document_of({name: batch[name][i] for name in columns}) for i in range(n)]
+    return embed_block(_embedder(bundle_path), docs, shards).columns()
+
+
+def write_group(batch: dict[str, np.ndarray], root: str, bundle_path: str, index_type: str) -> dict[str, np.ndarray]:
+    """One shard's rows (a Ray Data group) → its store and snapshot; returns its manifest entry as JSON."""
+    bundle = load_bundle(Path(bundle_path), mmap=False)
+    block = Block.from_columns(batch, bundle.manifest.vocab_size)
+    entry = write_shard(Path(root), int(block.shards[0]), bundle, block, index_type)  # type: ignore[arg-type]
+    return {"entry": np.asarray([entry.model_dump_json()], dtype=object)}
+
+
+def read_corpus(ray_data: Any, corpus: Path) -> Any:
+    name = corpus.name.lower()
+    if name.endswith(".parquet") or corpus.is_dir():
+        return ray_data.read_parquet(str(corpus), columns=None)
+    if name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson")):
+        import pyarrow.json as pj
+
+        return ray_data.read_json(str(corpus), read_options=pj.ReadOptions(block_size=JSON_BLOCK_BYTES))
+    raise ClusterIndexError(
+        f"corpus {corpus}: expected JSONL (.jsonl, .jsonl.gz) or Parquet (.parquet or a folder of them)"
+    )
+
+
+def build_with_ray(
+    corpus: Path,
+    bundle_path: Path,
+    out: Path,
+    shards: int,
+    address: str,
+    *,
+    index_type: IndexType = "flat",
+    batch_size: int = 2048,
+    workers: int | None = None,
+) -> tuple[list[ShardEntry], float]:
+    """Run the job on the cluster at `address`; returns the shards' entries and the embedding stage's seconds."""
+    connect(address, num_cpus=workers)
+    ray_data = importlib.import_module("ray.data")
+
+    ctx = ray_data.DataContext.get_current()
+    ctx.enable_progress_bars = False
+    started = time.perf_counter()
+    embedded = (
+        read_corpus(ray_data, corpus.resolve())
+        .map_batches(
+            embed_batch,
+            fn_kwargs={"bundle_path": str(bundle_path.resolve()), "shards": shards},
+            batch_size=batch_size,
+            batch_format="numpy",
+        )
+        .materialize()
+    )
+    embed_seconds = time.perf_counter() - started
+    written = (
+        embedded.groupby("shard", num_partitions=shards)
+        .map_groups(
+            write_group,
+            batch_format="numpy",
+            fn_kwargs={"root": str(out.resolve()), "bundle_path": str(bundle_path.resolve()), "index_type": index_type},
+        )
+        .take_all()
+    )
+    entries = [ShardEntry.model_validate_json(row["entry"]) for row in written]
+    have = {e.shard for e in entries}
+    bundle = load_bundle(bundle_path, mmap=False)
+    dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
+    for shard in sorted(set(range(shards)) - have):
+        entries.append(write_shard(out, shard, bundle, Block.concat([], dims, vocab), index_type))
+    return entries, embed_seconds

@@ -1,0 +1,213 @@
+"""The two steps of an index build that run on workers, as plain functions (no Ray here):
+
+1. `embed_block`: a block of documents → each one's shard, tf-idf row and index vector, computed by
+   the service's own embedder (service.embedding.Embedder: the bundle's vocabulary and the form's
+   `embed_documents_of`), so a shard's vectors are bit for bit what a single node computes.
+2. `write_shard`: one shard's documents + vectors → its document store (service.store, seeded like a
+   corpus) and an index snapshot (service.snapshot) in the cache folder the shard server opens, so the
+   shard starts "from cache" and never embeds its documents again.
+
+A block travels between Ray workers as columns: ids, titles, texts, the shard, the vectors as one
+float32 matrix and each tf-idf row packed into bytes (word ids int32, then weights float32).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+
+from cluster.manifest import COLLECTION, ShardEntry, shard_dir
+from cluster.shard_settings import shard_settings
+from cluster.sharding import shard_of
+from service.embedding import Embedder
+from service.index import VectorIndex
+from service.settings import IndexType
+from service.snapshot import SnapshotData, cache_folder, write_snapshot
+from service.state_builder import index_config
+from service.store import DocumentStore
+from ssi.bundle import Bundle
+from ssi.records import Document
+
+
+@dataclass
+class Block:
+    """Documents with their shard, vectors and tf-idf rows (row i of each belongs to document i)."""
+
+    ids: list[str]
+    titles: list[str]
+    texts: list[str]
+    shards: np.ndarray  # int32
+    embeddings: np.ndarray  # float32 [n, M]
+    tfidf: sp.csr_matrix  # [n, D], unit rows
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The block as Ray Data columns (numpy batch format)."""
+        return {
+            "id": np.asarray(self.ids, dtype=object),
+            "title": np.asarray(self.titles, dtype=object),
+            "text": np.asarray(self.texts, dtype=object),
+            "shard": self.shards,
+            "embedding": self.embeddings,
+            "tfidf": np.asarray(pack_rows(self.tfidf), dtype=object),
+        }
+
+    @classmethod
+    def from_columns(cls, columns: dict[str, np.ndarray], vocab_size: int) -> Block:
+        ids = [str(x) for x in columns["id"]]
+        embeddings = np.ascontiguousarray(np.stack(list(columns["embedding"])) if len(ids) else columns["embedding"])
+        return cls(
+            ids=ids,
+            titles=[str(x) for x in columns["title"]],
+            texts=[str(x) for x in columns["text"]],
+            shards=np.asarray(columns["shard"], dtype=np.int32),
+            embeddings=embeddings.astype(np.float32, copy=False).reshape(len(ids), -1),
+            tfidf=unpack_rows(list(columns["tfidf"]), vocab_size),
+        )
+
+    def select(self, rows: np.ndarray) -> Block:
+        picked = rows.tolist()
+        return Block(
+            ids=[self.ids[i] for i in picked],
+            titles=[self.titles[i] for i in picked],
+            texts=[self.texts[i] for i in picked],
+            shards=self.shards[rows],
+            embeddings=self.embeddings[rows],
+            tfidf=self.tfidf[rows],
+        )
+
+    @classmethod
+    def concat(cls, blocks: Sequence[Block], index_dims: int, vocab_size: int) -> Block:
+        if not blocks:
+            return cls(
+                [],
+                [],
+                [],
+                np.zeros(0, np.int32),
+                np.zeros((0, index_dims), np.float32),
+                sp.csr_matrix((0, vocab_size), dtype=np.float32),
+            )
+        return cls(
+            ids=[x for b in blocks for x in b.ids],
+            titles=[x for b in blocks for x in b.titles],
+            texts=[x for b in blocks for x in b.texts],
+            shards=np.concatenate([b.shards for b in blocks]),
+            embeddings=np.concatenate([b.embeddings for b in blocks]),
+            tfidf=sp.vstack([b.tfidf for b in blocks], format="csr"),
+        )
+
+
+def pack_rows(tfidf: sp.csr_matrix) -> list[bytes]:
+    out = []
+    for row in range(tfidf.shape[0]):
+        start, end = int(tfidf.indptr[row]), int(tfidf.indptr[row + 1])
+        out.append(
+            tfidf.indices[start:end].astype(np.int32).tobytes() + tfidf.data[start:end].astype(np.float32).tobytes()
+        )
+    return out
+
+
+def unpack_rows(packed: Sequence[bytes], vocab_size: int) -> sp.csr_matrix:
+    indices, data, indptr = [], [], [0]
+    for blob in packed:
+        n = len(blob) // 8
+        indices.append(np.frombuffer(blob, dtype=np.int32, count=n))
+        data.append(np.frombuffer(blob, dtype=np.float32, count=n, offset=4 * n))
+        indptr.append(indptr[-1] + n)
+    if not packed:
+        return sp.csr_matrix((0, vocab_size), dtype=np.float32)
+    return sp.csr_matrix(
+        (np.concatenate(data), np.concatenate(indices), np.asarray(indptr, dtype=np.int64)),
+        shape=(len(packed), vocab_size),
+    )
+
+
+def document_of(record: dict) -> Document:
+    """A corpus record as ssi.corpus.iter_corpus reads it: `id` (or BEIR's `_id`; a number is taken as text),
+    optional `title`, `text`."""
+    doc_id = record.get("id", record.get("_id"))
+    if isinstance(doc_id, np.generic):  # a Ray Data column of numbers
+        doc_id = doc_id.item()
+    if isinstance(doc_id, (int, float)) and not isinstance(doc_id, bool):
+        doc_id = str(doc_id)
+    if not isinstance(doc_id, str) or not doc_id.strip():
+        raise ValueError(f"a corpus record has no usable id (fields: {sorted(record)[:5]})")
+    title, text = record.get("title") or "", record.get("text")
+    if not isinstance(title, str) or not isinstance(text, str):
+        raise ValueError(f"document {doc_id[:64]!r}: title and text must be strings")
+    return Document(id=doc_id, title=title, text=text)
+
+
+def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int) -> Block:
+    """Each document's owner shard, tf-idf row and index vector (what service.state_builder.computed computes)."""
+    ids = [d.id for d in docs]
+    tfidf = embedder.featurize([d.full_text for d in docs])
+    return Block(
+        ids=ids,
+        titles=[d.title for d in docs],
+        texts=[d.text for d in docs],
+        shards=np.asarray([shard_of(i, shards) for i in ids], dtype=np.int32),
+        embeddings=embedder.embed_documents(tfidf, ids),
+        tfidf=tfidf,
+    )
+
+
+def write_shard(root: Path, shard: int, bundle: Bundle, block: Block, index_type: IndexType = "flat") -> ShardEntry:
+    """Seed the shard's store with its documents and save the snapshot the shard server will load.
+
+    The store is seeded from a JSONL file exactly as `ssi serve --corpus` seeds one (a repeated id is
+    refused there), then the file is removed: the store is the shard's truth from now on.
+    """
+    started = time.perf_counter()
+    folder = shard_dir(root, shard)
+    folder.mkdir(parents=True, exist_ok=True)
+    settings = shard_settings(folder, bundle.path, index_type)
+    seed = folder / "seed.jsonl"
+    with seed.open("w", encoding="utf-8") as handle:
+        for doc_id, title, text in zip(block.ids, block.titles, block.texts, strict=True):
+            handle.write(json.dumps({"id": doc_id, "title": title, "text": text}, ensure_ascii=False) + "\n")
+    if not block.ids:
+        seed.unlink()
+        store = DocumentStore.open_for_corpus(settings.store_dir, COLLECTION, None)
+    else:
+        store = DocumentStore.open_for_corpus(settings.store_dir, COLLECTION, seed, on_change="refuse")
+        seed.unlink()
+    try:
+        config = index_config(settings)
+        dims = bundle.manifest.index_dims
+        embeddings = np.ascontiguousarray(block.embeddings, dtype=np.float32).reshape(len(block.ids), dims)
+        blob = None
+        if config.index_type != "flat":  # a flat index is its vectors; the others are saved built
+            blob = VectorIndex.build(config, dims, embeddings, np.arange(len(block.ids), dtype=np.int64)).serialize()
+        write_snapshot(
+            cache_folder(settings.index_dir, COLLECTION, bundle.content_hash, store.uuid, config.tag()),
+            SnapshotData(
+                seq=store.last_seq,
+                store_uuid=store.uuid,
+                bundle_hash=bundle.content_hash,
+                index_tag=config.tag(),
+                index_blob=blob,
+                embeddings=embeddings,
+                tfidf=sp.csc_matrix(block.tfidf, dtype=np.float32),
+                doc_ids=list(block.ids),
+                live=np.ones(len(block.ids), dtype=bool),
+            ),
+        )
+    finally:
+        store.close()
+    listed = json.dumps(sorted(block.ids), ensure_ascii=False)
+    (folder / "ids.json").write_text(listed, encoding="utf-8")
+    return ShardEntry(
+        shard=shard,
+        folder=folder.name,
+        documents=len(block.ids),
+        ids_file=f"{folder.name}/ids.json",
+        ids_sha256=hashlib.sha256(listed.encode("utf-8", "surrogatepass")).hexdigest(),
+        seconds=round(time.perf_counter() - started, 3),
+    )

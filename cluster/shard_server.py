@@ -1,0 +1,173 @@
+"""One shard: an ordinary service collection (store, snapshot, exact search) over the shard's folder.
+
+The Ray Serve deployment of a shard is this class (cluster.deploy); the router's in-process twin
+(cluster.fanout.LocalShards) uses it directly. Every method answers a `Reply` instead of raising: a
+service error (404, 503 while loading, 422) crosses the process boundary as its status and message,
+and the router raises it again, so a caller sees the single node's error and never a Ray traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from cluster.manifest import COLLECTION, ClusterIndexError, read_manifest
+from cluster.shard_settings import shard_settings
+from service.bounds import cut_long_text
+from service.collection import Collection
+from service.errors import Forbidden, ServiceError
+from service.metrics import Metrics
+from service.routes.search import scan_chars, to_result
+from service.settings import CollectionSpec
+from ssi.records import Document
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """A shard's answer: `value`, or the service error it raised (`status`, `message`)."""
+
+    value: Any = None
+    status: int = 200
+    message: str = ""
+    headers: dict[str, str] | None = None
+
+
+def answer(work: Callable[[], T]) -> Reply:
+    try:
+        return Reply(value=work())
+    except ServiceError as exc:
+        return Reply(status=exc.status_code, message=exc.message, headers=exc.headers)
+
+
+class ShardServer:
+    """Shard `shard` of the sharded index at `root`, loaded from the snapshot the index job wrote."""
+
+    def __init__(self, root: str, shard: int, threads: int = 1, read_only: bool = False) -> None:
+        index = Path(root)
+        manifest = read_manifest(index)
+        if not 0 <= shard < manifest.shards:
+            raise ClusterIndexError(f"{index}: has shards 0…{manifest.shards - 1}, not {shard}")
+        self._closed = False
+        self.shard = shard
+        self.shards = manifest.shards
+        bundle = Path(manifest.bundle)
+        folder = index / manifest.entries[shard].folder
+        self.read_only = read_only
+        if read_only:  # one of several replicas: a private copy of the shard's folder (one process serves a folder)
+            self._copy = tempfile.TemporaryDirectory(prefix=f"ssi-{folder.name}-")
+            folder = Path(shutil.copytree(folder, Path(self._copy.name) / folder.name))
+        self.settings = shard_settings(folder, bundle, manifest.index_type, threads)  # type: ignore[arg-type]
+        self.collection = Collection(COLLECTION, CollectionSpec(bundle=bundle), self.settings, Metrics())
+        self.collection.load()
+        state = self.collection.ready_state()
+        if state.bundle.content_hash != manifest.bundle_hash:
+            self.collection.close()
+            raise ClusterIndexError(
+                f"{index}: built with bundle {manifest.bundle_hash[:12]}, "
+                f"but {bundle} is now {state.bundle.content_hash[:12]}"
+            )
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def search(
+        self, queries: Sequence[str], want: int, ef_search: int | None = None, nprobe: int | None = None
+    ) -> Reply:
+        """Each query's exact top `want` in this shard, as service.schemas.SearchResult dicts (snippets included)."""
+
+        def work() -> list[dict[str, Any]]:
+            results = self.collection.search(list(queries), want, 0, ef_search=ef_search, nprobe=nprobe)
+            scan = scan_chars(self.settings, sum(len(r.doc_ids) for r in results))
+            return [
+                to_result(self.collection, self.settings, r, q, scan).model_dump()
+                for r, q in zip(results, queries, strict=True)
+            ]
+
+        return answer(work)
+
+    def page_text(self, doc_id: str) -> Reply:
+        """The stored document as a long query ("more like this"), cut as the single node cuts it."""
+        return answer(
+            lambda: cut_long_text(self.collection.get(doc_id).as_document().full_text, self.settings.max_page_chars)
+        )
+
+    def search_page(self, text: str, want: int, exclude: str) -> Reply:
+        """The exact top `want` for a long text (its heaviest words), leaving out document `exclude`."""
+
+        def work() -> dict[str, Any]:
+            self.collection.require_type("documents", "/similar")
+            state = self.collection.ready_state()
+            pool = self.settings.candidate_pool if state.config.index_type == "hnsw" else self.settings.scan_pool
+            (result,) = state.search([text], want, pool=pool, exclude=[exclude], max_words=self.settings.max_page_words)
+            return to_result(self.collection, self.settings, result, None).model_dump()
+
+        return answer(work)
+
+    def get(self, doc_id: str) -> Reply:
+        def work() -> dict[str, Any]:
+            doc = self.collection.get(doc_id)
+            return {"id": doc.id, "title": doc.title, "text": doc.text, "seq": doc.seq}
+
+        return answer(work)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def put(self, docs: Sequence[dict[str, str]]) -> Reply:
+        """Add or replace documents this shard owns: durable in its store when this returns."""
+        return answer(lambda: self._writable().put([Document(**d) for d in docs]))
+
+    def delete(self, doc_id: str) -> Reply:
+        return answer(lambda: self._writable().delete(doc_id))
+
+    def _writable(self) -> Collection:
+        if self.read_only:
+            raise Forbidden(
+                "this cluster serves each shard from several read-only replicas (each has its own copy, "
+                "none is the truth): writes need one replica per shard (ssi cluster serve --replicas 1)"
+            )
+        return self.collection
+
+    # -- upkeep --------------------------------------------------------------------------------
+
+    def describe(self) -> Reply:
+        def work() -> dict[str, Any]:
+            info = self.collection.describe()
+            info.update(shard=self.shard, pid=os.getpid(), replica=replica_name())
+            return info
+
+        return answer(work)
+
+    def check_health(self) -> None:
+        """Ray Serve's health check: a shard whose collection failed is restarted."""
+        if self.collection.status == "failed":
+            raise RuntimeError(f"shard {self.shard}: {self.collection.error}")
+
+    def close(self) -> None:
+        """Save what is unsaved and close the store (the write log has it all anyway); once."""
+        if not self._closed:
+            self._closed = True
+            self.collection.close()
+
+    def __del__(self) -> None:  # Serve drops a replica's object on a graceful stop
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 — nothing to report to at interpreter exit
+            pass
+
+
+def replica_name() -> str | None:
+    """This Ray actor's name (a Serve replica's), so a test can find and kill it; None outside Ray."""
+    ray = sys.modules.get("ray")  # never imported here: only present when running on Ray
+    try:
+        if ray is not None and ray.is_initialized():
+            return ray.get_runtime_context().get_actor_name()
+    except Exception:  # noqa: BLE001 — not inside an actor
+        return None
+    return None

@@ -1,0 +1,28 @@
+"""The service settings of one shard: an ordinary collection whose data and cache folders are the shard's folder.
+
+The index job and the shard server build them the same way, so the snapshot the job writes lands in
+the cache folder the shard looks in (service.snapshot.cache_folder: bundle hash + store + index tag).
+Shards are reached only through the router, which checks keys and bounds, so a shard accepts writes
+without a key of its own (it listens on no port).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cluster.manifest import COLLECTION
+from service.settings import IndexType, Settings
+
+
+def shard_settings(folder: Path, bundle: Path, index_type: IndexType = "flat", threads: int = 1) -> Settings:
+    return Settings(
+        bundle=bundle,
+        corpus=None,
+        collection=COLLECTION,
+        cache_dir=folder,
+        data_dir=folder,
+        index_type=index_type,
+        threads=threads,
+        insecure_writes=True,
+        host="127.0.0.1",
+    )

@@ -1,0 +1,28 @@
+"""Fixtures of the cluster tests: a generated corpus, a small bundle over it and the brute-force oracle."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+
+import pytest
+
+from tests.service.service_testing import Oracle, make_bundle, make_corpus, write_corpus
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _clean_ssi_environment() -> Iterator[None]:
+    """Settings read SSI_* variables: a developer's shell must not leak into the tests."""
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SSI_")}
+    yield
+    os.environ.update(saved)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """A 300-document corpus file, a lowrank bundle over its words and the oracle (brute force of the form's score)."""
+    root = tmp_path_factory.mktemp("cluster-world")
+    docs = make_corpus(300, seed=3)
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    bundle = make_bundle(root / "bundle", docs)
+    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}

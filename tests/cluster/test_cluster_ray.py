@@ -1,0 +1,168 @@
+"""The sharded service on a local Ray cluster (a head and a worker node on loopback): index, search, writes, failures.
+
+One cluster, one Ray Data index build and one Serve application for the whole module (starting them
+is most of its time). Skipped with a message when Ray is not installed (the `cluster` extra).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[cluster]")
+
+from cluster.index_job import build_index  # noqa: E402
+from cluster.manifest import read_manifest  # noqa: E402
+from cluster.sharding import shard_of  # noqa: E402
+from ssi.records import Document  # noqa: E402
+from tests.service.service_testing import (  # noqa: E402
+    Oracle,
+    ThreadServer,
+    assert_same_ranking,
+    free_port,
+    needle_of,
+    probe_queries,
+    wait_ready,
+)
+
+SHARDS = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    from ray import serve
+
+    from cluster.deploy import ClusterOptions, start
+    from cluster.local import LocalCluster
+    from service.settings import Settings
+
+    local = LocalCluster(workers=1, cpus_per_node=1, object_store_mb=128)
+    try:
+        local.connect()
+        index = tmp_path_factory.mktemp("ray-index") / "index"
+        manifest = build_index(
+            world["corpus"], world["bundle"], index, SHARDS, ray_address=local.address, batch_size=50
+        )
+        settings = Settings(host="127.0.0.1", port=free_port(), insecure_writes=True)
+        options = ClusterOptions(shard_cpus=0, retry_seconds=30)
+        start(index, settings, options, address=local.address)
+        url = f"http://127.0.0.1:{settings.port}"
+        wait_ready(url, timeout=60)
+        with httpx.Client(base_url=url, timeout=60) as client:
+            yield {"index": index, "manifest": manifest, "client": client, "local": local}
+        serve.shutdown()
+    finally:
+        local.shutdown()
+
+
+def shard_replica(client: httpx.Client, shard: int) -> dict:
+    return next(s for s in client.get("/cluster").json()["shards"] if s.get("shard") == shard)
+
+
+def kill_replica(name: str) -> None:
+    import ray
+
+    ray.kill(ray.get_actor(name, namespace="serve"), no_restart=True)
+
+
+def test_ray_data_job_writes_the_shards_the_local_build_writes(world: dict, cluster: dict, tmp_path: Path) -> None:
+    """Same documents in the same shards, same bundle hash, whoever computed them."""
+    here = build_index(world["corpus"], world["bundle"], tmp_path / "here", SHARDS)
+    on_ray = cluster["manifest"]
+    assert on_ray.engine == "ray" and here.engine == "local"
+    assert on_ray.bundle_hash == here.bundle_hash
+    assert [(e.documents, e.ids_sha256) for e in on_ray.entries] == [(e.documents, e.ids_sha256) for e in here.entries]
+    ids = json.loads((cluster["index"] / on_ray.entries[1].ids_file).read_text(encoding="utf-8"))
+    assert ids and all(shard_of(doc_id, SHARDS) == 1 for doc_id in ids)
+
+
+def test_sharded_search_equals_single_node_search(world: dict, cluster: dict, tmp_path: Path) -> None:
+    """Over HTTP: the Ray Serve router's hits == `ssi serve`'s hits == brute force, on the same bundle and corpus."""
+    client = cluster["client"]
+    queries = probe_queries(world["docs"], 4, seed=21)
+    with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path / "single") as single:
+        for query in queries:
+            sharded = client.post("/search", json={"query": query, "k": 10})
+            assert sharded.status_code == 200, sharded.text
+            one = single.client.post("/search", json={"query": query, "k": 10}).json()
+            assert [(h["id"], h["snippet"]) for h in sharded.json()["hits"]] == [
+                (h["id"], h["snippet"]) for h in one["hits"]
+            ]
+            assert_same_ranking(sharded.json()["hits"], world["oracle"], query, 10)
+        doc = world["docs"][40]
+        similar = client.get(f"/documents/{doc.id}/similar", params={"k": 5}).json()["hits"]
+        assert [h["id"] for h in similar] == [
+            h["id"] for h in single.client.get(f"/documents/{doc.id}/similar", params={"k": 5}).json()["hits"]
+        ]
+
+
+def test_a_write_is_visible_and_survives_a_replica_restart(world: dict, cluster: dict) -> None:
+    client = cluster["client"]
+    words = f"{needle_of(world['docs'][5])} {needle_of(world['docs'][6])}"
+    doc = Document(id="ray-written", title="Written on the cluster", text=words)
+    owner = shard_of(doc.id, SHARDS)
+    assert client.put(f"/documents/{doc.id}", json={"title": doc.title, "text": doc.text}).status_code == 200
+    oracle = Oracle(world["bundle"], [*world["docs"], doc])
+    hits = client.post("/search", json={"query": words, "k": 5}).json()["hits"]
+    assert hits[0]["id"] == doc.id
+    assert_same_ranking(hits, oracle, words, 5)
+
+    before = shard_replica(client, owner)
+    kill_replica(before["replica"])
+    deadline = time.monotonic() + 60
+    after = before
+    while time.monotonic() < deadline:  # Serve notices the dead replica and starts another
+        after = shard_replica(client, owner)
+        if after.get("pid") not in (None, before["pid"]):
+            break
+        time.sleep(0.5)
+    assert after.get("pid") not in (None, before["pid"]), after
+    assert client.get(f"/documents/{doc.id}").json()["title"] == doc.title
+    hits = client.post("/search", json={"query": words, "k": 5}).json()["hits"]
+    assert_same_ranking(hits, oracle, words, 5)
+    assert hits[0]["id"] == doc.id
+
+
+def test_a_replica_killed_during_queries_never_gives_a_wrong_ranking(world: dict, cluster: dict) -> None:
+    """Searches run while a shard's replica is killed: each answer is the exact ranking or a clear 503."""
+    client = cluster["client"]
+    query = probe_queries(world["docs"], 1, seed=33)[0]
+    expected = [h["id"] for h in client.post("/search", json={"query": query, "k": 10}).json()["hits"]]
+    outcomes: list[tuple[int, object]] = []
+    stop = threading.Event()
+
+    def searcher() -> None:
+        with httpx.Client(base_url=str(client.base_url), timeout=60) as own:
+            while not stop.is_set():
+                response = own.post("/search", json={"query": query, "k": 10})
+                body = response.json()
+                outcomes.append(
+                    (response.status_code, [h["id"] for h in body["hits"]] if response.status_code == 200 else body)
+                )
+
+    threads = [threading.Thread(target=searcher) for _ in range(3)]
+    for thread in threads:
+        thread.start()
+    time.sleep(1.0)
+    victim = shard_replica(client, 0)
+    kill_replica(victim["replica"])
+    time.sleep(6.0)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=90)
+    print(f"searches while a replica was killed: {Counter(status for status, _ in outcomes)}")
+    assert outcomes and any(status == 200 for status, _ in outcomes)
+    for status, body in outcomes:
+        if status == 200:
+            assert body == expected
+        else:
+            assert status == 503 and "no partial ranking" in body["detail"], body  # type: ignore[index]
+    assert client.post("/search", json={"query": query, "k": 10}).status_code == 200
+    assert read_manifest(cluster["index"]).shards == SHARDS
