@@ -2,8 +2,9 @@
 through its form.
 
 The service never computes a score's parts itself: a query's index embedding is the encoder's
-output (the trainer's export of the form's query map, checked against it here at load), and a
-document's is `form.embed_documents` (V d for SSI, V d + (V₃ d)∘(Y₃ d) for PSI-3, d for full W).
+output (the trainer's export of the form's query map, scaled to unit length for a cosine form,
+checked against it here at load), and a document's is `form.embed_documents` (V d for SSI,
+V d + (V₃ d)∘(Y₃ d) for PSI-3, d for full W, B d/‖B d‖ for a projection).
 Writes are embedded before the store commits them (`prepare`), so a text the model cannot take is
 refused before anything changes.
 """
@@ -64,7 +65,7 @@ class Embedder:
         self.form = bundle.form
         self.index_dims = bundle.manifest.index_dims
         self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, self.index_dims, threads)
-        self.encoder.check_against(self.form.query_map())
+        self.encoder.check_against(self.form.query_map(), normalize=self.form.normalizes_query)
 
     def featurize(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
         """Unit tf-idf rows; with `max_words`, a long text keeps only its most heavily weighted words."""
@@ -72,7 +73,7 @@ class Embedder:
         return tfidf if max_words is None else keep_top_words(tfidf, max_words)
 
     def embed_queries(self, tfidf: sp.csr_matrix) -> np.ndarray:
-        """float32 [queries, M]: (query map) q by the exported ONNX graph."""
+        """float32 [queries, M]: (query map) q by the exported ONNX graph (to unit length for a cosine form)."""
         return self.encoder.encode(tfidf.toarray())
 
     def embed_documents(self, tfidf: sp.csr_matrix, doc_ids: Sequence[str] | None = None) -> np.ndarray:

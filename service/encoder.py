@@ -1,4 +1,5 @@
-"""The query encoder: the bundle's ONNX graph x ↦ A x (A: the form's query map), run by onnxruntime.
+"""The query encoder: the bundle's ONNX graph x ↦ A x (A: the form's query map), run by onnxruntime;
+for a cosine form (`Form.normalizes_query`, the projections of paper 003) x ↦ A x/‖A x‖.
 
 The service embeds queries with the exact graph the trainer exported (no PyTorch). When loading,
 it checks the graph's input and output shapes against the bundle and compares its output with
@@ -14,6 +15,7 @@ import numpy as np
 import onnxruntime as ort
 
 from ssi.bundle import BundleError
+from ssi.forms.base import UNIT_EPS
 
 INPUT_NAME = "tfidf"
 OUTPUT_NAME = "embedding"
@@ -52,8 +54,12 @@ class QueryEncoder:
         (embedding,) = self._session.run([OUTPUT_NAME], {INPUT_NAME: batch})
         return np.ascontiguousarray(embedding, dtype=np.float32)
 
-    def check_against(self, query_map: np.ndarray, probes: int = 4, seed: int = 0) -> None:
-        """Refuse an encoder whose output differs from numpy's A x (A: `query_map`, M × D) on random unit vectors."""
+    def check_against(self, query_map: np.ndarray, probes: int = 4, seed: int = 0, *, normalize: bool = False) -> None:
+        """Refuse an encoder whose output differs from numpy's A x (A: `query_map`, M × D) on random unit vectors.
+
+        `normalize`: the form's embedding is A x/‖A x‖ (`Form.normalizes_query`); an encoder without
+        that last step, or with it where the form has none, is refused too.
+        """
         rng = np.random.default_rng(seed)
         x = np.zeros((probes, self.vocab_size), dtype=np.float32)
         expected = np.zeros((probes, self.index_dims), dtype=np.float64)
@@ -64,6 +70,8 @@ class QueryEncoder:
             x[row, ids] = values
             # Only the probed columns of A are read: A may be a large memory-mapped file.
             expected[row] = np.asarray(query_map[:, ids], dtype=np.float64) @ values
+        if normalize:
+            expected /= np.maximum(np.linalg.norm(expected, axis=1, keepdims=True), UNIT_EPS)
         got = self.encode(x).astype(np.float64)
         scale = max(1.0, float(np.abs(expected).max()))
         if not np.allclose(got, expected, atol=1e-4 * scale, rtol=1e-3):

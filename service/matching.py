@@ -28,6 +28,7 @@ from service.bounds import cut_long_text
 from service.collection import Collection
 from service.model_state import ModelState
 from service.settings import Settings
+from ssi.forms.base import UNIT_EPS
 
 EXPLAIN_WORDS = 5  # shared and related words reported per advert
 GROWTH = 4  # how much more a filtered search asks for when the admitted adverts fall short
@@ -123,6 +124,8 @@ def explain(
     ad_tfidf = embedder.featurize(ads)
     ad_embedded = embedder.embed_documents(ad_tfidf, ids)  # [ads, M], as the index holds them
     page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
+    if embedder.form.normalizes_query:  # a cosine form's query embedding is A q/‖A q‖: its shares scale alike
+        page_map /= max(float(np.linalg.norm(page_map @ q_vals)), UNIT_EPS)
     # contribution[a, i] = q_i (U e_i)·(V d_a): the page words' shares of each advert's semantic part
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
     shared_all, related_all = [], []

@@ -28,6 +28,10 @@ unit tf-idf), so a pool row with s + max_gain below that cannot enter. For SSI's
 1,024 semantic scores of a collection usually lie within 1 of each other and little is cut; for
 `noidentity` (w = 0) every pool row below the `want`-th is skipped.
 
+A cosine form (`projection`, paper 003) fits the same split: e(d) = B d/‖B d‖ and the encoder's
+A q/‖A q‖, so s(d) = cos(A q, B d) ∈ [−1, 1], and w = c ≥ 0 for every word (0 alone, the tf-idf weight
+combined); nothing above depends on how s is scaled, so both bounds hold as they are.
+
 With an approximate index (HNSW, IVF) s_K is not a true bound and the result is approximate; its
 recall against this exact ranking is what `ssi bench` reports.
 """

@@ -16,6 +16,11 @@ from service.threads import bound_thread_environment, limit_malloc_arenas
 log = logging.getLogger("service")
 
 
+# HTTP stays h11 even where httptools is installed (Ray Serve brings it): httptools answers a made-up
+# method with its own 400 before the app, where the contract is a 405. Tests' servers use it too.
+HTTP_PROTOCOL = "h11"
+
+
 def preflight(settings: Settings) -> None:
     """Cheap checks before the server starts, so a wrong path fails now with a clear message.
 
@@ -75,10 +80,9 @@ def run(settings: Settings) -> int:
         port=settings.port,
         log_level=settings.log_level,
         workers=1,
-        # uvloop when installed (the `serve` extra): a faster event loop. HTTP stays h11: httptools
-        # answers a made-up method with its own 400 before the app, where the contract is a 405.
+        # uvloop when installed (the `serve` extra): a faster event loop.
         loop="auto",
-        http="h11",
+        http=HTTP_PROTOCOL,
         timeout_graceful_shutdown=30,
         server_header=False,
     )

@@ -1,5 +1,6 @@
 """Export a trained model as a bundle (ssi.bundle): its form's arrays, the vocabulary, the ONNX query
-encoder of the form's query map (none for a form not served exactly), and the manifest."""
+encoder of the form's query map (to unit length for a cosine form; none for a form not served exactly),
+and the manifest."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from typing import Any
 from ssi.bundle import Manifest, write_bundle
 from ssi.forms import Form
 from ssi.vocab import Vocabulary
-from training.encoder import build_encoder
+from training.encoder import form_encoder
 
 
 def export_bundle(
@@ -25,7 +26,7 @@ def export_bundle(
         out,
         form=form,
         vocab=vocab,
-        encoder_onnx=build_encoder(form.query_map()) if form.served_exactly else None,
+        encoder_onnx=form_encoder(form) if form.served_exactly else None,
         training=training,
         data=data,
         metrics=metrics,

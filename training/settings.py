@@ -49,6 +49,15 @@ class TrainSettings(BaseSettings):
     cfh_top_k: int = Field(5, ge=1)
     cfh_ngrams: Literal["1", "2", "1,2"] = "1,2"
     cfh_min_df: int = Field(2, ge=1)
+    # Linear projections (--kind lsa, cl-lsa, opca, s2net; paper 003, section 4): the projection alone, or
+    # combined with the tf-idf cosine at a weight tuned on validation; S2Net's scale γ of score differences.
+    combine_tfidf: bool = True
+    s2net_gamma: float = Field(10.0, gt=0.0)
+    # EM kinds (--kind plsa, bltm, bltm-pr, bltm-1v, translation; paper 003, section 3): K topics is --dims.
+    em_iterations: int = Field(20, ge=1)
+    pair_words: int | None = Field(None, ge=1)  # each side of a training pair cut to its top words (tf-idf)
+    lm_lambda: float | None = Field(None, ge=0.0, le=1.0)  # λ of eq. 16; None: tuned on the validation pairs
+    translations: int = Field(50, ge=1)  # --kind translation: translations kept per source word
 
     # Optimisation
     lr: float = Field(0.03, gt=0.0)

@@ -113,7 +113,10 @@ def train_command(
     kind: Annotated[
         str | None,
         _opt(
-            "kind", "Model form: lowrank, symmetric, noidentity, diagonal, fullw, psi3, hashkernel, halftrans.", MODEL
+            "kind",
+            "Model form: lowrank, symmetric, noidentity, diagonal, fullw, psi3, hashkernel, halftrans; "
+            "projections lsa, cl-lsa, opca, s2net; EM kinds plsa, bltm, bltm-pr, bltm-1v, translation.",
+            MODEL,
         ),
     ] = None,
     init_from: Annotated[
@@ -161,6 +164,50 @@ def train_command(
     cfh_min_df: Annotated[
         int | None, _opt("cfh_min_df", "Correlated hashing: documents a 2-gram must appear in to be hashed.", MODEL)
     ] = None,
+    combine_tfidf: Annotated[
+        bool | None,
+        _opt(
+            "combine_tfidf",
+            "Projections (--kind lsa, cl-lsa, opca, s2net): rank by β·cos(Aq, Bd) + (1−β)·tf-idf cosine, β tuned "
+            "on the validation pairs (--no-combine-tfidf: the projection's cosine alone).",
+            MODEL,
+            "--combine-tfidf/--no-combine-tfidf",
+        ),
+    ] = None,
+    s2net_gamma: Annotated[
+        float | None,
+        _opt("s2net_gamma", "S2Net (--kind s2net): scale γ of the cosine differences in its logistic loss.", MODEL),
+    ] = None,
+    em_iterations: Annotated[
+        int | None,
+        _opt(
+            "em_iterations",
+            "EM kinds (--kind plsa, bltm, bltm-pr, bltm-1v, translation): EM iterations (K topics is --dims).",
+            MODEL,
+        ),
+    ] = None,
+    pair_words: Annotated[
+        int | None,
+        _opt(
+            "pair_words",
+            "EM kinds: cut each side of a training pair to its words of highest tf-idf weight (EM's cost grows "
+            "with the words per pair; paper 003 trains on short query-title pairs). Default: every word.",
+            MODEL,
+        ),
+    ] = None,
+    lm_lambda: Annotated[
+        float | None,
+        _opt(
+            "lm_lambda",
+            "EM kinds: weight λ of the document's own words against the latent model (0: the model alone). "
+            "Default: tuned on the validation pairs.",
+            MODEL,
+        ),
+    ] = None,
+    translations: Annotated[
+        int | None,
+        _opt("translations", "--kind translation: translations kept per word (top k of IBM model 1's table).", MODEL),
+    ] = None,
     dims: Annotated[int | None, _opt("n_dims", "Embedding size N (rows of U and V).", MODEL, "--dims", "-N")] = None,
     vocab_size: Annotated[
         int | None,
@@ -201,7 +248,9 @@ def train_command(
             MODEL,
         ),
     ] = None,
-    lr: Annotated[float | None, _opt("lr", "Adagrad learning rate.", OPTIM)] = None,
+    lr: Annotated[
+        float | None, _opt("lr", "Adagrad learning rate (--kind s2net: Adam's, 0.3 when not given).", OPTIM)
+    ] = None,
     margin: Annotated[
         float | None, _opt("margin", "Margin of the ranking loss max(0, margin - f(q,d+) + f(q,d-)).", OPTIM)
     ] = None,
@@ -273,7 +322,9 @@ def train_command(
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,
         "pool_size": pool_size, "epochs": epochs, "max_minutes": max_minutes, "eval_every": eval_every,
         "patience": patience, "seed": seed, "threads": threads,
-        "cfh_top_k": cfh_top_k, "cfh_ngrams": cfh_ngrams, "cfh_min_df": cfh_min_df,
+        "em_iterations": em_iterations, "pair_words": pair_words, "lm_lambda": lm_lambda,
+        "translations": translations, "cfh_top_k": cfh_top_k, "cfh_ngrams": cfh_ngrams, "cfh_min_df": cfh_min_df,
+        "combine_tfidf": combine_tfidf, "s2net_gamma": s2net_gamma,
     }  # fmt: skip
     try:
         settings = TrainSettings(**{k: v for k, v in given.items() if v is not None})

@@ -14,13 +14,19 @@ from ssi.forms.halftrans import HalfTransductive
 from ssi.forms.hashkernel import HashKernel
 from ssi.forms.lowrank import LowRank
 from ssi.forms.noidentity import NoIdentity
+from ssi.forms.projection import Projection
 from ssi.forms.psi3 import PSI3
 from ssi.forms.symmetric import Symmetric
+from ssi.forms.topics import TopicModel
+from ssi.forms.translation import WordTranslation
 
 FORMS: dict[str, type[Form]] = {
     cls.name: cls for cls in (LowRank, Symmetric, NoIdentity, Diagonal, FullW, PSI3, HashKernel, HalfTransductive)
 }
 FORMS[CorrelatedHashingForm.name] = CorrelatedHashingForm
+FORMS[Projection.name] = Projection
+FORMS[TopicModel.name] = TopicModel
+FORMS[WordTranslation.name] = WordTranslation
 
 
 def form_class(name: str) -> type[Form]:

@@ -5,7 +5,9 @@ A form is one kind of the model family bound to its trained arrays. It says:
 - `arrays`: the named arrays it writes into the bundle, with their shapes in symbols
   (N: the model's embedding size, D: the vocabulary size; a form may declare another, e.g. H);
 - `query_map()`: the linear map M × D that embeds a tf-idf query; the trainer exports it as the
-  ONNX query encoder and the service checks the encoder against it;
+  ONNX query encoder and the service checks the encoder against it. A form whose score is a cosine
+  (`normalizes_query`, the linear projections of paper 003) embeds a query as A q/‖A q‖ instead, and
+  its encoder ends with that L2 normalisation; `embed_queries(Q)` is the query embedding either way;
 - `embed_documents(X)`: what the service stores per document in the inner-product index (M values);
   a form with per-document state (`keyed`, e.g. half-transductive ranking) also takes the rows'
   document ids, `embed_documents(X, doc_ids)`: callers go through `embed_documents_of(X, doc_ids)`;
@@ -14,7 +16,7 @@ A form is one kind of the model family bound to its trained arrays. It says:
   the single definition of the form's ranking. Nothing else computes f: the trainer validates with
   it, `ssi eval` ranks with it, and the service's oracle tests compare its top-k with it.
 
-The service ranks a form exactly when f(q, d) = (query_map q)·embed(d) + Σ w_i q_i d_i, which every
+The service ranks a form exactly when f(q, d) = embed_queries(q)·embed(d) + Σ w_i q_i d_i, which every
 form here satisfies (`served_exactly`) but one: hash kernels (`hashkernel`) set it False, have no query
 map (index_dims 0: their bundle holds no encoder), are refused by the service and ranked by `ssi eval`.
 """
@@ -117,6 +119,18 @@ class DocumentKeys:
         return len(self.ids)
 
 
+# The smallest norm a vector is divided by: a zero vector (no known word, or one the map sends to 0)
+# stays zero, its cosine with everything 0. The ONNX encoder divides by the same max(‖y‖, UNIT_EPS).
+UNIT_EPS = 1e-12
+
+
+def unit_length(rows: np.ndarray) -> np.ndarray:
+    """float32 rows divided by max(‖row‖, UNIT_EPS): unit length, zero rows left zero."""
+    rows = np.asarray(rows, dtype=np.float32)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows, dtype=np.float32))
+    return rows / np.maximum(norms, np.float32(UNIT_EPS))[:, None]
+
+
 def dense(product: np.ndarray | sp.spmatrix) -> np.ndarray:
     """A sparse × dense product as a float32 ndarray (scipy returns np.matrix for some inputs)."""
     return np.asarray(product.toarray() if sp.issparse(product) else product, dtype=np.float32)
@@ -134,6 +148,8 @@ class Form(ABC):
     word_array: ClassVar[str | None] = None
     # Whether the form holds per-document state keyed by document id (`document_keys`, bundle documents.tsv).
     keyed: ClassVar[bool] = False
+    # Whether a query's index embedding is its query map's output scaled to unit length (a cosine form).
+    normalizes_query: ClassVar[bool] = False
 
     def __init__(self, arrays: Mapping[str, np.ndarray], document_keys: DocumentKeys | None = None) -> None:
         if (document_keys is not None) != self.keyed:
@@ -188,6 +204,12 @@ class Form(ABC):
     @abstractmethod
     def query_map(self) -> np.ndarray:
         """M × D: a query's index embedding is query_map @ q (the ONNX encoder's matrix)."""
+
+    def embed_queries(self, Q: sp.csr_matrix) -> np.ndarray:
+        """n × M float32: what the ONNX encoder outputs per query row, (query map) q, to unit length where
+        `normalizes_query`; the service ranks documents by its inner product with `embed_documents`."""
+        embedded = dense(Q @ np.asarray(self.query_map(), dtype=np.float32).T)
+        return unit_length(embedded) if self.normalizes_query else embedded
 
     @abstractmethod
     def embed_documents(self, X: sp.csr_matrix) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 import os
 from collections.abc import Iterator
 
@@ -16,6 +17,15 @@ def _clean_ssi_environment() -> Iterator[None]:
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SSI_")}
     yield
     os.environ.update(saved)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _keep_builtin_print() -> Iterator[None]:
+    """`ray.shutdown()` leaves `builtins.print` replaced by Ray's wrapper, which numba cannot type: the
+    numba kernels of tests run later in the same process (correlated hashing, EM) then fail to compile."""
+    saved = builtins.print
+    yield
+    builtins.print = saved
 
 
 @pytest.fixture(scope="module")

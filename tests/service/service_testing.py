@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from service.server import HTTP_PROTOCOL
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import DocumentKeys, Form, form_class
 from ssi.keywords import keyword_query
@@ -31,7 +32,7 @@ from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 from training.dice import HashingPlan
-from training.encoder import build_encoder
+from training.encoder import form_encoder
 
 API_KEY = "test-key-0123456789abcdef"
 REPO = Path(__file__).resolve().parents[2]
@@ -142,7 +143,7 @@ def make_bundle(
     keys = DocumentKeys.of([d.id for d in known], vocab.featurize([d.full_text for d in known]))
     hashed = vocab.hashing.n_frequent if vocab.hashing is not None else 1
     model = random_form(form, n_dims, vocab.size, seed=seed, scale=scale, scales=scales, keys=keys, hashed=hashed)
-    encoder = build_encoder(model.query_map()) if model.served_exactly else None  # hash kernels have none
+    encoder = form_encoder(model) if model.served_exactly else None  # hash kernels have none
     write_bundle(path, form=model, vocab=vocab, encoder_onnx=encoder)
     return path
 
@@ -176,11 +177,11 @@ class Oracle:
         return [self.ids[i] for i in order], f[order]
 
     def semantic_rank(self, query: str, doc_id: str) -> int:
-        """Where the embedding index alone ranks `doc_id` (its score (query map q)·embed(d), not f)."""
+        """Where the embedding index alone ranks `doc_id` (its score embed_queries(q)·embed(d), not f)."""
         if self._embedded is None:
             self._embedded = self.form.embed_documents_of(self.doc_matrix.X, self.ids).astype(np.float64)
         q = self.featurize(query)
-        semantic = self._embedded @ (q @ np.asarray(self.form.query_map(), dtype=np.float64).T).ravel()
+        semantic = self._embedded @ self.form.embed_queries(q).astype(np.float64).ravel()
         return int((semantic > semantic[self.ids.index(doc_id)]).sum())
 
 
@@ -234,7 +235,9 @@ class ThreadServer:
         self.port = free_port()
         self.settings = Settings(host="127.0.0.1", port=self.port, **settings)
         self.app = create_app(self.settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on")
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", http=HTTP_PROTOCOL
+        )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
         self.url = f"http://127.0.0.1:{self.port}"

@@ -28,9 +28,11 @@ from service_testing import (
 )
 
 from service.embedding import Embedder
-from ssi.bundle import BundleError, load_bundle
+from ssi.bundle import BundleError, load_bundle, write_bundle
 from ssi.forms import FORMS, PSI3
+from ssi.forms.projection import Projection
 from ssi.records import Document
+from training.encoder import form_encoder
 
 POOL = 16
 K = 10
@@ -82,6 +84,28 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(form: str, corpu
             response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
             assert response.status_code == 200, response.text
             assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)
+
+
+@pytest.mark.parametrize("weight", [0.0, 2.0])
+def test_a_projection_alone_or_with_tfidf_is_served_exactly(weight: float, corpus: dict, tmp_path: Path) -> None:
+    """The projection form as the fitted kinds export it (paper 003): cos(Aq, Bd) plus one tf-idf weight c for
+    every word, 0 (the cosine alone) or c > 0 (combined). The index holds B d/‖B d‖, the encoder A q/‖A q‖,
+    and the rerank's bounds (s ∈ [−1, 1], l⁺ ≤ c·q·d) keep the top k exact."""
+    docs: list[Document] = corpus["docs"]
+    random = load_bundle(make_bundle(tmp_path / "random", docs, form="projection", n_dims=12, seed=5), mmap=False)
+    form = Projection({**random.form.values, "w": np.full_like(random.form.values["w"], weight)})
+    bundle = tmp_path / "bundle"
+    write_bundle(bundle, form=form, vocab=random.vocab, encoder_onnx=form_encoder(form))
+    oracle = Oracle(bundle, docs)
+    with ThreadServer(bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL) as server:
+        candidates = []
+        for query in probe_queries(docs, 12, seed=7):
+            response = server.client.post("/search", json={"query": query, "k": K})
+            assert response.status_code == 200, response.text
+            assert_same_ranking(response.json()["hits"], oracle, query, K)
+            assert all(-1 - 1e-5 <= hit["semantic"] <= 1 + 1e-5 for hit in response.json()["hits"])  # a cosine
+            candidates.append(response.json()["candidates"])
+        assert (max(candidates) > POOL) == (weight > 0)  # only word matches bring documents beyond the pool
 
 
 class _RerankOnly(FORMS["lowrank"]):  # type: ignore[misc, valid-type]

@@ -9,12 +9,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
+import scipy.sparse as sp
 
 from ssi.bundle import MANIFEST, BundleError, content_hash, load_bundle, read_manifest, write_bundle
 from ssi.forms import FORMS, DocumentKeys, Form
 from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
-from training.encoder import INPUT_NAME, build_encoder
+from training.encoder import INPUT_NAME, build_encoder, form_encoder
 
 TEXTS = ["alpha beta gamma", "beta gamma delta", "gamma delta epsilon", "alpha epsilon"]
 
@@ -33,7 +34,7 @@ def random_form(name: str, n_dims: int, vocab_size: int, seed: int = 0) -> Form:
 
 
 def write_form(path: Path, form: Form, vocab: Vocabulary) -> None:
-    encoder = build_encoder(form.query_map()) if form.served_exactly else None
+    encoder = form_encoder(form) if form.served_exactly else None
     write_bundle(path, form=form, vocab=vocab, encoder_onnx=encoder)
 
 
@@ -90,7 +91,7 @@ def test_onnx_encoder_equals_the_query_map(tmp_path: Path, name: str) -> None:
     x = bundle.vocab.featurize_dense(TEXTS + ["nothing known here"])
     got = session.run(None, {INPUT_NAME: x})[0]
     assert got.shape == (5, bundle.manifest.index_dims)
-    np.testing.assert_allclose(got, x @ np.asarray(bundle.form.query_map()).T, atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got, bundle.form.embed_queries(sp.csr_matrix(x)), atol=1e-5, rtol=0)
 
 
 def test_a_form_not_served_exactly_is_bundled_without_an_encoder(tmp_path: Path) -> None:

@@ -1,6 +1,8 @@
 """Each form's reference score is the paper's formula, and splits into what the service ranks by:
 
-    f(q, d) = (query_map q)·embed(d) + Σ_i w_i q_i d_i
+    f(q, d) = embed_queries(q)·embed(d) + Σ_i w_i q_i d_i
+
+(embed_queries(q) = query_map q, scaled to unit length for a cosine form)
 
 which is the identity the index + exact rerank rely on (the service's oracle tests check the rest).
 """
@@ -47,7 +49,7 @@ def make(name: str, seed: int = 0) -> Form:
 def test_reference_score_is_index_product_plus_diagonal(name: str, matrices) -> None:
     Q, X = matrices
     form = make(name)
-    semantic = (Q @ np.asarray(form.query_map(), dtype=np.float64).T) @ form.embed_documents(X).astype(np.float64).T
+    semantic = form.embed_queries(Q).astype(np.float64) @ form.embed_documents(X).astype(np.float64).T
     diagonal = (Q.multiply(form.lexical_weights()[None, :]) @ X.T).toarray()
     np.testing.assert_allclose(form.reference_scores(Q, DocMatrix(X)), semantic + diagonal, rtol=1e-4, atol=1e-4)
 
