@@ -18,6 +18,7 @@ import scipy.sparse as sp
 
 from ssi.forms import Form
 from ssi.forms.query_likelihood import term_counts
+from training.trainer import TrainResult
 
 LAMBDAS = (0.0, 0.3, 0.5, 0.7, 0.9, 0.95)
 BACKGROUND_WEIGHT = 0.1  # α of eq. 15
@@ -54,3 +55,23 @@ def tune_lambda(
         f"{SELECTION_METRIC}_unigram": measured[1.0].get(SELECTION_METRIC, float("nan")),
     }
     return form.with_mixture(best), {**measured[best], **extra}
+
+
+def em_result(
+    form: Mixable,
+    validate: Callable[[Form], dict[str, float]] | None,
+    fixed: float | None,
+    history: list[dict[str, float]],
+    seconds: float,
+) -> TrainResult:
+    """An EM kind's fit as the trainer's result: λ tuned (or fixed), its MAP on the last history row.
+
+    The last row's `step` is the iterations EM ran (fewer than asked when `--max-minutes` ran out).
+    """
+    best, metrics = tune_lambda(form, validate, fixed)
+    history[-1].update({k: v for k, v in metrics.items() if k == SELECTION_METRIC})
+    iterations = int(history[-1]["step"])
+    return TrainResult(
+        best=best, best_metrics=metrics, best_step=iterations, steps=iterations, epochs=float(iterations),
+        triples=0, seconds=seconds, history=history,
+    )  # fmt: skip

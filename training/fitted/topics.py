@@ -22,7 +22,7 @@ import numpy as np
 from ssi.forms.topics import TopicModel
 from training.fitted.base import FitContext, FittedKind
 from training.fitted.em_loop import run_em
-from training.fitted.lm_mixture import BACKGROUND_WEIGHT, collection_model, tune_lambda
+from training.fitted.lm_mixture import BACKGROUND_WEIGHT, collection_model, em_result
 from training.fitted.sides import Sides
 from training.fitted.topic_em import TopicEM, TopicState
 from training.trainer import TrainResult
@@ -83,18 +83,7 @@ class TopicKind(FittedKind):
                 "mixture": mixture,
             }
         )
-        best, metrics = tune_lambda(form, context.validate, s.lm_lambda)
-        history[-1].update({k: v for k, v in metrics.items() if k == "map"})
-        return TrainResult(
-            best=best,
-            best_metrics=metrics,
-            best_step=s.em_iterations,
-            steps=s.em_iterations,
-            epochs=float(s.em_iterations),
-            triples=0,
-            seconds=seconds,
-            history=history,
-        )
+        return em_result(form, context.validate, s.lm_lambda, history, seconds)
 
 
 class PLSA(TopicKind):

@@ -16,7 +16,7 @@ from ssi.forms.translation import WordTranslation
 from training.fitted.base import FitContext, FittedKind
 from training.fitted.em_loop import run_em
 from training.fitted.ibm1 import Model1EM, top_translations
-from training.fitted.lm_mixture import BACKGROUND_WEIGHT, collection_model, tune_lambda
+from training.fitted.lm_mixture import BACKGROUND_WEIGHT, collection_model, em_result
 from training.fitted.sides import Sides
 from training.fitted.topics import set_threads, words_only
 from training.trainer import TrainResult
@@ -57,15 +57,4 @@ class Translation(FittedKind):
                 "mixture": np.array([0.0, BACKGROUND_WEIGHT], dtype=np.float32),
             }
         )
-        best, metrics = tune_lambda(form, context.validate, s.lm_lambda)
-        history[-1].update({k: v for k, v in metrics.items() if k == "map"})
-        return TrainResult(
-            best=best,
-            best_metrics=metrics,
-            best_step=s.em_iterations,
-            steps=s.em_iterations,
-            epochs=float(s.em_iterations),
-            triples=0,
-            seconds=seconds,
-            history=history,
-        )
+        return em_result(form, context.validate, s.lm_lambda, history, seconds)
