@@ -228,7 +228,7 @@ def main_table(
     """Rows: kinds then baselines. Columns: doc–doc metrics, keyword-10 MAP, unseen MAP, training, size."""
     head = [
         "scorer", *(f"doc–doc {LABELS[m]}" for m in METRICS), "10-word keywords MAP", "unseen docs MAP",
-        "training (wall)", "bundle",
+        "valid MAP alone", "training (wall)", "bundle",
     ]  # fmt: skip
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     names = [r.row for r in recipes] + list(BASELINE_ROWS)
@@ -269,8 +269,17 @@ def results_table(
     threads: Annotated[int, typer.Option(help="Threads of each training.")] = 2,
     kinds: Annotated[str, typer.Option(help="Comma-separated rows' kinds to run (default: all).")] = "",
     settings: Annotated[str, typer.Option(help="Comma-separated settings.")] = ",".join(SETTINGS),
+    render_only: Annotated[
+        bool, typer.Option(help="Only write results.md again from the run's results.json (no training, no eval).")
+    ] = False,
 ) -> None:
     """Train every kind at one budget and score it beside the baselines on each setting; write the tables."""
+    if render_only:
+        saved = out / "results.json"
+        if not saved.is_file():
+            raise typer.BadParameter(f"{saved} does not exist: run the table first")
+        render(json.loads(saved.read_text()), RECIPES, Layout(data.resolve(), out.resolve()))
+        return
     wanted_kinds = {k for k in kinds.split(",") if k}
     recipes = [r for r in RECIPES if not wanted_kinds or r.kind in wanted_kinds]
     for recipe in list(recipes):  # a warm start needs its source row
@@ -291,7 +300,6 @@ def results_table(
     ]  # fmt: skip
     tables: dict[str, dict[str, dict[str, Any]]] = {}
     figures: dict[str, Any] = {"minutes": minutes, "threads": threads}
-    trained_docdoc: dict[str, dict[str, Any]] = {}
     for setting in chosen:
         if setting == "crosslang":
             if not (layout.crosslang_task / "queries.jsonl").is_file():
@@ -322,7 +330,6 @@ def results_table(
         trained = train_all(layout, run, setting, in_setting, minutes, threads)
         bundles = {r.row: layout.bundle(setting, r) for r in in_setting}
         if setting == "docdoc":
-            trained_docdoc = trained
             base = ["--baselines", BASELINES]
             tables["docdoc"] = rows_of(
                 evaluate(run, "docdoc", [*doc_task, *_bundle_args(bundles), *base], layout.out / "eval" / "docdoc"),
@@ -349,14 +356,20 @@ def results_table(
             )
         figures[f"{setting}_training"] = trained
     figures["tables"] = tables
-    parts = [f"Budget: {minutes:g} wall minutes of training per kind, {threads} threads.\n"]
+    (layout.out / "results.json").write_text(json.dumps(figures, indent=2, default=str) + "\n", encoding="utf-8")
+    render(figures, recipes, layout)
+
+
+def render(figures: dict[str, Any], recipes: Sequence[Recipe], layout: Layout) -> None:
+    """results.md from the figures of a run (results.json), printed too."""
+    tables = figures["tables"]
+    parts = [f"Budget: {figures['minutes']:g} wall minutes of training per kind, {figures['threads']} threads.\n\n"]
     if "docdoc" in tables:
-        parts.append(main_table(recipes, tables, trained_docdoc, layout))
+        parts.append(main_table(recipes, tables, figures.get("docdoc_training", {}), layout))
     if "crosslang" in tables:
         parts.append("\nCross-language (pseudo-language queries, English documents):\n\n")
         parts.append(crosslang_table(recipes, tables["crosslang"], tables["crosslang-translated"]))
     (layout.out / "results.md").write_text("".join(parts), encoding="utf-8")
-    (layout.out / "results.json").write_text(json.dumps(figures, indent=2, default=str) + "\n", encoding="utf-8")
     typer.echo("".join(parts))
 
 
