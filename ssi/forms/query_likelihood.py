@@ -20,10 +20,13 @@ the row and count nowhere, in training and in scoring alike (both go through `te
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import ClassVar, Self
 
 import numpy as np
 import scipy.sparse as sp
+
+from ssi.forms.base import DocumentKeys, Form, FormError
 
 DOC_BLOCK = 512  # documents whose P(w|d) rows (over the queries' words) are held at once
 MAX_LOG_COUNT = 50.0  # 1 + log tf is never this large for real text (tf ≈ e⁴⁹)
@@ -100,3 +103,51 @@ def query_log_likelihood(
         np.log(np.maximum(P, FLOOR, out=P), out=P)
         out[:, first:end] = np.asarray(Q_cols @ np.ascontiguousarray(P.T))
     return out
+
+
+class LanguageModelForm(Form):
+    """What the query-likelihood forms share: a `mixture` array (λ first), no index, no diagonal.
+
+    log P(q|d) is no inner product of a query embedding with a stored document vector, so these forms
+    are not served: no query map, no document embedding; `ssi eval` ranks them by `reference_scores`.
+    """
+
+    served_exactly: ClassVar[bool] = False
+    mixture_names: ClassVar[tuple[str, ...]]  # the entries of the `mixture` array, λ first
+
+    def __init__(self, arrays: Mapping[str, np.ndarray], document_keys: DocumentKeys | None = None) -> None:
+        super().__init__(arrays, document_keys)
+        names = self.mixture_names
+        if self.sizes["S"] != len(names):
+            raise FormError(f"form '{self.name}': mixture must hold {len(names)} values ({', '.join(names)})")
+
+    @classmethod
+    def shapes(cls, n_dims: int, vocab_size: int, **sizes: int) -> dict[str, tuple[int, ...]]:
+        return super().shapes(n_dims, vocab_size, **{**sizes, "S": len(cls.mixture_names)})
+
+    @property
+    def mixture(self) -> dict[str, float]:
+        return dict(zip(self.mixture_names, (float(v) for v in self.values["mixture"]), strict=True))
+
+    def with_mixture(self, lam: float) -> Self:
+        """The same model with λ = `lam`, sharing what this form computed per document (tuning λ computes once)."""
+        mixture = np.array(self.values["mixture"], dtype=np.float32)
+        mixture[0] = lam
+        other = type(self)({**self.values, "mixture": mixture})
+        self._share_state(other)
+        return other
+
+    def _share_state(self, other: Self) -> None:
+        """Hand `other` (the same model, another λ) this form's per-document caches."""
+
+    def query_map(self) -> np.ndarray:
+        raise FormError(
+            f"form '{self.name}' has no query map: log P(q|d) is no inner product of a query embedding with a "
+            "document vector; rank it by reference_scores (`ssi eval`)"
+        )
+
+    def embed_documents(self, X: sp.csr_matrix) -> np.ndarray:
+        raise FormError(f"form '{self.name}' stores no document embedding: it is not served from an index")
+
+    def lexical_weights(self) -> np.ndarray:
+        return np.zeros(self.vocab_size, dtype=np.float32)  # exact matches count through P_ml, not a diagonal

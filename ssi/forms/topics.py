@@ -31,8 +31,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ssi.forms.base import ArraySpec, DocumentKeys, DocumentProducts, Form, FormError
-from ssi.forms.query_likelihood import query_log_likelihood, term_counts, unigram_rows
+from ssi.forms.base import ArraySpec, DocumentKeys, DocumentProducts
+from ssi.forms.query_likelihood import LanguageModelForm, query_log_likelihood, term_counts, unigram_rows
 
 MIXTURE = ("lambda", "alpha", "fold_in_iterations", "topic_prior")  # the entries of the `mixture` array
 MAX_FOLD_IN = 200
@@ -77,7 +77,7 @@ def fold_in(
     return theta
 
 
-class TopicModel(Form):
+class TopicModel(LanguageModelForm):
     name: ClassVar[str] = "topic-lm"
     description: ClassVar[str] = "Σ_w c(w,q) log[αP(w|C) + (1−α)(λP(w|d) + (1−λ)Σ_z P(w|z)P(z|d))], P(z|d) folded in"
     paper: ClassVar[str] = "Clickthrough-based latent semantic models (paper 003), eqs. 2, 14–17"
@@ -88,41 +88,14 @@ class TopicModel(Form):
         ArraySpec("idf", ("D",), "the vocabulary's idf, to recover term counts from tf-idf rows"),
         ArraySpec("mixture", ("S",), "λ, α, fold-in iterations, topic prior"),
     )
-    served_exactly: ClassVar[bool] = False
+    mixture_names: ClassVar[tuple[str, ...]] = MIXTURE
 
     def __init__(self, arrays: Mapping[str, np.ndarray], document_keys: DocumentKeys | None = None) -> None:
         super().__init__(arrays, document_keys)
-        if self.sizes["S"] != len(MIXTURE):
-            raise FormError(f"form '{self.name}': mixture must hold {len(MIXTURE)} values ({', '.join(MIXTURE)})")
         self._folded: dict[int, tuple[sp.csr_matrix, np.ndarray, sp.csr_matrix]] = {}
 
-    @classmethod
-    def shapes(cls, n_dims: int, vocab_size: int, **sizes: int) -> dict[str, tuple[int, ...]]:
-        return super().shapes(n_dims, vocab_size, **{**sizes, "S": len(MIXTURE)})
-
-    @property
-    def mixture(self) -> dict[str, float]:
-        return dict(zip(MIXTURE, (float(v) for v in self.values["mixture"]), strict=True))
-
-    def with_mixture(self, lam: float) -> TopicModel:
-        """The same topics with λ = `lam`; it shares this form's folded-in documents (tuning λ folds once)."""
-        mixture = np.array(self.values["mixture"], dtype=np.float32)
-        mixture[0] = lam
-        other = TopicModel({**self.values, "mixture": mixture})
+    def _share_state(self, other: TopicModel) -> None:
         other._folded = self._folded
-        return other
-
-    def query_map(self) -> np.ndarray:
-        raise FormError(
-            f"form '{self.name}' has no query map: log P(q|d) of a topic model is no inner product of a query "
-            "embedding with a document vector; rank it by reference_scores (`ssi eval`)"
-        )
-
-    def embed_documents(self, X: sp.csr_matrix) -> np.ndarray:
-        raise FormError(f"form '{self.name}' stores no document embedding: it is not served from an index")
-
-    def lexical_weights(self) -> np.ndarray:
-        return np.zeros(self.vocab_size, dtype=np.float32)  # exact matches count through P_ml, not a diagonal
 
     def topics_of(self, X: sp.csr_matrix) -> tuple[np.ndarray, sp.csr_matrix]:
         """(P(z|d) folded in, P_ml(w|d)) of each document row, computed once per document matrix."""

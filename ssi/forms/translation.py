@@ -25,13 +25,13 @@ from typing import ClassVar
 import numpy as np
 import scipy.sparse as sp
 
-from ssi.forms.base import ArraySpec, DocumentKeys, DocumentProducts, Form, FormError
-from ssi.forms.query_likelihood import query_log_likelihood, term_counts, unigram_rows
+from ssi.forms.base import ArraySpec, DocumentKeys, DocumentProducts
+from ssi.forms.query_likelihood import LanguageModelForm, query_log_likelihood, term_counts, unigram_rows
 
 MIXTURE = ("lambda", "alpha")
 
 
-class WordTranslation(Form):
+class WordTranslation(LanguageModelForm):
     name: ClassVar[str] = "word-translation"
     description: ClassVar[str] = "Σ_w c(w,q) log[αP(w|C) + (1−α)(λP(w|d) + (1−λ)Σ_w' P(w|w')P(w'|d))], IBM model 1"
     paper: ClassVar[str] = "Clickthrough-based latent semantic models (paper 003), section 5.2, WTM_M1"
@@ -42,30 +42,15 @@ class WordTranslation(Form):
         ArraySpec("idf", ("D",), "the vocabulary's idf, to recover term counts from tf-idf rows"),
         ArraySpec("mixture", ("S",), "λ, α"),
     )
-    served_exactly: ClassVar[bool] = False
+    mixture_names: ClassVar[tuple[str, ...]] = MIXTURE
 
     def __init__(self, arrays: Mapping[str, np.ndarray], document_keys: DocumentKeys | None = None) -> None:
         super().__init__(arrays, document_keys)
-        if self.sizes["S"] != len(MIXTURE):
-            raise FormError(f"form '{self.name}': mixture must hold {len(MIXTURE)} values ({', '.join(MIXTURE)})")
         self._table: sp.csr_matrix | None = None
         self._docs: tuple[sp.csr_matrix, sp.csr_matrix] | None = None
 
-    @classmethod
-    def shapes(cls, n_dims: int, vocab_size: int, **sizes: int) -> dict[str, tuple[int, ...]]:
-        return super().shapes(n_dims, vocab_size, **{**sizes, "S": len(MIXTURE)})
-
-    @property
-    def mixture(self) -> dict[str, float]:
-        return dict(zip(MIXTURE, (float(v) for v in self.values["mixture"]), strict=True))
-
-    def with_mixture(self, lam: float) -> WordTranslation:
-        """The same table with λ = `lam` (sharing this form's table and document rows)."""
-        mixture = np.array(self.values["mixture"], dtype=np.float32)
-        mixture[0] = lam
-        other = WordTranslation({**self.values, "mixture": mixture})
+    def _share_state(self, other: WordTranslation) -> None:
         other._table, other._docs = self._table, self._docs
-        return other
 
     def table(self) -> sp.csr_matrix:
         """P(w|w') as a sparse D × D matrix, row w' (source), column w (target)."""
@@ -79,18 +64,6 @@ class WordTranslation(Form):
                 (probs[keep], (sources[keep], targets[keep].astype(np.int64))), shape=(n, n), dtype=np.float32
             )
         return self._table
-
-    def query_map(self) -> np.ndarray:
-        raise FormError(
-            f"form '{self.name}' has no query map: log P(q|d) of a translation model is no inner product of a "
-            "query embedding with a document vector; rank it by reference_scores (`ssi eval`)"
-        )
-
-    def embed_documents(self, X: sp.csr_matrix) -> np.ndarray:
-        raise FormError(f"form '{self.name}' stores no document embedding: it is not served from an index")
-
-    def lexical_weights(self) -> np.ndarray:
-        return np.zeros(self.vocab_size, dtype=np.float32)  # exact matches count through P_ml, not a diagonal
 
     def unigrams_of(self, X: sp.csr_matrix) -> sp.csr_matrix:
         """P_ml(w|d) of each document row, computed once per document matrix."""
