@@ -65,6 +65,13 @@ class _TimedLexical:
         finally:
             self._spent[0] += CLOCK() - started
 
+    def everywhere(self) -> np.ndarray:
+        started = CLOCK()
+        try:
+            return self._inner.everywhere()
+        finally:
+            self._spent[0] += CLOCK() - started
+
 
 def profile(collection: Any, settings: Any, queries: list[str], k: int) -> dict[str, Any]:
     from service.rerank import exact_top

@@ -74,7 +74,7 @@ class Embedder:
 
     def embed_queries(self, tfidf: sp.csr_matrix) -> np.ndarray:
         """float32 [queries, M]: (query map) q by the exported ONNX graph (to unit length for a cosine form)."""
-        return self.encoder.encode(tfidf.toarray())
+        return self.encoder.encode(tfidf)
 
     def embed_documents(self, tfidf: sp.csr_matrix, doc_ids: Sequence[str] | None = None) -> np.ndarray:
         """float32 [documents, M], C order: what the index stores for each row, as the form defines it.

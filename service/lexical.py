@@ -197,8 +197,9 @@ class LexicalQuery:
             lexical, upper = lexical + extra_lexical, upper + extra_upper
         return rows, lexical, upper
 
-    def _aggregate(self, positions: np.ndarray) -> Scored:
-        """Σ over the posting lists of the query words at `positions`, for every row they hold."""
+    def _postings(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
+        """The posting lists of the query words at `positions`, laid end to end: (rows, w_i q_i d_i, w_i⁺ q_i d_i)
+        (the last None when every weight is ≥ 0); None when none of them is in any row."""
         row_parts: list[np.ndarray] = []
         val_parts: list[np.ndarray] = []
         pos_parts: list[np.ndarray] = []
@@ -215,10 +216,25 @@ class LexicalQuery:
                     if not self.nonnegative:
                         pos_parts.append(postings * np.float32(self.positive[j]))
         if not row_parts:
-            return _empty()
-        rows = np.concatenate(row_parts)
-        vals = np.concatenate(val_parts)
+            return None
         pos = np.concatenate(pos_parts) if pos_parts else None
+        return np.concatenate(row_parts), np.concatenate(val_parts), pos
+
+    def everywhere(self) -> np.ndarray:
+        """l(d) of every row, float64 [rows] (0 where no query word occurs): one pass over the query's
+        posting lists into a dense array, for callers that scan the collection anyway (a flat index)."""
+        found = self._postings(np.arange(self.words.shape[0]))
+        if found is None:
+            return np.zeros(self.n_rows, dtype=np.float64)
+        rows, vals, _ = found
+        return np.bincount(rows, weights=vals, minlength=self.n_rows)
+
+    def _aggregate(self, positions: np.ndarray) -> Scored:
+        """Σ over the posting lists of the query words at `positions`, for every row they hold."""
+        found = self._postings(positions)
+        if found is None:
+            return _empty()
+        rows, vals, pos = found
         # Few postings: aggregate by sorting them; many: one dense pass over the rows is cheaper.
         if rows.shape[0] * 8 < self.n_rows:
             unique, inverse = np.unique(rows, return_inverse=True)

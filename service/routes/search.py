@@ -6,7 +6,7 @@ import threading
 import time
 import weakref
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Response
 
 from service.batching import BatchKey, QueryBatcher
 from service.bounds import check_search
@@ -14,7 +14,15 @@ from service.collection import Collection
 from service.deps import CollectionDep, SearchLimiterDep, SettingsDep
 from service.errors import error_responses
 from service.model_state import QueryResult
-from service.schemas import BatchSearchRequest, BatchSearchResponse, Hit, SearchRequest, SearchResponse, SearchResult
+from service.schemas import (
+    BatchSearchRequest,
+    BatchSearchResponse,
+    Hit,
+    SearchRequest,
+    SearchResponse,
+    SearchResult,
+    json_response,
+)
 from service.settings import Settings
 from service.snippet import make_snippet, query_pattern
 from ssi.tokenize import tokenize
@@ -87,7 +95,7 @@ def to_result(
 )
 async def search(
     body: SearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
-) -> SearchResponse:
+) -> Response:
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
 
@@ -98,7 +106,15 @@ async def search(
 
     result = await limiter.run(work)
     took = (time.perf_counter() - started) * 1000
-    return SearchResponse(**result.model_dump(), collection=collection.name, took_ms=round(took, 3))
+    return json_response(
+        SearchResponse(
+            hits=result.hits,
+            query_words=result.query_words,
+            candidates=result.candidates,
+            collection=collection.name,
+            took_ms=round(took, 3),
+        )
+    )
 
 
 @router.post(
@@ -113,7 +129,7 @@ async def search(
 )
 async def search_batch(
     body: BatchSearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
-) -> BatchSearchResponse:
+) -> Response:
     check_search(settings, body, body.queries, batch=True)
     started = time.perf_counter()
 
@@ -124,4 +140,4 @@ async def search_batch(
 
     results = await limiter.run(work)
     took = (time.perf_counter() - started) * 1000
-    return BatchSearchResponse(collection=collection.name, results=results, took_ms=round(took, 3))
+    return json_response(BatchSearchResponse(collection=collection.name, results=results, took_ms=round(took, 3)))

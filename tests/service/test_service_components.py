@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
 from service.encoder import QueryEncoder
@@ -18,6 +19,7 @@ from service.snapshot import SnapshotData, SnapshotError, read_snapshot, snapsho
 from service.store import DocumentStore
 from ssi.bundle import BundleError
 from ssi.corpus import DataFileError
+from ssi.encoder_io import DENSE_INPUT, OUTPUT
 from ssi.records import Document
 from training.encoder import build_encoder
 
@@ -209,12 +211,48 @@ def test_encoder_that_disagrees_with_U_is_refused(tmp_path: Path) -> None:
     encoder = QueryEncoder(path, vocab_size=30, index_dims=4, threads=1)
     x = np.zeros((1, 30), dtype=np.float32)
     x[0, [1, 5]] = [0.6, 0.8]
-    np.testing.assert_allclose(encoder.encode(x), x @ U.T, rtol=1e-5)
+    np.testing.assert_allclose(encoder.encode(sp.csr_matrix(x)), x @ U.T, rtol=1e-5)
     encoder.check_against(U)
     with pytest.raises(BundleError, match="does not match the form.s query map"):
         encoder.check_against(U * 1.5)
-    with pytest.raises(BundleError, match="expected one input"):
-        QueryEncoder(path, vocab_size=31, index_dims=4, threads=1)
+    # A graph holding fewer words than the vocabulary: its Gather fails on the last word's id.
+    wider = QueryEncoder(path, vocab_size=31, index_dims=4, threads=1)
+    with pytest.raises(BundleError, match="fails on the vocabulary's words"):
+        wider.check_against(np.hstack([U, np.ones((4, 1), dtype=np.float32)]))
+    with pytest.raises(BundleError, match="expected one output"):
+        QueryEncoder(path, vocab_size=30, index_dims=5, threads=1)
     path.write_bytes(b"not an onnx graph")
     with pytest.raises(BundleError, match="cannot load"):
         QueryEncoder(path, vocab_size=30, index_dims=4, threads=1)
+
+
+def _dense_encoder(U: np.ndarray) -> bytes:
+    """The format-1 graph bundles made before the sparse encoder: one MatMul of a dense [batch, D] input."""
+    weight = numpy_helper.from_array(np.ascontiguousarray(U.T, dtype=np.float32), name="U_transposed")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", [DENSE_INPUT, "U_transposed"], [OUTPUT])],
+        "old_encoder",
+        [helper.make_tensor_value_info(DENSE_INPUT, TensorProto.FLOAT, ["batch", U.shape[1]])],
+        [helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", U.shape[0]])],
+        initializer=[weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def test_an_encoder_of_the_older_dense_format_still_runs(tmp_path: Path) -> None:
+    """Bundles exported before the sparse graph keep working: same output, same checks."""
+    rng = np.random.default_rng(1)
+    U = rng.standard_normal((4, 30)).astype(np.float32)
+    (tmp_path / "old.onnx").write_bytes(_dense_encoder(U))
+    (tmp_path / "new.onnx").write_bytes(build_encoder(U))
+    old = QueryEncoder(tmp_path / "old.onnx", vocab_size=30, index_dims=4, threads=1)
+    new = QueryEncoder(tmp_path / "new.onnx", vocab_size=30, index_dims=4, threads=1)
+    assert not old.sparse and new.sparse
+    x = sp.random(7, 30, density=0.2, format="csr", random_state=2, dtype=np.float32)
+    np.testing.assert_allclose(old.encode(x), x.toarray() @ U.T, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(new.encode(x), old.encode(x), rtol=1e-5, atol=1e-6)
+    old.check_against(U)
+    with pytest.raises(BundleError, match="expected inputs"):
+        QueryEncoder(tmp_path / "old.onnx", vocab_size=31, index_dims=4, threads=1)

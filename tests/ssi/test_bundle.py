@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-import scipy.sparse as sp
 
 from ssi.bundle import MANIFEST, BundleError, content_hash, load_bundle, read_manifest, write_bundle
+from ssi.encoder_io import run_encoder
 from ssi.forms import FORMS, DocumentKeys, Form
 from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
-from training.encoder import INPUT_NAME, build_encoder, form_encoder
+from training.encoder import build_encoder, form_encoder
 
 TEXTS = ["alpha beta gamma", "beta gamma delta", "gamma delta epsilon", "alpha epsilon"]
 
@@ -88,10 +88,10 @@ def test_onnx_encoder_equals_the_query_map(tmp_path: Path, name: str) -> None:
     write_form(tmp_path / name, random_form(name, 3, vocab.size), vocab)
     bundle = load_bundle(tmp_path / name)
     session = ort.InferenceSession(str(bundle.encoder_path), providers=["CPUExecutionProvider"])
-    x = bundle.vocab.featurize_dense(TEXTS + ["nothing known here"])
-    got = session.run(None, {INPUT_NAME: x})[0]
+    x = bundle.vocab.featurize(TEXTS + ["nothing known here"])
+    got = run_encoder(lambda feed: session.run(None, dict(feed))[0], x)
     assert got.shape == (5, bundle.manifest.index_dims)
-    np.testing.assert_allclose(got, bundle.form.embed_queries(sp.csr_matrix(x)), atol=1e-5, rtol=0)
+    np.testing.assert_allclose(got, bundle.form.embed_queries(x), atol=1e-5, rtol=0)
 
 
 def test_a_form_not_served_exactly_is_bundled_without_an_encoder(tmp_path: Path) -> None:

@@ -53,3 +53,19 @@ def test_featurize_tokens_matches_featurize() -> None:
     a = vocab.featurize(texts).toarray()
     b = vocab.featurize_tokens([tokenize(t) for t in texts]).toarray()
     assert np.array_equal(a, b)
+
+
+def test_a_text_alone_gets_the_same_bits_as_in_a_batch() -> None:
+    """One query is featurized by its own short path; the service batches concurrent queries, so a
+    query's vector (and its ranking) must not depend on what it was batched with."""
+    rng = np.random.default_rng(7)
+    words = [f"w{i}" for i in range(60)]
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(0, 40)))) for _ in range(50)]
+    texts += ["", "nothing known here", "w1 w1 w1 w2"]
+    vocab = Vocabulary.build(texts, min_df=1)
+    batch = vocab.featurize(texts)
+    for row, text in enumerate(texts):
+        alone = vocab.featurize([text])
+        assert alone.shape == (1, vocab.size) and alone.has_sorted_indices
+        np.testing.assert_array_equal(alone.indices, batch[row].indices)
+        np.testing.assert_array_equal(alone.data, batch[row].data)

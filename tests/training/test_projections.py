@@ -16,11 +16,11 @@ import torch
 
 from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus, read_pairs
+from ssi.encoder_io import run_encoder
 from ssi.forms.projection import Projection
 from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
 from tests.training.synonyms import SynonymCorpus, held_out_map, train
-from training.encoder import INPUT_NAME
 from training.evaluate.baselines.lsi import LsiBasis
 from training.fitted.cl_lsa import concatenated_gram
 from training.fitted.opca import opca_map, reduced_covariances
@@ -82,8 +82,9 @@ def test_the_onnx_encoder_outputs_the_unit_query_projection(trained: dict) -> No
     bundle = load_bundle(folder)
     session = ort.InferenceSession(str(bundle.encoder_path), providers=["CPUExecutionProvider"])
     texts = ["left0w1 left0w2 common3", "right5w0", "nothing known here", "common1 common2 common1"]
-    x = bundle.vocab.featurize_dense(texts)
-    got = session.run(None, {INPUT_NAME: x})[0]
+    x = bundle.vocab.featurize(texts)
+    got = run_encoder(lambda feed: session.run(None, dict(feed))[0], x)
+    x = x.toarray()
     A = bundle.form.values["A"].astype(np.float64)
     projected = x.astype(np.float64) @ A.T
     norms = np.linalg.norm(projected, axis=1, keepdims=True)

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus, read_pairs
+from ssi.encoder_io import run_encoder
 from ssi_cli.main import build_app
 from tests.training.synonyms import SynonymCorpus, held_out_map, train
 
@@ -33,9 +34,10 @@ def test_every_kind_trains_and_exports_a_loadable_bundle(synonyms: SynonymCorpus
     bundle = load_bundle(tmp_path / kind)
     assert bundle.manifest.form == kind and summary["form"] == kind and summary["steps"] >= 3
     assert "valid" in bundle.manifest.metrics and bundle.manifest.data["fingerprint"]["corpus"]
-    x = bundle.vocab.featurize_dense(["left0w1 common3", "right1w2"])
+    x = bundle.vocab.featurize(["left0w1 common3", "right1w2"])
     session = ort.InferenceSession(str(bundle.encoder_path), providers=["CPUExecutionProvider"])
-    np.testing.assert_allclose(session.run(None, {"tfidf": x})[0], x @ np.asarray(bundle.form.query_map()).T, atol=1e-5)
+    got = run_encoder(lambda feed: session.run(None, dict(feed))[0], x)
+    np.testing.assert_allclose(got, x.toarray() @ np.asarray(bundle.form.query_map()).T, atol=1e-5)
 
 
 def test_psi3_warm_starts_from_a_trained_ssi_bundle(synonyms: SynonymCorpus, tmp_path: Path) -> None:
