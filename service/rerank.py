@@ -84,6 +84,12 @@ class Ranked:
         return cls(np.zeros(0, dtype=np.int64), nothing, nothing, nothing, 0, 0)
 
 
+def _float_slack(*scores: float) -> float:
+    """How far FAISS's float32 sums (in its own order) may sit from the float64 scores: a near-tie
+    within it is kept on the safe side."""
+    return 1e-5 * (1.0 + sum(abs(x) for x in scores if np.isfinite(x)))
+
+
 def _worth_scoring(sem_found: np.ndarray, want: int, lexical: LexicalTerm) -> np.ndarray:
     """The pool rows that can still be in the top `want`: with w ≥ 0, f ≥ s, so τ is at least the
     `want`-th best semantic score s_w of the pool, and a pool row with s + max l⁺ < s_w cannot reach
@@ -92,7 +98,7 @@ def _worth_scoring(sem_found: np.ndarray, want: int, lexical: LexicalTerm) -> np
     if not lexical.nonnegative or sem_found.shape[0] <= want:
         return keep
     s_want = float(np.partition(sem_found, -want)[-want])
-    slack = 1e-5 * (1.0 + abs(s_want) + lexical.max_gain)  # FAISS's float32 sums
+    slack = _float_slack(s_want, lexical.max_gain)
     return sem_found.astype(np.float64) + lexical.max_gain >= s_want - slack
 
 
@@ -141,8 +147,7 @@ def exact_top(
         if not lexical.nonnegative and tau < s_k and K < n_live:
             K = min(2 * K, n_live)  # τ < s_K: documents with no shared word could still beat τ
             continue
-        # FAISS sums in float32 in its own order: a little slack keeps a near-tie on the safe side.
-        slack = 1e-5 * (1.0 + abs(tau) + abs(s_k)) if np.isfinite(tau) else 0.0
+        slack = _float_slack(tau, s_k) if np.isfinite(tau) else 0.0
         threshold = tau - s_k - slack
         rows, lexical_rows, upper = lexical.above(threshold)
         chosen = live[rows] & (upper > threshold)
@@ -169,12 +174,6 @@ def exact_top(
         candidates=int(candidates.shape[0]),
         searches=searches,
     )
-
-
-def _float_slack(*scores: float) -> float:
-    """How far FAISS's float32 sums (in its own order) may sit from the float64 scores: a near-tie
-    within it is kept on the safe side."""
-    return 1e-5 * (1.0 + sum(abs(x) for x in scores if np.isfinite(x)))
 
 
 def _scanned_top(
