@@ -121,6 +121,21 @@ class Fanout:
     async def delete(self, doc_id: str) -> int:
         return unwrap(await self.shards.call(self.owner(doc_id), "delete", doc_id))
 
+    async def model(self) -> dict[str, Any]:
+        """GET /model: shard 0's bundle record (all shards serve one bundle), with every shard's index."""
+        records = await self._all("model")
+        about = dict(records[0])
+        about["index"] = {
+            "shards": self.shards.count,
+            "documents": sum(int(m["index"].get("documents", 0)) for m in records),
+            "per_shard": [m["index"] for m in records],
+        }
+        return about
+
+    async def nearest(self, word: str, k: int) -> dict[str, Any]:
+        """GET /words/{word}/nearest: from the bundle, which every shard holds; shard 0 answers."""
+        return unwrap(await self.shards.call(0, "nearest", word, k))
+
     async def describe(self) -> list[dict[str, Any]]:
         replies = await asyncio.gather(*(self.shards.call(i, "describe") for i in range(self.shards.count)))
         return [

@@ -1,9 +1,12 @@
 """The router's HTTP API: the single node's routes and bodies (service.schemas), answered by the shards.
 
 `POST /search`, `POST /search/batch`, `GET /documents/{id}`, `GET /documents/{id}/similar`,
-`PUT /documents/{id}`, `POST /documents` and `DELETE /documents/{id}` take the same requests and give
-the same responses as `ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY
-for writes, SSI_READ_KEY for reads) and error bodies (service.app's handlers); `GET /cluster` lists
+`PUT /documents/{id}`, `POST /documents`, `DELETE /documents/{id}`, `GET /model`,
+`GET /words/{word}/nearest` and `GET /metrics` take the same requests and give the same responses as
+`ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
+SSI_READ_KEY for reads), admission limits (SSI_MAX_CONCURRENCY fan-outs at once, SSI_MAX_QUEUE
+waiting: 429/503 beyond), body and host checks, request metrics (service.app.install_guards) and
+error bodies (service.app's handlers); `GET /model` adds every shard's index, `GET /cluster` lists
 the shards. The app is built per process (`build_app`), so the Ray Serve router (cluster.deploy) and
 an in-process router (cluster.fanout.LocalShards) serve the very same routes.
 """
@@ -11,16 +14,19 @@ an in-process router (cluster.fanout.LocalShards) serve the very same routes.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from cluster.fanout import Fanout
-from service.app import install_error_handlers
+from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
-from service.deps import ApiKeyDep, ReadKeyDep, SettingsDep
+from service.deps import ApiKeyDep, ReadKeyDep, SearchLimiterDep, SettingsDep, WriteLimiterDep
+from service.metrics import Metrics
+from service.routes import metrics
 from service.routes.documents import OFFSET, K, LookupId, WrittenId
+from service.routes.words import MAX_NEIGHBOURS, MAX_WORD_CHARS
 from service.schemas import (
     BatchSearchRequest,
     BatchSearchResponse,
@@ -29,6 +35,8 @@ from service.schemas import (
     DocumentIn,
     DocumentOut,
     DocumentsIn,
+    ModelResponse,
+    NearestWordsResponse,
     SearchRequest,
     SearchResponse,
     WriteResponse,
@@ -72,46 +80,75 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
         return {"index": about or {}, "shards": await fanout.describe()}
 
     @app.post("/search", response_model=SearchResponse, dependencies=reads)
-    async def search(body: SearchRequest, settings: SettingsDep) -> SearchResponse:
+    async def search(body: SearchRequest, settings: SettingsDep, limiter: SearchLimiterDep) -> SearchResponse:
         check_search(settings, body, [body.query], batch=False)
         started = time.perf_counter()
-        (result,) = await fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
+        async with limiter.slot():
+            (result,) = await fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
     @app.post("/search/batch", response_model=BatchSearchResponse, dependencies=reads)
-    async def search_batch(body: BatchSearchRequest, settings: SettingsDep) -> BatchSearchResponse:
+    async def search_batch(
+        body: BatchSearchRequest, settings: SettingsDep, limiter: SearchLimiterDep
+    ) -> BatchSearchResponse:
         check_search(settings, body, body.queries, batch=True)
         started = time.perf_counter()
-        results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
+        async with limiter.slot():
+            results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
         return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
 
     @app.get("/documents/{doc_id:docid}/similar", response_model=SearchResponse, dependencies=reads)
-    async def similar(doc_id: LookupId, settings: SettingsDep, k: K = 10, offset: OFFSET = 0) -> SearchResponse:
+    async def similar(
+        doc_id: LookupId, settings: SettingsDep, limiter: SearchLimiterDep, k: K = 10, offset: OFFSET = 0
+    ) -> SearchResponse:
         check_paging(settings, k, offset)
         started = time.perf_counter()
-        result = await fanout.similar(doc_id, k, offset)
+        async with limiter.slot():
+            result = await fanout.similar(doc_id, k, offset)
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
+
+    @app.get("/model", response_model=ModelResponse, dependencies=reads)
+    async def model() -> ModelResponse:
+        return ModelResponse(**(await fanout.model()))
+
+    @app.get("/words/{word}/nearest", response_model=NearestWordsResponse, dependencies=reads)
+    async def nearest(
+        word: Annotated[str, Path(min_length=1, max_length=MAX_WORD_CHARS, description="one word")],
+        k: Annotated[int, Query(ge=1, le=MAX_NEIGHBOURS, description="how many neighbours")] = 5,
+    ) -> NearestWordsResponse:
+        return NearestWordsResponse(**(await fanout.nearest(word, k)))
 
     @app.get("/documents/{doc_id:docid}", response_model=DocumentOut, dependencies=reads)
     async def get_document(doc_id: LookupId) -> DocumentOut:
         return DocumentOut(collection=name, **(await fanout.get(doc_id)))
 
     @app.put("/documents/{doc_id:writtenid}", response_model=WriteResponse)
-    async def put_document(doc_id: WrittenId, body: DocumentBody, _: ApiKeyDep, settings: SettingsDep) -> WriteResponse:
+    async def put_document(
+        doc_id: WrittenId, body: DocumentBody, _: ApiKeyDep, settings: SettingsDep, limiter: WriteLimiterDep
+    ) -> WriteResponse:
         check_documents(settings, [DocumentIn(id=doc_id, title=body.title, text=body.text)], field="document")
-        seqs = await fanout.put([{"id": doc_id, "title": body.title, "text": body.text}])
+        async with limiter.slot():
+            seqs = await fanout.put([{"id": doc_id, "title": body.title, "text": body.text}])
         return WriteResponse(collection=name, ids=[doc_id], seq=seqs[-1])
 
     @app.post("/documents", response_model=WriteResponse)
-    async def post_documents(body: DocumentsIn, _: ApiKeyDep, settings: SettingsDep) -> WriteResponse:
+    async def post_documents(
+        body: DocumentsIn, _: ApiKeyDep, settings: SettingsDep, limiter: WriteLimiterDep
+    ) -> WriteResponse:
         check_documents(settings, body.documents)
-        seqs = await fanout.put([{"id": d.id, "title": d.title, "text": d.text} for d in body.documents])
+        async with limiter.slot():
+            seqs = await fanout.put([{"id": d.id, "title": d.title, "text": d.text} for d in body.documents])
         return WriteResponse(collection=name, ids=[d.id for d in body.documents], seq=max(seqs))
 
     @app.delete("/documents/{doc_id:writtenid}", response_model=DeleteResponse)
-    async def delete_document(doc_id: WrittenId, _: ApiKeyDep, settings: SettingsDep) -> DeleteResponse:
+    async def delete_document(
+        doc_id: WrittenId, _: ApiKeyDep, settings: SettingsDep, limiter: WriteLimiterDep
+    ) -> DeleteResponse:
         check_document_id(settings, doc_id)
-        seq = await fanout.delete(doc_id)
+        async with limiter.slot():
+            seq = await fanout.delete(doc_id)
         return DeleteResponse(collection=name, id=doc_id, deleted=True, seq=seq)
 
+    app.include_router(metrics.router, dependencies=reads)
+    install_guards(app, settings, Metrics())
     return app

@@ -23,7 +23,9 @@ from service.bounds import cut_long_text
 from service.collection import Collection
 from service.errors import Forbidden, ServiceError
 from service.metrics import Metrics
+from service.routes.model import model_response
 from service.routes.search import scan_chars, to_result
+from service.routes.words import nearest_response
 from service.settings import CollectionSpec
 from ssi.records import Document
 
@@ -116,6 +118,14 @@ class ShardServer:
             return {"id": doc.id, "title": doc.title, "text": doc.text, "seq": doc.seq}
 
         return answer(work)
+
+    def model(self) -> Reply:
+        """GET /model of this shard (service.routes.model): every shard serves the same bundle."""
+        return answer(lambda: model_response(self.collection).model_dump())
+
+    def nearest(self, word: str, k: int) -> Reply:
+        """GET /words/{word}/nearest from the bundle (service.routes.words), the same on every shard."""
+        return answer(lambda: nearest_response(self.collection, word, k).model_dump())
 
     # -- writes --------------------------------------------------------------------------------
 

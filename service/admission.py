@@ -10,7 +10,8 @@ routes also need.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import TypeVar
 
 from starlette.concurrency import run_in_threadpool
@@ -38,8 +39,9 @@ class Limiter:
             self._on_reject(self.name, error.status_code)
         return error
 
-    async def run(self, fn: Callable[..., T], *args: object) -> T:
-        """Run `fn(*args)` in a worker thread once a slot is free."""
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one of the `slots` for the body of an `async with` (the router's fan-outs run on the loop)."""
         if self._semaphore is None:
             self._semaphore = asyncio.Semaphore(self.slots)
         semaphore = self._semaphore
@@ -69,7 +71,12 @@ class Limiter:
             await semaphore.acquire()
         self.running += 1
         try:
-            return await run_in_threadpool(fn, *args)
+            yield
         finally:
             self.running -= 1
             semaphore.release()
+
+    async def run(self, fn: Callable[..., T], *args: object) -> T:
+        """Run `fn(*args)` in a worker thread once a slot is free."""
+        async with self.slot():
+            return await run_in_threadpool(fn, *args)

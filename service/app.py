@@ -152,13 +152,6 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
-    app.state.metrics = metrics_registry
-    app.state.search_limiter = Limiter(
-        "search", settings.max_concurrency, settings.max_queue, settings.queue_timeout, metrics_registry.reject
-    )
-    app.state.write_limiter = Limiter(
-        "write", 1, settings.max_pending_writes, settings.queue_timeout * 6, metrics_registry.reject
-    )
     install_error_handlers(app)
 
     # With SSI_READ_KEY set, the read routes need a key; without, they declare none (the schema says which).
@@ -181,9 +174,22 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     install_exact_schema(app, settings, list(catalog.collections))
 
+    install_guards(app, settings, metrics_registry)
+    return app
+
+
+def install_guards(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
+    """What stands in front of every app answering the HTTP API (this one and the cluster's router):
+    admission limits for searches and writes, the body and host checks, and the request metrics."""
+    app.state.metrics = metrics
+    app.state.search_limiter = Limiter(
+        "search", settings.max_concurrency, settings.max_queue, settings.queue_timeout, metrics.reject
+    )
+    app.state.write_limiter = Limiter(
+        "write", 1, settings.max_pending_writes, settings.queue_timeout * 6, metrics.reject
+    )
     # Added innermost first: metrics see every answer, including the host check's and the body checks' 400/413.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, route_limits=body_limits(settings))
     if settings.allowed_hosts:
         app.add_middleware(AllowedHostsMiddleware, allowed_hosts=settings.allowed_hosts)
-    app.add_middleware(MetricsMiddleware, metrics=metrics_registry)
-    return app
+    app.add_middleware(MetricsMiddleware, metrics=metrics)

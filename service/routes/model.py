@@ -12,6 +12,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from service.collection import Collection
 from service.deps import CollectionDep
 from service.errors import error_responses
 from service.schemas import ModelResponse
@@ -39,6 +40,11 @@ def without_paths(value: Any) -> Any:
     responses=error_responses(401, 404, 422, 503),
 )
 def model(collection: CollectionDep) -> ModelResponse:
+    return model_response(collection)
+
+
+def model_response(collection: Collection) -> ModelResponse:
+    """The collection's bundle and index, as GET /model shows them (a cluster shard answers the router with it)."""
     state = collection.ready_state()
     manifest = state.bundle.manifest
     return ModelResponse(

@@ -10,6 +10,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
 
+from service.collection import Collection
 from service.deps import CollectionDep
 from service.errors import Conflict, NotFound, error_responses
 from service.schemas import NearestWordsResponse, Neighbour
@@ -38,8 +39,12 @@ def nearest(
     collection: CollectionDep,
     k: Annotated[int, Query(ge=1, le=MAX_NEIGHBOURS, description="how many neighbours")] = 5,
 ) -> NearestWordsResponse:
-    state = collection.ready_state()
-    bundle = state.bundle
+    return nearest_response(collection, word, k)
+
+
+def nearest_response(collection: Collection, word: str, k: int) -> NearestWordsResponse:
+    """GET /words/{word}/nearest of the collection's bundle (a cluster shard answers the router with it)."""
+    bundle = collection.ready_state().bundle
     try:
         found = nearest_words(bundle.form, bundle.vocab, word, k)
     except NoWordEmbeddings as exc:

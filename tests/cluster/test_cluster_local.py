@@ -236,3 +236,46 @@ def test_a_shard_that_stays_down_is_a_503_naming_it_never_a_partial_ranking(rout
         shards.call = real
     assert response.status_code == 503
     assert "shard 1 did not answer" in response.json()["detail"] and "no partial ranking" in response.json()["detail"]
+
+
+def test_model_words_and_metrics_answer_as_on_the_single_node(world: dict, router: Router) -> None:
+    """GET /model, /words/{word}/nearest and /metrics exist on the router with the single node's bodies."""
+    from ssi.bundle import load_bundle
+    from ssi.words import nearest_words
+
+    bundle = load_bundle(world["bundle"])
+    model = call(router, "GET", "/model")
+    assert model.status_code == 200, model.text
+    body = model.json()
+    assert body["content_hash"] == bundle.content_hash and body["form"] == bundle.manifest.form
+    assert body["index"]["shards"] == 3 and len(body["index"]["per_shard"]) == 3
+    assert body["index"]["documents"] == sum(s["documents"] for s in body["index"]["per_shard"]) >= len(world["docs"])
+    word = bundle.vocab.words[5]
+    nearest = call(router, "GET", f"/words/{word}/nearest", params={"k": 4})
+    assert nearest.status_code == 200, nearest.text
+    expected = [n.word for n in nearest_words(bundle.form, bundle.vocab, word, 4)]
+    assert [n["word"] for n in nearest.json()["neighbours"]] == expected
+    assert call(router, "GET", "/words/qqqxxyz/nearest").status_code == 404
+    assert call(router, "GET", f"/words/{word}/nearest", params={"k": 0}).status_code == 422
+    call(router, "POST", "/search", json={"query": word, "k": 3})
+    exposition = call(router, "GET", "/metrics").text
+    assert 'ssi_http_requests_total{method="POST",route="/search",status="200"}' in exposition
+
+
+def test_the_router_turns_away_what_its_admission_limits_cannot_take(world: dict, indexes: dict[int, Path]) -> None:
+    """One search slot, no queue: of two searches at once, one is answered and one gets 429 with Retry-After."""
+    import asyncio
+
+    busy = Router(indexes[1], max_concurrency=1, max_queue=0)
+    try:
+        query = probe_queries(world["docs"], 1, seed=21)[0]
+
+        async def both() -> list[httpx.Response]:
+            ask = {"json": {"query": query, "k": 10}}
+            return list(await asyncio.gather(*(busy.client.post("/search", **ask) for _ in range(2))))
+
+        statuses = sorted(r.status_code for r in asyncio.run(both()))
+        assert statuses == [200, 429]
+        assert call(busy, "POST", "/search", json={"query": query, "k": 10}).status_code == 200  # the slot is back
+    finally:
+        busy.close()
