@@ -37,7 +37,7 @@ from service.rows import EmbeddingRows, RowTable
 from service.rwlock import ReadWriteLock
 from ssi.bundle import Bundle
 
-SEARCH_CHUNK = 16  # queries searched in the index at once (one FAISS call) within a batch
+SEARCH_CHUNK = 64  # queries searched in the index at once (one FAISS call) within a batch (see max_concurrency)
 
 
 @dataclass
