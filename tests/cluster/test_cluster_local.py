@@ -279,3 +279,21 @@ def test_the_router_turns_away_what_its_admission_limits_cannot_take(world: dict
         assert call(busy, "POST", "/search", json={"query": query, "k": 10}).status_code == 200  # the slot is back
     finally:
         busy.close()
+
+
+@pytest.mark.parametrize("index_type", ["hnsw", "ivf"])
+def test_shards_of_an_approximate_index_build_load_and_answer(world: dict, tmp_path: Path, index_type: str) -> None:
+    """HNSW and IVF shards go through the same build, snapshot and load; on ~100 documents a shard
+    (efSearch 128 ≥ its size; IVF's few lists all probed) their merged answer is the exact ranking."""
+    out = tmp_path / index_type
+    manifest = build_index(world["corpus"], world["bundle"], out, 3, index_type=index_type, batch_size=64)
+    assert manifest.index_type == index_type
+    router = Router(out)
+    try:
+        assert all(s.collection.ready_state().config.index_type == index_type for s in router.servers)
+        for query in probe_queries(world["docs"], 4, seed=13):
+            response = call(router, "POST", "/search", json={"query": query, "k": 10})
+            assert response.status_code == 200, response.text
+            assert_same_ranking(response.json()["hits"], world["oracle"], query, 10)
+    finally:
+        router.close()
