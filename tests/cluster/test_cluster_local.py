@@ -297,3 +297,23 @@ def test_shards_of_an_approximate_index_build_load_and_answer(world: dict, tmp_p
             assert_same_ranking(response.json()["hits"], world["oracle"], query, 10)
     finally:
         router.close()
+
+
+def test_a_read_only_replica_serves_a_private_copy_and_refuses_writes(world: dict, indexes: dict[int, Path]) -> None:
+    """`--replicas N > 1`: each replica opens a copy of its shard's folder; reads answer, writes are a 403."""
+    replicas = [ShardServer(str(indexes[1]), 0, read_only=True) for _ in range(2)]  # two at once: no folder lock
+    try:
+        router = Fanout(LocalShards(replicas[:1]))
+        query = probe_queries(world["docs"], 1, seed=17)[0]
+        import asyncio
+
+        (result,) = asyncio.run(router.search([query], 10, 0))
+        ids, _ = world["oracle"].top(query, 10)
+        assert [h.id for h in result.hits] == ids
+        refused = replicas[1].put([{"id": "new", "title": "", "text": "words"}])
+        assert refused.status == 403 and "read-only replicas" in refused.message
+        folders = {Path(r.settings.data_dir) for r in replicas}
+        assert len(folders) == 2 and not any(indexes[1] in f.parents for f in folders)
+    finally:
+        for replica in replicas:
+            replica.close()
