@@ -3,7 +3,8 @@
 The index job and the shard server build them the same way, so the snapshot the job writes lands in
 the cache folder the shard looks in (service.snapshot.cache_folder: bundle hash + store + index tag).
 Shards are reached only through the router, which checks keys and bounds, so a shard accepts writes
-without a key of its own (it listens on no port).
+without a key of its own (it listens on no port). A shard featurizes in its own process: forking a
+pool (SSI_BUILD_WORKERS) inside a Ray actor, with its threads, is not safe.
 """
 
 from __future__ import annotations
@@ -25,4 +26,5 @@ def shard_settings(folder: Path, bundle: Path, index_type: IndexType = "flat", t
         threads=threads,
         insecure_writes=True,
         host="127.0.0.1",
+        build_workers=0,  # a shard may run inside a Ray actor: no forked featurizing pool there
     )

@@ -19,7 +19,9 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
+from service.bulk_featurize import BulkFeaturizer
 from service.embedding import Embedder
+from service.featurize_pool import featurized, pool_workers
 from service.index import IndexConfig, IndexLoadError, VectorIndex
 from service.lexical import LexicalIndex
 from service.model_state import LoadReport, ModelState
@@ -27,7 +29,7 @@ from service.progress import progress
 from service.rows import EmbeddingRows, RowTable
 from service.settings import Settings
 from service.snapshot import SnapshotError, cache_folder, discard, read_snapshot, snapshots
-from service.store import DocumentStore, StoreView
+from service.store import DocumentStore, StoredDocument, StoreView
 from service.writes import replay
 from ssi.bundle import Bundle
 
@@ -126,7 +128,12 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
 
 
 def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
-    """The state computed from scratch: every stored document featurized and embedded, the index built."""
+    """The state computed from scratch: every stored document featurized and embedded, the index built.
+
+    Featurized by `BulkFeaturizer` (the rows `Embedder.featurize` gives, byte for byte, without a
+    Python string per word: tokenizing was most of a build), in SSI_BUILD_WORKERS forked processes
+    for a large collection while this one reads the store and embeds (service.featurize_pool).
+    """
     bundle: Bundle = common["bundle"]
     embedder: Embedder = common["embedder"]
     config: IndexConfig = common["config"]
@@ -136,9 +143,13 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     parts: list[sp.csr_matrix] = []
     doc_ids: list[str] = []
     row = 0
+    featurizer = BulkFeaturizer(bundle.vocab)
+    workers = pool_workers(settings.build_workers, total)
+    if workers:
+        log.info("featurizing %d documents in %d worker processes", total, workers)
+    batches = view.iter_batches(settings.embed_batch)
     with progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
-        for batch in view.iter_batches(settings.embed_batch):
-            tfidf = embedder.featurize([doc.as_document().full_text for doc in batch])
+        for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):
             embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch])
             parts.append(tfidf)
             doc_ids.extend(doc.id for doc in batch)
@@ -146,7 +157,9 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
             advance(len(batch))
     if row != total:
         raise RuntimeError(f"the store listed {total} documents but yielded {row}")
-    tfidf_all = sp.vstack(parts, format="csc") if parts else sp.csc_matrix((0, bundle.manifest.vocab_size))
+    # Stacked as CSR (a concatenation) and turned word-major by LexicalIndex: stacking straight into
+    # CSC goes through COO and took about twice as long (the matrix is the same).
+    tfidf_all = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((0, bundle.manifest.vocab_size))
     started = time.perf_counter()
     index = VectorIndex.build(config, index_dims, embeddings, np.arange(total, dtype=np.int64))
     log.info("built the %s index over %d vectors in %.2fs", config.index_type, total, time.perf_counter() - started)
@@ -159,6 +172,10 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
         report=LoadReport(source="computed", embedded=total),
         **common,
     )
+
+
+def _full_texts(batch: list[StoredDocument]) -> list[str]:
+    return [doc.as_document().full_text for doc in batch]
 
 
 def compacted(state: ModelState) -> ModelState:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 import weakref
+from collections.abc import Sequence
 
 from fastapi import APIRouter, Response
 
@@ -12,7 +14,7 @@ from service.batching import BatchKey, QueryBatcher
 from service.bounds import check_search
 from service.collection import Collection
 from service.deps import CollectionDep, SearchLimiterDep, SettingsDep
-from service.errors import error_responses
+from service.errors import Unavailable, error_responses
 from service.model_state import QueryResult
 from service.schemas import (
     BatchSearchRequest,
@@ -38,17 +40,27 @@ _batchers_lock = threading.Lock()
 
 
 def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
-    """The collection's micro-batcher (service.batching): concurrent single searches share one search call."""
+    """The collection's micro-batcher (service.batching): concurrent single searches share one search call,
+    whose leader also reads the hits' titles and snippets."""
     with _batchers_lock:
         batcher = _batchers.get(collection)
         if batcher is None:
 
-            def search(queries: list[str], key: BatchKey) -> list[QueryResult]:
+            # A weak reference: the batcher (a value of the weak-keyed registry) must not keep its collection
+            # alive, so that a dropped collection takes its batcher and the batcher's threads with it.
+            owner = weakref.ref(collection)
+
+            def search(queries: Sequence[str], key: BatchKey) -> list[SearchResult]:
+                found = owner()
+                if found is None:
+                    raise Unavailable("the collection was closed; retry")
                 k, offset, ef_search, nprobe = key
-                return collection.search(queries, k, offset, ef_search=ef_search, nprobe=nprobe)
+                results = found.search(list(queries), k, offset, ef_search=ef_search, nprobe=nprobe)
+                return [to_result(found, settings, r, q) for r, q in zip(results, queries, strict=True)]
 
             batcher = QueryBatcher(search, leaders=settings.threads, max_batch=settings.max_batch)
             _batchers[collection] = batcher
+            weakref.finalize(collection, batcher.close)
         return batcher
 
 
@@ -98,13 +110,9 @@ async def search(
 ) -> Response:
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
-
-    def work() -> SearchResult:
-        key = (body.k, body.offset, body.ef_search, body.nprobe)
-        result = batcher_for(collection, settings).search(body.query, key)
-        return to_result(collection, settings, result, body.query)
-
-    result = await limiter.run(work)
+    key = (body.k, body.offset, body.ef_search, body.nprobe)
+    async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
+        result: SearchResult = await asyncio.wrap_future(batcher_for(collection, settings).submit(body.query, key))
     took = (time.perf_counter() - started) * 1000
     return json_response(
         SearchResponse(
