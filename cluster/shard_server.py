@@ -24,7 +24,7 @@ from service.collection import Collection
 from service.errors import Forbidden, ServiceError
 from service.metrics import Metrics
 from service.routes.model import model_response
-from service.routes.search import scan_chars, to_result
+from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
 from service.settings import CollectionSpec
 from ssi.records import Document
@@ -87,10 +87,7 @@ class ShardServer:
         def work() -> list[dict[str, Any]]:
             results = self.collection.search(list(queries), want, 0, ef_search=ef_search, nprobe=nprobe)
             scan = scan_chars(self.settings, sum(len(r.doc_ids) for r in results))
-            return [
-                to_result(self.collection, self.settings, r, q, scan).model_dump()
-                for r, q in zip(results, queries, strict=True)
-            ]
+            return [r.model_dump() for r in to_results(self.collection, self.settings, results, list(queries), scan)]
 
         return answer(work)
 

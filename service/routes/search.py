@@ -45,7 +45,6 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
     with _batchers_lock:
         batcher = _batchers.get(collection)
         if batcher is None:
-
             # A weak reference: the batcher (a value of the weak-keyed registry) must not keep its collection
             # alive, so that a dropped collection takes its batcher and the batcher's threads with it.
             owner = weakref.ref(collection)
@@ -56,7 +55,7 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
                     raise Unavailable("the collection was closed; retry")
                 k, offset, ef_search, nprobe = key
                 results = found.search(list(queries), k, offset, ef_search=ef_search, nprobe=nprobe)
-                return [to_result(found, settings, r, q) for r, q in zip(results, queries, strict=True)]
+                return to_results(found, settings, results, queries)
 
             batcher = QueryBatcher(search, leaders=settings.threads, max_batch=settings.max_batch)
             _batchers[collection] = batcher
@@ -76,20 +75,38 @@ def to_result(
 
     `scan`: the characters of each hit scanned for a query word (default: as for this result alone).
     """
-    scan = scan_chars(settings, len(result.doc_ids)) if scan is None else scan
+    return to_results(collection, settings, [result], [query], scan)[0]
+
+
+def to_results(
+    collection: Collection,
+    settings: Settings,
+    results: Sequence[QueryResult],
+    queries: Sequence[str | None],
+    scan: int | None = None,
+) -> list[SearchResult]:
+    """`to_result` of each (result, query), with one store read for the hits of them all (a micro-batch's
+    or a /search/batch request's) instead of one per query."""
+    scans = [scan_chars(settings, len(r.doc_ids)) if scan is None else scan for r in results]
+    wanted = list(dict.fromkeys(doc_id for r in results for doc_id in r.doc_ids))
     # A snippet reads at most scan + width characters; one more tells whether the text goes on ("…").
-    docs = collection.get_many(result.doc_ids, text_chars=scan + settings.snippet_chars + 1)
-    pattern = query_pattern(tokenize(query), settings.snippet_words) if query else None
-    hits = []
-    for doc_id, score, semantic, lexical in zip(
-        result.doc_ids, result.scores, result.semantic, result.lexical, strict=True
-    ):
-        doc = docs.get(doc_id)
-        if doc is None:  # deleted between the ranking and this lookup
-            continue
-        snippet = make_snippet(doc.text, pattern, settings.snippet_chars, scan)
-        hits.append(Hit(id=doc_id, title=doc.title, snippet=snippet, score=score, semantic=semantic, lexical=lexical))
-    return SearchResult(hits=hits, query_words=result.query_words, candidates=result.candidates)
+    docs = collection.get_many(wanted, text_chars=max(scans, default=0) + settings.snippet_chars + 1)
+    out = []
+    for result, query, each in zip(results, queries, scans, strict=True):
+        pattern = query_pattern(tokenize(query), settings.snippet_words) if query else None
+        hits = []
+        for doc_id, score, semantic, lexical in zip(
+            result.doc_ids, result.scores, result.semantic, result.lexical, strict=True
+        ):
+            doc = docs.get(doc_id)
+            if doc is None:  # deleted between the ranking and this lookup
+                continue
+            snippet = make_snippet(doc.text, pattern, settings.snippet_chars, each)
+            hits.append(
+                Hit(id=doc_id, title=doc.title, snippet=snippet, score=score, semantic=semantic, lexical=lexical)
+            )
+        out.append(SearchResult(hits=hits, query_words=result.query_words, candidates=result.candidates))
+    return out
 
 
 @router.post(
@@ -143,8 +160,9 @@ async def search_batch(
 
     def work() -> list[SearchResult]:
         results = collection.search(body.queries, body.k, body.offset, ef_search=body.ef_search, nprobe=body.nprobe)
-        scan = scan_chars(settings, sum(len(r.doc_ids) for r in results))
-        return [to_result(collection, settings, r, q, scan) for r, q in zip(results, body.queries, strict=True)]
+        return to_results(
+            collection, settings, results, body.queries, scan_chars(settings, sum(len(r.doc_ids) for r in results))
+        )
 
     results = await limiter.run(work)
     took = (time.perf_counter() - started) * 1000
