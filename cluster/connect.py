@@ -19,7 +19,7 @@ def connect(address: str, num_cpus: int | None = None, object_store_mb: int | No
         kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1
         if object_store_mb:
             kwargs["object_store_memory"] = object_store_mb * 1024 * 1024
-        ray.init(**kwargs)
+        ray.init(address="local", **kwargs)  # a new instance, even when a cluster runs on this machine
     else:
         ray.init(address=address, logging_level="warning", log_to_driver=False)
     return ray

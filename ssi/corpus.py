@@ -103,16 +103,20 @@ def read_corpus(path: Path | str) -> list[Document]:
     return docs
 
 
-def read_pairs(path: Path | str) -> list[Pair]:
-    """`query_id<TAB>doc_id` lines (document-document pairs such as links)."""
+def iter_pairs(path: Path | str) -> Iterator[Pair]:
+    """`query_id<TAB>doc_id` lines one at a time (document-document pairs such as links): what a streamed
+    training run reads (training.pair_stream), and `read_pairs` collects."""
     path = Path(path)
-    pairs: list[Pair] = []
     for number, line in numbered_lines(path):
         parts = line.split("\t")
         if len(parts) < 2 or not parts[0] or not parts[1]:
             raise DataFileError(path, number, "expected 'query_id<TAB>doc_id'")
-        pairs.append(Pair(parts[0], parts[1]))
-    return pairs
+        yield Pair(parts[0], parts[1])
+
+
+def read_pairs(path: Path | str) -> list[Pair]:
+    """`query_id<TAB>doc_id` lines (document-document pairs such as links)."""
+    return list(iter_pairs(path))
 
 
 def read_qrels(path: Path | str) -> list[Pair]:

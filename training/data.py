@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -24,6 +26,9 @@ from ssi.vocab import Vocabulary
 from training.dice import HashingPlan
 from training.self_pairs import SelfPairMode, build_self_pairs
 from training.splits import split_by_query, unseen_documents
+
+if TYPE_CHECKING:
+    from training.pair_stream import PairStream, StreamCount
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +74,8 @@ class TrainingData:
     train: PairIndex
     valid: PairIndex | None
     doc_doc: bool
-    train_pairs: list[Pair] = field(default_factory=list)
+    # Streamed pairs (training.pair_stream): only the validation queries' training pairs, read on demand.
+    train_pairs: Iterable[Pair] = field(default_factory=list)
     valid_pairs: list[Pair] = field(default_factory=list)
     fingerprint: dict[str, str] = field(default_factory=dict)
     unseen_docs: int = 0  # documents left out of training (the unseen-documents setting)
@@ -78,10 +84,19 @@ class TrainingData:
     # their validation documents out of training (training.self_pairs says why).
     valid_docs: list[Document] | None = None
     X_valid_docs: sp.csr_matrix | None = None
+    # Streamed pairs (--stream-pairs): the file read through a shuffle buffer, never held; `train` then holds
+    # no pairs, only what the counting pass dropped and why, and `stream_count` what it kept.
+    stream: PairStream | None = None
+    stream_count: StreamCount | None = None
 
     @property
     def doc_ids(self) -> list[str]:
         return [d.id for d in self.docs]
+
+    @property
+    def train_size(self) -> int:
+        """Usable training pairs, held in memory or counted in the stream."""
+        return self.stream_count.pairs if self.stream_count is not None else self.train.size
 
 
 def index_pairs(pairs: list[Pair], query_row: dict[str, int], doc_row: dict[str, int], doc_doc: bool) -> PairIndex:
@@ -149,6 +164,7 @@ def load_training_data(
     self_pairs: SelfPairMode | None = None,
     self_pair_words: int = 30,
     hashing: HashingPlan | None = None,
+    stream_buffer: int | None = None,
 ) -> TrainingData:
     """Read the files, build the vocabulary on the corpus (or use `vocab`, a warm start's), featurize once.
 
@@ -159,6 +175,8 @@ def load_training_data(
     `self_pairs` (training.self_pairs) makes pairs from the corpus itself, with no labels: the vocabulary
     comes from the full documents, the trainer's document rows from their texts without the query part.
     `query_vocab_size` (two languages, with `queries`) adds the queries' own top words to the vocabulary.
+    `stream_buffer` (with `pairs`): the training pairs are streamed through a shuffle buffer of that many
+    pairs (training.pair_stream) instead of read into memory; one counting pass checks and counts them.
     """
     docs = read_corpus(corpus)
     unseen: frozenset[str] = frozenset()
@@ -207,13 +225,22 @@ def load_training_data(
     X_docs = vocab.featurize_tokens(doc_tokens)
     del doc_tokens
     fingerprint = {"corpus": file_fingerprint(corpus)}
+    stream: PairStream | None = None
+    stream_count: StreamCount | None = None
     if pairs is not None:
         doc_doc = True
         query_list = [Query(d.id, d.full_text) for d in docs]
         X_queries = X_docs
         query_row = doc_row
-        train_list = read_pairs(pairs)
         valid_list = read_pairs(valid_pairs) if valid_pairs else []
+        if stream_buffer is not None:
+            from training.pair_stream import PairStream
+
+            stream = PairStream(Path(pairs), doc_row, doc_row, True, stream_buffer, left_out=unseen)
+            stream_count = stream.count()
+            train_list = stream.known_pairs({p.query_id for p in valid_list})
+        else:
+            train_list = read_pairs(pairs)
         fingerprint["pairs"] = file_fingerprint(pairs)
         if valid_pairs:
             fingerprint["valid_pairs"] = file_fingerprint(valid_pairs)
@@ -250,6 +277,19 @@ def load_training_data(
         raise ValueError(
             "give --pairs (document-document), --queries with --qrels (BEIR), --clicks (adverts) or --self-pairs"
         )
+    if stream_buffer is not None and stream is None:
+        raise ValueError("streamed pairs (--stream-pairs, --ray) read a --pairs file")
+    if stream is not None and stream_count is not None:  # the stream skips unseen documents' pairs itself
+        valid_list = [p for p in valid_list if p.query_id not in unseen and p.doc_id not in unseen]
+        if stream_count.pairs == 0:
+            raise ValueError(f"no usable training pairs (dropped: {stream_count.dropped.dropped_summary()})")
+        return TrainingData(
+            vocab=vocab, docs=docs, queries=query_list, X_docs=X_docs, X_queries=X_queries,
+            train=stream_count.dropped,
+            valid=index_pairs(valid_list, query_row, doc_row, doc_doc) if valid_list else None,
+            doc_doc=doc_doc, train_pairs=train_list, valid_pairs=valid_list, fingerprint=fingerprint,
+            unseen_docs=len(unseen), unseen_pairs=stream_count.left_out, stream=stream, stream_count=stream_count,
+        )  # fmt: skip
     if unseen:
         touches = (lambda p: p.doc_id in unseen or p.query_id in unseen) if doc_doc else (lambda p: p.doc_id in unseen)
         unseen_pairs = sum(touches(p) for p in train_list)

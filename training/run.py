@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ssi.bundle import load_bundle
+from ssi.bundle import Bundle, load_bundle
 from ssi.products import DocMatrix
 from training.data import TrainingData, load_training_data
 from training.dice import HashingPlan
@@ -20,7 +20,7 @@ from training.export import export_bundle
 from training.fitted import FitContext, fitted_kind
 from training.history_plot import write_history_plot
 from training.settings import TrainSettings
-from training.trainer import Trainer
+from training.trainer import Trainer, TrainResult
 from training.validation import FormValidator
 
 HISTORY_PLOT = "history.png"  # beside the bundle's files; not part of its content hash
@@ -69,10 +69,9 @@ def hashing_plan(settings: TrainSettings) -> HashingPlan | None:
     return HashingPlan(settings.frequent_words, settings.cfh_top_k, ngrams, settings.cfh_min_df)
 
 
-def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[str, Any]:
-    started = time.perf_counter()
-    init = load_bundle(settings.init_from) if settings.init_from is not None else None
-    data = load_training_data(
+def load_data(settings: TrainSettings, init: Bundle | None) -> TrainingData:
+    """The training data the settings name (pairs streamed with --stream-pairs), featurized once."""
+    return load_training_data(
         settings.corpus,
         pairs=settings.pairs,
         valid_pairs=settings.valid_pairs,
@@ -93,11 +92,25 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         self_pairs=settings.self_pairs,
         self_pair_words=settings.self_pair_words,
         hashing=hashing_plan(settings),
+        stream_buffer=settings.shuffle_buffer if settings.stream_pairs else None,
     )
+
+
+def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[str, Any]:
+    if settings.ray is not None:  # data-parallel on Ray Train: the only path that imports Ray
+        from training.ray_train import train_on_ray
+
+        return train_on_ray(settings, show_progress)
+    started = time.perf_counter()
+    init = load_bundle(settings.init_from) if settings.init_from is not None else None
+    data = load_data(settings, init)
     loaded = time.perf_counter()
     docs = DocMatrix(data.X_docs, ids=data.doc_ids)
     fitted = fitted_kind(settings.kind)
+    stream_info: dict[str, Any] = {}
     if fitted is not None:
+        if data.stream is not None:
+            raise ValueError(f"--kind {settings.kind} fits on pairs held in memory: stream pairs with an SGD kind")
         context = FitContext(
             data, settings, docs, build_validator(data, docs, settings), init.form if init is not None else None,
             show_progress,
@@ -111,6 +124,34 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         )
         prepared = time.perf_counter()
         result = trainer.run(show_progress=show_progress)
+        stream_info = stream_summary(trainer)
+    return finish_training(
+        settings, data, result, init, stream_info, seconds=(loaded - started, prepared - loaded), started=started
+    )
+
+
+def stream_summary(trainer: Trainer) -> dict[str, Any]:
+    """What a streamed run read: passes over the file and the most pairs its buffer held (empty in memory)."""
+    buffer = getattr(trainer.sampler, "buffer", None)
+    if buffer is None:
+        return {}
+    return {"shuffle_buffer": buffer.stream.capacity, "passes": buffer.passes, "pairs_held_peak": buffer.peak}
+
+
+def finish_training(
+    settings: TrainSettings,
+    data: TrainingData,
+    result: TrainResult,
+    init: Bundle | None,
+    stream_info: dict[str, Any],
+    *,
+    seconds: tuple[float, float],
+    started: float,
+) -> dict[str, Any]:
+    """Export the bundle of a finished run (and its history plot); the summary `ssi train` prints.
+
+    `seconds`: (load and featurize, prepare); data-parallel training's rank 0 calls it too.
+    """
     training_info: dict[str, Any] = {
         "config": settings.model_dump(mode="json"),
         "steps": result.steps,
@@ -129,7 +170,7 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         "fingerprint": data.fingerprint,
         "n_docs": len(data.docs),
         "n_queries": len(data.queries),
-        "train_pairs": data.train.size,
+        "train_pairs": data.train_size,
         "train_pairs_dropped": data.train.dropped_summary(),
         "valid_pairs": data.valid.size if data.valid is not None else 0,
         "task": "document-document" if data.doc_doc else ("adverts" if settings.clicks else "queries"),
@@ -140,6 +181,8 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
             "training_pairs_left_out": data.unseen_pairs,
         },  # fmt: skip
     }
+    if stream_info:
+        data_info["stream"] = stream_info
     manifest = export_bundle(
         settings.out,
         vocab=data.vocab,
@@ -163,10 +206,11 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         "triples": result.triples,
         "triples_per_second": round(result.triples_per_second, 1),
         "seconds": {
-            "load_and_featurize": round(loaded - started, 1),
-            "prepare": round(prepared - loaded, 1),
+            "load_and_featurize": round(seconds[0], 1),
+            "prepare": round(seconds[1], 1),
             "train": round(result.seconds, 1),
             "total": round(finished - started, 1),
         },
         "dropped_pairs": data.train.dropped_summary(),
+        **({"stream": stream_info} if stream_info else {}),
     }

@@ -88,7 +88,10 @@ class TripleSampler:
     def plan(self) -> StepPlan:
         queries = self._next_queries()
         start = self.query_ptr[queries]
-        counts = self.query_ptr[queries + 1] - start
+        return self._plan(queries, start, self.query_ptr[queries + 1] - start)
+
+    def _plan(self, queries: np.ndarray, start: np.ndarray, counts: np.ndarray) -> StepPlan:
+        """The step of these (sorted) queries, whose positives are `pos_doc[start : start + counts]`."""
         picks = start[:, None] + (self.rng.random((queries.size, self.positives_per_query)) * counts[:, None]).astype(
             np.int64
         )

@@ -29,6 +29,13 @@ class TrainSettings(BaseSettings):
     clicked_position: int | None = Field(None, ge=1)
     self_pairs: Literal["title", "split"] | None = None  # no labels: pairs cut from the corpus (training.self_pairs)
     self_pair_words: int = Field(30, ge=1)
+    # Streamed pairs (training.pair_stream): --pairs read through a shuffle buffer of this many pairs, never whole.
+    stream_pairs: bool = False
+    shuffle_buffer: int = Field(100_000, ge=4)
+    # Data-parallel training on Ray Train (training.ray_train): a cluster address (local, auto, host:port) and
+    # the CPU workers, each streaming its share of the pairs; gradients are averaged every step. Implies streaming.
+    ray: str | None = None
+    workers: int = Field(2, ge=1)
 
     # Model
     kind: str = "lowrank"
@@ -94,6 +101,10 @@ class TrainSettings(BaseSettings):
             raise ValueError("--query-words cuts query documents to keywords: it needs --pairs")
         if self.kind == "cfh" and (self.frequent_words is None or self.query_words is not None):
             raise ValueError("--kind cfh hashes onto the top --frequent-words words: give it (and no --query-words)")
+        if self.ray is not None:
+            self.stream_pairs = True
+        if self.stream_pairs and self.pairs is None:
+            raise ValueError("--stream-pairs and --ray stream a --pairs file (document-document pairs)")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
         return self

@@ -110,6 +110,30 @@ def train_command(
     self_pair_words: Annotated[
         int | None, _opt("self_pair_words", "Words in the query span of --self-pairs split.", DATA)
     ] = None,
+    stream_pairs: Annotated[
+        bool | None,
+        _opt(
+            "stream_pairs",
+            "Read --pairs as a stream through a shuffle buffer, never the whole file in memory (training/pair_stream.py"
+            "; the corpus stays in memory). Best with the file sorted by query id.",
+            DATA,
+            "--stream-pairs/--no-stream-pairs",
+        ),
+    ] = None,
+    shuffle_buffer: Annotated[
+        int | None, _opt("shuffle_buffer", "Streamed pairs: pairs the shuffle buffer holds at most.", DATA)
+    ] = None,
+    ray: Annotated[
+        str | None,
+        _opt(
+            "ray",
+            "Data-parallel training on Ray Train: 'local' (a Ray instance in this process), 'auto' or a cluster "
+            "address. --workers CPU workers (--threads each) stream their share of --pairs; gradients are averaged "
+            "every step; rank 0 validates and writes --out (needs the cluster extra).",
+            BUDGET,
+        ),
+    ] = None,
+    workers: Annotated[int | None, _opt("workers", "With --ray: data-parallel training workers.", BUDGET)] = None,
     kind: Annotated[
         str | None,
         _opt(
@@ -325,6 +349,7 @@ def train_command(
         "em_iterations": em_iterations, "pair_words": pair_words, "lm_lambda": lm_lambda,
         "translations": translations, "cfh_top_k": cfh_top_k, "cfh_ngrams": cfh_ngrams, "cfh_min_df": cfh_min_df,
         "combine_tfidf": combine_tfidf, "s2net_gamma": s2net_gamma,
+        "stream_pairs": stream_pairs, "shuffle_buffer": shuffle_buffer, "ray": ray, "workers": workers,
     }  # fmt: skip
     try:
         settings = TrainSettings(**{k: v for k, v in given.items() if v is not None})

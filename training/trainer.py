@@ -24,6 +24,7 @@ from training.keywords import cut_to_keywords
 from training.loss import margin_ranking
 from training.models import REGISTRY, ModelShape, SSIModel, make_model
 from training.models.block import Block, SparseRows, Triples
+from training.pair_stream import StreamSampler
 from training.sampling import TripleSampler
 from training.settings import TrainSettings
 
@@ -80,18 +81,24 @@ class Trainer:
             init,
             settings.warm_lr_scale,
         )
-        self.sampler = TripleSampler(
-            data.train,
-            data.X_docs.shape[0],
-            doc_doc=data.doc_doc,
-            batch_queries=settings.batch_queries,
-            positives_per_query=settings.positives_per_query,
-            negatives_per_positive=settings.negatives_per_positive,
-            pool_size=settings.pool_size,
-            hard_fraction=settings.hard_fraction,
-            hard_pool=settings.hard_pool,
-            seed=settings.seed,
-        )
+        sampling = {
+            "doc_doc": data.doc_doc,
+            "batch_queries": settings.batch_queries,
+            "positives_per_query": settings.positives_per_query,
+            "negatives_per_positive": settings.negatives_per_positive,
+            "pool_size": settings.pool_size,
+            "hard_fraction": settings.hard_fraction,
+            "hard_pool": settings.hard_pool,
+            "seed": settings.seed,
+        }
+        n_docs = data.X_docs.shape[0]
+        if data.stream is not None and data.stream_count is not None:  # streamed pairs (training.pair_stream)
+            runs = data.stream_count.runs_of(data.stream.shard, data.stream.shards)
+            # Data-parallel workers draw different triples: the seed differs by worker.
+            sampling["seed"] = settings.seed + 7919 * data.stream.shard
+            self.sampler: TripleSampler = StreamSampler(data.stream, runs, n_docs, **sampling)
+        else:
+            self.sampler = TripleSampler(data.train, n_docs, **sampling)
         # Keyword queries change every step: nothing to cache for them.
         max_gram = 0 if settings.query_words else settings.max_gram_entries
         self.keyword_rng = np.random.default_rng(settings.seed + 1)
@@ -170,8 +177,7 @@ class Trainer:
         with Progress(*columns, disable=not show_progress, transient=False) as progress:
             task = progress.add_task("train", total=total, rate=0.0, loss=0.0, valid=_fmt(best_metrics))
             while True:
-                elapsed = time.perf_counter() - start
-                if (max_steps is not None and steps >= max_steps) or (deadline is not None and elapsed >= deadline):
+                if self._out_of_budget(steps, max_steps, time.perf_counter() - start, deadline):
                     break
                 loss, _violated, used = self.step()
                 steps += 1
@@ -208,6 +214,10 @@ class Trainer:
             seconds=seconds,
             history=history,
         )
+
+    def _out_of_budget(self, steps: int, max_steps: int | None, elapsed: float, deadline: float | None) -> bool:
+        """Whether the step or time budget is spent (data-parallel workers decide it together: training.ray_train)."""
+        return (max_steps is not None and steps >= max_steps) or (deadline is not None and elapsed >= deadline)
 
     @staticmethod
     def _better(new: dict[str, float], old: dict[str, float]) -> bool:
