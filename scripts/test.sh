@@ -7,7 +7,8 @@
 # both), then runs pytest in the environment made by scripts/install.sh
 # ($VENV, default .venv).
 # Tests that need ../shared/data or Debian's chromium skip with a message when those are absent
-# (set SSI_REQUIRE_BROWSER=1 to make a missing browser an error, as CI does).
+# (set SSI_REQUIRE_BROWSER=1 to make a missing browser an error, as CI does), and the wrk load test
+# when wrk is absent (SSI_REQUIRE_WRK=1 makes that an error).
 # A run that collects no test fails: a green run must have tested something.
 set -euo pipefail
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
+
+import pytest
 
 from service.bench.run import BenchConfig, run_bench
 
@@ -46,3 +49,26 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     assert report["flat"]["load"]["1"]["server_cpu_ms_per_request"] > 0
     assert report["ratios"]["flat_4c_qps_over_scan_qps"] > 0 and report["ratios"]["flat_4c_qps_over_healthz_qps"] > 0
     assert any("recall@10" in line for line in lines)
+
+
+def test_wrk_drives_searches_and_counts_refusals_as_errors(small_world: dict, tmp_path: Path) -> None:
+    """The load generator `ssi bench` uses where wrk is installed (CI installs it): real searches answered,
+    and a body the server refuses (k = 0: 422) counted as an error, not as a measured request."""
+    from service.bench import wrk
+    from service.bench.load import run_load
+    from tests.service.service_testing import ThreadServer, probe_queries
+
+    if not wrk.available():
+        message = "wrk is not installed (Debian package wrk; .ci/run installs it)"
+        if os.environ.get("SSI_REQUIRE_WRK") == "1":
+            pytest.fail(message)
+        pytest.skip(message)
+    bodies = [{"query": q, "k": 10} for q in probe_queries(small_world["docs"], 20, seed=3)]
+    with ThreadServer(bundle=small_world["bundle"], corpus=small_world["corpus"], cache_dir=tmp_path) as server:
+        good = run_load(server.url, bodies, clients=4, seconds=1, generator="wrk")
+        refused = run_load(server.url, [{"query": "anything", "k": 0}], clients=2, seconds=1, warmup=0, generator="wrk")
+        health = run_load(server.url, [], clients=2, seconds=1, path="/healthz", generator="wrk")
+    assert good.generator == "wrk" and good.errors == 0 and good.requests > 20
+    assert 0 < good.p50_ms <= good.p99_ms
+    assert refused.requests == 0 and refused.errors > 0
+    assert health.errors == 0 and health.requests > good.requests / 4
