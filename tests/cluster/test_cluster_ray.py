@@ -83,6 +83,23 @@ def test_ray_data_job_writes_the_shards_the_local_build_writes(world: dict, clus
     assert ids and all(shard_of(doc_id, SHARDS) == 1 for doc_id in ids)
 
 
+def test_a_parquet_corpus_gives_the_same_shards(world: dict, cluster: dict, tmp_path: Path) -> None:
+    """`ssi index --ray` reads Parquet as well as JSONL: the same documents land in the same shards."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    docs = world["docs"]
+    table = pa.table({"id": [d.id for d in docs], "title": [d.title for d in docs], "text": [d.text for d in docs]})
+    corpus = tmp_path / "corpus.parquet"
+    pq.write_table(table, corpus, row_group_size=64)  # several row groups: several read blocks
+    from_parquet = build_index(corpus, world["bundle"], tmp_path / "pq", SHARDS, ray_address=cluster["local"].address)
+    from_jsonl = cluster["manifest"]
+    assert from_parquet.documents == len(docs)
+    assert [(e.documents, e.ids_sha256) for e in from_parquet.entries] == [
+        (e.documents, e.ids_sha256) for e in from_jsonl.entries
+    ]
+
+
 def test_sharded_search_equals_single_node_search(world: dict, cluster: dict, tmp_path: Path) -> None:
     """Over HTTP: the Ray Serve router's hits == `ssi serve`'s hits == brute force, on the same bundle and corpus."""
     client = cluster["client"]
