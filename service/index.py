@@ -21,6 +21,10 @@ from the queries, and costs recall); a later vector longer than R is clamped to 
 recall suffers, until the next compaction rebuilds with a new R. R is not stored separately: every
 stored vector of the build has norm exactly R, so it is read back from the index. IVF keeps inner
 products (its k-means partitions did better with them on the same data: 0.89 vs 0.80 at nprobe 16).
+A later measurement disagrees for HNSW on another model (benchmarks.ann_scale, bundle N = 100, raw
+index recall@10): with the reduction 0.72 at efSearch 1,024 on 1 M real-text passages, on plain inner
+products 0.96 (0.35 vs 0.84 on 100k generated documents). Which wins depends on the vectors; making
+the metric a setting, measured end to end, is the open step (README, "Approximate indexes at 1 M").
 
 OpenMP's thread count is a per-thread setting, so it is set on every call from whichever web worker
 thread makes it: one thread for a single query (FAISS parallelizes over queries, and waking a team
