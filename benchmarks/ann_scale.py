@@ -208,25 +208,20 @@ def build(spec: str, vectors: np.ndarray, threads: int, ef_construction: int) ->
     number = int(value)
     n, dim = vectors.shape
     faiss.omp_set_num_threads(threads)
-    if kind == "hnsw-l2":
-        config = IndexConfig(index_type="hnsw", hnsw_m=number, hnsw_ef_construction=ef_construction, threads=threads)
+    if kind in ("hnsw-l2", "hnsw-ip"):  # the service's own HNSW (service.index), with either metric
+        config = IndexConfig(
+            index_type="hnsw",
+            hnsw_m=number,
+            hnsw_ef_construction=ef_construction,
+            hnsw_metric=kind.removeprefix("hnsw-"),
+            threads=threads,
+        )
         wrapped = VectorIndex.build(config, dim, vectors, np.arange(n, dtype=np.int64))
 
-        def search_l2(q: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
+        def search_hnsw(q: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
             return wrapped.search(q, k, ef_search=max(k, ef))
 
-        return Built(spec, search_l2, "efSearch", False, wrapped._index)
-    if kind == "hnsw-ip":
-        index = faiss.IndexHNSWFlat(dim, number, faiss.METRIC_INNER_PRODUCT)
-        index.hnsw.efConstruction = ef_construction
-        index.add(vectors)
-
-        def search_ip(q: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
-            params = faiss.SearchParametersHNSW()
-            params.efSearch = max(k, ef)
-            return index.search(q, k, params=params)
-
-        return Built(spec, search_ip, "efSearch", False, index)
+        return Built(spec, search_hnsw, "efSearch", False, wrapped._index)
     if kind in ("ivf", "ivfhnsw"):
         if kind == "ivf":
             quantizer = faiss.IndexFlatIP(dim)

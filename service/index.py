@@ -9,22 +9,22 @@ tombstones are dropped when a snapshot is compacted (see `service.state_builder`
 
 Vectors are passed as float32, C-contiguous arrays; callers serialize mutations against searches.
 
-HNSW does not search inner products well: the score is not a metric, the graph grows hubs of
-large-norm vectors and the search stalls (recall@10 plateaued at 0.77 on a trained Wikispeedia
-model even at efSearch 512). So the HNSW index type indexes the standard reduction of maximum inner
-product search to nearest neighbours (Bachrach et al., "Speeding up the Xbox recommender system
-using a Euclidean transformation for inner-product spaces", RecSys 2014): each vector x becomes
-[x, √(R² − ‖x‖²)] and a query q becomes [q, 0], so ‖q' − x'‖² = ‖q‖² + R² − 2 q·x and the L2
-order is exactly the inner-product order (there, 0.89 at efSearch 64 and 0.98 at 256). R is 1.1 ×
-the largest norm at build (more headroom squeezes the data into a smaller cap of the sphere, away
-from the queries, and costs recall); a later vector longer than R is clamped to √0 and only its own
-recall suffers, until the next compaction rebuilds with a new R. R is not stored separately: every
-stored vector of the build has norm exactly R, so it is read back from the index. IVF keeps inner
-products (its k-means partitions did better with them on the same data: 0.89 vs 0.80 at nprobe 16).
-A later measurement disagrees for HNSW on another model (benchmarks.ann_scale, bundle N = 100, raw
-index recall@10): with the reduction 0.72 at efSearch 1,024 on 1 M real-text passages, on plain inner
-products 0.96 (0.35 vs 0.84 on 100k generated documents). Which wins depends on the vectors; making
-the metric a setting, measured end to end, is the open step (README, "Approximate indexes at 1 M").
+HNSW ranks by inner product in one of two ways (SSI_HNSW_METRIC). "ip" (the default) builds the
+graph on raw inner products. "l2" indexes the standard reduction of maximum inner product search to
+nearest neighbours (Bachrach et al., "Speeding up the Xbox recommender system using a Euclidean
+transformation for inner-product spaces", RecSys 2014): each vector x becomes [x, √(R² − ‖x‖²)] and a
+query q becomes [q, 0], so ‖q' − x'‖² = ‖q‖² + R² − 2 q·x and the L2 order is exactly the
+inner-product order. R is 1.1 × the largest norm at build (more headroom squeezes the data into a
+smaller cap of the sphere, away from the queries, and costs recall); a later vector longer than R is
+clamped to √0 and only its own recall suffers, until the next compaction rebuilds with a new R. R is
+not stored separately: every stored vector of the build has norm exactly R, so it is read back.
+
+Which navigates better depends on the vectors. On an earlier trained Wikispeedia model raw inner
+products plateaued at recall@10 0.77 even at efSearch 512 (hubs of large-norm vectors) and the
+reduction reached 0.98 at 256; on the current N = 100 bundle the reverse (benchmarks.ann_scale,
+100k passages, the served ranking's recall@10 at efSearch 128: 0.958 ip, 0.790 l2; raw index recall
+at 1 M real text, efSearch 1,024: 0.96 ip, 0.72 l2), hence the default. IVF keeps inner products
+(its k-means partitions did better with them: 0.89 vs 0.80 at nprobe 16).
 
 OpenMP's thread count is a per-thread setting, so it is set on every call from whichever web worker
 thread makes it: one thread for a single query (FAISS parallelizes over queries, and waking a team
@@ -53,6 +53,7 @@ class IndexConfig:
     hnsw_m: int = 32
     hnsw_ef_construction: int = 200
     hnsw_ef_search: int = 128
+    hnsw_metric: str = "ip"  # "ip": the graph on raw inner products; "l2": the MIPS→L2 reduction
     ivf_nlist: int = 0
     ivf_nprobe: int = 32
     threads: int = 1  # OpenMP threads for builds and batch searches (not part of what is built)
@@ -60,7 +61,8 @@ class IndexConfig:
     def tag(self) -> str:
         """The part of the cache key that changes what is built (search-time knobs are left out)."""
         if self.index_type == "hnsw":
-            return f"hnsw-m{self.hnsw_m}-efc{self.hnsw_ef_construction}"
+            metric = "-ip" if self.hnsw_metric == "ip" else ""  # the reduction keeps the key it had
+            return f"hnsw-m{self.hnsw_m}-efc{self.hnsw_ef_construction}{metric}"
         if self.index_type == "ivf":
             return f"ivf-nlist{self.ivf_nlist or 'auto'}"
         return "flat"
@@ -96,8 +98,8 @@ class VectorIndex:
 
     @property
     def reduced(self) -> bool:
-        """Whether the index holds [x, √(R² − ‖x‖²)] and ranks by L2 (HNSW) instead of raw inner products."""
-        return self.config.index_type == "hnsw"
+        """Whether the index holds [x, √(R² − ‖x‖²)] and ranks by L2 (HNSW, metric l2), not raw inner products."""
+        return self.config.index_type == "hnsw" and self.config.hnsw_metric != "ip"
 
     def _augment_documents(self, vectors: np.ndarray) -> np.ndarray:
         squared = np.einsum("ij,ij->i", vectors, vectors, dtype=np.float64)
@@ -119,7 +121,10 @@ class VectorIndex:
         if config.index_type == "flat":
             inner = faiss.IndexFlatIP(dim)
         elif config.index_type == "hnsw":
-            inner = faiss.IndexHNSWFlat(dim + 1, config.hnsw_m, faiss.METRIC_L2)
+            if config.hnsw_metric == "ip":
+                inner = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+            else:
+                inner = faiss.IndexHNSWFlat(dim + 1, config.hnsw_m, faiss.METRIC_L2)
             inner.hnsw.efConstruction = config.hnsw_ef_construction
             inner.hnsw.efSearch = config.hnsw_ef_search
         else:
@@ -214,7 +219,8 @@ class VectorIndex:
             index = faiss.read_index(str(path))
         except RuntimeError as exc:
             raise IndexLoadError(f"{path}: FAISS cannot read the index ({str(exc).splitlines()[0]})") from None
-        stored_dim = dim + 1 if config.index_type == "hnsw" else dim
+        reduced = config.index_type == "hnsw" and config.hnsw_metric != "ip"
+        stored_dim = dim + 1 if reduced else dim
         if not isinstance(index, faiss.IndexIDMap2) or index.d != stored_dim:
             raise IndexLoadError(f"{path}: expected an IndexIDMap2 of dimension {stored_dim}")
         inner = faiss.downcast_index(index.index)
@@ -222,9 +228,13 @@ class VectorIndex:
         expected = classes[config.index_type]
         if not isinstance(inner, expected):
             raise IndexLoadError(f"{path}: holds a {type(inner).__name__}, expected {expected.__name__}")
+        wanted_metric = faiss.METRIC_INNER_PRODUCT if config.index_type != "hnsw" or not reduced else faiss.METRIC_L2
+        if inner.metric_type != wanted_metric:
+            raise IndexLoadError(f"{path}: its metric is not the one configured (SSI_HNSW_METRIC)")
         radius = None
         if config.index_type == "hnsw":
             inner.hnsw.efSearch = config.hnsw_ef_search
+        if reduced:
             if inner.ntotal:
                 # The first stored vector comes from the build, where every vector has norm exactly R.
                 radius = float(np.linalg.norm(inner.reconstruct(0).astype(np.float64)))

@@ -42,6 +42,7 @@ def index_config(settings: Settings) -> IndexConfig:
         hnsw_m=settings.hnsw_m,
         hnsw_ef_construction=settings.hnsw_ef_construction,
         hnsw_ef_search=settings.hnsw_ef_search,
+        hnsw_metric=settings.hnsw_metric,
         ivf_nlist=settings.ivf_nlist,
         ivf_nprobe=settings.ivf_nprobe,
         threads=settings.threads,

@@ -42,7 +42,11 @@ def semantic_only(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_per_request_ef_search_reaches_faiss(semantic_only: dict, tmp_path: Path) -> None:
-    settings = dict(index_type="hnsw", hnsw_m=8, hnsw_ef_construction=40, hnsw_ef_search=10, candidate_pool=10)
+    # A deliberately weak graph (few links, the L2 reduction), so that the per-request efSearch visibly
+    # changes what FAISS finds; on raw inner products this graph is already near 0.9 at efSearch 10.
+    settings = dict(
+        index_type="hnsw", hnsw_m=8, hnsw_ef_construction=40, hnsw_ef_search=10, candidate_pool=10, hnsw_metric="l2"
+    )
     world = semantic_only
     with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
         queries = [d.title for d in world["docs"][:60]]

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
 from service.encoder import QueryEncoder
-from service.index import IndexConfig, VectorIndex
+from service.index import IndexConfig, IndexLoadError, VectorIndex
 from service.rows import RowTable
 from service.settings import Settings
 from service.snapshot import SnapshotData, SnapshotError, read_snapshot, snapshots, write_snapshot
@@ -47,23 +47,47 @@ def test_hnsw_ef_search_per_request_changes_recall(vectors: np.ndarray) -> None:
 
 
 def test_hnsw_ranks_inner_products_of_vectors_with_very_different_norms(tmp_path: Path) -> None:
-    """Norms spread over a decade, as in trained models: the MIPS-to-L2 reduction keeps recall high."""
+    """Norms spread over a decade, as in trained models: the MIPS-to-L2 reduction (SSI_HNSW_METRIC=l2) keeps
+    recall high here, and its R is read back from a saved index."""
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((3000, 16)) * rng.uniform(0.3, 3.0, (3000, 1)) + 0.5
     queries = rng.standard_normal((100, 16)) + 0.5
     ids = np.arange(3000)
     exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
-    hnsw = VectorIndex.build(IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200), 16, vectors, ids)
+    reduced = IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200, hnsw_metric="l2")
+    hnsw = VectorIndex.build(reduced, 16, vectors, ids)
+    assert hnsw.reduced
     scores, found = hnsw.search(queries, 10, ef_search=256)
     assert recall(found, exact) > 0.95
     np.testing.assert_allclose(scores, np.take_along_axis(queries @ vectors.T, found, axis=1), rtol=1e-3, atol=1e-3)
     path = tmp_path / "hnsw.faiss"
     hnsw.serialize().tofile(path)
-    loaded = VectorIndex.load(path, IndexConfig("hnsw", hnsw_m=32), 16)
+    loaded = VectorIndex.load(path, IndexConfig("hnsw", hnsw_m=32, hnsw_metric="l2"), 16)
     assert loaded.radius == pytest.approx(hnsw.radius, rel=1e-6)
     np.testing.assert_array_equal(loaded.search(queries, 10, ef_search=256)[1], found)
     loaded.add(vectors[:1] * 10, np.array([3000]))  # longer than R: stored clamped, and counted
     assert loaded.beyond_radius == 1 and loaded.ntotal == 3001
+
+
+def test_hnsw_on_raw_inner_products_ranks_saves_and_refuses_the_other_metric(tmp_path: Path) -> None:
+    """SSI_HNSW_METRIC=ip: the graph on raw inner products, exact scores, its own cache key, and a saved index
+    of one metric is refused by a configuration of the other."""
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((3000, 16)) * rng.uniform(0.3, 3.0, (3000, 1)) + 0.5
+    queries = rng.standard_normal((100, 16)) + 0.5
+    exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
+    config = IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200, hnsw_metric="ip")
+    assert config.tag() != IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200, hnsw_metric="l2").tag()
+    hnsw = VectorIndex.build(config, 16, vectors, np.arange(3000))
+    assert not hnsw.reduced
+    scores, found = hnsw.search(queries, 10, ef_search=256)
+    assert recall(found, exact) > 0.9
+    np.testing.assert_allclose(scores, np.take_along_axis(queries @ vectors.T, found, axis=1), rtol=1e-4, atol=1e-4)
+    path = tmp_path / "hnsw-ip.faiss"
+    hnsw.serialize().tofile(path)
+    np.testing.assert_array_equal(VectorIndex.load(path, config, 16).search(queries, 10, ef_search=256)[1], found)
+    with pytest.raises(IndexLoadError):
+        VectorIndex.load(path, IndexConfig("hnsw", hnsw_m=32, hnsw_metric="l2"), 16)
 
 
 def test_ivf_nprobe_per_request_changes_recall(vectors: np.ndarray) -> None:
