@@ -94,12 +94,7 @@ def profile(collection: Any, settings: Any, queries: list[str], k: int) -> dict[
         bits = state.table.live_bits()
         n_live = state.table.n_live
         first_k = min(max(pool, k), n_live)
-        dense = state.config.index_type == "flat" and hasattr(state, "_all_scores")
-        first_scores = first_rows = None
-        if dense:  # the flat index's scan as one product (service.model_state._all_scores)
-            all_scores = state._all_scores(embedded)
-        else:
-            first_scores, first_rows = state.index.search(embedded, first_k, live_bits=bits)
+        first_scores, first_rows = state.index.search(embedded, first_k, live_bits=bits)
         t4 = CLOCK()
         spent = [0.0]
         words = tfidf.indices[tfidf.indptr[0] : tfidf.indptr[1]]
@@ -116,18 +111,6 @@ def profile(collection: Any, settings: Any, queries: list[str], k: int) -> dict[
             scores, rows = state.index.search(query, kk, live_bits=live_bits)
             spent_searching[0] += CLOCK() - started
             return scores[0], rows[0]
-
-        if dense:
-            from service.model_state import dense_semantic
-
-            partial = dense_semantic(all_scores[0])
-
-            def semantic(kk: int, partial: Any = partial, spent_searching: list[float] = extra_search) -> Any:
-                started = CLOCK()
-                try:
-                    return partial(kk)
-                finally:
-                    spent_searching[0] += CLOCK() - started
 
         lexical = _TimedLexical(state.lexical.query(words, values), spent)
         ranked = exact_top(
