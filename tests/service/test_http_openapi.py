@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from service_testing import API_KEY, ThreadServer
 
+from service.server import HTTP_PROTOCOL
+
 SETTINGS = dict(
     api_key=API_KEY, index_type="hnsw", max_k=50, max_offset=70, max_batch=8, max_query_chars=300, max_ef_search=200
 )
@@ -123,13 +125,17 @@ def _raw(server: ThreadServer, method: str, path: str) -> int:
 
 
 def test_made_up_methods_add_no_metric_labels(server: ThreadServer) -> None:
-    assert _raw(server, "FOOBAR", "/search") == 405
+    # httptools refuses a method it does not know while parsing (400, before the app); h11 hands it to the app,
+    # which answers 405 and counts it under method="other". Neither may add a label per made-up method.
+    refused = 400 if HTTP_PROTOCOL == "httptools" else 405
+    assert _raw(server, "FOOBAR", "/search") == refused
     server.client.get("/metrics")  # so that GET /metrics has its own lines before counting
     before = server.client.get("/metrics").text
     for i in range(50):
-        assert _raw(server, f"FOOBAR{i}", "/search") == 405
+        assert _raw(server, f"FOOBAR{i}", "/search") == refused
     assert _raw(server, "X" * 60_000, "/search") in (400, 405)
     after = server.client.get("/metrics").text
     assert "FOOBAR" not in after and "XXXX" not in after
     assert len(after.splitlines()) == len(before.splitlines())
-    assert 'method="other",route="/search",status="405"' in after
+    if refused == 405:
+        assert 'method="other",route="/search",status="405"' in after
