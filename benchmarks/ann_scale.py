@@ -216,7 +216,7 @@ def build(spec: str, vectors: np.ndarray, threads: int, ef_construction: int) ->
             hnsw_metric=kind.removeprefix("hnsw-"),
             threads=threads,
         )
-        wrapped = VectorIndex.build(config, dim, vectors, np.arange(n, dtype=np.int64))
+        wrapped = VectorIndex.build(config, dim, vectors)
 
         def search_hnsw(q: np.ndarray, k: int, ef: int) -> tuple[np.ndarray, np.ndarray]:
             return wrapped.search(q, k, ef_search=max(k, ef))
@@ -276,7 +276,7 @@ def service_ranking(
         k,
         search,
         lexical.query(words, values),
-        collection.vectors,
+        collection.vectors.__getitem__,
         np.ones(n, dtype=bool),
         n,
         pool,

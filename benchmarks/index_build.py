@@ -102,8 +102,7 @@ def in_process(bundle_path: Path, texts: list[str], batch: int) -> dict:
         tfidf = clock.run("featurize (bulk)", lambda: featurizer.featurize(chunk))  # noqa: B023
         identical = identical and same_rows(reference, tfidf)
         embeddings[start : start + len(chunk)] = clock.run("embed", lambda: embedder.embed_documents(tfidf))  # noqa: B023
-    ids = np.arange(len(texts), dtype=np.int64)
-    clock.run("faiss add", lambda: VectorIndex.build(IndexConfig(), embeddings.shape[1], embeddings, ids))
+    clock.run("faiss add", lambda: VectorIndex.build(IndexConfig(), embeddings.shape[1], embeddings))
     build = ["featurizer setup", "featurize (bulk)", "embed", "faiss add"]
     before = ["reference: tokenize", "reference: tf-idf rows", "embed", "faiss add"]
     return {

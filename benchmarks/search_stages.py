@@ -114,7 +114,7 @@ def profile(collection: Any, settings: Any, queries: list[str], k: int) -> dict[
 
         lexical = _TimedLexical(state.lexical.query(words, values), spent)
         ranked = exact_top(
-            embedded[0], k, semantic, lexical, state.embeddings.view(), state.table.live, n_live, pool,
+            embedded[0], k, semantic, lexical, state.index.vectors, state.table.live, n_live, pool,
             scan=state.config.index_type != "hnsw",
         )  # fmt: skip
         t5 = CLOCK()
@@ -161,7 +161,7 @@ def scan_floor(state: Any, queries: list[str], first_k: int) -> dict[str, float]
     import faiss
 
     embedded = state.embedder.embed_queries(state.embedder.featurize(queries))
-    vectors = state.embeddings.view()
+    vectors = state.index.all_vectors()
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(np.ascontiguousarray(vectors, dtype=np.float32))
     faiss.omp_set_num_threads(1)

@@ -182,9 +182,8 @@ def write_shard(root: Path, shard: int, bundle: Bundle, block: Block, index_type
         config = index_config(settings)
         dims = bundle.manifest.index_dims
         embeddings = np.ascontiguousarray(block.embeddings, dtype=np.float32).reshape(len(block.ids), dims)
-        blob = None
-        if config.index_type != "flat":  # a flat index is its vectors; the others are saved built
-            blob = VectorIndex.build(config, dims, embeddings, np.arange(len(block.ids), dtype=np.int64)).serialize()
+        # A flat index is its vectors, saved as embeddings; the others are saved built (holding their vectors).
+        blob = VectorIndex.build(config, dims, embeddings).serialize()
         write_snapshot(
             cache_folder(settings.index_dir, COLLECTION, bundle.content_hash, store.uuid, config.tag()),
             SnapshotData(
@@ -193,7 +192,8 @@ def write_shard(root: Path, shard: int, bundle: Bundle, block: Block, index_type
                 bundle_hash=bundle.content_hash,
                 index_tag=config.tag(),
                 index_blob=blob,
-                embeddings=embeddings,
+                embeddings=embeddings if blob is None else None,
+                dims=dims,
                 tfidf=sp.csc_matrix(block.tfidf, dtype=np.float32),
                 doc_ids=list(block.ids),
                 live=np.ones(len(block.ids), dtype=bool),

@@ -1,11 +1,17 @@
 """The FAISS inner-product index over the documents' embeddings (V d for SSI): flat (exact), HNSW or IVF.
 
-Every index is wrapped in `IndexIDMap2` with the document's row number as its id (FAISS lesson:
-wrap in an id map, drop -1 ids). Rows are only ever appended: a replaced or deleted document's row
-stays in the index as a tombstone that searches skip through an `IDSelectorBitmap` over the live
-rows. That keeps a delete O(1) for every index type (HNSW cannot remove vectors at all, and removing from
-a flat index moves the whole array) and the snapshot's rows stay aligned with the index's ids;
-tombstones are dropped when a snapshot is compacted (see `service.state_builder`).
+A vector's id is its row number, which is its position: rows are only ever appended, so FAISS's own
+sequential ids are the rows and no id map is needed (an `IndexIDMap2` cost 0.13 × the vectors at 1 M
+and is only unwrapped from older snapshots). A replaced or deleted document's row stays in the index
+as a tombstone that searches skip through an `IDSelectorBitmap` over the live rows. That keeps a
+delete O(1) for every index type (HNSW cannot remove vectors at all, and removing from a flat index
+moves the whole array); tombstones are dropped when a snapshot is compacted (`service.state_builder`).
+
+The index is also where the exact rerank reads a row's vector (`vectors`), so no second copy of the
+embeddings is held: a flat "index" is the embeddings themselves (`EmbeddingRows`, scanned by FAISS's
+`knn_inner_product`, the routine `IndexFlatIP` calls, without copying them into FAISS); IVF reads
+them back through its direct map, HNSW from its flat storage. On 1 M passages that took the served
+collection's vectors from about 2.15 × the float32 floor (index + rerank copy + id map) to the index alone.
 
 Vectors are passed as float32, C-contiguous arrays; callers serialize mutations against searches.
 
@@ -40,6 +46,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from service.rows import EmbeddingRows
 from service.settings import IndexType
 
 
@@ -89,8 +96,23 @@ def _f32(x: np.ndarray) -> np.ndarray:
 
 
 class VectorIndex:
-    def __init__(self, index: faiss.IndexIDMap2, config: IndexConfig, dim: int, radius: float | None = None) -> None:
+    """The vectors of rows 0 … ntotal − 1 and the top-k search over them (a row is its position)."""
+
+    def __init__(
+        self,
+        config: IndexConfig,
+        dim: int,
+        *,
+        rows: EmbeddingRows | None = None,
+        index: faiss.Index | None = None,
+        radius: float | None = None,
+        owner: faiss.Index | None = None,
+    ) -> None:
+        if (rows is None) == (index is None):
+            raise ValueError("a VectorIndex holds either embedding rows (flat) or a FAISS index")
+        self._rows = rows
         self._index = index
+        self._owner = owner  # an IndexIDMap2 read from an older snapshot: it owns `index`, so it is kept alive
         self.config = config
         self.dim = dim
         self.radius = radius  # R of the MIPS-to-L2 reduction (HNSW only; None until the first vectors)
@@ -114,44 +136,44 @@ class VectorIndex:
         return _f32(np.hstack([queries, np.zeros((queries.shape[0], 1), dtype=np.float32)]))
 
     @classmethod
-    def build(cls, config: IndexConfig, dim: int, vectors: np.ndarray, ids: np.ndarray) -> VectorIndex:
-        """A new index holding `vectors` under `ids`; an IVF index trains its coarse quantizer on them."""
+    def build(cls, config: IndexConfig, dim: int, vectors: np.ndarray) -> VectorIndex:
+        """A new index holding `vectors` as rows 0 … n − 1; an IVF index trains its coarse quantizer on them."""
         vectors = _f32(vectors).reshape(-1, dim)
         faiss.omp_set_num_threads(config.threads)
         if config.index_type == "flat":
-            inner = faiss.IndexFlatIP(dim)
-        elif config.index_type == "hnsw":
+            return cls(config, dim, rows=EmbeddingRows(vectors, dim))
+        if config.index_type == "hnsw":
             if config.hnsw_metric == "ip":
-                inner = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
+                index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
             else:
-                inner = faiss.IndexHNSWFlat(dim + 1, config.hnsw_m, faiss.METRIC_L2)
-            inner.hnsw.efConstruction = config.hnsw_ef_construction
-            inner.hnsw.efSearch = config.hnsw_ef_search
+                index = faiss.IndexHNSWFlat(dim + 1, config.hnsw_m, faiss.METRIC_L2)
+            index.hnsw.efConstruction = config.hnsw_ef_construction
+            index.hnsw.efSearch = config.hnsw_ef_search
         else:
             nlist = config.ivf_nlist or auto_nlist(vectors.shape[0])
             nlist = max(1, min(nlist, max(1, vectors.shape[0])))
             quantizer = faiss.IndexFlatIP(dim)
-            inner = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
+            index = faiss.IndexIVFFlat(quantizer, dim, nlist, faiss.METRIC_INNER_PRODUCT)
             if nlist == 1:
                 # One list is an exhaustive scan: no k-means needed (and none possible on an empty collection).
                 quantizer.add(np.zeros((1, dim), dtype=np.float32))
-                inner.is_trained = True
+                index.is_trained = True
             else:
                 rng = np.random.default_rng(0)
                 sample = vectors
                 if vectors.shape[0] > 256 * nlist:
                     sample = vectors[np.sort(rng.choice(vectors.shape[0], 256 * nlist, replace=False))]
-                inner.train(_f32(sample))
-            inner.nprobe = config.ivf_nprobe
-        index = faiss.IndexIDMap2(inner)  # the Python wrapper keeps `inner` alive with it
-        built = cls(index, config, dim)
+                index.train(_f32(sample))
+            index.nprobe = config.ivf_nprobe
+            index.make_direct_map()  # row → (list, offset), 8 bytes a row: how `vectors` reads rows back
+        built = cls(config, dim, index=index)
         if vectors.shape[0]:
-            built.add(vectors, ids)
+            built.add(vectors)
         return built
 
     @property
     def ntotal(self) -> int:
-        return int(self._index.ntotal)
+        return self._rows.rows if self._rows is not None else int(self._index.ntotal)
 
     @property
     def nlist(self) -> int | None:
@@ -159,14 +181,33 @@ class VectorIndex:
             return None
         return int(faiss.extract_index_ivf(self._index).nlist)
 
-    def add(self, vectors: np.ndarray, ids: np.ndarray) -> None:
+    def add(self, vectors: np.ndarray) -> int:
+        """Append `vectors` as the next rows; returns the first new row."""
         vectors = _f32(vectors).reshape(-1, self.dim)
-        ids = np.ascontiguousarray(ids, dtype=np.int64)
-        if vectors.shape[0] != ids.shape[0]:
-            raise ValueError(f"{vectors.shape[0]} vectors but {ids.shape[0]} ids")
-        if ids.shape[0]:
+        first = self.ntotal
+        if self._rows is not None:
+            self._rows.append(vectors)
+        elif vectors.shape[0]:
             faiss.omp_set_num_threads(self.config.threads)
-            self._index.add_with_ids(self._augment_documents(vectors) if self.reduced else vectors, ids)
+            self._index.add(self._augment_documents(vectors) if self.reduced else vectors)
+        return first
+
+    def vectors(self, rows: np.ndarray) -> np.ndarray:
+        """The stored embedding of each of `rows` (float32, one row each), for the exact rerank."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if self._rows is not None:
+            return self._rows.view()[rows]
+        if rows.shape[0] == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._index.reconstruct_batch(rows)[:, : self.dim]
+
+    def all_vectors(self) -> np.ndarray:
+        """Every row's embedding: a view for a flat index (filled rows never change), else a copy."""
+        if self._rows is not None:
+            return self._rows.view()
+        if self.ntotal == 0:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return self._index.reconstruct_n(0, self.ntotal)[:, : self.dim]
 
     def search(
         self,
@@ -189,53 +230,88 @@ class VectorIndex:
         selector = None
         if live_bits is not None:
             selector = faiss.IDSelectorBitmap(live_bits.shape[0], faiss.swig_ptr(live_bits))
-        if self.config.index_type == "hnsw":
-            params = faiss.SearchParametersHNSW()
-            params.efSearch = max(k, ef_search or self.config.hnsw_ef_search)
-        elif self.config.index_type == "ivf":
-            params = faiss.SearchParametersIVF()
-            params.nprobe = min(nprobe or self.config.ivf_nprobe, self.nlist or 1)
+        if self._rows is not None:
+            scores, rows = self._scan(queries, k, selector)
         else:
-            params = faiss.SearchParameters()
-        if selector is not None:
-            params.sel = selector
-        if self.reduced:
-            distances, rows = self._index.search(self._augment_queries(queries), k, params=params)
-            # ‖q' − x'‖² = ‖q‖² + R² − 2 q·x, so the inner product comes back exactly (up to rounding).
-            norms = np.einsum("ij,ij->i", queries, queries, dtype=np.float64)[:, None]
-            scores = ((norms + (self.radius or 0.0) ** 2 - distances) / 2).astype(np.float32)
-            scores[rows < 0] = -np.inf
-        else:
-            scores, rows = self._index.search(queries, k, params=params)
+            scores, rows = self._search_index(queries, k, selector, ef_search, nprobe)
         del selector  # kept alive until FAISS is done with it
         return scores, rows
 
-    def serialize(self) -> np.ndarray:
-        return faiss.serialize_index(self._index)
+    def _scan(self, queries: np.ndarray, k: int, selector: faiss.IDSelector | None) -> tuple[np.ndarray, np.ndarray]:
+        vectors = self._rows.view()
+        scores = np.empty((queries.shape[0], k), dtype=np.float32)
+        rows = np.empty((queries.shape[0], k), dtype=np.int64)
+        faiss.knn_inner_product(
+            faiss.swig_ptr(queries),
+            faiss.swig_ptr(vectors),
+            self.dim,
+            queries.shape[0],
+            vectors.shape[0],
+            k,
+            faiss.swig_ptr(scores),
+            faiss.swig_ptr(rows),
+            selector,
+        )
+        return scores, rows
+
+    def _search_index(
+        self,
+        queries: np.ndarray,
+        k: int,
+        selector: faiss.IDSelector | None,
+        ef_search: int | None,
+        nprobe: int | None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        if self.config.index_type == "hnsw":
+            params = faiss.SearchParametersHNSW()
+            params.efSearch = max(k, ef_search or self.config.hnsw_ef_search)
+        else:
+            params = faiss.SearchParametersIVF()
+            params.nprobe = min(nprobe or self.config.ivf_nprobe, self.nlist or 1)
+        if selector is not None:
+            params.sel = selector
+        if not self.reduced:
+            return self._index.search(queries, k, params=params)
+        distances, rows = self._index.search(self._augment_queries(queries), k, params=params)
+        # ‖q' − x'‖² = ‖q‖² + R² − 2 q·x, so the inner product comes back exactly (up to rounding).
+        norms = np.einsum("ij,ij->i", queries, queries, dtype=np.float64)[:, None]
+        scores = ((norms + (self.radius or 0.0) ** 2 - distances) / 2).astype(np.float32)
+        scores[rows < 0] = -np.inf
+        return scores, rows
+
+    def serialize(self) -> np.ndarray | None:
+        """The index as bytes for a snapshot; None for a flat index (its vectors are the snapshot's embeddings)."""
+        return None if self._index is None else faiss.serialize_index(self._index)
 
     @classmethod
     def load(cls, path: Path, config: IndexConfig, dim: int) -> VectorIndex:
+        """An HNSW or IVF index saved by `serialize` (or wrapped in the IndexIDMap2 of older snapshots)."""
         try:
             index = faiss.read_index(str(path))
         except RuntimeError as exc:
             raise IndexLoadError(f"{path}: FAISS cannot read the index ({str(exc).splitlines()[0]})") from None
         reduced = config.index_type == "hnsw" and config.hnsw_metric != "ip"
         stored_dim = dim + 1 if reduced else dim
-        if not isinstance(index, faiss.IndexIDMap2) or index.d != stored_dim:
-            raise IndexLoadError(f"{path}: expected an IndexIDMap2 of dimension {stored_dim}")
-        inner = faiss.downcast_index(index.index)
-        classes = {"flat": faiss.IndexFlatIP, "hnsw": faiss.IndexHNSWFlat, "ivf": faiss.IndexIVFFlat}
-        expected = classes[config.index_type]
-        if not isinstance(inner, expected):
-            raise IndexLoadError(f"{path}: holds a {type(inner).__name__}, expected {expected.__name__}")
-        wanted_metric = faiss.METRIC_INNER_PRODUCT if config.index_type != "hnsw" or not reduced else faiss.METRIC_L2
-        if inner.metric_type != wanted_metric:
+        owner = None
+        if isinstance(index, faiss.IndexIDMap2):
+            ids = faiss.vector_to_array(index.id_map)
+            if not np.array_equal(ids, np.arange(index.ntotal, dtype=ids.dtype)):
+                raise IndexLoadError(f"{path}: its ids are not the row numbers 0 … {index.ntotal - 1}")
+            owner, index = index, faiss.downcast_index(index.index)
+        classes = {"hnsw": faiss.IndexHNSWFlat, "ivf": faiss.IndexIVFFlat}
+        expected = classes.get(config.index_type)
+        if expected is None or not isinstance(index, expected) or index.d != stored_dim:
+            wanted = expected.__name__ if expected is not None else "no saved index (flat)"
+            raise IndexLoadError(f"{path}: holds a {type(index).__name__} of dimension {index.d}, expected {wanted}")
+        wanted_metric = faiss.METRIC_L2 if reduced else faiss.METRIC_INNER_PRODUCT
+        if index.metric_type != wanted_metric:
             raise IndexLoadError(f"{path}: its metric is not the one configured (SSI_HNSW_METRIC)")
         radius = None
         if config.index_type == "hnsw":
-            inner.hnsw.efSearch = config.hnsw_ef_search
-        if reduced:
-            if inner.ntotal:
-                # The first stored vector comes from the build, where every vector has norm exactly R.
-                radius = float(np.linalg.norm(inner.reconstruct(0).astype(np.float64)))
-        return cls(index, config, dim, radius)
+            index.hnsw.efSearch = config.hnsw_ef_search
+        elif index.direct_map.type == faiss.DirectMap.NoMap:
+            index.make_direct_map()
+        if reduced and index.ntotal:
+            # The first stored vector comes from the build, where every vector has norm exactly R.
+            radius = float(np.linalg.norm(index.reconstruct(0).astype(np.float64)))
+        return cls(config, dim, index=index, radius=radius, owner=owner)

@@ -33,7 +33,7 @@ from service.embedding import Embedder
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex
 from service.rerank import Ranked, SemanticSearch, exact_top
-from service.rows import EmbeddingRows, RowTable
+from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from ssi.bundle import Bundle
 
@@ -83,7 +83,6 @@ class ModelState:
         embedder: Embedder,
         config: IndexConfig,
         index: VectorIndex,
-        embeddings: EmbeddingRows,
         lexical: LexicalIndex,
         table: RowTable,
         seq: int,
@@ -91,16 +90,12 @@ class ModelState:
         folder: Path,
         report: LoadReport,
     ) -> None:
-        if not (index.ntotal == embeddings.rows == lexical.rows == table.rows):
-            raise ValueError(
-                f"row counts disagree: index {index.ntotal}, embeddings {embeddings.rows}, "
-                f"tf-idf {lexical.rows}, ids {table.rows}"
-            )
+        if not (index.ntotal == lexical.rows == table.rows):
+            raise ValueError(f"row counts disagree: index {index.ntotal}, tf-idf {lexical.rows}, ids {table.rows}")
         self.bundle = bundle
         self.embedder = embedder
         self.config = config
         self.index = index
-        self.embeddings = embeddings
         self.lexical = lexical
         self.table = table
         self.seq = seq
@@ -195,7 +190,7 @@ class ModelState:
             want,
             semantic,
             self.lexical.query(words, values),
-            self.embeddings.view(),
+            self.index.vectors,
             self.table.live,
             self.table.n_live,
             pool,

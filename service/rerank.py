@@ -53,6 +53,9 @@ from typing import Protocol
 import numpy as np
 
 SemanticSearch = Callable[[int], tuple[np.ndarray, np.ndarray]]
+# The stored embeddings e(d) of the given rows (service.index.VectorIndex.vectors): read from the index,
+# which holds the only copy of them.
+RowVectors = Callable[[np.ndarray], np.ndarray]
 
 
 class LexicalTerm(Protocol):
@@ -108,7 +111,7 @@ def exact_top(
     want: int,
     search: SemanticSearch,
     lexical: LexicalTerm,
-    embeddings: np.ndarray,
+    vectors: RowVectors,
     live: np.ndarray,
     n_live: int,
     pool: int,
@@ -117,7 +120,7 @@ def exact_top(
     """The `want` live rows of highest f, best first (ties broken by row number).
 
     `search(K)` returns (semantic scores, rows) of the K best live rows by e(d)·(A q), best first;
-    `lexical` gives l and l⁺ of rows; `embeddings[row]` is e(d); `live[row]` is False for deleted rows.
+    `lexical` gives l and l⁺ of rows; `vectors(rows)` gives e(d) of rows; `live[row]` is False for deleted rows.
     `scan`: the index's cost is a scan of the collection (flat, IVF), whatever K; otherwise (HNSW) it
     grows with K, so K is widened for fewer candidates only up to 16 × the pool.
     """
@@ -125,7 +128,7 @@ def exact_top(
         return Ranked.empty()
     uq = np.asarray(query_embedding, dtype=np.float64)
     if scan and lexical.nonnegative:
-        return _scanned_top(uq, want, search, lexical, embeddings, live, n_live, pool)
+        return _scanned_top(uq, want, search, lexical, vectors, live, n_live, pool)
     K = min(max(pool, want), n_live)
     searches = 0
     extra = np.zeros(0, dtype=np.int64)
@@ -139,7 +142,7 @@ def exact_top(
         scored = _worth_scoring(sem_found, want, lexical)
         pool_rows = found[scored]
         lexical_found, _ = lexical.for_rows(pool_rows)
-        semantic_found = embeddings[pool_rows].astype(np.float64) @ uq
+        semantic_found = vectors(pool_rows).astype(np.float64) @ uq
         f_found = semantic_found + lexical_found
         tau = float(np.partition(f_found, -want)[-want]) if pool_rows.shape[0] >= want else -np.inf
         s_k = float(sem_found.min()) if found.shape[0] else np.inf
@@ -163,7 +166,7 @@ def exact_top(
         extra, extra_lexical = rows[chosen], lexical_rows[chosen]
         break
     candidates = np.concatenate([pool_rows, extra])
-    semantic = np.concatenate([semantic_found, embeddings[extra].astype(np.float64) @ uq])
+    semantic = np.concatenate([semantic_found, vectors(extra).astype(np.float64) @ uq])
     lexical_part = np.concatenate([lexical_found, extra_lexical])
     scores = semantic + lexical_part
     order = np.lexsort((candidates, -scores))[:want]
@@ -182,7 +185,7 @@ def _scanned_top(
     want: int,
     search: SemanticSearch,
     lexical: LexicalTerm,
-    embeddings: np.ndarray,
+    vectors: RowVectors,
     live: np.ndarray,
     n_live: int,
     pool: int,
@@ -212,7 +215,7 @@ def _scanned_top(
             continue
         break
     rows = np.concatenate([found, extra])
-    semantic = np.concatenate([sem_found, embeddings[extra].astype(np.float64) @ uq])
+    semantic = np.concatenate([sem_found, vectors(extra).astype(np.float64) @ uq])
     lexical_part = l_all[rows]
     scores = semantic + lexical_part
     # The pool's s came from FAISS in float32: rescore in float64 every row that may still be in the top.
@@ -222,7 +225,7 @@ def _scanned_top(
     else:
         near = np.arange(rows.shape[0])
     near = near[near < found.shape[0]]  # the extra rows were scored in float64 already
-    semantic[near] = embeddings[rows[near]].astype(np.float64) @ uq
+    semantic[near] = vectors(rows[near]).astype(np.float64) @ uq
     scores[near] = semantic[near] + lexical_part[near]
     order = np.lexsort((rows, -scores))[:want]
     return Ranked(

@@ -12,10 +12,11 @@ start instead of being discarded and redone. The newest KEEP snapshots are kept;
 cannot be used is removed with a warning (`discard`), never kept to be retried on every start.
 
     meta.json           format, seq, store uuid, bundle hash, index tag, rows, dims
-    index.faiss         the FAISS IndexIDMap2 (ids = rows); absent for a flat index, whose
-                        vectors are the embeddings (rebuilding it is a copy, and capturing it
-                        for a snapshot would be a second copy of the whole index)
-    embeddings.npy      float32 rows × M: every row's embedding (the form's embed_documents)
+    index.faiss         the HNSW or IVF index (ids = rows; an IndexIDMap2 before format 3);
+                        absent for a flat index, whose vectors are the embeddings
+    embeddings.npy      float32 rows × M: every row's embedding (the form's embed_documents); only
+                        for a flat index since format 3 (HNSW and IVF hold their vectors, and the
+                        service reads them back from the index)
     tfidf_data.npy, tfidf_indices.npy, tfidf_indptr.npy   the rows' tf-idf vectors (CSC, rows × D)
     doc_ids.json        the document id of every row
     live.npy            bool per row: false for replaced or deleted documents
@@ -39,8 +40,8 @@ import scipy.sparse as sp
 log = logging.getLogger(__name__)
 
 FORMAT = "ssi-index-snapshot"
-FORMAT_VERSION = 2  # 2: index.faiss may be absent (flat); version 1 is read as well
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3  # 2: index.faiss may be absent (flat); 3: embeddings.npy only without index.faiss
+READABLE_VERSIONS = (1, 2, 3)
 KEEP = 2  # snapshots kept per cache folder: the newest, and one to fall back on if it is damaged
 _NAME = re.compile(r"^snap-(\d{15})(?:-(\d+))?$")
 
@@ -56,7 +57,8 @@ class SnapshotData:
     bundle_hash: str
     index_tag: str
     index_blob: np.ndarray | None  # serialized FAISS index (None: none saved; a flat index is rebuilt)
-    embeddings: np.ndarray
+    embeddings: np.ndarray | None  # None when the index is saved (it holds the vectors)
+    dims: int
     tfidf: sp.csc_matrix
     doc_ids: list[str]
     live: np.ndarray
@@ -108,7 +110,8 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
     try:
         if data.index_blob is not None:
             data.index_blob.tofile(tmp / "index.faiss")
-        np.save(tmp / "embeddings.npy", np.ascontiguousarray(data.embeddings, dtype=np.float32))
+        if data.embeddings is not None:
+            np.save(tmp / "embeddings.npy", np.ascontiguousarray(data.embeddings, dtype=np.float32))
         np.save(tmp / "tfidf_data.npy", data.tfidf.data.astype(np.float32, copy=False))
         np.save(tmp / "tfidf_indices.npy", data.tfidf.indices.astype(np.int32, copy=False))
         np.save(tmp / "tfidf_indptr.npy", data.tfidf.indptr.astype(np.int64, copy=False))
@@ -122,7 +125,7 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
             "bundle_hash": data.bundle_hash,
             "index_tag": data.index_tag,
             "rows": data.rows,
-            "n_dims": int(data.embeddings.shape[1]),
+            "n_dims": int(data.dims),
             "vocab_size": int(data.tfidf.shape[1]),
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
@@ -223,7 +226,9 @@ def read_snapshot(
             raise SnapshotError(f"{path}: {key} is {meta.get(key)!r}, expected {value!r}")
     rows = int(meta["rows"])
     try:
-        embeddings = np.load(path / "embeddings.npy", mmap_mode="r", allow_pickle=False)
+        embeddings = None
+        if not (path / "index.faiss").exists():  # a saved index holds the vectors (older ones saved both)
+            embeddings = np.load(path / "embeddings.npy", mmap_mode="r", allow_pickle=False)
         data = np.load(path / "tfidf_data.npy", allow_pickle=False)
         indices = np.load(path / "tfidf_indices.npy", allow_pickle=False)
         indptr = np.load(path / "tfidf_indptr.npy", allow_pickle=False)
@@ -232,7 +237,8 @@ def read_snapshot(
         tfidf = sp.csc_matrix((data, indices, indptr), shape=(rows, vocab_size))
     except (OSError, ValueError, TypeError) as exc:
         raise SnapshotError(f"{path}: damaged snapshot ({exc})") from None
-    if embeddings.shape != (rows, index_dims) or live.shape != (rows,) or len(doc_ids) != rows:
+    shape_ok = embeddings is None or embeddings.shape == (rows, index_dims)
+    if not shape_ok or live.shape != (rows,) or len(doc_ids) != rows:
         raise SnapshotError(f"{path}: files disagree on the number of rows ({rows})")
     if not all(isinstance(doc_id, str) for doc_id in doc_ids):
         raise SnapshotError(f"{path}: doc_ids.json must be a list of strings")
@@ -243,6 +249,7 @@ def read_snapshot(
         index_tag=index_tag,
         index_blob=None,
         embeddings=embeddings,
+        dims=index_dims,
         tfidf=tfidf,
         doc_ids=doc_ids,
         live=live,

@@ -26,7 +26,7 @@ from service.index import IndexConfig, IndexLoadError, VectorIndex
 from service.lexical import LexicalIndex
 from service.model_state import LoadReport, ModelState
 from service.progress import progress
-from service.rows import EmbeddingRows, RowTable
+from service.rows import RowTable
 from service.settings import Settings
 from service.snapshot import SnapshotError, cache_folder, discard, read_snapshot, snapshots
 from service.store import DocumentStore, StoredDocument, StoreView
@@ -110,16 +110,16 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
         raise SnapshotError(f"{path}: reflects write {data.seq}, but the store ends at {view.last_seq}")
     if data.seq < view.log_floor:
         raise SnapshotError(f"{path}: reflects write {data.seq}, but the write log was trimmed up to {view.log_floor}")
-    embeddings = EmbeddingRows(data.embeddings, index_dims)
     if (path / "index.faiss").exists():
         index = VectorIndex.load(path / "index.faiss", config, index_dims)
-    elif config.index_type == "flat":  # the flat index is its vectors: rebuilt, a copy
-        index = VectorIndex.build(config, index_dims, embeddings.view(), np.arange(embeddings.rows, dtype=np.int64))
+        if index.ntotal != data.rows:
+            raise SnapshotError(f"{path}: index.faiss holds {index.ntotal} vectors for {data.rows} rows")
+    elif config.index_type == "flat" and data.embeddings is not None:  # the flat index is its vectors: a copy
+        index = VectorIndex.build(config, index_dims, data.embeddings)
     else:
         raise SnapshotError(f"{path}: no index.faiss for a {config.index_type} index")
     return ModelState(
         index=index,
-        embeddings=embeddings,
         lexical=LexicalIndex(bundle.form.lexical_weights(), data.tfidf),
         table=RowTable(data.doc_ids, data.live),
         seq=data.seq,
@@ -162,11 +162,11 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     # CSC goes through COO and took about twice as long (the matrix is the same).
     tfidf_all = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((0, bundle.manifest.vocab_size))
     started = time.perf_counter()
-    index = VectorIndex.build(config, index_dims, embeddings, np.arange(total, dtype=np.int64))
+    index = VectorIndex.build(config, index_dims, embeddings)
+    del embeddings  # a flat index copied them; the others hold their own
     log.info("built the %s index over %d vectors in %.2fs", config.index_type, total, time.perf_counter() - started)
     return ModelState(
         index=index,
-        embeddings=EmbeddingRows(embeddings, index_dims),
         lexical=LexicalIndex(bundle.form.lexical_weights(), tfidf_all),
         table=RowTable(doc_ids),
         seq=view.last_seq,
@@ -180,21 +180,21 @@ def _full_texts(batch: list[StoredDocument]) -> list[str]:
 
 
 def compacted(state: ModelState) -> ModelState:
-    """The same documents without dead rows, renumbered (rebuilds the FAISS index from the cached embeddings).
+    """The same documents without dead rows, renumbered (rebuilds the FAISS index from the live rows' vectors).
 
-    `state` may be live: what is read under its read lock is the live rows, the embeddings' view
-    (filled rows never change) and the lexical index (never mutated, only replaced), so the gather
-    and the index build run without holding it. The result reflects `state.seq` as read then.
+    `state` may be live: what is read under its read lock is the live rows, their vectors (read
+    back from the index) and the lexical index (never mutated, only replaced), so the index build
+    runs without holding it. The result reflects `state.seq` as read then.
     """
     with state.lock.read():
         rows = np.flatnonzero(state.table.live)
         doc_ids = [state.table.doc_ids[r] for r in rows.tolist()]
-        all_embeddings = state.embeddings.view()
+        embeddings = state.index.vectors(rows)
         lexical = state.lexical
         seq = state.seq
         before = state.table.rows
-    embeddings = all_embeddings[rows]
-    index = VectorIndex.build(state.config, state.embeddings.dim, embeddings, np.arange(rows.shape[0], dtype=np.int64))
+    index = VectorIndex.build(state.config, state.index.dim, embeddings)
+    del embeddings
     report = LoadReport(
         source=state.report.source,
         seconds=state.report.seconds,
@@ -209,7 +209,6 @@ def compacted(state: ModelState) -> ModelState:
         embedder=state.embedder,
         config=state.config,
         index=index,
-        embeddings=EmbeddingRows(embeddings, state.embeddings.dim),
         lexical=lexical.select(rows),
         table=RowTable(doc_ids),
         seq=seq,

@@ -8,7 +8,8 @@ lock); the costly parts (embedding, building the new lexical matrix, its merge) 
 A snapshot's `capture` needs only the state's read lock (searches go on; the next in-memory apply
 waits for it), not the collection's writer lock, so writes keep being featurized and committed
 meanwhile. For a flat index it copies nothing large: the index is the embeddings, whose filled
-rows never change, so the snapshot saves those and the index is rebuilt from them on load.
+rows never change, so the snapshot saves those and the index is rebuilt from them on load. HNSW and
+IVF are serialized (a copy, which holds their vectors too: no embeddings are saved beside them).
 """
 
 from __future__ import annotations
@@ -40,9 +41,8 @@ def apply_writes(state: ModelState, prepared: Prepared | None, deleted: Sequence
             for doc_id in prepared.ids:
                 state.table.kill(doc_id)
             first = state.table.append(prepared.ids)
-            if state.embeddings.append(prepared.embeddings) != first:
-                raise RuntimeError("embedding rows out of step with the row table")
-            state.index.add(prepared.embeddings, np.arange(first, first + len(prepared.ids), dtype=np.int64))
+            if state.index.add(prepared.embeddings) != first:
+                raise RuntimeError("index rows out of step with the row table")
             state.lexical = lexical
         state.seq = max(state.seq, seq)
     if state.lexical.needs_merge:
@@ -75,7 +75,8 @@ class Capture:
     bundle_hash: str
     index_tag: str
     index_blob: np.ndarray | None  # None for a flat index (rebuilt from the embeddings)
-    embeddings: np.ndarray
+    embeddings: np.ndarray | None  # a flat index's vectors (None for HNSW and IVF: in the blob)
+    dims: int
     lexical: LexicalIndex
     doc_ids: list[str]
     live: np.ndarray
@@ -88,6 +89,7 @@ class Capture:
             index_tag=self.index_tag,
             index_blob=self.index_blob,
             embeddings=self.embeddings,
+            dims=self.dims,
             tfidf=self.lexical.matrix(),
             doc_ids=self.doc_ids,
             live=self.live,
@@ -103,9 +105,10 @@ def capture(state: ModelState) -> Capture:
             bundle_hash=state.bundle.content_hash,
             index_tag=state.config.tag(),
             # HNSW and IVF are more than their vectors (graph, coarse lists): those are copied here.
-            index_blob=None if state.config.index_type == "flat" else state.index.serialize(),
-            # Filled rows are never written again, so a view is a stable copy.
-            embeddings=state.embeddings.view(),
+            index_blob=state.index.serialize(),
+            # A flat index's filled rows are never written again, so its view is a stable copy.
+            embeddings=state.index.all_vectors() if state.config.index_type == "flat" else None,
+            dims=state.index.dim,
             lexical=state.lexical,
             doc_ids=list(state.table.doc_ids),
             live=state.table.live.copy(),

@@ -145,7 +145,7 @@ def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[
             latencies.append(time.perf_counter() - sent)
         state = collection.ready_state()
         embedded = state.embedder.embed_queries(state.embedder.featurize(queries))
-        floor = scan_floor(state.embeddings.view(), embedded, config.k, config.threads)
+        floor = scan_floor(state.index.all_vectors(), embedded, config.k, config.threads)
     finally:
         collection.close()
     return summarize(latencies, 1, 0, float(sum(latencies))).as_dict(), floor

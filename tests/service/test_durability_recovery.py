@@ -39,11 +39,11 @@ def test_a_failed_index_apply_is_recovered_from_the_store(
         original = VectorIndex.add
         calls = {"n": 0}
 
-        def fails_once(self: VectorIndex, vectors: np.ndarray, ids: np.ndarray) -> None:
+        def fails_once(self: VectorIndex, vectors: np.ndarray) -> int:
             calls["n"] += 1
             if calls["n"] == 1:  # e.g. FAISS out of memory: after the rows were marked, before the vectors went in
                 raise RuntimeError("injected: FAISS could not add the vectors")
-            original(self, vectors, ids)
+            return original(self, vectors)
 
         monkeypatch.setattr(VectorIndex, "add", fails_once)
         body = {"documents": [{"id": d.id, "title": d.title, "text": d.text} for d in written]}

@@ -170,7 +170,7 @@ def test_a_build_from_the_store_holds_the_reference_rows_and_vectors(tmp_path: P
     built.sort_indices()
     assert same_rows(built, reference)
     expected = Embedder(bundle, 1).embed_documents(reference, [d.id for d in docs])
-    assert state.embeddings.view().tobytes() == expected.tobytes()
+    assert state.index.all_vectors().tobytes() == expected.tobytes()
 
 
 def test_a_build_in_worker_processes_equals_the_one_in_this_process(
@@ -202,7 +202,7 @@ def test_a_build_in_worker_processes_equals_the_one_in_this_process(
         state = states[workers]
         assert state.table.doc_ids == serial.table.doc_ids == [d.id for d in docs]
         assert same_rows(state.lexical.matrix().tocsr(), serial.lexical.matrix().tocsr())
-        assert state.embeddings.view().tobytes() == serial.embeddings.view().tobytes()
+        assert state.index.all_vectors().tobytes() == serial.index.all_vectors().tobytes()
 
 
 def test_a_small_collection_starts_no_pool() -> None:

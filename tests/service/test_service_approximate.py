@@ -6,7 +6,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from service_testing import Oracle, ThreadServer, make_bundle, make_corpus, write_corpus
+from service_testing import API_KEY, Oracle, ThreadServer, make_bundle, make_corpus, write_corpus
+
+from ssi.records import Document
+
+KEY = {"X-API-Key": API_KEY}
 
 
 def recall_at_10(server: ThreadServer, oracle: Oracle, queries: list[str], **knobs: int) -> float:
@@ -64,3 +68,42 @@ def test_ivf_nprobe_works_per_request(semantic_only: dict, tmp_path: Path) -> No
         one = recall_at_10(s, world["oracle"], queries)
         every = recall_at_10(s, world["oracle"], queries, nprobe=32)
         assert every == pytest.approx(1.0) and one < 0.9, (one, every)
+
+
+@pytest.mark.parametrize("index_type", ["hnsw", "ivf"])
+def test_written_rows_are_reranked_from_the_index_and_a_restart_reads_them_back(
+    small_world: dict, tmp_path: Path, index_type: str
+) -> None:
+    """HNSW and IVF hold the only copy of the embeddings (the rerank reads rows back from them): writes,
+    a snapshot of the index alone (no embeddings.npy beside it) and a restart from it rank as before."""
+    docs = small_world["docs"]
+    settings = dict(
+        bundle=small_world["bundle"],
+        corpus=small_world["corpus"],
+        cache_dir=tmp_path,
+        api_key=API_KEY,
+        index_type=index_type,
+        ivf_nlist=8,
+        ivf_nprobe=8,
+        hnsw_ef_search=400,
+        snapshot_every_writes=1,
+    )
+    fresh = Document("fresh", "Fresh", docs[5].text + " " + docs[6].text)
+    queries = [d.text[:60] for d in docs[:30]] + [fresh.text]
+    with ThreadServer(**settings) as s:
+        written = s.client.post(
+            "/documents", json={"documents": [{"id": fresh.id, "title": fresh.title, "text": fresh.text}]}, headers=KEY
+        )
+        assert written.status_code == 200, written.text
+        assert s.client.delete(f"/documents/{docs[7].id}", headers=KEY).status_code == 200
+        before = [s.client.post("/search", json={"query": q, "k": 10}).json()["hits"] for q in queries]
+    assert all(docs[7].id not in {h["id"] for h in hits} for hits in before)
+    assert "fresh" in {h["id"] for h in before[-1]}
+    snaps = sorted(p for p in (tmp_path / "index").rglob("snap-*") if p.is_dir())
+    assert snaps and (snaps[-1] / "index.faiss").is_file() and not (snaps[-1] / "embeddings.npy").exists()
+    with ThreadServer(**settings) as s:
+        assert s.ready["collections"]["documents"]["loaded_from"] == "cache"
+        after = [s.client.post("/search", json={"query": q, "k": 10}).json()["hits"] for q in queries]
+    assert [[(h["id"], h["score"]) for h in hits] for hits in after] == [
+        [(h["id"], h["score"]) for h in hits] for hits in before
+    ]

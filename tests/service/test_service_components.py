@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import faiss
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -35,11 +36,8 @@ def vectors() -> np.ndarray:
 
 def test_hnsw_ef_search_per_request_changes_recall(vectors: np.ndarray) -> None:
     queries = vectors[:200] + 0.5 * np.random.default_rng(1).standard_normal((200, 32)).astype(np.float32)
-    ids = np.arange(vectors.shape[0])
-    exact = VectorIndex.build(IndexConfig("flat"), 32, vectors, ids).search(queries, 10)[1]
-    hnsw = VectorIndex.build(
-        IndexConfig("hnsw", hnsw_m=16, hnsw_ef_construction=100, hnsw_ef_search=16), 32, vectors, ids
-    )
+    exact = VectorIndex.build(IndexConfig("flat"), 32, vectors).search(queries, 10)[1]
+    hnsw = VectorIndex.build(IndexConfig("hnsw", hnsw_m=16, hnsw_ef_construction=100, hnsw_ef_search=16), 32, vectors)
     low = recall(hnsw.search(queries, 10, ef_search=10)[1], exact)
     high = recall(hnsw.search(queries, 10, ef_search=400)[1], exact)
     assert high > low + 0.05
@@ -52,10 +50,9 @@ def test_hnsw_ranks_inner_products_of_vectors_with_very_different_norms(tmp_path
     rng = np.random.default_rng(3)
     vectors = rng.standard_normal((3000, 16)) * rng.uniform(0.3, 3.0, (3000, 1)) + 0.5
     queries = rng.standard_normal((100, 16)) + 0.5
-    ids = np.arange(3000)
     exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
     reduced = IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200, hnsw_metric="l2")
-    hnsw = VectorIndex.build(reduced, 16, vectors, ids)
+    hnsw = VectorIndex.build(reduced, 16, vectors)
     assert hnsw.reduced
     scores, found = hnsw.search(queries, 10, ef_search=256)
     assert recall(found, exact) > 0.95
@@ -65,7 +62,7 @@ def test_hnsw_ranks_inner_products_of_vectors_with_very_different_norms(tmp_path
     loaded = VectorIndex.load(path, IndexConfig("hnsw", hnsw_m=32, hnsw_metric="l2"), 16)
     assert loaded.radius == pytest.approx(hnsw.radius, rel=1e-6)
     np.testing.assert_array_equal(loaded.search(queries, 10, ef_search=256)[1], found)
-    loaded.add(vectors[:1] * 10, np.array([3000]))  # longer than R: stored clamped, and counted
+    loaded.add(vectors[:1] * 10)  # longer than R: stored clamped, and counted
     assert loaded.beyond_radius == 1 and loaded.ntotal == 3001
 
 
@@ -78,7 +75,7 @@ def test_hnsw_on_raw_inner_products_ranks_saves_and_refuses_the_other_metric(tmp
     exact = np.argsort(-(queries @ vectors.T), axis=1)[:, :10]
     config = IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200, hnsw_metric="ip")
     assert config.tag() != IndexConfig("hnsw", hnsw_m=32, hnsw_ef_construction=200, hnsw_metric="l2").tag()
-    hnsw = VectorIndex.build(config, 16, vectors, np.arange(3000))
+    hnsw = VectorIndex.build(config, 16, vectors)
     assert not hnsw.reduced
     scores, found = hnsw.search(queries, 10, ef_search=256)
     assert recall(found, exact) > 0.9
@@ -92,9 +89,8 @@ def test_hnsw_on_raw_inner_products_ranks_saves_and_refuses_the_other_metric(tmp
 
 def test_ivf_nprobe_per_request_changes_recall(vectors: np.ndarray) -> None:
     queries = vectors[:200]
-    ids = np.arange(vectors.shape[0])
-    exact = VectorIndex.build(IndexConfig("flat"), 32, vectors, ids).search(queries, 10)[1]
-    ivf = VectorIndex.build(IndexConfig("ivf", ivf_nlist=64), 32, vectors, ids)
+    exact = VectorIndex.build(IndexConfig("flat"), 32, vectors).search(queries, 10)[1]
+    ivf = VectorIndex.build(IndexConfig("ivf", ivf_nlist=64), 32, vectors)
     assert ivf.nlist == 64
     low = recall(ivf.search(queries, 10, nprobe=1)[1], exact)
     full = recall(ivf.search(queries, 10, nprobe=64)[1], exact)
@@ -107,25 +103,63 @@ def test_dead_rows_are_never_returned_and_index_round_trips(
     index_type: str, vectors: np.ndarray, tmp_path: Path
 ) -> None:
     config = IndexConfig(index_type, ivf_nlist=16, ivf_nprobe=16, hnsw_ef_search=200)
-    index = VectorIndex.build(config, 32, vectors[:3000], np.arange(3000))
-    index.add(vectors[3000:], np.arange(3000, 4000))
+    index = VectorIndex.build(config, 32, vectors[:3000])
+    assert index.add(vectors[3000:]) == 3000
     table = RowTable([str(i) for i in range(4000)])
     for row in range(0, 4000, 3):
         table.kill(str(row))
     scores, rows = index.search(vectors[:50], 20, live_bits=table.live_bits())
     assert (rows >= 0).all() and (rows % 3 != 0).all()
-    path = tmp_path / "index.faiss"
-    index.serialize().tofile(path)
-    loaded = VectorIndex.load(path, config, 32)
+    # The rerank reads rows' vectors from the index itself: exactly the vectors stored.
+    picked = np.array([0, 2999, 3000, 3999, 17])
+    np.testing.assert_array_equal(index.vectors(picked), vectors[picked])
+    np.testing.assert_array_equal(index.all_vectors(), vectors)
+    if index_type == "flat":  # a flat index is its vectors: a snapshot saves them, and a load rebuilds from them
+        assert index.serialize() is None
+        loaded = VectorIndex.build(config, 32, index.all_vectors())
+    else:
+        path = tmp_path / "index.faiss"
+        index.serialize().tofile(path)
+        loaded = VectorIndex.load(path, config, 32)
+        with pytest.raises(IndexLoadError, match="expected"):
+            VectorIndex.load(path, IndexConfig("hnsw" if index_type != "hnsw" else "ivf"), 32)
     assert loaded.ntotal == 4000
     np.testing.assert_array_equal(loaded.search(vectors[:50], 20, live_bits=table.live_bits())[1], rows)
-    with pytest.raises(Exception, match="expected"):
-        VectorIndex.load(path, IndexConfig("hnsw" if index_type != "hnsw" else "flat"), 32)
+    np.testing.assert_array_equal(loaded.vectors(picked), vectors[picked])
+
+
+@pytest.mark.parametrize("index_type", ["hnsw", "ivf"])
+def test_an_index_saved_in_an_id_map_by_older_snapshots_still_loads(
+    index_type: str, vectors: np.ndarray, tmp_path: Path
+) -> None:
+    """Snapshots before format 3 wrapped HNSW and IVF in an IndexIDMap2 with ids = rows: unwrapped on load."""
+    config = IndexConfig(index_type, ivf_nlist=16, ivf_nprobe=16, hnsw_ef_search=200)
+    if index_type == "hnsw":
+        inner = faiss.IndexHNSWFlat(32, 16, faiss.METRIC_INNER_PRODUCT)
+    else:
+        inner = faiss.IndexIVFFlat(faiss.IndexFlatIP(32), 32, 16, faiss.METRIC_INNER_PRODUCT)
+        inner.train(vectors)
+    wrapped = faiss.IndexIDMap2(inner)
+    wrapped.add_with_ids(vectors, np.arange(4000, dtype=np.int64))
+    path = tmp_path / "old.faiss"
+    faiss.write_index(wrapped, str(path))
+    loaded = VectorIndex.load(path, config, 32)
+    assert loaded.ntotal == 4000
+    np.testing.assert_array_equal(loaded.vectors(np.array([5, 3999])), vectors[[5, 3999]])
+    params = faiss.SearchParametersIVF(nprobe=16) if index_type == "ivf" else faiss.SearchParametersHNSW(efSearch=200)
+    expected = wrapped.search(vectors[:20], 10, params=params)[1]
+    np.testing.assert_array_equal(loaded.search(vectors[:20], 10)[1], expected)
+    assert loaded.add(vectors[:3]) == 4000 and loaded.ntotal == 4003
+    shuffled = faiss.IndexIDMap2(faiss.IndexHNSWFlat(32, 16, faiss.METRIC_INNER_PRODUCT))
+    shuffled.add_with_ids(vectors[:10], np.arange(10, 0, -1, dtype=np.int64))
+    faiss.write_index(shuffled, str(path))
+    with pytest.raises(IndexLoadError, match="not the row numbers"):
+        VectorIndex.load(path, IndexConfig("hnsw"), 32)
 
 
 def test_ivf_on_tiny_collection_is_exhaustive() -> None:
     vectors = np.random.default_rng(2).standard_normal((10, 8)).astype(np.float32)
-    ivf = VectorIndex.build(IndexConfig("ivf"), 8, vectors, np.arange(10))
+    ivf = VectorIndex.build(IndexConfig("ivf"), 8, vectors)
     assert ivf.nlist == 1
     exact = np.argsort(-(vectors @ vectors[0]))[:5]
     np.testing.assert_array_equal(ivf.search(vectors[:1], 5)[1][0], exact)
@@ -165,14 +199,14 @@ def test_store_refuses_duplicate_ids_in_corpus(tmp_path: Path) -> None:
 
 def _snapshot(seq: int, rows: int = 5) -> SnapshotData:
     vectors = np.random.default_rng(seq).standard_normal((rows, 4)).astype(np.float32)
-    index = VectorIndex.build(IndexConfig("flat"), 4, vectors, np.arange(rows))
     return SnapshotData(
         seq=seq,
         store_uuid="store",
         bundle_hash="hash",
         index_tag="flat",
-        index_blob=index.serialize(),
+        index_blob=None,
         embeddings=vectors,
+        dims=4,
         tfidf=sp.random(rows, 7, density=0.3, format="csc", dtype=np.float32, random_state=seq),
         doc_ids=[f"d{i}" for i in range(rows)],
         live=np.ones(rows, dtype=bool),

@@ -39,7 +39,7 @@ def brute(E, X, w, uq, ids, vals, live):
 def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True):
     """exact_top with a real flat index; `scan=False` applies the widening rule of an HNSW index."""
     live = np.ones(E.shape[0], dtype=bool) if live is None else live
-    index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E, np.arange(E.shape[0]))
+    index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E)
     split = E.shape[0] * 3 // 4  # rows in both the base matrix and the appended delta
     lexical = LexicalIndex(w, X[:split]).appended(X[split:])
     table = RowTable([str(i) for i in range(E.shape[0])], live)
@@ -50,7 +50,7 @@ def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True):
         return scores[0], rows[0]
 
     n_live = int(live.sum())
-    return exact_top(uq, want, search, lexical.query(ids, vals), E, live, n_live, pool, scan=scan)
+    return exact_top(uq, want, search, lexical.query(ids, vals), index.vectors, live, n_live, pool, scan=scan)
 
 
 @pytest.mark.parametrize("scan", [False, True])
