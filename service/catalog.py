@@ -35,6 +35,10 @@ class Catalog:
         return collection
 
     def start_loading(self, on_fatal: Callable[[str], None] | None = None) -> None:
+        """Load every collection in a background thread (once: a worker has loaded before it serves)."""
+        if self._loader is not None:
+            return
+
         def load_all() -> None:
             for collection in self.collections.values():
                 try:

@@ -47,6 +47,9 @@ def serve(
         str | None, typer.Option(help="flat (exact), hnsw or ivf (approximate) (env SSI_INDEX_TYPE)")
     ] = None,
     threads: Annotated[int | None, typer.Option(help="FAISS and onnxruntime threads (env SSI_THREADS)")] = None,
+    workers: Annotated[
+        int | None, typer.Option(help="Server processes sharing the socket and data folder (env SSI_WORKERS)")
+    ] = None,
     insecure_writes: Annotated[
         bool | None,
         typer.Option(
@@ -73,6 +76,7 @@ def serve(
             "collection": collection,
             "index_type": index_type,
             "threads": threads,
+            "workers": workers,
             "insecure_writes": insecure_writes,
             "log_level": log_level,
         }

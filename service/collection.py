@@ -18,8 +18,15 @@ write log never races a reload or a compaction that still needs it:
 
 If applying a committed write to the in-memory index fails, the state no longer matches the store:
 the collection stops serving it (503, and /readyz says "recovering") and rebuilds it from the
-latest snapshot and the store's write log in the background. One process serves a data folder:
+latest snapshot and the store's write log in the background. One server serves a data folder:
 a lock on the store and cache folders refuses a second one.
+
+In a group of worker processes (SSI_WORKERS > 1, service.workers) every worker holds its own state
+of the same store. Its own writes and everybody else's reach its state the same way: replayed from
+the store's write log (`_catch_up`), after its own commits and before each search, so a write
+acknowledged by one worker is seen by the next search on any worker. Workers load one at a time, and
+snapshots are written and pruned by one worker at a time (`FileLock`s in the cache folder); the worker
+holding the upkeep lock is the one that snapshots, compacts and trims the log.
 """
 
 from __future__ import annotations
@@ -28,19 +35,21 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from service.bounds import cut_long_text, shown
+from service.embedding import Prepared
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
-from service.instance_lock import FolderLock
+from service.instance_lock import FileLock, FolderLock
 from service.metrics import Metrics
 from service.model_state import ModelState, QueryResult
 from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
 from service.state_builder import compacted, needs_compaction, open_state
-from service.store import DocumentStore, StoredDocument
+from service.store import DocumentStore, StoredDocument, StoreError
 from service.threads import release_free_memory
 from service.writes import apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
@@ -80,24 +89,32 @@ class Collection:
         self._snapshot_thread: threading.Thread | None = None
         self._recovery_thread: threading.Thread | None = None
         self._folder_locks: list[FolderLock] = []
+        # A worker of a group (service.workers): the supervisor holds the folder locks; these order the workers.
+        self.shared = settings.workers > 1
+        folder = settings.index_dir / name
+        self._files_lock = FileLock(folder / ".ssi-snapshots.lock")  # loads, snapshot writes and prunes
+        self._upkeep_lock = FileLock(folder / ".ssi-upkeep.lock")  # held for good by the worker that upkeeps
 
     # -- lifecycle -----------------------------------------------------------------------------
 
     def load(self) -> None:
         """Open the store (importing the corpus on first start) and the model state; blocking."""
-        for folder in (self.settings.store_dir / self.name, self.settings.index_dir / self.name):
-            self._folder_locks.append(FolderLock(folder).acquire())
+        if not self.shared:
+            for folder in (self.settings.store_dir / self.name, self.settings.index_dir / self.name):
+                self._folder_locks.append(FolderLock(folder).acquire())
         bundle = _load_bundle(self.bundle_path)
-        self.store = DocumentStore.open_for_corpus(
-            self.settings.store_dir, self.name, self.spec.corpus, on_change=self.settings.corpus_change
-        )
-        state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
-        self.state = state
-        self._record_load(state)
-        if state.saved_seq != state.seq:
-            self.snapshot()
-        else:
-            self._record_disk(state)
+        # Workers load one at a time: the first imports the corpus, builds and snapshots; the next ones load that.
+        with self._upkeep():
+            self.store = DocumentStore.open_for_corpus(
+                self.settings.store_dir, self.name, self.spec.corpus, on_change=self.settings.corpus_change
+            )
+            state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
+            self.state = state
+            self._record_load(state)
+            if state.saved_seq != state.seq:
+                self._snapshot()
+            else:
+                self._record_disk(state)
         self.status = "ready"
         self._snapshot_thread = threading.Thread(target=self._maintenance_loop, name=f"upkeep-{self.name}", daemon=True)
         self._snapshot_thread.start()
@@ -113,7 +130,7 @@ class Collection:
         for thread in (self._snapshot_thread, self._recovery_thread):
             if thread is not None:
                 thread.join(timeout=60)
-        if self.state is not None and self.state.saved_seq != self.state.seq:
+        if self.state is not None and self.state.saved_seq != self.state.seq and self._keeps_upkeep():
             try:
                 self.snapshot()
             except Exception:  # the write log still has everything; the next start replays it
@@ -123,6 +140,59 @@ class Collection:
         for lock in self._folder_locks:
             lock.release()
         self._folder_locks = []
+        self._upkeep_lock.release()
+
+    @contextmanager
+    def _files(self) -> Iterator[None]:
+        """Hold off the other workers' loads, snapshot writes and prunes (nothing to order alone)."""
+        if not self.shared:
+            yield
+            return
+        with self._files_lock:
+            yield
+
+    @contextmanager
+    def _upkeep(self) -> Iterator[None]:
+        """One upkeep task at a time in this process, and one snapshot writer or prune among the workers.
+
+        Locks are always taken in this order: `_maintenance`, the files lock, `_writer`."""
+        with self._maintenance, self._files():
+            yield
+
+    def _keeps_upkeep(self) -> bool:
+        """Whether this process snapshots, compacts and trims: always alone; in a group, the upkeep lock's holder."""
+        return not self.shared or self._upkeep_lock.try_acquire()
+
+    def _catch_up(self) -> None:
+        """A worker of a group: apply the writes other workers committed since this state's (service.workers)."""
+        state = self.state
+        if not self.shared or state is None or self.store is None or self.store.last_seq <= state.seq:
+            return
+        with self._writer:
+            state = self.state
+            if state is None or state.broken:
+                return
+            try:
+                with self.store.view() as view:
+                    replayed = replay(state, view)
+            except StoreError:  # the log was trimmed past this state: start again from the newest snapshot
+                replayed = -1
+        if replayed < 0:
+            log.warning("[%s] the write log moved past write %d: reloading from the snapshots", self.name, state.seq)
+            self._reopen(state.bundle)
+        elif replayed:
+            self._record_state(state)
+
+    def _reopen(self, bundle: Bundle) -> None:
+        """Swap in the state of the newest snapshot, brought up to the store (locks in the order upkeep takes them)."""
+        assert self.store is not None
+        with self._upkeep():
+            fresh = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
+            with self._writer:
+                with self.store.view() as view:
+                    replay(fresh, view)
+                self.state = fresh
+        self._record_load(fresh)
 
     def _record_load(self, state: ModelState) -> None:
         self.metrics.loads.labels(self.name, state.report.source).inc()
@@ -166,6 +236,8 @@ class Collection:
     ) -> list[QueryResult]:
         """The exact top k (after `offset`) of each short query text."""
         self.require_type("documents", "search")
+        self.ready_state()
+        self._catch_up()
         state = self.ready_state()
         self._check_knobs(state, ef_search, nprobe)
         results = state.search(queries, k + offset, pool=self._pool(state), ef_search=ef_search, nprobe=nprobe)
@@ -179,6 +251,8 @@ class Collection:
         The document is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS heaviest words.
         """
         self.require_type("documents", "/similar")
+        self.ready_state()
+        self._catch_up()
         state = self.ready_state()
         doc = self.get(doc_id)
         text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
@@ -228,7 +302,7 @@ class Collection:
             state = self.ready_state()
             prepared = state.embedder.prepare(docs)
             seqs = store.put(docs)
-            self._apply(state, lambda: apply_writes(state, prepared, [], seqs[-1]), seqs[-1])
+            self._apply(state, lambda: self._apply_committed(state, prepared, [], seqs[-1]), seqs[-1])
             self._after_write(state, "put", len(docs))
         return seqs
 
@@ -240,9 +314,19 @@ class Collection:
             seq = store.delete(doc_id)
             if seq is None:
                 raise NotFound(f"no document with id {shown(doc_id)} in collection '{self.name}'")
-            self._apply(state, lambda: apply_writes(state, None, [doc_id], seq), seq)
+            self._apply(state, lambda: self._apply_committed(state, None, [doc_id], seq), seq)
             self._after_write(state, "delete", 1)
         return seq
+
+    def _apply_committed(self, state: ModelState, prepared: Prepared | None, deleted: list[str], seq: int) -> None:
+        """Make this process's committed write visible. Alone, its writes are the only ones; in a group, other
+        workers' writes may have come between this state's and this one, so the log is replayed in order."""
+        if not self.shared:
+            apply_writes(state, prepared, deleted, seq)
+            return
+        assert self.store is not None
+        with self.store.view() as view:
+            replay(state, view)
 
     def _apply(self, state: ModelState, apply: Callable[[], None], seq: int) -> None:
         """Run a committed write's in-memory apply; if it fails, stop serving the state and rebuild it."""
@@ -274,7 +358,7 @@ class Collection:
         while not self._stop.is_set():
             try:
                 assert self.store is not None
-                with self._maintenance:
+                with self._upkeep():
                     state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
                     with self._writer:
                         with self.store.view() as view:
@@ -316,6 +400,11 @@ class Collection:
         """Swap to a (new) bundle. The new state is built while the old one keeps serving."""
         if not self.settings.reloads_enabled:
             raise Forbidden("reloads are disabled on this server: set SSI_ADMIN_KEY or SSI_API_KEY")
+        if self.shared:
+            raise Conflict(
+                f"this server runs {self.settings.workers} worker processes and a reload would reach only one: "
+                "restart it with the new bundle (or serve with SSI_WORKERS=1 to reload in place)"
+            )
         store = self._ready_store()
         path = self.resolve_bundle(requested)
         if not self._reloading.acquire(blocking=False):
@@ -324,7 +413,7 @@ class Collection:
             started = time.perf_counter()
             previous = self.ready_state()
             # Upkeep waits: trimming the write log now could cut writes the new state still has to replay.
-            with self._maintenance:
+            with self._upkeep():
                 try:
                     bundle = _load_bundle(path)
                     state = open_state(collection=self.name, bundle=bundle, store=store, settings=self.settings)
@@ -360,7 +449,7 @@ class Collection:
 
         Writes go on meanwhile: the capture takes the state's read lock, not the writer lock.
         """
-        with self._maintenance:
+        with self._upkeep():
             return self._snapshot()
 
     def _snapshot(self) -> Path | None:
@@ -413,7 +502,7 @@ class Collection:
         Searches keep using the live state throughout; writes wait only for the catch-up (the writes
         committed during the build, replayed from the store) and the swap.
         """
-        with self._maintenance:
+        with self._upkeep():
             state = self.state
             if state is None or state.broken or self.store is None or not needs_compaction(state, self.settings):
                 return False
@@ -455,6 +544,13 @@ class Collection:
             self._wake.clear()
             if self._stop.is_set():
                 return
+            if self.shared:
+                try:  # an idle worker stays close to the others' writes, so its next search has little to replay
+                    self._catch_up()
+                except Exception:
+                    log.exception("[%s] catching up with the other workers' writes failed", self.name)
+                if not self._keeps_upkeep():
+                    continue
             state = self.state
             if state is None or state.broken or state.saved_seq == state.seq:
                 unsaved_since = None

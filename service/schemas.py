@@ -301,6 +301,7 @@ class Health(BaseModel):
 class Readiness(BaseModel):
     status: str
     collections: dict[str, dict[str, Any]]
+    pid: int = Field(description="the process that answered: one of the server's SSI_WORKERS worker processes")
 
 
 class ErrorBody(BaseModel):

@@ -1,7 +1,9 @@
-"""Run the app under uvicorn: one process, one worker, bounded threads.
+"""Run the app under uvicorn: one process with bounded threads, or a group of worker processes.
 
-One process on purpose (STYLE.md): several uvicorn workers would each load their own copy of the
-model and index and each write the same cache. Thread pools are bounded as service.threads says.
+One process by default (STYLE.md): each worker holds its own copy of the model and index. With
+SSI_WORKERS > 1, service.workers runs a supervised group over one data folder that replays each
+other's writes from the store (not uvicorn's --workers, whose processes would each build and write
+the same cache). Thread pools are bounded as service.threads says.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from typing import Any
 
 from service.settings import Settings, is_loopback
 from service.threads import bound_thread_environment, limit_malloc_arenas
@@ -56,13 +59,40 @@ def preflight(settings: Settings) -> None:
             log.warning("any Host header is answered: set SSI_ALLOWED_HOSTS to the names clients use")
 
 
-def run(settings: Settings) -> int:
-    """Serve until interrupted; returns the process exit code (1 if a collection could not load)."""
+def configure_process(settings: Settings) -> None:
+    """Before anything heavy is imported: bounded threads and malloc arenas, and the log format."""
     bound_thread_environment(settings.threads)
     limit_malloc_arenas()
     logging.basicConfig(
         level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s", stream=sys.stderr
     )
+
+
+def uvicorn_config(app: Any, settings: Settings) -> Any:
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        workers=1,
+        # uvloop when installed (the `serve` extra): a faster event loop.
+        loop="auto",
+        http=HTTP_PROTOCOL,
+        timeout_graceful_shutdown=30,
+        server_header=False,
+    )
+
+
+def run(settings: Settings) -> int:
+    """Serve until interrupted; returns the process exit code (1 if a collection could not load)."""
+    if settings.workers > 1:
+        configure_process(settings)
+        from service.workers import supervise
+
+        return supervise(settings)
+    configure_process(settings)
     import uvicorn
 
     from service.app import create_app
@@ -76,19 +106,7 @@ def run(settings: Settings) -> int:
             server.should_exit = True
 
     app = create_app(settings, on_fatal=on_fatal)
-    config = uvicorn.Config(
-        app,
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        workers=1,
-        # uvloop when installed (the `serve` extra): a faster event loop.
-        loop="auto",
-        http=HTTP_PROTOCOL,
-        timeout_graceful_shutdown=30,
-        server_header=False,
-    )
-    server = uvicorn.Server(config)
+    server = uvicorn.Server(uvicorn_config(app, settings))
     server.run()
     if fatal:
         print(f"ssi serve: {fatal[0]}", file=sys.stderr)

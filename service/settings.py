@@ -119,6 +119,9 @@ class Settings(BaseSettings):
 
     # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.
     threads: int = Field(default_factory=default_threads, ge=1, le=256)
+    # Server processes on one socket and one data folder (service.workers): each holds its own index and
+    # replays the others' writes from the store before it searches. 1: this process serves alone.
+    workers: int = Field(default=1, ge=1, le=64)
 
     # Request bounds.
     max_k: int = Field(default=100, ge=1, le=10_000)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse
 
@@ -26,5 +28,5 @@ async def readyz(catalog: CatalogDep) -> JSONResponse:
     collections = {name: c.describe() for name, c in catalog.collections.items()}
     statuses = {c["status"] for c in collections.values()}
     status = "ready" if statuses == {"ready"} else ("failed" if "failed" in statuses else "loading")
-    body = Readiness(status=status, collections=collections)
+    body = Readiness(status=status, collections=collections, pid=os.getpid())
     return JSONResponse(body.model_dump(), status_code=200 if status == "ready" else 503)

@@ -1,0 +1,170 @@
+"""`ssi serve --workers N` (SSI_WORKERS): N server processes answering on one socket over one data folder.
+
+Why: one process runs the request path's Python (HTTP, JSON, tokenizing, the exact rerank) under one
+GIL, so it uses about one core however many the machine has; FAISS alone runs outside it. Several
+processes use several cores (README, "Several worker processes").
+
+How it stays one server:
+
+- This process, the supervisor, takes the data folders' locks (service.instance_lock), so a second
+  `ssi serve` on them is still refused, binds the socket and starts the workers. Workers are spawned
+  (fresh interpreters: no FAISS or OpenMP thread state crosses a fork) and share the listening socket;
+  the kernel hands each connection to one of them.
+- A worker loads its collections before it accepts a connection, so no request meets a loading
+  worker. Workers load one at a time (service.collection): the first imports the corpus, builds the
+  index and snapshots it; the others load that snapshot.
+- Each worker holds its own index in memory (N copies). A write is committed to the shared store and
+  reaches every worker's index through the store's write log: the worker that took it replays the log
+  at once, the others before their next search (and every second when idle). A write acknowledged by
+  one worker is therefore in the next search on any worker.
+- One worker at a time keeps up the snapshots, compaction and the log trim (an upkeep lock).
+- A worker whose collections cannot load exits with LOAD_FAILED and the supervisor stops the server
+  with its message (exit 1). A worker that dies later (a crash, the OOM killer) is replaced; more than
+  MAX_RESTARTS deaths within RESTART_WINDOW seconds stop the server instead of looping.
+- SIGTERM or SIGINT: every worker shuts down gracefully (requests in flight finish; the upkeep worker
+  saves a snapshot), then the supervisor releases the folders.
+
+What is per worker: /metrics counts the answering worker's requests; reloads are refused (409), since
+one would reach a single worker: restart with the new bundle instead.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import deque
+from multiprocessing.process import BaseProcess
+from types import FrameType
+
+from service.instance_lock import FolderInUse, FolderLock
+from service.settings import Settings
+
+log = logging.getLogger("service")
+
+LOAD_FAILED = 3  # a worker's exit code when its collections cannot load: fatal for the whole server
+MAX_RESTARTS = 5
+RESTART_WINDOW = 60.0
+STOP_GRACE = 90.0  # seconds a worker gets to finish its requests and final snapshot after SIGTERM
+
+
+def bind(settings: Settings) -> socket.socket:
+    """The listening socket every worker accepts on."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((settings.host, settings.port))
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def worker_main(settings: Settings, sock: socket.socket, number: int) -> None:
+    """A worker process: load, then serve on the shared socket until told to stop."""
+    from service.server import configure_process, uvicorn_config
+
+    configure_process(settings)
+    import uvicorn
+
+    from service.app import create_app
+
+    fatal: list[str] = []
+    app = create_app(settings, on_fatal=fatal.append)
+    catalog = app.state.catalog
+    catalog.start_loading(fatal.append)
+    catalog.wait_loaded()
+    if fatal:
+        print(f"ssi serve: worker {number}: {fatal[0]}", file=sys.stderr, flush=True)
+        catalog.close()
+        sys.exit(LOAD_FAILED)
+    log.info("worker %d ready", number)
+    uvicorn.Server(uvicorn_config(app, settings)).run(sockets=[sock])
+
+
+class Supervisor:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._context = multiprocessing.get_context("spawn")
+        self._stop = threading.Event()
+        self._deaths: deque[float] = deque()
+
+    def _start(self, sock: socket.socket, number: int) -> BaseProcess:
+        process = self._context.Process(
+            target=worker_main, args=(self.settings, sock, number), name=f"ssi-worker-{number}", daemon=False
+        )
+        process.start()
+        return process
+
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        self._stop.set()
+
+    def _too_many_deaths(self) -> bool:
+        now = time.monotonic()
+        self._deaths.append(now)
+        while self._deaths and now - self._deaths[0] > RESTART_WINDOW:
+            self._deaths.popleft()
+        return len(self._deaths) > MAX_RESTARTS
+
+    def run(self) -> int:
+        """Serve until SIGTERM/SIGINT; returns the process exit code."""
+        locks: list[FolderLock] = []
+        try:
+            for name in self.settings.collection_specs():
+                for folder in (self.settings.store_dir / name, self.settings.index_dir / name):
+                    locks.append(FolderLock(folder).acquire())
+            sock = bind(self.settings)
+        except (FolderInUse, OSError) as exc:
+            for lock in locks:
+                lock.release()
+            print(f"ssi serve: {exc}", file=sys.stderr)
+            return 1
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, self._on_signal)
+        log.info(
+            "serving on %s:%d with %d worker processes", self.settings.host, self.settings.port, self.settings.workers
+        )
+        workers = {number: self._start(sock, number) for number in range(self.settings.workers)}
+        try:
+            while not self._stop.wait(0.5):
+                for number, process in list(workers.items()):
+                    if process.exitcode is None:
+                        continue
+                    if process.exitcode == LOAD_FAILED:
+                        log.error("worker %d could not load its collections: stopping the server", number)
+                        return 1
+                    log.warning(
+                        "worker %d (pid %s) exited with %s: starting another", number, process.pid, process.exitcode
+                    )
+                    if self._too_many_deaths():
+                        log.error(
+                            "more than %d workers died within %.0f s: stopping the server", MAX_RESTARTS, RESTART_WINDOW
+                        )
+                        return 1
+                    workers[number] = self._start(sock, number)
+        finally:
+            self._stop_all(list(workers.values()))
+            sock.close()
+            for lock in locks:
+                lock.release()
+        return 0
+
+    @staticmethod
+    def _stop_all(processes: list[BaseProcess]) -> None:
+        for process in processes:
+            if process.exitcode is None:
+                process.terminate()  # SIGTERM: uvicorn's graceful shutdown
+        deadline = time.monotonic() + STOP_GRACE
+        for process in processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.exitcode is None:
+                log.error("worker pid %s did not stop within %.0f s: killing it", process.pid, STOP_GRACE)
+                process.kill()
+                process.join()
+
+
+def supervise(settings: Settings) -> int:
+    return Supervisor(settings).run()

@@ -1,0 +1,166 @@
+"""`ssi serve --workers N`: one server of several processes (service.workers), as real processes over HTTP."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from service_testing import (
+    API_KEY,
+    REPO,
+    Oracle,
+    ProcessServer,
+    assert_same_ranking,
+    free_port,
+    make_bundle,
+    make_corpus,
+    needle_of,
+    write_corpus,
+)
+
+from ssi.records import Document
+
+KEY = {"X-API-Key": API_KEY}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("workers")
+    docs = make_corpus(1500, seed=5, vocab_words=3000)
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    bundle = make_bundle(root / "bundle", docs, n_dims=32)
+    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle}
+
+
+def group(world: dict, cache: Path, workers: int = 2, bundle: Path | None = None) -> ProcessServer:
+    env = {"SSI_CACHE_DIR": str(cache), "SSI_API_KEY": API_KEY, "SSI_WORKERS": str(workers), "SSI_THREADS": "1"}
+    args = ["--bundle", str(bundle or world["bundle"]), "--corpus", str(world["corpus"])]
+    return ProcessServer(world["root"], env, args)
+
+
+def pids(url: str, tries: int = 80) -> set[int]:
+    """The worker pids that answer fresh connections (each call opens its own)."""
+    return {httpx.get(f"{url}/readyz", timeout=30).json()["pid"] for _ in range(tries)}
+
+
+def fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
+    """A search on a new connection, so that any worker may take it."""
+    response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["hits"]
+
+
+def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dict, tmp_path: Path) -> None:
+    docs: list[Document] = world["docs"]
+    server = group(world, tmp_path / "cache").start()
+    try:
+        assert len(pids(server.url)) == 2
+        oracle = Oracle(world["bundle"], docs)
+        for doc in docs[:8]:
+            for _ in range(3):  # fresh connections: the same exact ranking whichever worker answers
+                assert_same_ranking(fresh_search(server.url, doc.title), oracle, doc.title, 10)
+        # Move documents under new ids: each write goes to one worker, every next search may go to the other.
+        current = list(docs)
+        for doc in docs[20:30]:
+            moved = Document(f"moved-{doc.id}", doc.title, doc.text)
+            body = {"documents": [{"id": moved.id, "title": moved.title, "text": moved.text}]}
+            assert httpx.post(f"{server.url}/documents", json=body, headers=KEY).status_code == 200
+            assert httpx.delete(f"{server.url}/documents/{doc.id}", headers=KEY).status_code == 200
+            current = [d for d in current if d.id != doc.id] + [moved]
+            oracle = Oracle(world["bundle"], current)
+            for _ in range(4):
+                assert_same_ranking(fresh_search(server.url, needle_of(doc)), oracle, needle_of(doc), 10)
+        for doc in docs[15:35]:
+            assert_same_ranking(fresh_search(server.url, doc.title), oracle, doc.title, 10)
+        # A reload would reach one worker only: refused with the reason.
+        response = httpx.post(f"{server.url}/admin/reload", json={}, headers=KEY)
+        assert response.status_code == 409 and "worker processes" in response.json()["detail"]
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.log()
+
+    # The upkeep worker saved the writes at shutdown: the next group loads them from the cache.
+    again = group(world, tmp_path / "cache").start()
+    try:
+        info = httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]
+        assert info["loaded_from"] == "cache" and info["documents"] == len(docs)
+        for doc in docs[15:35]:
+            assert_same_ranking(fresh_search(again.url, doc.title), oracle, doc.title, 10)
+    finally:
+        assert again.stop() == 0
+
+
+def test_a_killed_worker_is_replaced_and_the_folder_stays_locked(world: dict, tmp_path: Path) -> None:
+    docs: list[Document] = world["docs"]
+    server = group(world, tmp_path / "cache").start()
+    try:
+        before = pids(server.url)
+        assert len(before) == 2
+        victim = min(before)
+        os.kill(victim, signal.SIGKILL)
+        # A write while one worker is down: the other takes it; the replacement must load it.
+        written = Document("after-kill", "After", docs[3].text)
+        body = {"documents": [{"id": written.id, "title": written.title, "text": written.text}]}
+        for _ in range(5):
+            try:
+                response = httpx.post(f"{server.url}/documents", json=body, headers=KEY)
+                break
+            except httpx.HTTPError:  # a connection the dead worker had accepted
+                continue
+        assert response.status_code == 200
+        deadline = time.monotonic() + 60
+        now: set[int] = set()
+        while time.monotonic() < deadline:
+            try:
+                now = pids(server.url, tries=20)
+            except httpx.HTTPError:
+                continue
+            if len(now) == 2 and victim not in now:
+                break
+        assert len(now) == 2 and victim not in now, (before, now)
+        assert "exited with -9: starting another" in server.log()
+        oracle = Oracle(world["bundle"], [*docs, written])
+        for _ in range(10):
+            assert_same_ranking(fresh_search(server.url, needle_of(docs[3])), oracle, needle_of(docs[3]), 10)
+        # A second server over the same folders is refused while the group holds them.
+        other = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "service",
+                "serve",
+                "--bundle",
+                str(world["bundle"]),
+                "--corpus",
+                str(world["corpus"]),
+            ],
+            env={**os.environ, "SSI_CACHE_DIR": str(tmp_path / "cache"), "SSI_PORT": str(free_port())},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+        )
+        assert other.returncode != 0 and "already served by another process" in other.stderr + other.stdout
+    finally:
+        assert server.stop() == 0
+
+
+def test_a_worker_that_cannot_load_stops_the_whole_server(world: dict, tmp_path: Path) -> None:
+    import shutil
+
+    import numpy as np
+
+    corrupt = tmp_path / "corrupt-bundle"
+    shutil.copytree(world["bundle"], corrupt)
+    np.save(corrupt / "V.npy", np.load(corrupt / "V.npy") + 1)
+    server = group(world, tmp_path / "cache", bundle=corrupt).start(wait=False)
+    assert server.process is not None
+    assert server.process.wait(timeout=120) == 1
+    assert "V.npy: contents do not match the manifest's hash" in server.log()
+    assert "could not load its collections: stopping the server" in server.log()
