@@ -16,6 +16,7 @@ from service.collection import Collection
 from service.errors import NotFound
 from service.metrics import Metrics
 from service.settings import Settings
+from service.threads import freeze_loaded_objects, thaw_loaded_objects
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,7 @@ class Catalog:
                     if on_fatal is not None:
                         on_fatal(f"collection '{collection.name}': {message}")
                     return
+            freeze_loaded_objects()
 
         self._loader = threading.Thread(target=load_all, name="collection-loader", daemon=True)
         self._loader.start()
@@ -65,3 +67,4 @@ class Catalog:
         self.wait_loaded(timeout=5)
         for collection in self.collections.values():
             collection.close()
+        thaw_loaded_objects()

@@ -128,6 +128,7 @@ def bench(
     ] = "64,128,256,512",
     nprobe: Annotated[str, typer.Option(help="IVF nprobe values for recall")] = "1,4,16,64,256",
     threads: Annotated[int, typer.Option(help="SSI_THREADS of the served process")] = 2,
+    workers: Annotated[int, typer.Option(help="SSI_WORKERS of the served process", min=1, max=64)] = 1,
 ) -> None:
     """Benchmark the service over HTTP against an in-process BM25 (bm25s) on the same corpus, in one run.
 
@@ -165,6 +166,7 @@ def bench(
         ef_search=_ints(ef_search, "--ef-search"),
         nprobe=_ints(nprobe, "--nprobe"),
         threads=threads,
+        workers=workers,
     )
     run_bench(config, log=lambda line: typer.echo(line, err=True))
 

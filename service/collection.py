@@ -50,7 +50,7 @@ from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
 from service.state_builder import compacted, needs_compaction, open_state
 from service.store import DocumentStore, StoredDocument, StoreError
-from service.threads import release_free_memory
+from service.threads import freeze_loaded_objects, release_free_memory
 from service.writes import apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
 from ssi.records import Document
@@ -193,6 +193,7 @@ class Collection:
                     replay(fresh, view)
                 self.state = fresh
         self._record_load(fresh)
+        freeze_loaded_objects()
 
     def _record_load(self, state: ModelState) -> None:
         self.metrics.loads.labels(self.name, state.report.source).inc()
@@ -366,6 +367,7 @@ class Collection:
                         self.state = state
                         self.status = "ready"
                 self._record_load(state)
+                freeze_loaded_objects()
                 log.info("[%s] index rebuilt from the store at write %d: serving again", self.name, state.seq)
                 if state.saved_seq != state.seq:
                     self._wake.set()
@@ -412,6 +414,7 @@ class Collection:
         try:
             started = time.perf_counter()
             previous = self.ready_state()
+            previous_hash = previous.bundle.content_hash
             # Upkeep waits: trimming the write log now could cut writes the new state still has to replay.
             with self._upkeep():
                 try:
@@ -426,13 +429,15 @@ class Collection:
                     self.state = state
                     self.bundle_path = path
                     self._record_load(state)
-            log.info("[%s] reloaded: %s -> %s", self.name, previous.bundle.content_hash[:12], bundle.content_hash[:12])
+            del previous  # its objects go with the last request still using it
+            freeze_loaded_objects()
+            log.info("[%s] reloaded: %s -> %s", self.name, previous_hash[:12], bundle.content_hash[:12])
             if state.saved_seq != state.seq:
                 self._wake.set()
             return {
                 "collection": self.name,
                 "bundle": str(path),
-                "previous_content_hash": previous.bundle.content_hash,
+                "previous_content_hash": previous_hash,
                 "content_hash": bundle.content_hash,
                 "form": bundle.manifest.form,
                 "documents": state.table.n_live,
@@ -518,6 +523,7 @@ class Collection:
             del state
             gc.collect()
             release_free_memory()  # the old index's pages, or RSS steps up at every compaction
+            freeze_loaded_objects()
             self.metrics.compactions.labels(self.name).inc()
             self._record_state(fresh)
             log.info(

@@ -44,6 +44,7 @@ class BenchConfig:
     ef_search: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
     nprobe: list[int] = field(default_factory=lambda: [1, 4, 16, 64, 256])
     threads: int = 2
+    workers: int = 1  # SSI_WORKERS of the served process
     measure_restart: bool = True
     extra_settings: dict[str, str] = field(default_factory=dict)
 
@@ -77,6 +78,7 @@ def _serve_and_measure(
         "SSI_CACHE_DIR": str(cache),
         "SSI_INDEX_TYPE": index_type,
         "SSI_THREADS": str(config.threads),
+        "SSI_WORKERS": str(config.workers),
         # The default admission limits (SSI_MAX_CONCURRENCY), with room to queue every client.
         "SSI_MAX_QUEUE": str(max(64, 2 * max(config.clients))),
         "SSI_QUEUE_TIMEOUT": "60",
@@ -145,7 +147,8 @@ def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[
             latencies.append(time.perf_counter() - sent)
         state = collection.ready_state()
         embedded = state.embedder.embed_queries(state.embedder.featurize(queries))
-        floor = scan_floor(state.index.all_vectors(), embedded, config.k, config.threads)
+        # The scan on as many threads as the service may use: SSI_THREADS in each of SSI_WORKERS processes.
+        floor = scan_floor(state.index.all_vectors(), embedded, config.k, config.threads * config.workers)
     finally:
         collection.close()
     return summarize(latencies, 1, 0, float(sum(latencies))).as_dict(), floor
@@ -182,6 +185,7 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             "clients": config.clients,
             "seconds_per_level": config.seconds,
             "service_threads": config.threads,
+            "service_workers": config.workers,
             "cpus": os.cpu_count(),
             "machine": platform.platform(),
             "python": platform.python_version(),

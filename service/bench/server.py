@@ -54,16 +54,20 @@ class ServedProcess:
                 time.sleep(0.2)
         raise TimeoutError(f"ssi serve not ready after {timeout}s; see {self.log_path}")
 
-    def rss_bytes(self) -> int:
+    def _processes(self) -> list[psutil.Process]:
+        """The server and, with SSI_WORKERS > 1, its worker processes (service.workers)."""
         assert self.process is not None
-        return psutil.Process(self.process.pid).memory_info().rss
+        main = psutil.Process(self.process.pid)
+        return [main, *main.children(recursive=True)]
+
+    def rss_bytes(self) -> int:
+        """Resident memory of the server's processes together (each worker holds its own index)."""
+        return sum(p.memory_info().rss for p in self._processes())
 
     def cpu_seconds(self) -> float:
-        """CPU time the server process has used so far (all its threads, user + system): on a shared
+        """CPU time the server's processes have used so far (all threads, user + system): on a shared
         machine, CPU per request is what the request costs, where wall time also counts the neighbours."""
-        assert self.process is not None
-        times = psutil.Process(self.process.pid).cpu_times()
-        return float(times.user + times.system)
+        return float(sum(t.user + t.system for t in (p.cpu_times() for p in self._processes())))
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:

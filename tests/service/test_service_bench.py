@@ -24,6 +24,7 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
         index_types=["flat", "hnsw"],
         ef_search=[64, 256],
         threads=1,
+        workers=2,  # a group of two server processes: memory and CPU are summed over them
         measure_restart=False,  # the restart tests cover the cache; one server start less here
     )
     lines: list[str] = []
@@ -31,6 +32,7 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     assert json.loads(out.read_text()) == report
     setup = report["setup"]
     assert setup["documents"] == len(small_world["docs"]) and setup["queries"] == 40 and setup["N"] == 16
+    assert setup["service_workers"] == 2
     for index_type in ("flat", "hnsw"):
         assert report[index_type]["documents"] == len(small_world["docs"])
         assert report[index_type]["rss_mb_ready"] > 10 and report[index_type]["index_cache_mb"] > 0
