@@ -183,8 +183,9 @@ class Collection:
         elif replayed:
             self._record_state(state)
 
-    def _reopen(self, bundle: Bundle) -> None:
-        """Swap in the state of the newest snapshot, brought up to the store (locks in the order upkeep takes them)."""
+    def _reopen(self, bundle: Bundle) -> ModelState:
+        """Swap in the state of the newest snapshot brought up to the store, and serve it (after a failed
+        write's apply, or when the write log moved past this worker's state)."""
         assert self.store is not None
         with self._upkeep():
             fresh = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
@@ -192,8 +193,10 @@ class Collection:
                 with self.store.view() as view:
                     replay(fresh, view)
                 self.state = fresh
+                self.status = "ready"
         self._record_load(fresh)
         freeze_loaded_objects()
+        return fresh
 
     def _record_load(self, state: ModelState) -> None:
         self.metrics.loads.labels(self.name, state.report.source).inc()
@@ -358,16 +361,7 @@ class Collection:
         delay = min(1.0, self.settings.snapshot_interval)
         while not self._stop.is_set():
             try:
-                assert self.store is not None
-                with self._upkeep():
-                    state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
-                    with self._writer:
-                        with self.store.view() as view:
-                            replay(state, view)
-                        self.state = state
-                        self.status = "ready"
-                self._record_load(state)
-                freeze_loaded_objects()
+                state = self._reopen(bundle)
                 log.info("[%s] index rebuilt from the store at write %d: serving again", self.name, state.seq)
                 if state.saved_seq != state.seq:
                     self._wake.set()

@@ -93,6 +93,14 @@ def write_corpus(path: Path, docs: list[Document]) -> Path:
     return path
 
 
+def process_world(root: Path, n_docs: int, seed: int, vocab_words: int = 3000, n_dims: int = 32) -> dict:
+    """A generated corpus file and a bundle trained on it under `root`, for tests that start real servers."""
+    docs = make_corpus(n_docs, seed=seed, vocab_words=vocab_words)
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    bundle = make_bundle(root / "bundle", docs, n_dims=n_dims)
+    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle}
+
+
 def random_form(
     form: str,
     n_dims: int,

@@ -19,10 +19,8 @@ from service_testing import (
     Oracle,
     ProcessServer,
     assert_same_ranking,
-    make_bundle,
-    make_corpus,
     needle_of,
-    write_corpus,
+    process_world,
 )
 
 from ssi.records import Document
@@ -32,11 +30,7 @@ KEY = {"X-API-Key": API_KEY}
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("proc")
-    docs = make_corpus(2000, seed=3, vocab_words=3000)
-    corpus = write_corpus(root / "corpus.jsonl", docs)
-    bundle = make_bundle(root / "bundle", docs, n_dims=32)
-    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle}
+    return process_world(tmp_path_factory.mktemp("proc"), 2000, seed=3)
 
 
 def server_for(world: dict, cache: Path, **env: str) -> ProcessServer:

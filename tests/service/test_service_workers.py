@@ -18,10 +18,8 @@ from service_testing import (
     ProcessServer,
     assert_same_ranking,
     free_port,
-    make_bundle,
-    make_corpus,
     needle_of,
-    write_corpus,
+    process_world,
 )
 
 from ssi.records import Document
@@ -31,11 +29,7 @@ KEY = {"X-API-Key": API_KEY}
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("workers")
-    docs = make_corpus(1500, seed=5, vocab_words=3000)
-    corpus = write_corpus(root / "corpus.jsonl", docs)
-    bundle = make_bundle(root / "bundle", docs, n_dims=32)
-    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle}
+    return process_world(tmp_path_factory.mktemp("workers"), 1500, seed=5)
 
 
 def group(world: dict, cache: Path, workers: int = 2, bundle: Path | None = None) -> ProcessServer:
