@@ -25,7 +25,9 @@ How it stays one server:
   with its message (exit 1). A worker that dies later (a crash, the OOM killer) is replaced; more than
   MAX_RESTARTS deaths within RESTART_WINDOW seconds stop the server instead of looping.
 - SIGTERM or SIGINT: every worker shuts down gracefully (requests in flight finish; the upkeep worker
-  saves a snapshot), then the supervisor releases the folders.
+  saves a snapshot), then the supervisor releases the folders. If the supervisor itself is killed,
+  the kernel kills its workers too (PR_SET_PDEATHSIG): the folder locks die with the supervisor, and
+  orphaned workers writing on would be a second server over the same folders.
 
 What is per worker: /metrics counts the answering worker's requests; reloads are refused (409), since
 one would reach a single worker: restart with the new bundle instead.
@@ -33,8 +35,11 @@ one would reach a single worker: restart with the new bundle instead.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import logging
 import multiprocessing
+import os
 import signal
 import socket
 import sys
@@ -52,6 +57,7 @@ log = logging.getLogger("service")
 LOAD_FAILED = 3  # a worker's exit code when its collections cannot load: fatal for the whole server
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_GRACE = 90.0  # seconds a worker gets to finish its requests and final snapshot after SIGTERM
 
 
@@ -79,8 +85,21 @@ def listen(settings: Settings) -> socket.socket:
     return sock
 
 
-def worker_main(settings: Settings, number: int) -> None:
+def die_with_parent(parent: int) -> None:
+    """Be SIGKILLed when the supervisor dies (Linux prctl PR_SET_PDEATHSIG); exit now if it already has."""
+    libc_name = ctypes.util.find_library("c")
+    if libc_name is not None:
+        try:
+            ctypes.CDLL(libc_name, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):  # not Linux: the supervisor's own stop still reaches the workers
+            pass
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def worker_main(settings: Settings, number: int, parent: int) -> None:
     """A worker process: load, then listen and serve until told to stop."""
+    die_with_parent(parent)
     from service.server import configure_process, uvicorn_config
 
     configure_process(settings)
@@ -111,7 +130,7 @@ class Supervisor:
 
     def _start(self, number: int) -> BaseProcess:
         process = self._context.Process(
-            target=worker_main, args=(self.settings, number), name=f"ssi-worker-{number}", daemon=False
+            target=worker_main, args=(self.settings, number, os.getpid()), name=f"ssi-worker-{number}", daemon=False
         )
         process.start()
         return process

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 from service_testing import (
     API_KEY,
@@ -41,6 +42,13 @@ def group(world: dict, cache: Path, workers: int = 2, bundle: Path | None = None
 def pids(url: str, tries: int = 80) -> set[int]:
     """The worker pids that answer fresh connections (each call opens its own)."""
     return {httpx.get(f"{url}/readyz", timeout=30).json()["pid"] for _ in range(tries)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
 
 
 def fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
@@ -141,8 +149,22 @@ def test_a_killed_worker_is_replaced_and_the_folder_stays_locked(world: dict, tm
             cwd=REPO,
         )
         assert other.returncode != 0 and "already served by another process" in other.stderr + other.stdout
+        # The supervisor killed outright: its workers die with it (they would otherwise serve and write on
+        # with the folders unlocked), and the next server finds every acknowledged write.
+        workers = pids(server.url, tries=20)
+        server.kill()
+        deadline = time.monotonic() + 30
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(alive(pid) for pid in workers)
     finally:
-        assert server.stop() == 0
+        server.stop()
+    again = group(world, tmp_path / "cache").start()
+    try:
+        assert httpx.get(f"{again.url}/documents/after-kill").status_code == 200
+        assert_same_ranking(fresh_search(again.url, needle_of(docs[3])), oracle, needle_of(docs[3]), 10)
+    finally:
+        assert again.stop() == 0
 
 
 def test_a_worker_that_cannot_load_stops_the_whole_server(world: dict, tmp_path: Path) -> None:
