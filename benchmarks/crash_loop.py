@@ -73,6 +73,7 @@ class Config:
     seed: int = 0
     snapshot_every_writes: int = 25
     compact_dead_fraction: float = 0.2
+    workers: int = 1  # SSI_WORKERS: with more, the SIGKILL hits the supervisor and its workers die with it
 
 
 @dataclass
@@ -182,6 +183,7 @@ class Server:
             "SSI_SNAPSHOT_EVERY_WRITES": str(config.snapshot_every_writes),
             "SSI_SNAPSHOT_INTERVAL": "0.2",
             "SSI_COMPACT_DEAD_FRACTION": str(config.compact_dead_fraction),
+            "SSI_WORKERS": str(config.workers),
         }
         self.args = [sys.executable, "-m", "service", "serve", "--bundle", str(bundle), "--corpus", str(corpus)]
         self.process: subprocess.Popen[bytes] | None = None
@@ -489,6 +491,7 @@ def _owner(doc_id: str, writers: int) -> int:
 def main(
     kills: Annotated[int, typer.Option(help="SIGKILLs (each followed by a restart and the checks)")] = 50,
     writers: Annotated[int, typer.Option(help="Concurrent writing clients")] = 4,
+    workers: Annotated[int, typer.Option(help="SSI_WORKERS of the server (its processes)", min=1)] = 1,
     documents: Annotated[int, typer.Option(help="Documents of the generated corpus")] = 1500,
     burst_min: Annotated[float, typer.Option(help="Shortest write burst before a kill (s)")] = 0.3,
     burst_max: Annotated[float, typer.Option(help="Longest write burst before a kill (s)")] = 1.5,
@@ -502,6 +505,7 @@ def main(
         work_dir=folder,
         kills=kills,
         writers=writers,
+        workers=workers,
         documents=documents,
         burst_min=burst_min,
         burst_max=burst_max,
