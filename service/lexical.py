@@ -33,7 +33,9 @@ def _csc(matrix: sp.spmatrix | sp.sparray, n_words: int) -> sp.csc_matrix:
     out = sp.csc_matrix(matrix, dtype=np.float32)
     if out.shape[1] != n_words:
         raise ValueError(f"tf-idf matrix has {out.shape[1]} columns, the vocabulary has {n_words} words")
-    out.sort_indices()
+    if not out.has_sorted_indices:
+        out = out.copy()  # its arrays may be a snapshot's, memory-mapped read-only
+        out.sort_indices()
     return out
 
 

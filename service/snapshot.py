@@ -229,8 +229,12 @@ def read_snapshot(
         embeddings = None
         if not (path / "index.faiss").exists():  # a saved index holds the vectors (older ones saved both)
             embeddings = np.load(path / "embeddings.npy", mmap_mode="r", allow_pickle=False)
-        data = np.load(path / "tfidf_data.npy", allow_pickle=False)
-        indices = np.load(path / "tfidf_indices.npy", allow_pickle=False)
+        # Memory-mapped: the pages are the page cache's, shared by the workers of a server that load the same
+        # snapshot (service.workers), until writes merge the matrix into a private one. A snapshot's files are
+        # never rewritten in place (written to a new folder, then renamed; old ones unlinked), so a mapping
+        # stays valid for as long as the process holds it.
+        data = np.load(path / "tfidf_data.npy", mmap_mode="r", allow_pickle=False)
+        indices = np.load(path / "tfidf_indices.npy", mmap_mode="r", allow_pickle=False)
         indptr = np.load(path / "tfidf_indptr.npy", allow_pickle=False)
         live = np.load(path / "live.npy", allow_pickle=False)
         doc_ids = json.loads((path / "doc_ids.json").read_text(encoding="utf-8"))

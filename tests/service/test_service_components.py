@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import mmap
 from pathlib import Path
 
 import faiss
@@ -14,6 +15,7 @@ from pydantic import ValidationError
 
 from service.encoder import QueryEncoder
 from service.index import IndexConfig, IndexLoadError, VectorIndex
+from service.lexical import LexicalIndex
 from service.rows import RowTable
 from service.settings import Settings
 from service.snapshot import SnapshotData, SnapshotError, read_snapshot, snapshots, write_snapshot
@@ -314,3 +316,26 @@ def test_an_encoder_of_the_older_dense_format_still_runs(tmp_path: Path) -> None
     old.check_against(U)
     with pytest.raises(BundleError, match="expected inputs"):
         QueryEncoder(tmp_path / "old.onnx", vocab_size=31, index_dims=4, threads=1)
+
+
+def test_a_snapshots_tfidf_rows_are_mapped_and_serve_like_a_copy(tmp_path: Path) -> None:
+    """The tf-idf rows of a snapshot are memory-mapped read-only (shared by the workers that load it); the
+    lexical index over them scores as over an in-memory copy, and appends and merges make new arrays."""
+    written = _snapshot(4, rows=50)
+    path = write_snapshot(tmp_path / "cache", written)
+    data = read_snapshot(path, bundle_hash="hash", store_uuid="store", index_tag="flat", index_dims=4, vocab_size=7)
+    for array in (data.tfidf.data, data.tfidf.indices):
+        owner = array
+        while owner is not None and not isinstance(owner, np.memmap | mmap.mmap):
+            owner = getattr(owner, "base", None)
+        assert owner is not None and not array.flags.writeable
+    weights = np.linspace(0.5, 1.5, 7).astype(np.float32)
+    mapped = LexicalIndex(weights, data.tfidf)
+    copied = LexicalIndex(weights, sp.csc_matrix(written.tfidf.toarray()))
+    words, values = np.array([1, 3, 6]), np.array([0.5, 0.7, 0.2])
+    np.testing.assert_array_equal(mapped.query(words, values).everywhere(), copied.query(words, values).everywhere())
+    extra = sp.random(3, 7, density=0.5, format="csr", dtype=np.float32, random_state=9)
+    merged = mapped.appended(extra).merged()
+    assert merged.rows == 53
+    expected = copied.appended(extra).merged().query(words, values).everywhere()
+    np.testing.assert_allclose(merged.query(words, values).everywhere(), expected)
