@@ -73,13 +73,15 @@ class _TimedLexical:
             self._spent[0] += CLOCK() - started
 
 
-def profile(collection: Any, settings: Any, queries: list[str], k: int) -> dict[str, Any]:
+def profile(collection: Any, settings: Any, queries: list[str], k: int, rerank: str = "service") -> dict[str, Any]:
+    """`rerank`: "service" (the path the service takes), or "dense" / "pruned" to force exact_top's scanned
+    path (l of every row, densely) or its pruned one (MaxScore over the posting lists), to compare them."""
     from service.rerank import exact_top
     from service.routes.search import to_result
     from service.schemas import SearchRequest, SearchResponse
 
     state = collection.ready_state()
-    pool = settings.scan_pool if state.config.index_type != "hnsw" else settings.candidate_pool
+    pool = collection.pool(state)
     times: dict[str, list[float]] = {stage: [] for stage in STAGES}
     candidates: list[int] = []
     for query in queries:
@@ -115,7 +117,7 @@ def profile(collection: Any, settings: Any, queries: list[str], k: int) -> dict[
         lexical = _TimedLexical(state.lexical.query(words, values), spent)
         ranked = exact_top(
             embedded[0], k, semantic, lexical, state.index.vectors, state.table.live, n_live, pool,
-            scan=state.config.index_type != "hnsw",
+            scan={"dense": True, "pruned": False}.get(rerank, state.config.index_type != "hnsw"),
         )  # fmt: skip
         t5 = CLOCK()
         result = state._result(ranked, k, None, query_words=words.shape[0])
@@ -188,6 +190,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clock", choices=["cpu", "process", "wall"], default="cpu")
     parser.add_argument("--pool", type=int, help="SSI_SCAN_POOL (K of the first flat/IVF pool)")
+    parser.add_argument("--index-type", choices=["flat", "ivf", "hnsw"], default="flat")
+    parser.add_argument("--ivf-nlist", type=int, default=0, help="SSI_IVF_NLIST (0: from the collection size)")
+    parser.add_argument("--nprobe", type=int, default=32, help="SSI_IVF_NPROBE")
+    parser.add_argument("--rerank", choices=["service", "dense", "pruned"], default="service")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     global CLOCK
@@ -209,15 +215,22 @@ def main(argv: list[str] | None = None) -> None:
     queries = keyword_queries(corpus, args.queries, 5)
     pool = {"scan_pool": args.pool} if args.pool else {}
     settings = Settings(
-        bundle=args.bundle, corpus=corpus, cache_dir=args.work_dir / "cache", threads=args.threads, **pool
+        bundle=args.bundle,
+        corpus=corpus,
+        cache_dir=args.work_dir / "cache",
+        threads=args.threads,
+        index_type=args.index_type,
+        ivf_nlist=args.ivf_nlist,
+        ivf_nprobe=args.nprobe,
+        **pool,
     )
     collection = Collection("documents", CollectionSpec(bundle=args.bundle, corpus=corpus), settings, Metrics())
     started = time.perf_counter()
     collection.load()
     load_seconds = time.perf_counter() - started
     try:
-        profile(collection, settings, queries[:20], args.k)  # warm-up
-        report = profile(collection, settings, queries, args.k)
+        profile(collection, settings, queries[:20], args.k, args.rerank)  # warm-up
+        report = profile(collection, settings, queries, args.k, args.rerank)
     finally:
         collection.close()
     report["load_seconds"] = round(load_seconds, 2)

@@ -129,6 +129,10 @@ def bench(
     nprobe: Annotated[str, typer.Option(help="IVF nprobe values for recall")] = "1,4,16,64,256",
     threads: Annotated[int, typer.Option(help="SSI_THREADS of the served process")] = 2,
     workers: Annotated[int, typer.Option(help="SSI_WORKERS of the served process", min=1, max=64)] = 1,
+    setting: Annotated[
+        list[str] | None,
+        typer.Option(help="Another setting of the served process, NAME=VALUE for SSI_NAME (repeatable)"),
+    ] = None,
 ) -> None:
     """Benchmark the service over HTTP against an in-process BM25 (bm25s) on the same corpus, in one run.
 
@@ -150,6 +154,12 @@ def bench(
         type_list = ["flat", *[t for t in type_list if t != "flat"]]
     if corpus is None and generate <= 0:
         raise typer.BadParameter("give --corpus FILE or --generate N")
+    extra: dict[str, str] = {}
+    for item in setting or []:
+        name, equals, value = item.partition("=")
+        if not equals or not name.strip():
+            raise typer.BadParameter(f"--setting: expected NAME=VALUE (e.g. ivf_nlist=4000), got {item!r}")
+        extra["SSI_" + name.strip().upper().removeprefix("SSI_")] = value
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     config = BenchConfig(
         bundle=bundle,
@@ -167,6 +177,7 @@ def bench(
         nprobe=_ints(nprobe, "--nprobe"),
         threads=threads,
         workers=workers,
+        extra_settings=extra,
     )
     run_bench(config, log=lambda line: typer.echo(line, err=True))
 

@@ -244,7 +244,7 @@ class Collection:
         self._catch_up()
         state = self.ready_state()
         self._check_knobs(state, ef_search, nprobe)
-        results = state.search(queries, k + offset, pool=self._pool(state), ef_search=ef_search, nprobe=nprobe)
+        results = state.search(queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe)
         for result in results:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
         return [result.page(offset) for result in results]
@@ -261,7 +261,7 @@ class Collection:
         doc = self.get(doc_id)
         text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
         (result,) = state.search(
-            [text], k + offset, pool=self._pool(state), exclude=[doc_id], max_words=self.settings.max_page_words
+            [text], k + offset, pool=self.pool(state), exclude=[doc_id], max_words=self.settings.max_page_words
         )
         self.metrics.candidates.labels(self.name).observe(result.candidates)
         return result.page(offset)
@@ -273,8 +273,8 @@ class Collection:
                 f"collection '{self.name}' holds {self.type}: {route} serves {wanted} collections only"
             )
 
-    def _pool(self, state: ModelState) -> int:
-        return self.settings.candidate_pool if state.config.index_type == "hnsw" else self.settings.scan_pool
+    def pool(self, state: ModelState) -> int:
+        return state.first_pool(self.settings.candidate_pool, self.settings.scan_pool)
 
     def get(self, doc_id: str) -> StoredDocument:
         doc = self._ready_store().get(doc_id)

@@ -78,7 +78,7 @@ def _match_one(
     k: int,
     ad_filter: AdFilter,
 ) -> PageMatch:
-    pool = settings.candidate_pool if state.config.index_type == "hnsw" else settings.scan_pool
+    pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
     want = k
     while True:
         n_live = state.table.n_live

@@ -75,6 +75,14 @@ class QueryResult:
         )
 
 
+# A scanning index's first pool grows with the collection: one row of K per SCAN_POOL_ROWS live rows, at least
+# SSI_SCAN_POOL. The k-th pool score s_K bounds what the rows outside the pool can reach, and at 1 M passages
+# (IVF 4,000 lists, nprobe 512) K = 128 left a median of 1,998 rows to score exactly and took 7.97 ms a query
+# in process (p99 19.9), K = 512 left 498 and took 6.61 ms (p99 15.6; 7.34 ms in a second run), K = 2,048 left
+# 143 and took 7.46 ms (benchmarks.search_stages --index-type ivf --pool K). At 100k the floor, 128, stays.
+SCAN_POOL_ROWS = 2000
+
+
 class ModelState:
     def __init__(
         self,
@@ -109,6 +117,13 @@ class ModelState:
         # Set when a write failed halfway through its in-memory apply: this state no longer matches
         # the store and must be neither searched nor snapshotted (the collection rebuilds it).
         self.broken = False
+
+    def first_pool(self, candidate_pool: int, scan_pool: int) -> int:
+        """K of the first index search: SSI_CANDIDATE_POOL for HNSW (its cost grows with K), else SSI_SCAN_POOL
+        or more for a large collection (SCAN_POOL_ROWS)."""
+        if self.config.index_type == "hnsw":
+            return candidate_pool
+        return max(scan_pool, self.table.n_live // SCAN_POOL_ROWS)
 
     def search(
         self,

@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     # 204 lexical candidates (21 with 1,024), which the dense rerank scores in less than the difference.
     # An HNSW search grows with K (efSearch ≥ K), so it gets a smaller one.
     candidate_pool: int = Field(default=64, ge=1, le=100_000, description="K of HNSW searches")
-    scan_pool: int = Field(default=128, ge=1, le=1_000_000, description="K of flat and IVF searches")
+    scan_pool: int = Field(default=128, ge=1, le=1_000_000, description="least K of flat and IVF searches")
 
     # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.
     threads: int = Field(default_factory=default_threads, ge=1, le=256)

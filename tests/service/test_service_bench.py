@@ -74,3 +74,16 @@ def test_wrk_drives_searches_and_counts_refusals_as_errors(small_world: dict, tm
     assert 0 < good.p50_ms <= good.p99_ms
     assert refused.requests == 0 and refused.errors > 0
     assert health.errors == 0 and health.requests > good.requests / 4
+
+
+def test_bench_refuses_a_malformed_setting_before_starting_anything(small_world: dict, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from service.__main__ import app
+
+    args = ["bench", "--bundle", str(small_world["bundle"]), "--generate", "10", "--work-dir", str(tmp_path)]
+    result = CliRunner().invoke(app, [*args, "--setting", "ivf_nlist"])
+    assert result.exit_code == 2 and "expected NAME=VALUE" in result.output
+    result = CliRunner().invoke(app, [*args, "--workers", "0"])
+    assert result.exit_code == 2
+    assert not any(tmp_path.iterdir())  # nothing was started or written
