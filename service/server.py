@@ -87,12 +87,11 @@ def uvicorn_config(app: Any, settings: Settings) -> Any:
 
 def run(settings: Settings) -> int:
     """Serve until interrupted; returns the process exit code (1 if a collection could not load)."""
+    configure_process(settings)
     if settings.workers > 1:
-        configure_process(settings)
         from service.workers import supervise
 
         return supervise(settings)
-    configure_process(settings)
     import uvicorn
 
     from service.app import create_app
