@@ -48,7 +48,8 @@ def serve(
     ] = None,
     threads: Annotated[int | None, typer.Option(help="FAISS and onnxruntime threads (env SSI_THREADS)")] = None,
     workers: Annotated[
-        int | None, typer.Option(help="Server processes sharing the socket and data folder (env SSI_WORKERS)")
+        int | None,
+        typer.Option(help="Server processes on the port and data folder, each with its own index (env SSI_WORKERS)"),
     ] = None,
     insecure_writes: Annotated[
         bool | None,
