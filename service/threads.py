@@ -53,17 +53,25 @@ MALLOC_ARENAS = 2
 _M_ARENA_MAX = -8  # glibc's mallopt parameter number (malloc.h)
 
 
+def libc() -> ctypes.CDLL | None:
+    """The C library, for the few calls the service makes into it (None where it cannot be found or loaded)."""
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    try:
+        return ctypes.CDLL(name, use_errno=True)
+    except OSError:
+        return None
+
+
 def limit_malloc_arenas(arenas: int = MALLOC_ARENAS) -> bool:
     """Bound glibc's malloc arenas (returns whether it was set); a no-op elsewhere or if MALLOC_ARENA_MAX is set."""
     if "MALLOC_ARENA_MAX" in os.environ:
         return False
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
+    lib = libc()
     try:
-        libc = ctypes.CDLL(name)
-        return bool(libc.mallopt(_M_ARENA_MAX, arenas))
-    except (OSError, AttributeError):  # not glibc (musl, macOS): nothing to bound
+        return lib is not None and bool(lib.mallopt(_M_ARENA_MAX, arenas))
+    except AttributeError:  # not glibc (musl, macOS): nothing to bound
         return False
 
 
@@ -73,12 +81,10 @@ def release_free_memory() -> bool:
     An online compaction or a reload builds a new index beside the live one and then drops the old one;
     glibc keeps those pages otherwise, and RSS steps up at each swap. Returns whether it ran.
     """
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return False
+    lib = libc()
     try:
-        return bool(ctypes.CDLL(name).malloc_trim(0))
-    except (OSError, AttributeError):  # not glibc: nothing to trim
+        return lib is not None and bool(lib.malloc_trim(0))
+    except AttributeError:  # not glibc: nothing to trim
         return False
 
 

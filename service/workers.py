@@ -1,4 +1,4 @@
-"""`ssi serve --workers N` (SSI_WORKERS): N server processes answering on one socket over one data folder.
+"""`ssi serve --workers N` (SSI_WORKERS): N server processes answering on one port over one data folder.
 
 Why: one process runs the request path's Python (HTTP, JSON, tokenizing, the exact rerank) under one
 GIL, so it uses about one core however many the machine has; FAISS alone runs outside it. Several
@@ -35,8 +35,6 @@ one would reach a single worker: restart with the new bundle instead.
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import multiprocessing
 import os
@@ -51,6 +49,7 @@ from types import FrameType
 
 from service.instance_lock import FolderInUse, FolderLock
 from service.settings import Settings
+from service.threads import libc
 
 log = logging.getLogger("service")
 
@@ -87,12 +86,12 @@ def listen(settings: Settings) -> socket.socket:
 
 def die_with_parent(parent: int) -> None:
     """Be SIGKILLed when the supervisor dies (Linux prctl PR_SET_PDEATHSIG); exit now if it already has."""
-    libc_name = ctypes.util.find_library("c")
-    if libc_name is not None:
-        try:
-            ctypes.CDLL(libc_name, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):  # not Linux: the supervisor's own stop still reaches the workers
-            pass
+    lib = libc()
+    try:
+        if lib is not None:
+            lib.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    except AttributeError:  # not Linux: the supervisor's own stop still reaches the workers
+        pass
     if os.getppid() != parent:
         os._exit(1)
 
