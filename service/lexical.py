@@ -14,6 +14,15 @@ of the other words are scanned, and the low words' exact contributions are looke
 in their sorted posting lists) for the few documents that survive. Frequent words have a small idf,
 hence a small m_i, so their long posting lists are the ones skipped.
 
+A single row can make m_i loose: on 1 M Wikispeedia passages a word in 300k of them had m_i 0.18 from
+one passage holding little else, while 99 % of its postings were below 0.02 (θ is ~0.15). So each long
+posting list (≥ HEAD_MIN postings) of the base matrix keeps its ~1/HEAD_SHARE highest postings apart,
+in a "head" (impact layering, as in Anh & Moffat's impact-ordered indexes): the rest of the list is
+bounded by its cut c_i, a word is low when Σ w_i⁺ q_i c_i stays within θ, and a low word's head is
+still scanned (into the bound only), so a row in no scanned list has l⁺ ≤ θ. When the lists that
+must be scanned still cover much of the collection, one dense pass over every list costs about as
+much and leaves nothing to look up (`_dense_above`).
+
 Rows are appended, never removed (deleted rows are masked by the caller). Appends go to a small
 delta matrix; `appended` and `merged` return new objects instead of mutating, so a search holding
 the old object is never disturbed and the costly merge runs outside the writers' exclusive section.
@@ -21,10 +30,23 @@ the old object is never disturbed and the costly merge runs outside the writers'
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import scipy.sparse as sp
 
 DELTA_ROWS = 4096  # appended rows kept apart before a merge into the base matrix
+
+# What a step of each way of reading posting lists costs (ns, numpy on the 2-core dev machine; one
+# run of each on 1 M rows): one row looked up in one sorted posting list (np.searchsorted), one
+# posting added into a dense array (np.bincount), one row of that array allocated and read back.
+SEARCH_NS = 40.0
+POSTING_NS = 5.0
+ROW_NS = 0.5
+# Above rows / DENSE_SHARE postings, summing the lists in one dense pass beats sorting them (1 M rows).
+DENSE_SHARE = 8
+HEAD_MIN = 2048  # a base posting list at least this long keeps a head
+HEAD_SHARE = 64  # of about 1/HEAD_SHARE of its postings
 
 Scored = tuple[np.ndarray, np.ndarray, np.ndarray]  # rows (sorted), l, l⁺
 
@@ -57,6 +79,51 @@ def _row_norm_max(matrix: sp.csc_matrix) -> float:
     return float(np.sqrt(squares.max()))
 
 
+def _heads(matrix: sp.csc_matrix, column_max: np.ndarray) -> tuple[sp.csc_matrix, np.ndarray]:
+    """(head, cut): `head` holds the postings of each long list above that list's cut, and `cut[i]` bounds
+    every other posting of word i (its column max where the list is short and its head empty)."""
+    cut = column_max.copy()
+    counts = np.diff(matrix.indptr)
+    head_counts = np.zeros(matrix.shape[1], dtype=np.int64)
+    indices: list[np.ndarray] = []
+    data: list[np.ndarray] = []
+    for word in np.flatnonzero(counts >= HEAD_MIN).tolist():
+        start, end = matrix.indptr[word], matrix.indptr[word + 1]
+        values = matrix.data[start:end]
+        rank = values.shape[0] - values.shape[0] // HEAD_SHARE - 1
+        cut[word] = np.partition(values, rank)[rank]
+        above = values > cut[word]
+        indices.append(matrix.indices[start:end][above])
+        data.append(values[above])
+        head_counts[word] = indices[-1].shape[0]
+    indptr = np.concatenate(([0], np.cumsum(head_counts)))
+    head = sp.csc_matrix(
+        (
+            np.concatenate(data) if data else np.zeros(0, dtype=np.float32),
+            np.concatenate(indices) if indices else np.zeros(0, dtype=matrix.indices.dtype),
+            indptr,
+        ),
+        shape=matrix.shape,
+    )
+    return head, cut
+
+
+@dataclass(frozen=True, slots=True)
+class _BaseBounds:
+    """What the pruning needs from the base matrix, computed once per base (appends keep it)."""
+
+    column_max: np.ndarray
+    row_norm_max: float
+    head: sp.csc_matrix
+    cut: np.ndarray
+
+    @classmethod
+    def of(cls, base: sp.csc_matrix) -> _BaseBounds:
+        column_max = _column_max(base)
+        head, cut = _heads(base, column_max)
+        return cls(column_max, _row_norm_max(base), head, cut)
+
+
 def _empty() -> Scored:
     nothing = np.zeros(0, dtype=np.float64)
     return np.zeros(0, dtype=np.int64), nothing, nothing
@@ -68,18 +135,18 @@ class LexicalIndex:
         weights: np.ndarray,
         base: sp.spmatrix,
         delta: sp.spmatrix | None = None,
-        base_column_max: np.ndarray | None = None,
-        base_row_norm_max: float | None = None,
+        base_bounds: _BaseBounds | None = None,
     ) -> None:
         self.weights = np.asarray(weights, dtype=np.float32)
         self.n_words = self.weights.shape[0]
         self.nonnegative = bool((self.weights >= 0).all())
         self._base = _csc(base, self.n_words)
         self._delta = _csc(delta if delta is not None else sp.csc_matrix((0, self.n_words)), self.n_words)
-        self._base_column_max = _column_max(self._base) if base_column_max is None else base_column_max
-        self.column_max = np.maximum(self._base_column_max, _column_max(self._delta))
-        self._base_row_norm_max = _row_norm_max(self._base) if base_row_norm_max is None else base_row_norm_max
-        self.row_norm_max = max(self._base_row_norm_max, _row_norm_max(self._delta))
+        self._bounds = _BaseBounds.of(self._base) if base_bounds is None else base_bounds
+        self.column_max = np.maximum(self._bounds.column_max, _column_max(self._delta))
+        self.row_norm_max = max(self._bounds.row_norm_max, _row_norm_max(self._delta))
+        self.head = self._bounds.head
+        self.cut = self._bounds.cut  # bounds the base postings outside the head (the delta has no head)
 
     @property
     def rows(self) -> int:
@@ -96,7 +163,7 @@ class LexicalIndex:
     def appended(self, rows: sp.spmatrix) -> LexicalIndex:
         """A new index with `rows` (documents × words tf-idf) added after the current last row."""
         delta = sp.vstack([self._delta, sp.csr_matrix(rows, dtype=np.float32)], format="csc")
-        return LexicalIndex(self.weights, self._base, delta, self._base_column_max, self._base_row_norm_max)
+        return LexicalIndex(self.weights, self._base, delta, self._bounds)
 
     def merged(self) -> LexicalIndex:
         return LexicalIndex(self.weights, self.matrix())
@@ -120,6 +187,17 @@ class LexicalIndex:
         return self.query(word_ids, values).above(-np.inf)
 
 
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """Posting lists laid end to end: per posting its row, its exact w_i q_i d_i and w_i⁺ q_i d_i (0 for a
+    head posting of a low word, whose word is looked up later), and what it adds to the bound only."""
+
+    rows: np.ndarray
+    exact: np.ndarray
+    exact_upper: np.ndarray | None  # None: equal to `exact` (every weight ≥ 0)
+    bound_only: np.ndarray | None  # None: no head postings
+
+
 class LexicalQuery:
     """The diagonal term of one query q = (word_ids, values) against one LexicalIndex."""
 
@@ -129,6 +207,7 @@ class LexicalQuery:
         self.weight = index.weights[self.words].astype(np.float64) * q  # w_i q_i
         self.positive = np.maximum(self.weight, 0.0)
         self.bound = self.positive * index.column_max[self.words]  # m_i: the most word i can add
+        self.tail_bound = self.positive * index.cut[self.words]  # what word i adds outside its head
         # The most l⁺ can be for any row: Σ m_i, and (Cauchy–Schwarz) max_i w_i⁺ · ‖q‖ · max_d ‖d‖,
         # which is max w⁺ for unit tf-idf vectors; service.rerank prunes the pool with it.
         w_max = float(np.maximum(index.weights[self.words], 0.0).max(initial=0.0))
@@ -137,11 +216,15 @@ class LexicalQuery:
         self.nonnegative = index.nonnegative
         self.n_rows = index.rows
         self._parts = index.parts()
+        self._head = index.head
         # The first scan of posting lists, reused when the caller raises the threshold (a wider pool).
-        self._scanned: tuple[float, np.ndarray, float, Scored] | None = None
+        self._scanned: tuple[float, np.ndarray, tuple[np.ndarray, ...]] | None = None
 
-    def for_rows(self, rows: np.ndarray, words: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Exact (l, l⁺) of the given rows (any order), over all query words or the given positions."""
+    def for_rows(
+        self, rows: np.ndarray, words: np.ndarray | None = None, base_only: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Exact (l, l⁺) of the given rows (any order), over all query words or the given positions
+        (`base_only`: their postings in the base matrix alone)."""
         rows = np.asarray(rows, dtype=np.int64)
         lexical = np.zeros(rows.shape[0], dtype=np.float64)
         upper = np.zeros(rows.shape[0], dtype=np.float64)
@@ -150,7 +233,7 @@ class LexicalQuery:
         order = np.argsort(rows, kind="stable")
         sorted_rows = rows[order]
         chosen = range(self.words.shape[0]) if words is None else words.tolist()
-        for matrix, first in self._parts:
+        for matrix, first in self._parts[:1] if base_only else self._parts:
             lo, hi = np.searchsorted(sorted_rows, [first, first + matrix.shape[0]])
             if hi <= lo:
                 continue
@@ -182,70 +265,137 @@ class LexicalQuery:
         earlier one reuses that call's scan: its low words' bound still bounds what it skipped.
         """
         if self._scanned is not None and threshold >= self._scanned[0]:
-            _, low, low_total, (rows, lexical, upper) = self._scanned
+            _, low, (rows, lexical, upper, heads) = self._scanned
         else:
-            order = np.argsort(self.bound, kind="stable")
-            prefix = np.cumsum(self.bound[order])
-            n_low = int(np.searchsorted(prefix, threshold, side="right")) if np.isfinite(threshold) else 0
-            low, high = order[:n_low], order[n_low:]
-            low_total = float(prefix[n_low - 1]) if n_low else 0.0
-            rows, lexical, upper = self._aggregate(high) if high.shape[0] else _empty()
-            self._scanned = (threshold, low, low_total, (rows, lexical, upper))
-        if rows.shape[0] and np.isfinite(threshold):
-            keep = upper + low_total > threshold
-            rows, lexical, upper = rows[keep], lexical[keep], upper[keep]
-        if low.shape[0] and rows.shape[0]:
-            extra_lexical, extra_upper = self.for_rows(rows, low)
-            lexical, upper = lexical + extra_lexical, upper + extra_upper
+            low = self._low_words(threshold)
+            high = np.setdiff1d(np.arange(self.words.shape[0]), low)
+            scan = self._postings(high, low)
+            if scan.rows.shape[0] * DENSE_SHARE < self.n_rows:
+                rows, lexical, upper, heads = self._summed(scan)
+            else:  # the lists to scan cover much of the collection: one dense pass over every list costs about
+                # as much as theirs alone, and leaves nothing to look up
+                low = low[:0]
+                rows, lexical, upper = self._dense_above(threshold)
+                heads = np.zeros(rows.shape[0], dtype=np.float64)
+            self._scanned = (threshold, low, (rows, lexical, upper, heads))
+        # Each low word's exact part, largest bound first, for the rows whose l⁺ can still exceed θ: at most
+        # what is known (low words' heads included) + the bounds of the low words not yet looked up.
+        for done in range(low.shape[0] + 1):
+            if rows.shape[0] and np.isfinite(threshold):
+                keep = upper + heads + float(self.tail_bound[low[done:]].sum()) > threshold
+                rows, lexical, upper, heads = rows[keep], lexical[keep], upper[keep], heads[keep]
+            if done == low.shape[0] or rows.shape[0] == 0:
+                break
+            word_lexical, word_upper = self._looked_up(rows, low[done])
+            lexical, upper = lexical + word_lexical, upper + word_upper
         return rows, lexical, upper
 
-    def _postings(self, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None] | None:
-        """The posting lists of the query words at `positions`, laid end to end: (rows, w_i q_i d_i, w_i⁺ q_i d_i)
-        (the last None when every weight is ≥ 0); None when none of them is in any row."""
-        row_parts: list[np.ndarray] = []
-        val_parts: list[np.ndarray] = []
-        pos_parts: list[np.ndarray] = []
-        for matrix, first in self._parts:
+    def _low_words(self, threshold: float) -> np.ndarray:
+        """Positions of the query words whose lists a scan for `threshold` can skip (low words, largest tail bound
+        first): Σ of their tail bounds stays within θ; the words that skip the most postings per unit of bound
+        are taken first."""
+        if not np.isfinite(threshold):
+            return np.zeros(0, dtype=np.int64)
+        lengths = sum(matrix.indptr[self.words + 1] - matrix.indptr[self.words] for matrix, _ in self._parts)
+        ratio = lengths / np.maximum(self.tail_bound, 1e-300)
+        low: list[int] = []
+        total = 0.0
+        for j in np.argsort(-ratio, kind="stable").tolist():
+            if total + self.tail_bound[j] <= threshold:
+                low.append(j)
+                total += float(self.tail_bound[j])
+        low_array = np.asarray(low, dtype=np.int64)
+        return low_array[np.argsort(-self.tail_bound[low_array], kind="stable")]
+
+    def skipped_words(self) -> np.ndarray:
+        """The word ids whose posting lists the last scan left out (their heads aside): they were looked up
+        for the rows that passed, nothing else."""
+        return self.words[self._scanned[1]] if self._scanned is not None else self.words[:0]
+
+    def _looked_up(self, rows: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """(l, l⁺) of `rows` over the base postings of the query word at `position` (its delta postings were
+        scanned): a binary search per row when the rows are few, else one dense pass over its posting list,
+        whichever costs less."""
+        base = self._parts[0][0]
+        word = self.words[position]
+        postings = int(base.indptr[word + 1] - base.indptr[word])
+        positions = np.array([position])
+        if rows.shape[0] * SEARCH_NS <= postings * POSTING_NS + self.n_rows * ROW_NS:
+            return self.for_rows(rows, positions, base_only=True)
+        scan = self._postings(positions, positions[:0], base_only=True)
+        lexical = np.bincount(scan.rows, weights=scan.exact, minlength=self.n_rows)[rows]
+        if scan.exact_upper is None:
+            return lexical, lexical
+        return lexical, np.bincount(scan.rows, weights=scan.exact_upper, minlength=self.n_rows)[rows]
+
+    def _postings(self, full: np.ndarray, headed: np.ndarray, base_only: bool = False) -> _Scan:
+        """The posting lists of the query words at `full` in every part (or the base alone), and of those at
+        `headed` their base heads (to the bound only) and their whole delta lists (exactly)."""
+        rows: list[np.ndarray] = []
+        exact: list[np.ndarray] = []
+        exact_upper: list[np.ndarray] = []
+        bound_only: list[np.ndarray] = []
+        parts = self._parts[:1] if base_only else self._parts
+        lists = [(matrix, first, full, False) for matrix, first in parts]
+        if headed.shape[0]:
+            lists += [(self._head, 0, headed, True), (*self._parts[1], headed, False)]
+        for matrix, first, positions, is_head in lists:
             indptr, indices, data = matrix.indptr, matrix.indices, matrix.data
             for j in positions.tolist():
                 word = self.words[j]
                 start, end = indptr[word], indptr[word + 1]
-                if end > start:
-                    # float32 and the postings' own int32 ids: these arrays can hold most of the collection.
-                    postings = data[start:end]
-                    row_parts.append(indices[start:end] + np.int32(first) if first else indices[start:end])
-                    val_parts.append(postings * np.float32(self.weight[j]))
-                    if not self.nonnegative:
-                        pos_parts.append(postings * np.float32(self.positive[j]))
-        if not row_parts:
-            return None
-        pos = np.concatenate(pos_parts) if pos_parts else None
-        return np.concatenate(row_parts), np.concatenate(val_parts), pos
+                if end == start:
+                    continue
+                # float32 and the postings' own int32 ids: these arrays can hold most of the collection.
+                values = data[start:end]
+                rows.append(indices[start:end] + np.int32(first) if first else indices[start:end])
+                zeros = np.zeros(values.shape[0], dtype=np.float32)
+                exact.append(zeros if is_head else values * np.float32(self.weight[j]))
+                exact_upper.append(zeros if is_head else values * np.float32(self.positive[j]))
+                bound_only.append(values * np.float32(self.positive[j]) if is_head else zeros)
+        if not rows:
+            nothing = np.zeros(0, dtype=np.float32)
+            return _Scan(np.zeros(0, dtype=np.int32), nothing, None, None)
+        return _Scan(
+            rows=np.concatenate(rows),
+            exact=np.concatenate(exact),
+            exact_upper=None if self.nonnegative else np.concatenate(exact_upper),
+            bound_only=np.concatenate(bound_only) if headed.shape[0] else None,
+        )
 
-    def everywhere(self) -> np.ndarray:
-        """l(d) of every row, float64 [rows] (0 where no query word occurs): one pass over the query's
-        posting lists into a dense array, for callers that scan the collection anyway (a flat index)."""
-        found = self._postings(np.arange(self.words.shape[0]))
-        if found is None:
-            return np.zeros(self.n_rows, dtype=np.float64)
-        rows, vals, _ = found
-        return np.bincount(rows, weights=vals, minlength=self.n_rows)
+    def _summed(self, scan: _Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """(rows, l, l⁺, heads) summed per row over the scanned postings (heads: the low words' head postings,
+        kept for the bound): the lists are each sorted by row, so a stable sort of them laid end to end
+        merges runs (timsort)."""
+        if scan.rows.shape[0] == 0:
+            return (*_empty(), np.zeros(0, dtype=np.float64))
+        order = np.argsort(scan.rows, kind="stable")
+        ordered = scan.rows[order]
+        starts = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
 
-    def _aggregate(self, positions: np.ndarray) -> Scored:
-        """Σ over the posting lists of the query words at `positions`, for every row they hold."""
-        found = self._postings(positions)
-        if found is None:
+        def total(values: np.ndarray) -> np.ndarray:
+            return np.add.reduceat(values[order].astype(np.float64), starts)
+
+        lexical = total(scan.exact)
+        upper = lexical if scan.exact_upper is None else total(scan.exact_upper)
+        heads = np.zeros(starts.shape[0], dtype=np.float64) if scan.bound_only is None else total(scan.bound_only)
+        return ordered[starts].astype(np.int64), lexical, upper, heads
+
+    def _dense_above(self, threshold: float) -> Scored:
+        """The rows sharing a word with q whose l⁺ exceeds `threshold`, from one dense pass over every
+        query word's posting list (np.bincount into an array of all rows)."""
+        scan = self._postings(np.arange(self.words.shape[0]), self.words[:0])
+        if scan.rows.shape[0] == 0:
             return _empty()
-        rows, vals, pos = found
-        # Few postings: aggregate by sorting them; many: one dense pass over the rows is cheaper.
-        if rows.shape[0] * 8 < self.n_rows:
-            unique, inverse = np.unique(rows, return_inverse=True)
-            lexical = np.bincount(inverse, weights=vals, minlength=unique.shape[0])
-            upper = lexical if pos is None else np.bincount(inverse, weights=pos, minlength=unique.shape[0])
-            return unique.astype(np.int64), lexical, upper
-        present = np.zeros(self.n_rows, dtype=bool)
-        present[rows] = True
-        unique = np.flatnonzero(present)
-        lexical = np.bincount(rows, weights=vals, minlength=self.n_rows)[unique]
-        upper = lexical if pos is None else np.bincount(rows, weights=pos, minlength=self.n_rows)[unique]
-        return unique, lexical, upper
+        lexical = np.bincount(scan.rows, weights=scan.exact, minlength=self.n_rows)
+        if scan.exact_upper is None:
+            upper = lexical
+        else:
+            upper = np.bincount(scan.rows, weights=scan.exact_upper, minlength=self.n_rows)
+        if threshold >= 0:  # a row sharing no word has l⁺ = 0: not above
+            hit = np.flatnonzero(upper > threshold)
+        else:
+            present = np.zeros(self.n_rows, dtype=bool)
+            present[scan.rows] = True
+            hit = np.flatnonzero(present & (upper > threshold))
+        return hit, lexical[hit], upper[hit]

@@ -35,13 +35,14 @@ combined); nothing above depends on how s is scaled, so both bounds hold as they
 With an approximate index (HNSW, IVF) s_K is not a true bound and the result is approximate; its
 recall against this exact ranking is what `ssi bench` reports.
 
-When the index scans the collection anyway (flat, IVF) and every weight is ≥ 0, the same argument
-runs on dense arrays (`_scanned_top`): l of every row in one pass over the query's posting lists
-(LexicalQuery.everywhere), so a pool row's l is a lookup instead of a binary search per word, and
-the rows with l > θ are one comparison. Only the rows within float32 rounding of the `want`-th
-score are then rescored in float64 from their embeddings: on 100k Wikispeedia passages the
-lexical candidates and the rerank took 0.64 ms of CPU a query against 1.22 ms with the binary
-searches and K = 1,024 (benchmarks.search_stages, one run of each).
+When the index scans the collection anyway (flat, IVF) and every weight is ≥ 0 (`_scanned_top`),
+the pool is taken with FAISS's float32 scores as they are and only the rows within float32 rounding of
+the `want`-th score are rescored in float64 from their embeddings. The rows beyond the pool come
+from `LexicalQuery.above(θ)`, whose posting-list pruning (service.lexical) skips the long lists of
+frequent words. Earlier this path summed every query word's posting list into a dense array of all
+rows: on 1 M passages that was a median of 430k postings a query (0.96 M for the load test's
+queries), and the lexical candidates and the rerank took 2.35 + 1.02 ms a query (mean, wall) against
+1.55 + 0.58 ms pruned (benchmarks.search_stages, IVF nprobe 384, one run of each).
 """
 
 from __future__ import annotations
@@ -67,8 +68,6 @@ class LexicalTerm(Protocol):
     def for_rows(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]: ...
 
     def above(self, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
-
-    def everywhere(self) -> np.ndarray: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,11 +152,7 @@ def exact_top(
             continue
         slack = _float_slack(tau, s_k) if np.isfinite(tau) else 0.0
         threshold = tau - s_k - slack
-        rows, lexical_rows, upper = lexical.above(threshold)
-        chosen = live[rows] & (upper > threshold)
-        if rows.shape[0] and found.shape[0]:  # drop rows already in the pool (rows are sorted)
-            at = np.minimum(np.searchsorted(rows, found), rows.shape[0] - 1)
-            chosen[at[rows[at] == found]] = False
+        rows, lexical_rows, chosen = _beyond_pool(lexical, threshold, found, live)
         budget = max(8 * K, n_live // 8) if scan else 8 * K
         widest = n_live if scan else min(n_live, 16 * max(pool, want))
         if K < widest and int(chosen.sum()) > budget:
@@ -180,6 +175,19 @@ def exact_top(
     )
 
 
+def _beyond_pool(
+    lexical: LexicalTerm, threshold: float, found: np.ndarray, live: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The rows listed by `lexical.above(threshold)` with their l, and which of them are live, outside the
+    pool `found` and have l⁺ > threshold: the documents the index missed that may still be in the top."""
+    rows, lexical_rows, upper = lexical.above(threshold)
+    chosen = live[rows] & (upper > threshold)
+    if rows.shape[0] and found.shape[0]:  # drop rows already in the pool (rows are sorted)
+        at = np.minimum(np.searchsorted(rows, found), rows.shape[0] - 1)
+        chosen[at[rows[at] == found]] = False
+    return rows, lexical_rows, chosen
+
+
 def _scanned_top(
     uq: np.ndarray,
     want: int,
@@ -190,8 +198,7 @@ def _scanned_top(
     n_live: int,
     pool: int,
 ) -> Ranked:
-    """`exact_top` for a scanning index and weights ≥ 0, on dense arrays (see the module docstring)."""
-    l_all = lexical.everywhere()
+    """`exact_top` for a scanning index and weights ≥ 0 (see the module docstring)."""
     K = min(max(pool, want), n_live)
     searches = 0
     while True:
@@ -199,24 +206,24 @@ def _scanned_top(
         searches += 1
         keep = found >= 0
         sem_found, found = sem_found[keep].astype(np.float64), found[keep].astype(np.int64)
-        f_found = sem_found + l_all[found]
+        l_found, _ = lexical.for_rows(found)
+        f_found = sem_found + l_found
+        extra, l_extra = np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
         if found.shape[0] >= n_live:
-            extra = np.zeros(0, dtype=np.int64)
             break
         tau = float(np.partition(f_found, -want)[-want]) if found.shape[0] >= want else -np.inf
         s_k = float(sem_found.min()) if found.shape[0] else np.inf
         # τ ≥ s_K with weights ≥ 0, so θ ≥ 0 up to rounding; a row sharing no word (l = 0) has f ≤ s_K.
         theta = max(tau - s_k - _float_slack(tau, s_k), 0.0) if np.isfinite(tau) else 0.0
-        wanted = (l_all > theta) & live
-        wanted[found] = False
-        extra = np.flatnonzero(wanted)
+        rows, l_rows, chosen = _beyond_pool(lexical, theta, found, live)
+        extra, l_extra = rows[chosen], l_rows[chosen]
         if K < n_live and extra.shape[0] > max(8 * K, n_live // 8):
             K = min(8 * K, n_live)  # scoring them would cost more than a wider search
             continue
         break
     rows = np.concatenate([found, extra])
     semantic = np.concatenate([sem_found, vectors(extra).astype(np.float64) @ uq])
-    lexical_part = l_all[rows]
+    lexical_part = np.concatenate([l_found, l_extra])
     scores = semantic + lexical_part
     # The pool's s came from FAISS in float32: rescore in float64 every row that may still be in the top.
     if rows.shape[0] > want:

@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import service.lexical as lexical_module
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex
 from service.rerank import exact_top
@@ -53,10 +54,22 @@ def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True):
     return exact_top(uq, want, search, lexical.query(ids, vals), index.vectors, live, n_live, pool, scan=scan)
 
 
+@pytest.fixture(params=["no heads", "heads"])
+def heads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bool:
+    """Runs a test as it is, and with every posting list of 8 or more keeping a head (service.lexical)
+    of a quarter of it and the scanned lists summed, not passed densely, so the small collections here
+    take the impact-layered path of large ones."""
+    if request.param == "heads":
+        monkeypatch.setattr(lexical_module, "HEAD_MIN", 8)
+        monkeypatch.setattr(lexical_module, "HEAD_SHARE", 4)
+        monkeypatch.setattr(lexical_module, "DENSE_SHARE", 1)
+    return request.param == "heads"
+
+
 @pytest.mark.parametrize("scan", [False, True])
 @pytest.mark.parametrize("negative_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, scan: bool) -> None:
+def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, scan: bool, heads: bool) -> None:
     X, E = random_collection(seed)
     rng = np.random.default_rng(100 + seed)
     w = rng.uniform(0.5, 3.0, X.shape[1])
@@ -164,3 +177,47 @@ def test_pruned_lexical_candidates_hold_every_row_above_the_threshold() -> None:
         if threshold >= 0.2:  # the everywhere-word's bound (0.7 · w_0 · 0.05 ≤ 0.07) is below θ: skipped
             assert len(rows) < 3000
     assert len(query.above(10.0)[0]) == 0
+
+
+@pytest.mark.parametrize("lookup", ["binary search", "dense pass"])
+@pytest.mark.parametrize("negative_weights", [False, True])
+def test_heads_let_a_common_word_be_skipped_without_losing_a_row(
+    monkeypatch: pytest.MonkeyPatch, negative_weights: bool, lookup: str
+) -> None:
+    """A word in every document with one outlier value: its head holds the outlier, its tail bound is tiny,
+    so above θ its long list is skipped (the head still scanned); no row whose l⁺ exceeds θ is lost,
+    values stay exact, in the base and in appended rows, whichever way the low words are looked up."""
+    monkeypatch.setattr(lexical_module, "HEAD_MIN", 64)
+    monkeypatch.setattr(lexical_module, "DENSE_SHARE", 1)  # sum the scanned lists, as 1 M rows would
+    if lookup == "dense pass":
+        monkeypatch.setattr(lexical_module, "SEARCH_NS", 1e9)
+    X, _ = random_collection(11, n_docs=3000, n_words=200)
+    X = X.tolil()
+    X[:, 0] = 0.02
+    X[7, 0] = 0.9  # the outlier: the column max, hence m_0, is 45 × every other posting of word 0
+    X = sp.csr_matrix(X, dtype=np.float32)
+    w = np.random.default_rng(3).uniform(0.2, 2.0, X.shape[1])
+    if negative_weights:
+        w[[17, 99]] *= -1
+    lexical = LexicalIndex(w, X[:2500]).appended(X[2500:])
+    ids, vals = np.array([0, 17, 42, 99]), np.array([0.7, 0.4, 0.4, 0.44])
+    q = np.zeros(X.shape[1])
+    q[ids] = vals
+    dense = X.astype(np.float64) @ (w * q)
+    upper_dense = X.astype(np.float64) @ (np.maximum(w, 0) * q)
+    reused = lexical.query(ids, vals)  # each threshold above the last reuses its scan
+    assert reused.tail_bound[0] < 0.1 * reused.bound[0]
+    for threshold in (0.0, 0.03, 0.1, 0.3, 0.6, 2.0):
+        fresh = lexical.query(ids, vals)
+        rows, lex, upper = fresh.above(threshold)
+        assert np.all(np.diff(rows) > 0)
+        must = set(np.flatnonzero(upper_dense > threshold).tolist())
+        assert must <= set(rows.tolist()), threshold
+        np.testing.assert_allclose(lex, dense[rows], atol=1e-6)
+        np.testing.assert_allclose(upper, upper_dense[rows], atol=1e-6)
+        again, again_lex, _ = reused.above(threshold)
+        assert must <= set(again.tolist())
+        np.testing.assert_allclose(again_lex, dense[again], atol=1e-6)
+        if threshold >= 0.1:  # word 0's tail bound (0.7 · w_0 · 0.02 ≤ 0.03) is below θ: its list is skipped
+            assert 0 in fresh.skipped_words().tolist()
+    assert 7 in lexical.query(ids, vals).above(0.1)[0]  # l⁺ ≥ 0.7 · 0.2 · 0.9 from its head posting alone
