@@ -65,10 +65,21 @@ class _TimedLexical:
         finally:
             self._spent[0] += CLOCK() - started
 
+    def everywhere(self) -> tuple[np.ndarray, np.ndarray]:
+        started = CLOCK()
+        try:
+            return self._inner.everywhere()
+        finally:
+            self._spent[0] += CLOCK() - started
+
+    def dense_cost_ns(self) -> float:
+        return self._inner.dense_cost_ns()
+
 
 def profile(collection: Any, settings: Any, queries: list[str], k: int, rerank: str = "service") -> dict[str, Any]:
-    """`rerank`: "service" (the path the service takes), or "scanned" / "general" to force exact_top's path for
-    a scanning index (the pool's FAISS scores, rescored near the cut) or its general loop, to compare them."""
+    """`rerank`: "service" (the path the service takes), or "dense" / "pruned" to force exact_top's path for a
+    scanning index with l of every row from one dense pass or with the pruned posting-list scan, or
+    "general" for its loop for non-scanning indexes, to compare them."""
     from service.rerank import exact_top
     from service.routes.search import to_result
     from service.schemas import SearchRequest, SearchResponse
@@ -110,7 +121,8 @@ def profile(collection: Any, settings: Any, queries: list[str], k: int, rerank: 
         lexical = _TimedLexical(state.lexical.query(words, values), spent)
         ranked = exact_top(
             embedded[0], k, semantic, lexical, state.index.vectors, state.table.live, n_live, pool,
-            scan={"scanned": True, "general": False}.get(rerank, state.config.index_type != "hnsw"),
+            scan=rerank in ("dense", "pruned") or (rerank == "service" and state.config.index_type != "hnsw"),
+            dense={"dense": True, "pruned": False}.get(rerank),
         )  # fmt: skip
         t5 = CLOCK()
         result = state._result(ranked, k, None, query_words=words.shape[0])
@@ -186,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--index-type", choices=["flat", "ivf", "hnsw"], default="flat")
     parser.add_argument("--ivf-nlist", type=int, default=0, help="SSI_IVF_NLIST (0: from the collection size)")
     parser.add_argument("--nprobe", type=int, default=32, help="SSI_IVF_NPROBE")
-    parser.add_argument("--rerank", choices=["service", "scanned", "general"], default="service")
+    parser.add_argument("--rerank", choices=["service", "dense", "pruned", "general"], default="service")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)
     global CLOCK

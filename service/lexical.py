@@ -349,18 +349,20 @@ class LexicalQuery:
                 # float32 and the postings' own int32 ids: these arrays can hold most of the collection.
                 values = data[start:end]
                 rows.append(indices[start:end] + np.int32(first) if first else indices[start:end])
-                zeros = np.zeros(values.shape[0], dtype=np.float32)
+                zeros = np.zeros(values.shape[0], dtype=np.float32) if is_head or headed.shape[0] else None
                 exact.append(zeros if is_head else values * np.float32(self.weight[j]))
-                exact_upper.append(zeros if is_head else values * np.float32(self.positive[j]))
-                bound_only.append(values * np.float32(self.positive[j]) if is_head else zeros)
+                if not self.nonnegative:
+                    exact_upper.append(zeros if is_head else values * np.float32(self.positive[j]))
+                if headed.shape[0]:
+                    bound_only.append(values * np.float32(self.positive[j]) if is_head else zeros)
         if not rows:
             nothing = np.zeros(0, dtype=np.float32)
             return _Scan(np.zeros(0, dtype=np.int32), nothing, None, None)
         return _Scan(
             rows=np.concatenate(rows),
             exact=np.concatenate(exact),
-            exact_upper=None if self.nonnegative else np.concatenate(exact_upper),
-            bound_only=np.concatenate(bound_only) if headed.shape[0] else None,
+            exact_upper=np.concatenate(exact_upper) if exact_upper else None,
+            bound_only=np.concatenate(bound_only) if bound_only else None,
         )
 
     def _summed(self, scan: _Scan) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -381,17 +383,27 @@ class LexicalQuery:
         heads = np.zeros(starts.shape[0], dtype=np.float64) if scan.bound_only is None else total(scan.bound_only)
         return ordered[starts].astype(np.int64), lexical, upper, heads
 
-    def _dense_above(self, threshold: float) -> Scored:
-        """The rows sharing a word with q whose l⁺ exceeds `threshold`, from one dense pass over every
-        query word's posting list (np.bincount into an array of all rows)."""
+    def dense_cost_ns(self) -> float:
+        """About what `everywhere` costs: one pass over every query word's posting list into an array of all rows."""
+        postings = sum(matrix.indptr[self.words + 1] - matrix.indptr[self.words] for matrix, _ in self._parts)
+        return float(np.sum(postings)) * POSTING_NS + self.n_rows * ROW_NS
+
+    def everywhere(self) -> tuple[np.ndarray, np.ndarray]:
+        """(l, l⁺) of every row, float64 [rows] (0 where no query word occurs), from one dense pass over the
+        query words' posting lists (np.bincount into an array of all rows)."""
+        _, lexical, upper = self._dense()
+        return lexical, upper
+
+    def _dense(self) -> tuple[_Scan, np.ndarray, np.ndarray]:
         scan = self._postings(np.arange(self.words.shape[0]), self.words[:0])
-        if scan.rows.shape[0] == 0:
-            return _empty()
         lexical = np.bincount(scan.rows, weights=scan.exact, minlength=self.n_rows)
         if scan.exact_upper is None:
-            upper = lexical
-        else:
-            upper = np.bincount(scan.rows, weights=scan.exact_upper, minlength=self.n_rows)
+            return scan, lexical, lexical
+        return scan, lexical, np.bincount(scan.rows, weights=scan.exact_upper, minlength=self.n_rows)
+
+    def _dense_above(self, threshold: float) -> Scored:
+        """The rows sharing a word with q whose l⁺ exceeds `threshold`, from one dense pass."""
+        scan, lexical, upper = self._dense()
         if threshold >= 0:  # a row sharing no word has l⁺ = 0: not above
             hit = np.flatnonzero(upper > threshold)
         else:

@@ -37,8 +37,9 @@ def brute(E, X, w, uq, ids, vals, live):
     return f
 
 
-def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True):
-    """exact_top with a real flat index; `scan=False` applies the widening rule of an HNSW index."""
+def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True, dense=None):
+    """exact_top with a real flat index; `scan=False` applies the widening rule of an HNSW index, `dense`
+    picks the lexical route of a scanning one (None: by cost)."""
     live = np.ones(E.shape[0], dtype=bool) if live is None else live
     index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E)
     split = E.shape[0] * 3 // 4  # rows in both the base matrix and the appended delta
@@ -51,7 +52,8 @@ def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True):
         return scores[0], rows[0]
 
     n_live = int(live.sum())
-    return exact_top(uq, want, search, lexical.query(ids, vals), index.vectors, live, n_live, pool, scan=scan)
+    query = lexical.query(ids, vals)
+    return exact_top(uq, want, search, query, index.vectors, live, n_live, pool, scan=scan, dense=dense)
 
 
 @pytest.fixture(params=["no heads", "heads"])
@@ -66,10 +68,10 @@ def heads(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> bo
     return request.param == "heads"
 
 
-@pytest.mark.parametrize("scan", [False, True])
+@pytest.mark.parametrize("route", ["general", "dense", "pruned"])
 @pytest.mark.parametrize("negative_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1, 2])
-def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, scan: bool, heads: bool) -> None:
+def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, route: str, heads: bool) -> None:
     X, E = random_collection(seed)
     rng = np.random.default_rng(100 + seed)
     w = rng.uniform(0.5, 3.0, X.shape[1])
@@ -81,7 +83,7 @@ def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, scan: b
         ids, vals = query_vector(rng, X.shape[1], int(rng.integers(1, 8)))
         uq = rng.standard_normal(E.shape[1]) * 0.3
         for want, pool in ((10, 10), (25, 8), (1, 4)):
-            ranked = run(E, X, w, uq, ids, vals, want, pool, live, scan=scan)
+            ranked = run(E, X, w, uq, ids, vals, want, pool, live, scan=route != "general", dense=route == "dense")
             f = brute(E, X, w, uq, ids, vals, live)
             expected = np.lexsort((np.arange(f.shape[0]), -f))[:want]
             np.testing.assert_array_equal(ranked.rows, expected)
