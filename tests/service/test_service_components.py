@@ -100,6 +100,28 @@ def test_ivf_nprobe_per_request_changes_recall(vectors: np.ndarray) -> None:
     assert low < 0.9
 
 
+def test_a_single_ivf_query_split_over_threads_finds_what_a_batch_finds(vectors: np.ndarray, tmp_path: Path) -> None:
+    """With 2 threads one IVF query is searched by a view over the same lists that splits its probes: the
+    same rows and scores as the query in a batch, dead rows skipped, after appends and after a reload."""
+    config = IndexConfig("ivf", ivf_nlist=32, ivf_nprobe=8, threads=2)
+    index = VectorIndex.build(config, 32, vectors[:3000])
+    index.add(vectors[3000:])
+    assert index._probes_split is not None
+    table = RowTable([str(i) for i in range(4000)])
+    for row in range(0, 4000, 5):
+        table.kill(str(row))
+    bits = table.live_bits()
+    path = tmp_path / "index.faiss"
+    index.serialize().tofile(path)
+    for searched in (index, VectorIndex.load(path, config, 32)):
+        batch_scores, batch_rows = searched.search(vectors[:40], 50, live_bits=bits)
+        for i in range(40):
+            scores, rows = searched.search(vectors[i : i + 1], 50, live_bits=bits)
+            np.testing.assert_array_equal(rows[0], batch_rows[i])
+            np.testing.assert_allclose(scores[0], batch_scores[i], rtol=1e-6)
+        assert (batch_rows % 5 != 0).all() and (batch_rows >= 3000).any()
+
+
 @pytest.mark.parametrize("index_type", ["flat", "hnsw", "ivf"])
 def test_dead_rows_are_never_returned_and_index_round_trips(
     index_type: str, vectors: np.ndarray, tmp_path: Path
