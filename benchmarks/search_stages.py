@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--pool", type=int, help="SSI_SCAN_POOL (K of the first flat/IVF pool)")
     parser.add_argument("--index-type", choices=["flat", "ivf", "hnsw"], default="flat")
     parser.add_argument("--ivf-nlist", type=int, default=0, help="SSI_IVF_NLIST (0: from the collection size)")
-    parser.add_argument("--nprobe", type=int, default=32, help="SSI_IVF_NPROBE")
+    parser.add_argument("--nprobe", type=int, default=0, help="SSI_IVF_NPROBE (0: from the lists)")
     parser.add_argument("--rerank", choices=["service", "dense", "pruned", "general"], default="service")
     parser.add_argument("--out", type=Path)
     args = parser.parse_args(argv)

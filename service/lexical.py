@@ -8,20 +8,20 @@ score comes mostly from this term.
 
 Only documents whose l⁺ (the sum over positive weights) can exceed a threshold θ are ever wanted
 (see service.rerank), so `LexicalQuery.above` prunes like MaxScore (Turtle & Flood, 1995): each query
-word i can add at most m_i = max(w_i q_i, 0) · max_d d_i; the words of smallest m_i whose bounds sum
-to at most θ are "low" — a document holding only low words cannot pass — so only the posting lists
-of the other words are scanned, and the low words' exact contributions are looked up (binary search
-in their sorted posting lists) for the few documents that survive. Frequent words have a small idf,
-hence a small m_i, so their long posting lists are the ones skipped.
+word i can add at most m_i = max(w_i q_i, 0) · max_d d_i; words whose bounds sum to at most θ are
+"low" — a document holding only low words cannot pass — so only the posting lists of the other words
+are scanned, and the low words' exact contributions are looked up for the documents that survive,
+largest bound first, each survivor dropped once its bound falls to θ. Frequent words have a small
+idf, hence a small m_i, and the low words are picked to skip the most postings per unit of bound.
 
 A single row can make m_i loose: on 1 M Wikispeedia passages a word in 300k of them had m_i 0.18 from
 one passage holding little else, while 99 % of its postings were below 0.02 (θ is ~0.15). So each long
 posting list (≥ HEAD_MIN postings) of the base matrix keeps its ~1/HEAD_SHARE highest postings apart,
 in a "head" (impact layering, as in Anh & Moffat's impact-ordered indexes): the rest of the list is
-bounded by its cut c_i, a word is low when Σ w_i⁺ q_i c_i stays within θ, and a low word's head is
-still scanned (into the bound only), so a row in no scanned list has l⁺ ≤ θ. When the lists that
-must be scanned still cover much of the collection, one dense pass over every list costs about as
-much and leaves nothing to look up (`_dense_above`).
+bounded by its cut c_i, so the bound that decides whether a word is low is w_i⁺ q_i c_i; a low word's
+head is still scanned (into the bound only) and its delta postings exactly, so a row in no scanned
+list has l⁺ ≤ θ. When the lists to scan still cover much of the collection, one dense pass over
+every list costs about as much and leaves nothing to look up (`_dense_above`).
 
 Rows are appended, never removed (deleted rows are masked by the caller). Appends go to a small
 delta matrix; `appended` and `merged` return new objects instead of mutating, so a search holding

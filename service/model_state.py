@@ -232,6 +232,7 @@ class ModelState:
             "dead_rows": self.table.n_dead,
             "seq": self.seq,
             "nlist": self.index.nlist,
+            "nprobe": self.index.nprobe,
             "loaded_from": self.report.source,
             "load_seconds": round(self.report.seconds, 4),
             "embedded_on_load": self.report.embedded,

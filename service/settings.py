@@ -108,7 +108,7 @@ class Settings(BaseSettings):
     # indexes at 1 M"); an earlier model measured the reverse. Part of the cache key.
     hnsw_metric: Literal["ip", "l2"] = "ip"
     ivf_nlist: int = Field(default=0, ge=0, le=1 << 20, description="0: chosen from the collection size")
-    ivf_nprobe: int = Field(default=32, ge=1, le=1 << 20)
+    ivf_nprobe: int = Field(default=0, ge=0, le=1 << 20, description="0: 6·√nlist (service.index.auto_nprobe)")
     # The FAISS candidate pool K (at least k + offset): a larger K leaves fewer lexical-only candidates
     # to score (service.rerank), but FAISS keeps a K-heap per query: on 100k Wikispeedia passages a flat
     # search with K = 1,024 cost 1.49 ms against 1.32 ms with K = 100, and K = 100 left a median of

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
 from service.encoder import QueryEncoder
-from service.index import IndexConfig, IndexLoadError, VectorIndex
+from service.index import IndexConfig, IndexLoadError, VectorIndex, auto_nlist, auto_nprobe
 from service.lexical import LexicalIndex
 from service.rows import RowTable
 from service.settings import Settings
@@ -98,6 +98,20 @@ def test_ivf_nprobe_per_request_changes_recall(vectors: np.ndarray) -> None:
     full = recall(ivf.search(queries, 10, nprobe=64)[1], exact)
     assert full == pytest.approx(1.0)
     assert low < 0.9
+
+
+def test_ivf_defaults_scale_lists_and_probes_with_the_collection(vectors: np.ndarray) -> None:
+    """Unset, an IVF index gets about 4·√n lists (≥ 39 points each) and probes 6·√nlist of them; a request's
+    nprobe still overrides."""
+    assert auto_nlist(1_000_000) == 4000 and auto_nlist(100_000) == 1264 and auto_nlist(50) == 1
+    assert auto_nprobe(4000) == 379 and auto_nprobe(16) == 16
+    ivf = VectorIndex.build(IndexConfig("ivf"), 32, vectors)
+    assert ivf.nlist == auto_nlist(4000) == 102 and ivf.nprobe == auto_nprobe(102) == 61
+    assert IndexConfig("ivf").tag() != "ivf-nlistauto"  # caches of the earlier √n default are rebuilt
+    queries = vectors[:200]
+    exact = VectorIndex.build(IndexConfig("flat"), 32, vectors).search(queries, 10)[1]
+    assert recall(ivf.search(queries, 10)[1], exact) > recall(ivf.search(queries, 10, nprobe=4)[1], exact)
+    assert VectorIndex.build(IndexConfig("flat"), 32, vectors).nprobe is None
 
 
 def test_a_single_ivf_query_split_over_threads_finds_what_a_batch_finds(vectors: np.ndarray, tmp_path: Path) -> None:
