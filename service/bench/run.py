@@ -209,15 +209,22 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
                     values = [v for v in values if v <= result["nlist"]] or [result["nlist"]]
                 result["recall"] = {}
                 for value in values:
-                    found, latencies = ranked_hits(server.url, [{**b, knob: value} for b in bodies])
+                    knob_bodies = [{**b, knob: value} for b in bodies]
+                    found, latencies = ranked_hits(server.url, knob_bodies)
                     single = summarize(latencies, 1, 0, float(sum(latencies)))
+                    # The same queries under load from one client (wrk where installed): the latency to
+                    # set beside the served setting's, without the Python client's own cost.
+                    loaded = run_load(server.url, knob_bodies, 1, min(config.seconds, 3.0))
                     result["recall"][f"{knob}={value}"] = {
                         f"recall@{config.k}": round(_recall(found, exact), 4),
                         "p50_ms": round(single.p50_ms, 3),
                         "p99_ms": round(single.p99_ms, 3),
+                        "load_1_client_p50_ms": round(loaded.p50_ms, 3),
+                        "load_1_client_p99_ms": round(loaded.p99_ms, 3),
                     }
                     log(f"[{index_type}] {knob}={value}: recall@{config.k} {_recall(found, exact):.4f}, "
-                        f"p50 {single.p50_ms:.2f} ms")  # fmt: skip
+                        f"p50 {single.p50_ms:.2f} ms one request at a time, {loaded.p50_ms:.2f} ms under "
+                        f"load from 1 client")  # fmt: skip
         finally:
             server.stop()
         if index_type == "flat" and config.measure_restart:

@@ -43,6 +43,7 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     recall = report["hnsw"]["recall"]
     assert set(recall) == {"ef_search=64", "ef_search=256"}
     assert all(0.9 <= r["recall@10"] <= 1.0 for r in recall.values())
+    assert all(0 < r["load_1_client_p50_ms"] <= r["load_1_client_p99_ms"] for r in recall.values())
     assert report["bm25"]["documents"] == len(small_world["docs"]) and report["bm25"]["single_query"]["p50_ms"] > 0
     assert report["ratios"]["flat_p50_over_bm25_p50"] > 0
     # The floors of the same run: the FAISS scan over the same vectors, and GET /healthz at each client count.
