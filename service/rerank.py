@@ -39,9 +39,12 @@ When the index scans the collection anyway (flat, IVF) and every weight is ≥ 0
 the pool is taken with FAISS's float32 scores as they are and only the rows within float32 rounding of
 the `want`-th score are rescored in float64 from their embeddings. The rows beyond the pool come
 from `LexicalQuery.above(θ)`, whose posting-list pruning (service.lexical) skips the long lists of
-frequent words. Earlier this path summed every query word's posting list into a dense array of all
-rows: on 1 M passages that was a median of 430k postings a query (0.96 M for the load test's
-queries), and the lexical candidates and the rerank took 2.35 + 1.02 ms a query (mean, wall) against
+frequent words, or, where one pass over the query's posting lists into an array of every row is
+cheap (a small collection, `DENSE_MAX_NS`), from that array: then a pool row's l is a lookup and the
+rows with l > θ are one comparison. Earlier this path always summed every query word's posting
+list into a dense array of all rows: on 1 M passages that was a median of 430k postings a query
+(0.96 M for the load test's queries), and the lexical candidates and the rerank took 2.35 + 1.02 ms
+a query (mean, wall) against
 1.55 + 0.58 ms pruned (benchmarks.search_stages, IVF nprobe 384, one run of each).
 """
 
