@@ -44,8 +44,7 @@ cheap (a small collection, `DENSE_MAX_NS`), from that array: then a pool row's l
 rows with l > θ are one comparison. Earlier this path always summed every query word's posting
 list into a dense array of all rows: on 1 M passages that was a median of 430k postings a query
 (0.96 M for the load test's queries), and the lexical candidates and the rerank took 2.35 + 1.02 ms
-a query (mean, wall) against
-1.55 + 0.58 ms pruned (benchmarks.search_stages, IVF nprobe 384, one run of each).
+a query (mean, wall) against 1.55 + 0.58 ms pruned (benchmarks.search_stages, IVF nprobe 384, one run of each).
 """
 
 from __future__ import annotations
