@@ -65,7 +65,7 @@ class _TimedLexical:
         finally:
             self._spent[0] += CLOCK() - started
 
-    def everywhere(self) -> tuple[np.ndarray, np.ndarray]:
+    def everywhere(self) -> np.ndarray:
         started = CLOCK()
         try:
             return self._inner.everywhere()

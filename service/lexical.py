@@ -296,8 +296,7 @@ class LexicalQuery:
         are taken first."""
         if not np.isfinite(threshold):
             return np.zeros(0, dtype=np.int64)
-        lengths = sum(matrix.indptr[self.words + 1] - matrix.indptr[self.words] for matrix, _ in self._parts)
-        ratio = lengths / np.maximum(self.tail_bound, 1e-300)
+        ratio = self._list_lengths() / np.maximum(self.tail_bound, 1e-300)
         low: list[int] = []
         total = 0.0
         for j in np.argsort(-ratio, kind="stable").tolist():
@@ -383,16 +382,18 @@ class LexicalQuery:
         heads = np.zeros(starts.shape[0], dtype=np.float64) if scan.bound_only is None else total(scan.bound_only)
         return ordered[starts].astype(np.int64), lexical, upper, heads
 
+    def _list_lengths(self) -> np.ndarray:
+        """Postings of each query word, base and delta together."""
+        return sum(matrix.indptr[self.words + 1] - matrix.indptr[self.words] for matrix, _ in self._parts)
+
     def dense_cost_ns(self) -> float:
         """About what `everywhere` costs: one pass over every query word's posting list into an array of all rows."""
-        postings = sum(matrix.indptr[self.words + 1] - matrix.indptr[self.words] for matrix, _ in self._parts)
-        return float(np.sum(postings)) * POSTING_NS + self.n_rows * ROW_NS
+        return float(np.sum(self._list_lengths())) * POSTING_NS + self.n_rows * ROW_NS
 
-    def everywhere(self) -> tuple[np.ndarray, np.ndarray]:
-        """(l, l⁺) of every row, float64 [rows] (0 where no query word occurs), from one dense pass over the
-        query words' posting lists (np.bincount into an array of all rows)."""
-        _, lexical, upper = self._dense()
-        return lexical, upper
+    def everywhere(self) -> np.ndarray:
+        """l of every row, float64 [rows] (0 where no query word occurs), from one dense pass over the query
+        words' posting lists (np.bincount into an array of all rows)."""
+        return self._dense()[1]
 
     def _dense(self) -> tuple[_Scan, np.ndarray, np.ndarray]:
         scan = self._postings(np.arange(self.words.shape[0]), self.words[:0])

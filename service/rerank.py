@@ -71,7 +71,7 @@ class LexicalTerm(Protocol):
 
     def above(self, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]: ...
 
-    def everywhere(self) -> tuple[np.ndarray, np.ndarray]: ...
+    def everywhere(self) -> np.ndarray: ...
 
     def dense_cost_ns(self) -> float: ...
 
@@ -220,7 +220,7 @@ def _scanned_top(
     K = min(max(pool, want), n_live)
     if dense is None:
         dense = lexical.dense_cost_ns() <= DENSE_MAX_NS
-    l_all = lexical.everywhere()[0] if dense else None
+    l_all = lexical.everywhere() if dense else None
     searches = 0
     while True:
         sem_found, found = search(K)
