@@ -14,7 +14,15 @@ from onnx import TensorProto, helper, numpy_helper
 from pydantic import ValidationError
 
 from service.encoder import QueryEncoder
-from service.index import IndexConfig, IndexLoadError, VectorIndex, auto_nlist, auto_nprobe
+from service.index import (
+    OVERFETCH_DEAD_MAX,
+    IndexConfig,
+    IndexLoadError,
+    VectorIndex,
+    _live_first,
+    auto_nlist,
+    auto_nprobe,
+)
 from service.lexical import LexicalIndex
 from service.rows import RowTable
 from service.settings import Settings
@@ -134,6 +142,50 @@ def test_a_single_ivf_query_split_over_threads_finds_what_a_batch_finds(vectors:
             np.testing.assert_array_equal(rows[0], batch_rows[i])
             np.testing.assert_allclose(scores[0], batch_scores[i], rtol=1e-6)
         assert (batch_rows % 5 != 0).all() and (batch_rows >= 3000).any()
+
+
+@pytest.mark.parametrize("dead", ["none", "few", "most"])  # few: over-fetched past; most: the bitmap filter
+def test_a_flat_batch_finds_the_brute_force_top_of_the_live_rows(vectors: np.ndarray, dead: str) -> None:
+    """A batch of ≥ 4 queries takes FAISS's matrix-product scan (which filters no rows): over few dead rows it
+    asks for k + dead and drops them, over many it filters with the bitmap; either way each query gets the
+    top k live rows by inner product, the rows a lone query gets, padded as FAISS pads when fewer are live."""
+    index = VectorIndex.build(IndexConfig("flat"), 32, vectors)
+    table = RowTable([str(i) for i in range(4000)])
+    for row in range(4000):
+        if (dead == "few" and row % 97 == 0) or (dead == "most" and row % 4):
+            table.kill(str(row))
+    assert (dead == "most") == (table.n_dead > OVERFETCH_DEAD_MAX)
+    queries = vectors[:24] + 0.3 * np.random.default_rng(2).standard_normal((24, 32)).astype(np.float32)
+    exact = queries.astype(np.float64) @ vectors.T.astype(np.float64)
+    exact[:, ~table.live] = -np.inf
+    scores, rows = index.search(queries, 50, live_bits=table.live_bits())
+    for i in range(queries.shape[0]):
+        best = np.argsort(-exact[i], kind="stable")[:50]
+        np.testing.assert_allclose(scores[i], exact[i, rows[i]], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(np.sort(scores[i]), np.sort(exact[i, best]), rtol=1e-5, atol=1e-5)
+        assert table.live[rows[i]].all()
+        lone_scores, lone_rows = index.search(queries[i : i + 1], 50, live_bits=table.live_bits())
+        assert set(lone_rows[0]) == set(rows[i])
+    few = RowTable([str(i) for i in range(4000)])
+    for row in range(4000):
+        if row % 1000:
+            few.kill(str(row))  # 4 live rows, 3,996 dead: the bitmap filter, and k beyond the live rows
+    scores, rows = index.search(queries[:8], 6, live_bits=few.live_bits())
+    assert (np.sort(rows[:, :4], axis=1) == [0, 1000, 2000, 3000]).all() and (rows[:, 4:] == -1).all()
+    assert (scores[:, 4:] == np.finfo(np.float32).min).all()  # FAISS's own padding
+
+
+def test_live_first_keeps_each_querys_live_rows_in_order() -> None:
+    """The over-fetch's filter alone: dead and missing (-1) rows dropped, order kept, padding at the end."""
+    table = RowTable([str(i) for i in range(16)])
+    for row in (3, 5, 9):
+        table.kill(str(row))
+    rows = np.array([[3, 1, 5, 2, 7], [9, -1, 4, 3, 5]], dtype=np.int64)
+    scores = np.array([[5, 4, 3, 2, 1], [9, 8, 7, 6, 5]], dtype=np.float32)
+    kept_scores, kept_rows = _live_first(scores, rows, table.live_bits(), 3)
+    np.testing.assert_array_equal(kept_rows, [[1, 2, 7], [4, -1, -1]])
+    lowest = np.finfo(np.float32).min
+    np.testing.assert_array_equal(kept_scores, np.array([[4, 2, 1], [7, lowest, lowest]], dtype=np.float32))
 
 
 @pytest.mark.parametrize("index_type", ["flat", "hnsw", "ivf"])
