@@ -245,6 +245,7 @@ class Collection:
         state = self.ready_state()
         self._check_knobs(state, ef_search, nprobe)
         results = state.search(queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe)
+        self.metrics.search_batch.labels(self.name).observe(len(queries))
         for result in results:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
         return [result.page(offset) for result in results]

@@ -94,6 +94,15 @@ class Metrics:
             buckets=(10, 30, 100, 300, 1000, 3000, 10_000, 100_000, 1_000_000),
             registry=r,
         )
+        # How many queries shared one search call (a micro-batch of concurrent /search requests, or one
+        # /search/batch): the index scans a batch in one pass, so larger ones cost less a query.
+        self.search_batch = Histogram(
+            "ssi_search_batch_queries",
+            "Queries searched together in one call",
+            ["collection"],
+            buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64),
+            registry=r,
+        )
         self._model_labels: dict[str, tuple[str, ...]] = {}
 
     def reject(self, limiter: str, status: int) -> None:

@@ -92,7 +92,9 @@ def test_documents_with_odd_ids(server: ThreadServer, small_world: dict, doc_id:
 
 def test_model_health_page_and_metrics(server: ThreadServer, small_world: dict) -> None:
     client = server.client
+    before = client.get("/metrics").text
     assert client.post("/search", json={"query": "baba"}).status_code == 200
+    assert client.post("/search/batch", json={"queries": ["baba", "abab", "baba"]}).status_code == 200
     model = client.get("/model").json()
     assert model["form"] == "lowrank" and model["index"]["index_type"] == "flat"
     assert model["index"]["documents"] == len(small_world["docs"])
@@ -108,6 +110,17 @@ def test_model_health_page_and_metrics(server: ThreadServer, small_world: dict) 
     assert f'ssi_collection_documents{{collection="documents"}} {float(len(small_world["docs"]))}' in text
     assert f'content_hash="{model["content_hash"]}"' in text
     assert "ssi_http_request_duration_seconds_bucket" in text
+
+    def batch_sizes(metrics: str) -> tuple[float, float]:  # (searches, queries) of ssi_search_batch_queries
+        values = {}
+        for line in metrics.splitlines():
+            if line.startswith(("ssi_search_batch_queries_count", "ssi_search_batch_queries_sum")):
+                values[line.split("{")[0].rsplit("_", 1)[1]] = float(line.split()[-1])
+        return values.get("count", 0.0), values.get("sum", 0.0)
+
+    (searches_after, queries_after), (searches_before, queries_before) = batch_sizes(text), batch_sizes(before)
+    searches, queries = searches_after - searches_before, queries_after - queries_before
+    assert searches == 2 and queries == 4  # the lone /search and the batch of three: one call each
 
 
 def _state(client: httpx.Client) -> tuple[int, int]:
