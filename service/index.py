@@ -138,6 +138,20 @@ def _live_first(scores: np.ndarray, rows: np.ndarray, live_bits: np.ndarray, k: 
     return np.ascontiguousarray(scores, dtype=np.float32), np.ascontiguousarray(rows, dtype=np.int64)
 
 
+def _bits_from(live_bits: np.ndarray, first: int, n: int) -> np.ndarray:
+    """The bits of rows first … first + n − 1 of a little-endian bitmap as a bitmap of their own (bit j: row
+    first + j), bits past n cleared: a view where the rows start and end on byte boundaries."""
+    if first % 8 == 0:
+        bits = live_bits[first // 8 : first // 8 + (n + 7) // 8]
+        if n % 8 == 0:
+            return bits
+        bits = bits.copy()
+        bits[-1] &= np.uint8((1 << (n % 8)) - 1)
+        return bits
+    window = np.unpackbits(live_bits[first // 8 : (first + n + 7) // 8 + 1], bitorder="little")
+    return np.packbits(window[first % 8 : first % 8 + n], bitorder="little")
+
+
 def _probe_parallel_view(index: faiss.Index | None, threads: int) -> faiss.IndexIVFFlat | None:
     """For an IVF index and ≥ 2 threads, an IndexIVFFlat over its quantizer and inverted lists (not owned:
     the caller keeps `index` alive) that splits one query's probes among the threads."""
@@ -263,15 +277,28 @@ class VectorIndex:
         """The stored embedding of each of `rows` (float32, one row each), for the exact rerank."""
         rows = np.asarray(rows, dtype=np.int64)
         if self._rows is not None:
-            return self._rows.view()[rows]
+            return self._rows.take(rows)
         if rows.shape[0] == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._index.reconstruct_batch(rows)[:, : self.dim]
 
-    def all_vectors(self) -> np.ndarray:
-        """Every row's embedding: a view for a flat index (filled rows never change), else a copy."""
+    def vector_parts(self) -> list[np.ndarray]:
+        """Every row's embedding in row order, as pieces: a flat index's own arrays (filled rows never change:
+        a snapshot saves them without a copy), else one copy."""
         if self._rows is not None:
-            return self._rows.view()
+            return [piece for piece, _ in self._rows.parts()]
+        return [self.all_vectors()]
+
+    @property
+    def shared_vectors(self) -> bool:
+        """Whether a flat index's first rows are a snapshot's file mapping, shared by the processes mapping it."""
+        return self._rows is not None and self._rows.shared
+
+    def all_vectors(self) -> np.ndarray:
+        """Every row's embedding as one array: for a flat index its first part itself when nothing was appended
+        since (else a copy), for the others a copy."""
+        if self._rows is not None:
+            return self._rows.whole()
         if self.ntotal == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
         return self._index.reconstruct_n(0, self.ntotal)[:, : self.dim]
@@ -309,17 +336,35 @@ class VectorIndex:
         return scores, rows
 
     def _scan(self, queries: np.ndarray, k: int, live_bits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
-        """The flat scan. FAISS's matrix-product path takes no selector, so a batch over a few dead rows asks
-        for k + dead rows without one and drops the dead afterwards (`_live_first`)."""
-        vectors = self._rows.view()
+        """The flat scan: each part of the rows (EmbeddingRows) scanned on its own, the answers merged."""
+        answers = [self._scan_part(queries, k, part, first, live_bits) for part, first in self._rows.parts()]
+        if len(answers) == 1:
+            return answers[0]
+        scores = np.concatenate([found for found, _ in answers], axis=1)
+        rows = np.concatenate([found for _, found in answers], axis=1)
+        best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
+        return np.take_along_axis(scores, best, axis=1), np.take_along_axis(rows, best, axis=1)
+
+    def _scan_part(
+        self, queries: np.ndarray, k: int, vectors: np.ndarray, first: int, live_bits: np.ndarray | None
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The top k of the rows first … first + len(vectors) − 1. FAISS's matrix-product path takes no selector,
+        so a batch over a few dead rows asks for k + dead rows without one and drops the dead (`_live_first`)."""
+        k = min(k, vectors.shape[0])
         if live_bits is None:
-            return self._knn(queries, vectors, k, None)
-        dead = vectors.shape[0] - int(np.bitwise_count(live_bits[: (vectors.shape[0] + 7) // 8]).sum())
-        if queries.shape[0] >= BLAS_MIN_QUERIES and dead <= OVERFETCH_DEAD_MAX:
-            scores, rows = self._knn(queries, vectors, min(k + dead, vectors.shape[0]), None)
-            return _live_first(scores, rows, live_bits, k)
-        selector = faiss.IDSelectorBitmap(live_bits.shape[0], faiss.swig_ptr(live_bits))
-        return self._knn(queries, vectors, k, selector)
+            scores, rows = self._knn(queries, vectors, k, None)
+        else:
+            bits = _bits_from(live_bits, first, vectors.shape[0])
+            dead = vectors.shape[0] - int(np.bitwise_count(bits).sum())
+            if queries.shape[0] >= BLAS_MIN_QUERIES and dead <= OVERFETCH_DEAD_MAX:
+                scores, rows = self._knn(queries, vectors, min(k + dead, vectors.shape[0]), None)
+                scores, rows = _live_first(scores, rows, bits, k)
+            else:
+                selector = faiss.IDSelectorBitmap(bits.shape[0], faiss.swig_ptr(bits))
+                scores, rows = self._knn(queries, vectors, k, selector)
+        if first:
+            rows = np.where(rows >= 0, rows + first, rows)
+        return scores, rows
 
     def _knn(
         self, queries: np.ndarray, vectors: np.ndarray, k: int, selector: faiss.IDSelector | None

@@ -8,38 +8,83 @@ sees stable data while a writer appends. Dead rows are dropped by compaction, wh
 
 from __future__ import annotations
 
+import mmap
+
 import numpy as np
 
 
 class EmbeddingRows:
-    """The embedding of every row (what the index stores; float32, C order), with room to append cheaply."""
+    """The embedding of every row (what the index stores; float32, C order), in two parts.
+
+    The rows it started with stay in the array it was given, uncopied: a fresh build's, or a snapshot's
+    embeddings.npy mapped read-only, whose pages are the page cache's and so shared by every worker
+    process of a server that loaded the same snapshot (service.workers) instead of one copy each. Rows
+    appended later go to a private array with room to grow. Rows never change once filled, so the
+    arrays `parts` returns stay valid while a writer appends (growing copies the tail into a new array).
+    """
 
     def __init__(self, initial: np.ndarray, dim: int) -> None:
-        initial = np.asarray(initial, dtype=np.float32).reshape(-1, dim)
+        initial = np.asarray(initial).reshape(-1, dim)
+        if initial.dtype != np.float32 or not initial.flags.c_contiguous:
+            initial = np.ascontiguousarray(initial, dtype=np.float32)
         self.dim = dim
-        self._rows = initial.shape[0]
-        self._data = np.empty((max(1024, self._rows + self._rows // 4), dim), dtype=np.float32)
-        self._data[: self._rows] = initial
+        self._base = initial
+        self._tail = np.empty((1024, dim), dtype=np.float32)
+        self._tail_rows = 0
 
     @property
     def rows(self) -> int:
-        return self._rows
+        return self._base.shape[0] + self._tail_rows
 
-    def view(self) -> np.ndarray:
-        """The filled rows. Rows already filled are never written again, so the view stays valid."""
-        return self._data[: self._rows]
+    @property
+    def shared(self) -> bool:
+        """Whether the first rows are a file mapping (a snapshot's), not memory of this process's own."""
+        owner: object = self._base
+        while owner is not None:
+            if isinstance(owner, (np.memmap, mmap.mmap)):
+                return True
+            owner = getattr(owner, "base", None)
+        return False
+
+    def parts(self) -> list[tuple[np.ndarray, int]]:
+        """The filled rows as (array, first row) pieces, in row order, empty ones left out."""
+        pieces = [(self._base, 0)] if self._base.shape[0] else []
+        if self._tail_rows:
+            pieces.append((self._tail[: self._tail_rows], self._base.shape[0]))
+        return pieces
+
+    def take(self, rows: np.ndarray) -> np.ndarray:
+        """The embeddings of `rows` (a new array, one row each)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        first_tail = self._base.shape[0]
+        if not self._tail_rows or rows.shape[0] == 0 or int(rows.max()) < first_tail:
+            return self._base[rows]
+        out = np.empty((rows.shape[0], self.dim), dtype=np.float32)
+        in_base = rows < first_tail
+        out[in_base] = self._base[rows[in_base]]
+        out[~in_base] = self._tail[rows[~in_base] - first_tail]
+        return out
+
+    def whole(self) -> np.ndarray:
+        """Every filled row as one array: the first part itself when nothing was appended, else a copy."""
+        pieces = self.parts()
+        if len(pieces) == 1:
+            return pieces[0][0]
+        if not pieces:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        return np.concatenate([piece for piece, _ in pieces])
 
     def append(self, block: np.ndarray) -> int:
-        """Append rows; returns the first new row. Growing copies into a new array (old views stay valid)."""
+        """Append rows; returns the first new row. Growing copies the tail into a new array (old ones stay valid)."""
         block = np.asarray(block, dtype=np.float32).reshape(-1, self.dim)
-        first = self._rows
-        needed = first + block.shape[0]
-        if needed > self._data.shape[0]:
-            grown = np.empty((max(needed, 2 * self._data.shape[0]), self.dim), dtype=np.float32)
-            grown[:first] = self._data[:first]
-            self._data = grown
-        self._data[first:needed] = block
-        self._rows = needed
+        first = self.rows
+        needed = self._tail_rows + block.shape[0]
+        if needed > self._tail.shape[0]:
+            grown = np.empty((max(needed, 2 * self._tail.shape[0]), self.dim), dtype=np.float32)
+            grown[: self._tail_rows] = self._tail[: self._tail_rows]
+            self._tail = grown
+        self._tail[self._tail_rows : needed] = block
+        self._tail_rows = needed
         return first
 
 

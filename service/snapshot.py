@@ -57,7 +57,9 @@ class SnapshotData:
     bundle_hash: str
     index_tag: str
     index_blob: np.ndarray | None  # serialized FAISS index (None: none saved; a flat index is rebuilt)
-    embeddings: np.ndarray | None  # None when the index is saved (it holds the vectors)
+    # None when the index is saved (it holds the vectors). Read: one array (mapped); to write: also the row
+    # blocks of a flat index in order (VectorIndex.vector_parts), saved as one file without joining them.
+    embeddings: np.ndarray | list[np.ndarray] | None
     dims: int
     tfidf: sp.csc_matrix
     doc_ids: list[str]
@@ -103,6 +105,22 @@ def _free_name(folder: Path, seq: int) -> Path:
     return final
 
 
+def _save_rows(path: Path, blocks: np.ndarray | list[np.ndarray], dims: int) -> None:
+    """Row blocks written one after another as one float32 .npy (rows × dims), never joined in memory."""
+    pieces = [blocks] if isinstance(blocks, np.ndarray) else blocks
+    rows = sum(piece.shape[0] for piece in pieces)
+    if rows == 0:  # nothing to map: an empty array's file
+        np.save(path, np.zeros((0, dims), dtype=np.float32))
+        return
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, dims))
+    at = 0
+    for piece in pieces:
+        out[at : at + piece.shape[0]] = piece
+        at += piece.shape[0]
+    out.flush()
+    del out
+
+
 def write_snapshot(folder: Path, data: SnapshotData) -> Path:
     """Write atomically as `folder/snap-<seq>` (suffixed if that exists), then drop snapshots beyond the last KEEP."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -111,7 +129,7 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
         if data.index_blob is not None:
             data.index_blob.tofile(tmp / "index.faiss")
         if data.embeddings is not None:
-            np.save(tmp / "embeddings.npy", np.ascontiguousarray(data.embeddings, dtype=np.float32))
+            _save_rows(tmp / "embeddings.npy", data.embeddings, data.dims)
         np.save(tmp / "tfidf_data.npy", data.tfidf.data.astype(np.float32, copy=False))
         np.save(tmp / "tfidf_indices.npy", data.tfidf.indices.astype(np.int32, copy=False))
         np.save(tmp / "tfidf_indptr.npy", data.tfidf.indptr.astype(np.int64, copy=False))

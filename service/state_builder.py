@@ -114,7 +114,7 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
         index = VectorIndex.load(path / "index.faiss", config, index_dims)
         if index.ntotal != data.rows:
             raise SnapshotError(f"{path}: index.faiss holds {index.ntotal} vectors for {data.rows} rows")
-    elif config.index_type == "flat" and data.embeddings is not None:  # the flat index is its vectors: a copy
+    elif config.index_type == "flat" and data.embeddings is not None:  # the flat index is its vectors: mapped
         index = VectorIndex.build(config, index_dims, data.embeddings)
     else:
         raise SnapshotError(f"{path}: no index.faiss for a {config.index_type} index")

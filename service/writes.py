@@ -75,7 +75,7 @@ class Capture:
     bundle_hash: str
     index_tag: str
     index_blob: np.ndarray | None  # None for a flat index (rebuilt from the embeddings)
-    embeddings: np.ndarray | None  # a flat index's vectors (None for HNSW and IVF: in the blob)
+    embeddings: list[np.ndarray] | None  # a flat index's vectors, in its row blocks (None for HNSW and IVF)
     dims: int
     lexical: LexicalIndex
     doc_ids: list[str]
@@ -106,8 +106,8 @@ def capture(state: ModelState) -> Capture:
             index_tag=state.config.tag(),
             # HNSW and IVF are more than their vectors (graph, coarse lists): those are copied here.
             index_blob=state.index.serialize(),
-            # A flat index's filled rows are never written again, so its view is a stable copy.
-            embeddings=state.index.all_vectors() if state.config.index_type == "flat" else None,
+            # A flat index's filled rows are never written again, so its arrays are a stable copy as they are.
+            embeddings=state.index.vector_parts() if state.config.index_type == "flat" else None,
             dims=state.index.dim,
             lexical=state.lexical,
             doc_ids=list(state.table.doc_ids),

@@ -19,6 +19,7 @@ from service.index import (
     IndexConfig,
     IndexLoadError,
     VectorIndex,
+    _bits_from,
     _live_first,
     auto_nlist,
     auto_nprobe,
@@ -145,14 +146,25 @@ def test_a_single_ivf_query_split_over_threads_finds_what_a_batch_finds(vectors:
 
 
 @pytest.mark.parametrize("dead", ["none", "few", "most"])  # few: over-fetched past; most: the bitmap filter
-def test_a_flat_batch_finds_the_brute_force_top_of_the_live_rows(vectors: np.ndarray, dead: str) -> None:
+def test_a_flat_batch_finds_the_brute_force_top_of_the_live_rows(
+    vectors: np.ndarray, dead: str, tmp_path: Path
+) -> None:
     """A batch of ≥ 4 queries takes FAISS's matrix-product scan (which filters no rows): over few dead rows it
     asks for k + dead and drops them, over many it filters with the bitmap; either way each query gets the
-    top k live rows by inner product, the rows a lone query gets, padded as FAISS pads when fewer are live."""
-    index = VectorIndex.build(IndexConfig("flat"), 32, vectors)
+    top k live rows by inner product, the rows a lone query gets, padded as FAISS pads when fewer are live.
+    The index starts from a mapped file (a snapshot's) of 3,001 rows, the rest appended: two parts, the
+    second starting inside a byte of the live bitmap."""
+    np.save(tmp_path / "embeddings.npy", vectors[:3001])
+    mapped = np.load(tmp_path / "embeddings.npy", mmap_mode="r")
+    index = VectorIndex.build(IndexConfig("flat"), 32, mapped)
+    assert index.shared_vectors and index.add(vectors[3001:]) == 3001 and index.shared_vectors
+    assert [first for _, first in index._rows.parts()] == [0, 3001]
+    np.testing.assert_array_equal(index.all_vectors(), vectors)
+    picked = np.array([3000, 3001, 5, 3999, 0])
+    np.testing.assert_array_equal(index.vectors(picked), vectors[picked])
     table = RowTable([str(i) for i in range(4000)])
     for row in range(4000):
-        if (dead == "few" and row % 97 == 0) or (dead == "most" and row % 4):
+        if (dead == "few" and row % 97 in (0, 3)) or (dead == "most" and row % 4):
             table.kill(str(row))
     assert (dead == "most") == (table.n_dead > OVERFETCH_DEAD_MAX)
     queries = vectors[:24] + 0.3 * np.random.default_rng(2).standard_normal((24, 32)).astype(np.float32)
@@ -301,6 +313,30 @@ def _snapshot(seq: int, rows: int = 5) -> SnapshotData:
         doc_ids=[f"d{i}" for i in range(rows)],
         live=np.ones(rows, dtype=bool),
     )
+
+
+@pytest.mark.parametrize("blocks", [[3, 2], [0, 5], [0]])
+def test_a_flat_index_saved_in_blocks_reads_back_as_one_mapped_array(tmp_path: Path, blocks: list[int]) -> None:
+    """A flat index's vectors are saved from its parts (mapped base, appended tail) without joining them."""
+    whole = _snapshot(4, rows=sum(blocks))
+    expected = whole.embeddings
+    starts = np.cumsum([0, *blocks])
+    whole.embeddings = [expected[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    saved = write_snapshot(tmp_path / "cache", whole)
+    args = dict(bundle_hash="hash", store_uuid="store", index_tag="flat", index_dims=4, vocab_size=7)
+    data = read_snapshot(saved, **args)
+    assert isinstance(data.embeddings, np.memmap) or isinstance(data.embeddings.base, np.memmap)
+    np.testing.assert_array_equal(data.embeddings, expected)
+
+
+def test_bits_from_takes_any_rows_of_a_bitmap() -> None:
+    live = np.random.default_rng(5).random(203) > 0.3
+    bits = np.packbits(np.concatenate([live, np.ones(29, dtype=bool)]), bitorder="little")  # set bits past the rows
+    for first, n in ((0, 203), (0, 200), (0, 0), (8, 100), (3, 1), (3, 200), (197, 6), (13, 77)):
+        part = _bits_from(bits, first, n)
+        assert part.shape[0] == (n + 7) // 8
+        np.testing.assert_array_equal(np.unpackbits(part, bitorder="little")[:n], live[first : first + n])
+        assert not np.unpackbits(part, bitorder="little")[n:].any()  # nothing past the part's rows
 
 
 def test_snapshots_are_atomic_newest_first_and_checked(tmp_path: Path) -> None:

@@ -92,6 +92,12 @@ def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dic
     try:
         info = httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]
         assert info["loaded_from"] == "cache" and info["documents"] == len(docs)
+        # Both workers loaded the snapshot: each maps its vectors (one copy in the page cache), not its own.
+        answered = {}
+        for _ in range(80):
+            ready = httpx.get(f"{again.url}/readyz", timeout=30).json()
+            answered[ready["pid"]] = ready["collections"]["documents"]["vectors_shared"]
+        assert len(answered) == 2 and all(answered.values())
         for doc in docs[15:35]:
             assert_same_ranking(fresh_search(again.url, doc.title), oracle, doc.title, 10)
     finally:
