@@ -132,6 +132,9 @@ class Settings(BaseSettings):
     max_page_chars: int = Field(default=65_536, ge=1, le=10_000_000)
     max_page_words: int = Field(default=2048, ge=1, le=1_000_000, description="distinct words of a long query")
     max_batch: int = Field(default=64, ge=1, le=10_000)
+    # Under load, how long a batch of concurrent searches may wait for the rest of its usual size
+    # (service.batching); 0: never.
+    batch_gather_ms: float = Field(default=2.0, ge=0, le=100)
     # queries × k of one batch: with the defaults (64 × 100) it never binds; it keeps a raised max_k
     # (for single searches) from multiplying into a batch's hits and snippets.
     max_batch_hits: int = Field(default=6400, ge=1, le=1_000_000)

@@ -57,7 +57,12 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
                 results = found.search(list(queries), k, offset, ef_search=ef_search, nprobe=nprobe)
                 return to_results(found, settings, results, queries)
 
-            batcher = QueryBatcher(search, leaders=settings.threads, max_batch=settings.max_batch)
+            batcher = QueryBatcher(
+                search,
+                leaders=settings.threads,
+                max_batch=settings.max_batch,
+                gather_s=settings.batch_gather_ms / 1000,
+            )
             _batchers[collection] = batcher
             weakref.finalize(collection, batcher.close)
         return batcher

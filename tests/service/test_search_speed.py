@@ -44,6 +44,36 @@ def test_queries_waiting_together_share_one_search_and_each_gets_its_own_result(
     assert batcher.largest == 7
 
 
+def test_after_batches_of_many_a_leader_waits_for_the_rest_of_a_batch_and_a_lone_query_does_not_wait() -> None:
+    """With gathering on, once batches have held many queries a leader that finds a few waits (up to the
+    gather time) until as many wait as usual, and runs them as one batch; a lone client is never held."""
+    calls: list[int] = []
+
+    def search(queries, key):
+        calls.append(len(queries))
+        return [_result(q, key) for q in queries]
+
+    key = (10, 0, None, None)
+    lone = QueryBatcher(search, leaders=1, max_batch=32, gather_s=30.0)
+    for i in range(5):  # batches of one: never above GATHER_FROM, so the 30 s gather never applies
+        assert lone.submit(f"lone{i}", key).result(timeout=5).doc_ids == [f"lone{i}/10"]
+    assert calls == [1] * 5
+    calls.clear()
+
+    batcher = QueryBatcher(search, leaders=1, max_batch=32, gather_s=30.0)
+    batcher._mean = 16.0  # as after a run of batches of 16
+    first = [batcher.submit(f"a{i}", key) for i in range(3)]
+    threading.Event().wait(0.2)
+    assert calls == [] and len(batcher._pending) == 3  # three wait for the usual sixteen: the leader holds them
+    rest = [batcher.submit(f"b{i}", key) for i in range(13)]
+    results = [f.result(timeout=5) for f in first + rest]
+    assert calls == [16] and [r.doc_ids[0] for r in results[:3]] == ["a0/10", "a1/10", "a2/10"]
+
+    quick = QueryBatcher(search, leaders=1, max_batch=32, gather_s=0.05)
+    quick._mean = 16.0  # nobody else comes: the leader runs what it has once the gather time is over
+    assert quick.submit("alone", key).result(timeout=5).doc_ids == ["alone/10"]
+
+
 def test_a_batch_only_holds_queries_of_one_key_and_errors_reach_their_own_waiters() -> None:
     def search(queries, key):
         if key[0] == 13:
