@@ -208,7 +208,8 @@ class VectorIndex:
 
     @classmethod
     def build(cls, config: IndexConfig, dim: int, vectors: np.ndarray) -> VectorIndex:
-        """A new index holding `vectors` as rows 0 … n − 1; an IVF index trains its coarse quantizer on them."""
+        """A new index holding `vectors` as rows 0 … n − 1; an IVF index trains its coarse quantizer on them.
+        A flat index keeps float32 C-order `vectors` as they are, uncopied: the caller hands them over."""
         vectors = _f32(vectors).reshape(-1, dim)
         faiss.omp_set_num_threads(config.threads)
         if config.index_type == "flat":

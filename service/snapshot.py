@@ -106,19 +106,18 @@ def _free_name(folder: Path, seq: int) -> Path:
 
 
 def _save_rows(path: Path, blocks: np.ndarray | list[np.ndarray], dims: int) -> None:
-    """Row blocks written one after another as one float32 .npy (rows × dims), never joined in memory."""
+    """Row blocks written one after another as one float32 .npy (rows × dims), never joined in memory.
+
+    Written through the file, not a writable mapping: a full disk is then an OSError the snapshot's
+    retry handles, where writing into mapped pages would kill the process with SIGBUS."""
     pieces = [blocks] if isinstance(blocks, np.ndarray) else blocks
     rows = sum(piece.shape[0] for piece in pieces)
-    if rows == 0:  # nothing to map: an empty array's file
-        np.save(path, np.zeros((0, dims), dtype=np.float32))
-        return
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(rows, dims))
-    at = 0
-    for piece in pieces:
-        out[at : at + piece.shape[0]] = piece
-        at += piece.shape[0]
-    out.flush()
-    del out
+    descr = np.lib.format.dtype_to_descr(np.dtype(np.float32))
+    header = {"descr": descr, "fortran_order": False, "shape": (rows, dims)}
+    with path.open("wb") as out:
+        np.lib.format.write_array_header_1_0(out, header)
+        for piece in pieces:
+            out.write(np.ascontiguousarray(piece, dtype=np.float32).data)
 
 
 def write_snapshot(folder: Path, data: SnapshotData) -> Path:

@@ -163,7 +163,7 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     tfidf_all = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((0, bundle.manifest.vocab_size))
     started = time.perf_counter()
     index = VectorIndex.build(config, index_dims, embeddings)
-    del embeddings  # a flat index copied them; the others hold their own
+    del embeddings  # a flat index holds them now (uncopied); the others hold their own copy
     log.info("built the %s index over %d vectors in %.2fs", config.index_type, total, time.perf_counter() - started)
     return ModelState(
         index=index,
