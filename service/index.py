@@ -13,6 +13,12 @@ embeddings is held: a flat "index" is the embeddings themselves (`EmbeddingRows`
 them back through its direct map, HNSW from its flat storage. On 1 M passages that took the served
 collection's vectors from about 2.15 × the float32 floor (index + rerank copy + id map) to the index alone.
 
+An IVF index loaded from a snapshot keeps its inverted lists mapped from the file (FAISS's
+IO_FLAG_MMAP_IFC: the pages are the page cache's, one copy for all the worker processes that load it,
+and as fast to search as lists in memory). FAISS aborts the process on an add to mapped lists, so rows
+appended later go to a second IVF over the same quantizer (`_delta`), searched beside it and merged;
+a snapshot copies both into one IVF in memory (`_index_copy`), entries in row order as if added to one.
+
 Vectors are passed as float32, C-contiguous arrays; callers serialize mutations against searches.
 
 HNSW ranks by inner product in one of two ways (SSI_HNSW_METRIC). "ip" (the default) builds the
@@ -138,6 +144,15 @@ def _live_first(scores: np.ndarray, rows: np.ndarray, live_bits: np.ndarray, k: 
     return np.ascontiguousarray(scores, dtype=np.float32), np.ascontiguousarray(rows, dtype=np.int64)
 
 
+def _merged(answers: list[tuple[np.ndarray, np.ndarray]], k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each query's best k of several (scores, rows) answers over disjoint rows, best first (the earlier
+    answer first on ties); rows −1 (nothing found) sort last."""
+    scores = np.concatenate([found for found, _ in answers], axis=1)
+    rows = np.concatenate([found for _, found in answers], axis=1)
+    best = np.argsort(-np.where(rows >= 0, scores, -np.inf), axis=1, kind="stable")[:, :k]
+    return np.take_along_axis(scores, best, axis=1), np.take_along_axis(rows, best, axis=1)
+
+
 def _bits_from(live_bits: np.ndarray, first: int, n: int) -> np.ndarray:
     """The bits of rows first … first + n − 1 of a little-endian bitmap as a bitmap of their own (bit j: row
     first + j), bits past n cleared: a view where the rows start and end on byte boundaries."""
@@ -177,6 +192,7 @@ class VectorIndex:
         index: faiss.Index | None = None,
         radius: float | None = None,
         owner: faiss.Index | None = None,
+        mapped: bool = False,
     ) -> None:
         if (rows is None) == (index is None):
             raise ValueError("a VectorIndex holds either embedding rows (flat) or a FAISS index")
@@ -184,6 +200,10 @@ class VectorIndex:
         self._index = index
         self._owner = owner  # an IndexIDMap2 read from an older snapshot: it owns `index`, so it is kept alive
         self._probes_split = _probe_parallel_view(index, config.threads)
+        # An IVF index read from a snapshot with its lists mapped (`load`): FAISS cannot add to mapped lists
+        # (it aborts the process), so rows appended since go to `_delta`, an IVF over the same quantizer.
+        self._mapped = mapped
+        self._delta: faiss.IndexIVFFlat | None = None
         self.config = config
         self.dim = dim
         self.radius = radius  # R of the MIPS-to-L2 reduction (HNSW only; None until the first vectors)
@@ -245,7 +265,9 @@ class VectorIndex:
 
     @property
     def ntotal(self) -> int:
-        return self._rows.rows if self._rows is not None else int(self._index.ntotal)
+        if self._rows is not None:
+            return self._rows.rows
+        return int(self._index.ntotal) + (int(self._delta.ntotal) if self._delta is not None else 0)
 
     @property
     def nprobe(self) -> int | None:
@@ -269,10 +291,22 @@ class VectorIndex:
             self._rows.append(vectors)
         elif vectors.shape[0]:
             faiss.omp_set_num_threads(self.config.threads)
-            self._index.add(self._augment_documents(vectors) if self.reduced else vectors)
-            if self._probes_split is not None:
-                self._probes_split.ntotal = self._index.ntotal
+            if self._mapped:
+                self._delta_index().add(vectors)
+            else:
+                self._index.add(self._augment_documents(vectors) if self.reduced else vectors)
+                if self._probes_split is not None:
+                    self._probes_split.ntotal = self._index.ntotal
         return first
+
+    def _delta_index(self) -> faiss.IndexIVFFlat:
+        """The IVF of rows appended to a mapped one (made on the first append): same quantizer and lists."""
+        if self._delta is None:
+            base = self._index
+            self._delta = faiss.IndexIVFFlat(base.quantizer, base.d, base.nlist, base.metric_type)
+            self._delta.is_trained = True
+            self._delta.make_direct_map()
+        return self._delta
 
     def vectors(self, rows: np.ndarray) -> np.ndarray:
         """The stored embedding of each of `rows` (float32, one row each), for the exact rerank."""
@@ -281,7 +315,15 @@ class VectorIndex:
             return self._rows.take(rows)
         if rows.shape[0] == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._index.reconstruct_batch(rows)[:, : self.dim]
+        if self._delta is None or int(rows.max()) < self._index.ntotal:
+            return self._index.reconstruct_batch(rows)[:, : self.dim]
+        first_delta = int(self._index.ntotal)
+        out = np.empty((rows.shape[0], self.dim), dtype=np.float32)
+        in_base = rows < first_delta
+        if in_base.any():
+            out[in_base] = self._index.reconstruct_batch(rows[in_base])[:, : self.dim]
+        out[~in_base] = self._delta.reconstruct_batch(rows[~in_base] - first_delta)
+        return out
 
     def vector_parts(self) -> list[np.ndarray]:
         """Every row's embedding in row order, as pieces: a flat index's own arrays (filled rows never change:
@@ -292,8 +334,9 @@ class VectorIndex:
 
     @property
     def shared_vectors(self) -> bool:
-        """Whether a flat index's first rows are a snapshot's file mapping, shared by the processes mapping it."""
-        return self._rows is not None and self._rows.shared
+        """Whether the vectors of the rows loaded from a snapshot are its file mapped (a flat index's embeddings,
+        an IVF index's lists): one copy in the page cache for every process that loaded it."""
+        return self._mapped or (self._rows is not None and self._rows.shared)
 
     def all_vectors(self) -> np.ndarray:
         """Every row's embedding as one array: for a flat index its first part itself when nothing was appended
@@ -302,7 +345,7 @@ class VectorIndex:
             return self._rows.whole()
         if self.ntotal == 0:
             return np.zeros((0, self.dim), dtype=np.float32)
-        return self._index.reconstruct_n(0, self.ntotal)[:, : self.dim]
+        return self.vectors(np.arange(self.ntotal, dtype=np.int64))
 
     def search(
         self,
@@ -334,17 +377,22 @@ class VectorIndex:
         index = self._probes_split if split else self._index
         scores, rows = self._search_index(index, queries, k, selector, ef_search, nprobe)
         del selector  # kept alive until FAISS is done with it
+        if self._delta is not None and self._delta.ntotal:
+            first = int(self._index.ntotal)
+            bits = None if live_bits is None else _bits_from(live_bits, first, int(self._delta.ntotal))
+            appended = None if bits is None else faiss.IDSelectorBitmap(bits.shape[0], faiss.swig_ptr(bits))
+            extra_scores, extra_rows = self._search_index(
+                self._delta, queries, min(k, int(self._delta.ntotal)), appended, ef_search, nprobe
+            )
+            del appended
+            extra_rows = np.where(extra_rows >= 0, extra_rows + first, extra_rows)
+            scores, rows = _merged([(scores, rows), (extra_scores, extra_rows)], k)
         return scores, rows
 
     def _scan(self, queries: np.ndarray, k: int, live_bits: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
         """The flat scan: each part of the rows (EmbeddingRows) scanned on its own, the answers merged."""
         answers = [self._scan_part(queries, k, part, first, live_bits) for part, first in self._rows.parts()]
-        if len(answers) == 1:
-            return answers[0]
-        scores = np.concatenate([found for found, _ in answers], axis=1)
-        rows = np.concatenate([found for _, found in answers], axis=1)
-        best = np.argsort(-scores, axis=1, kind="stable")[:, :k]
-        return np.take_along_axis(scores, best, axis=1), np.take_along_axis(rows, best, axis=1)
+        return answers[0] if len(answers) == 1 else _merged(answers, k)
 
     def _scan_part(
         self, queries: np.ndarray, k: int, vectors: np.ndarray, first: int, live_bits: np.ndarray | None
@@ -413,13 +461,42 @@ class VectorIndex:
 
     def serialize(self) -> np.ndarray | None:
         """The index as bytes for a snapshot; None for a flat index (its vectors are the snapshot's embeddings)."""
-        return None if self._index is None else faiss.serialize_index(self._index)
+        if self._index is None:
+            return None
+        return faiss.serialize_index(self._index_copy() if self._mapped else self._index)
+
+    def _index_copy(self) -> faiss.IndexIVFFlat:
+        """A mapped IVF and its appended rows as one IVF in memory (for a snapshot): every list's entries copied,
+        the appended rows' after the mapped ones, as if they had been added to it."""
+        base = self._index
+        copy = faiss.IndexIVFFlat(faiss.clone_index(base.quantizer), base.d, base.nlist, base.metric_type)
+        copy.is_trained = True
+        first = int(base.ntotal)
+        for source, offset in ((base, 0), (self._delta, first)):
+            if source is None:
+                continue
+            lists = source.invlists
+            for number in range(source.nlist):
+                n = lists.list_size(number)
+                if n == 0:
+                    continue
+                ids = faiss.rev_swig_ptr(lists.get_ids(number), n).copy() + offset
+                codes = faiss.rev_swig_ptr(lists.get_codes(number), n * lists.code_size).copy()
+                copy.invlists.add_entries(number, n, faiss.swig_ptr(ids), faiss.swig_ptr(codes))
+        copy.ntotal = self.ntotal
+        copy.nprobe = base.nprobe
+        copy.make_direct_map()
+        return copy
 
     @classmethod
     def load(cls, path: Path, config: IndexConfig, dim: int) -> VectorIndex:
         """An HNSW or IVF index saved by `serialize` (or wrapped in the IndexIDMap2 of older snapshots)."""
+        mapped = config.index_type == "ivf"
         try:
-            index = faiss.read_index(str(path))
+            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC if mapped else 0)
+            if mapped and not isinstance(index, faiss.IndexIVFFlat):  # an older snapshot's wrapper: read, not mapped
+                mapped = False
+                index = faiss.read_index(str(path))
         except RuntimeError as exc:
             raise IndexLoadError(f"{path}: FAISS cannot read the index ({str(exc).splitlines()[0]})") from None
         reduced = config.index_type == "hnsw" and config.hnsw_metric != "ip"
@@ -446,4 +523,4 @@ class VectorIndex:
         if reduced and index.ntotal:
             # The first stored vector comes from the build, where every vector has norm exactly R.
             radius = float(np.linalg.norm(index.reconstruct(0).astype(np.float64)))
-        return cls(config, dim, index=index, radius=radius, owner=owner)
+        return cls(config, dim, index=index, radius=radius, owner=owner, mapped=mapped)

@@ -233,7 +233,7 @@ class ModelState:
             "seq": self.seq,
             "nlist": self.index.nlist,
             "nprobe": self.index.nprobe,
-            # A flat index loaded from a snapshot maps its vectors: one copy for every worker process.
+            # Flat and IVF vectors loaded from a snapshot are its files mapped: one copy for every worker process.
             "vectors_shared": self.index.shared_vectors,
             "loaded_from": self.report.source,
             "load_seconds": round(self.report.seconds, 4),

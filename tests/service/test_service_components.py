@@ -187,6 +187,43 @@ def test_a_flat_batch_finds_the_brute_force_top_of_the_live_rows(
     assert (scores[:, 4:] == np.finfo(np.float32).min).all()  # FAISS's own padding
 
 
+def test_an_ivf_index_loaded_mapped_takes_appends_beside_its_lists_and_saves_them_together(
+    vectors: np.ndarray, tmp_path: Path
+) -> None:
+    """An IVF index read from a snapshot keeps its lists mapped (FAISS cannot add to them): rows appended
+    go to a second IVF over the same quantizer, searched with it. The answers, the vectors read back and
+    a saved copy are those of the same index held in memory with the same rows added."""
+    config = IndexConfig("ivf", ivf_nlist=32, ivf_nprobe=8, threads=2)
+    memory = VectorIndex.build(config, 32, vectors[:3000])
+    path = tmp_path / "index.faiss"
+    memory.serialize().tofile(path)
+    mapped = VectorIndex.load(path, config, 32)
+    assert mapped.shared_vectors and not memory.shared_vectors
+    for index in (memory, mapped):
+        assert index.add(vectors[3000:3500]) == 3000 and index.add(vectors[3500:]) == 3500
+    assert mapped._index.ntotal == 3000 and mapped.ntotal == 4000  # the mapped lists were never added to
+    table = RowTable([str(i) for i in range(4000)])
+    for row in range(0, 4000, 9):
+        table.kill(str(row))
+    picked = np.array([3999, 0, 3000, 2999, 1234])
+    np.testing.assert_array_equal(mapped.vectors(picked), vectors[picked])
+    np.testing.assert_array_equal(mapped.all_vectors(), vectors)
+    saved = tmp_path / "again.faiss"
+    mapped.serialize().tofile(saved)
+    again = VectorIndex.load(saved, config, 32)
+    assert again.ntotal == 4000
+    for bits in (None, table.live_bits()):
+        expected = memory.search(vectors[:40], 25, live_bits=bits)
+        for index in (mapped, again):
+            scores, rows = index.search(vectors[:40], 25, live_bits=bits)
+            np.testing.assert_array_equal(rows, expected[1])
+            np.testing.assert_array_equal(scores, expected[0])
+            lone = index.search(vectors[3003:3004], 25, live_bits=bits)  # a lone query: the split probes
+            np.testing.assert_array_equal(lone[1], memory.search(vectors[3003:3004], 25, live_bits=bits)[1])
+            assert bits is None or table.live[rows[rows >= 0]].all()
+    assert (expected[1] >= 3000).any()
+
+
 def test_live_first_keeps_each_querys_live_rows_in_order() -> None:
     """The over-fetch's filter alone: dead and missing (-1) rows dropped, order kept, padding at the end."""
     table = RowTable([str(i) for i in range(16)])
