@@ -325,12 +325,12 @@ class VectorIndex:
         out[~in_base] = self._delta.reconstruct_batch(rows[~in_base] - first_delta)
         return out
 
-    def vector_parts(self) -> list[np.ndarray]:
-        """Every row's embedding in row order, as pieces: a flat index's own arrays (filled rows never change:
-        a snapshot saves them without a copy), else one copy."""
-        if self._rows is not None:
-            return [piece for piece, _ in self._rows.parts()]
-        return [self.all_vectors()]
+    def vector_parts(self) -> list[np.ndarray] | None:
+        """A flat index's embeddings in row order, as its own arrays (filled rows never change: a snapshot saves
+        them without a copy); None for HNSW and IVF, whose serialized index holds their vectors."""
+        if self._rows is None:
+            return None
+        return [piece for piece, _ in self._rows.parts()]
 
     @property
     def shared_vectors(self) -> bool:

@@ -107,7 +107,7 @@ def capture(state: ModelState) -> Capture:
             # HNSW and IVF are more than their vectors (graph, coarse lists): those are copied here.
             index_blob=state.index.serialize(),
             # A flat index's filled rows are never written again, so its arrays are a stable copy as they are.
-            embeddings=state.index.vector_parts() if state.config.index_type == "flat" else None,
+            embeddings=state.index.vector_parts(),
             dims=state.index.dim,
             lexical=state.lexical,
             doc_ids=list(state.table.doc_ids),
