@@ -120,7 +120,7 @@ def embed_collection(bundle: Any, corpus: Path, n_queries: int, words: int = 5, 
     tfidf: list[sp.csr_matrix] = []
     sample: list[str] = []
     for texts in _batches(corpus, 50_000):
-        X = bundle.vocab.featurize(texts)
+        X = bundle.vocab.featurize_documents(texts)
         tfidf.append(X)
         parts.append(np.asarray(bundle.form.embed_documents_of(X), dtype=np.float32))
         sample.extend(texts[:: max(1, len(texts) // 200)])
@@ -128,7 +128,7 @@ def embed_collection(bundle: Any, corpus: Path, n_queries: int, words: int = 5, 
     for _ in range(n_queries):
         tokens = sorted(set(sample[int(rng.integers(len(sample)))].split()))
         queries.append(" ".join(rng.choice(tokens, size=min(words, len(tokens)), replace=False)))
-    Q = bundle.vocab.featurize(queries)
+    Q = bundle.vocab.featurize_queries(queries)
     return Collection(
         vectors=np.ascontiguousarray(np.vstack(parts)),
         doc_tfidf=sp.vstack(tfidf, format="csr"),

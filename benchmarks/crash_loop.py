@@ -46,7 +46,6 @@ import typer
 
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import form_class
-from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.vocab import Vocabulary
 from training.encoder import build_encoder
@@ -354,9 +353,9 @@ def _check_ranking(client: httpx.Client, bundle_dir: Path, expected: Expected, q
     bundle = load_bundle(bundle_dir, mmap=False)
     docs = [doc for doc in expected.values() if doc is not None]
     position = {doc.id: i for i, doc in enumerate(docs)}
-    X = bundle.vocab.featurize([doc.full_text for doc in docs])
-    Q = bundle.vocab.featurize(queries)
-    scores = np.asarray(bundle.form.reference_scores(Q, DocMatrix(X)), dtype=np.float64)
+    X = bundle.vocab.featurize_documents([doc.full_text for doc in docs])
+    Q = bundle.vocab.featurize_queries(queries)
+    scores = np.asarray(bundle.form.reference_scores(Q, bundle.vocab.doc_matrix(X)), dtype=np.float64)
     for qi, query in enumerate(queries):
         response = client.post("/search", json={"query": query, "k": 10})
         if response.status_code != 200:

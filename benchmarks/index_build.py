@@ -98,7 +98,7 @@ def in_process(bundle_path: Path, texts: list[str], batch: int) -> dict:
     for start in range(0, len(texts), batch):
         chunk = texts[start : start + batch]
         tokens = clock.run("reference: tokenize", lambda: [tokenize(text) for text in chunk])  # noqa: B023
-        reference = clock.run("reference: tf-idf rows", lambda: bundle.vocab.featurize_tokens(tokens))  # noqa: B023
+        reference = clock.run("reference: tf-idf rows", lambda: bundle.vocab.featurize_tokens(tokens, documents=True))  # noqa: B023
         tfidf = clock.run("featurize (bulk)", lambda: featurizer.featurize(chunk))  # noqa: B023
         identical = identical and same_rows(reference, tfidf)
         embeddings[start : start + len(chunk)] = clock.run("embed", lambda: embedder.embed_documents(tfidf))  # noqa: B023

@@ -29,7 +29,6 @@ import typer
 from benchmarks.api_world import Server, World, syllable_words
 from ssi.bundle import write_bundle
 from ssi.forms import form_class
-from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
 from training.encoder import build_encoder
 
@@ -80,9 +79,9 @@ def main(
     write_bundle(bundle, form=form, vocab=vocab, encoder_onnx=build_encoder(form.query_map()))
 
     # In process: the two scorings of the page against every advert.
-    X = vocab.featurize(texts)
-    q = vocab.featurize([page])
-    docs = DocMatrix(X)
+    X = vocab.featurize_documents(texts)
+    q = vocab.featurize_queries([page])
+    docs = vocab.doc_matrix(X)
     cached = form.embed_documents(X)  # V d of every advert, as the service caches it
     Ut = np.ascontiguousarray(form.query_map())
 

@@ -93,7 +93,7 @@ def profile(collection: Any, settings: Any, queries: list[str], k: int, rerank: 
         t0 = CLOCK()
         request = SearchRequest.model_validate_json(body)
         t1 = CLOCK()
-        tfidf = state.embedder.featurize([request.query])
+        tfidf = state.embedder.featurize_queries([request.query])
         t2 = CLOCK()
         embedded = state.embedder.embed_queries(tfidf)
         t3 = CLOCK()
@@ -167,7 +167,7 @@ def scan_floor(state: Any, queries: list[str], first_k: int) -> dict[str, float]
     computed beforehand, so only the scan is timed)."""
     import faiss
 
-    embedded = state.embedder.embed_queries(state.embedder.featurize(queries))
+    embedded = state.embedder.embed_queries(state.embedder.featurize_queries(queries))
     vectors = state.index.all_vectors()
     flat = faiss.IndexFlatIP(vectors.shape[1])
     flat.add(np.ascontiguousarray(vectors, dtype=np.float32))

@@ -23,7 +23,6 @@ import scipy.sparse as sp
 import torch
 import typer
 
-from ssi.products import DocMatrix
 from training.data import TrainingData, load_training_data
 from training.settings import TrainSettings
 from training.trainer import Trainer
@@ -116,7 +115,7 @@ def main(
     torch.set_num_threads(threads)
     data = load_training_data(corpus, pairs=pairs, vocab_size=vocab_size)
     settings = TrainSettings(corpus=corpus, pairs=pairs, out=Path("unused"), n_dims=dims, threads=threads)
-    trainer = Trainer(data, settings, docs=DocMatrix(data.X_docs))
+    trainer = Trainer(data, settings, docs=data.vocab.doc_matrix(data.X_docs))
     trainer.step()  # warm-up (first-touch allocations)
     block = run_block(trainer, seconds)
     plain = run_plain(data, dims, seconds, plain_batch, seed=0)

@@ -147,7 +147,7 @@ def document_of(record: dict) -> Document:
 def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int) -> Block:
     """Each document's owner shard, tf-idf row and index vector (what service.state_builder.computed computes)."""
     ids = [d.id for d in docs]
-    tfidf = embedder.featurize([d.full_text for d in docs])
+    tfidf = embedder.featurize_documents([d.full_text for d in docs])
     return Block(
         ids=ids,
         titles=[d.title for d in docs],

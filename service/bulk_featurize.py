@@ -33,7 +33,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ssi.tokenize import MAX_WORD_CHARS, TOKENIZER_VERSION, normalized
-from ssi.vocab import Vocabulary, tfidf_rows
+from ssi.vocab import Vocabulary
 
 ARRAY_TOKENIZER = "words-nfkc-casefold-v1"  # the tokenizer `spans` reproduces; another one falls back
 CODE_ALPHABET = "abcdefghijklmnopqrstuvwxyz0123456789"
@@ -179,7 +179,7 @@ def _codes(is_word: np.ndarray, digits: np.ndarray, starts: np.ndarray, ends: np
 
 @dataclass
 class BulkFeaturizer:
-    """`vocab.featurize(texts)`, byte for byte, for large batches (an index build)."""
+    """`vocab.featurize_documents(texts)`, byte for byte, for large batches (an index build)."""
 
     vocab: Vocabulary
     _slot_codes: np.ndarray = field(init=False, repr=False)
@@ -218,13 +218,13 @@ class BulkFeaturizer:
 
     @property
     def uses_arrays(self) -> bool:
-        """Whether the array path applies (else `featurize` is `vocab.featurize`)."""
+        """Whether the array path applies (else `featurize` is `vocab.featurize_documents`)."""
         return self.vocab.hashing is None and self.vocab.tokenizer == TOKENIZER_VERSION == ARRAY_TOKENIZER
 
     def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
-        """Unit tf-idf rows of `texts` (float32 CSR, sorted indices), identical to `vocab.featurize(texts)`."""
+        """Document rows of `texts` (float32 CSR, sorted indices), identical to `vocab.featurize_documents(texts)`."""
         if not self.uses_arrays:
-            return self.vocab.featurize(texts)
+            return self.vocab.featurize_documents(texts)
         normal = [normalized(t) for t in texts]
         lengths = np.fromiter(map(len, normal), dtype=np.int64, count=len(normal))
         ids: list[np.ndarray] = []
@@ -234,8 +234,8 @@ class BulkFeaturizer:
             ids.append(self._ids(found))
             counts.append(found.counts)
         if not ids:
-            return self.vocab.featurize([])
-        return tfidf_rows(np.concatenate(ids), np.concatenate(counts), self.vocab.idf)
+            return self.vocab.featurize_documents([])
+        return self.vocab.rows_from_ids(np.concatenate(ids), np.concatenate(counts), documents=True)
 
     def _ids(self, found: Spans) -> np.ndarray:
         """Each word's vocabulary id (−1: not in it): coded words from the table, the others from the dict."""

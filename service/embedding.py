@@ -32,11 +32,11 @@ class Prepared:
 
 
 def keep_top_words(tfidf: sp.csr_matrix, max_words: int) -> sp.csr_matrix:
-    """Each row restricted to its `max_words` largest entries (ties: the lower word id), back to unit length.
+    """Each query row restricted to its `max_words` largest entries (ties: the lower word id), back to unit length.
 
-    The result is exactly the tf-idf vector of the text with every other word removed, since a
-    word's weight does not depend on the others until the final scaling. Rows within the cap are
-    returned as they are.
+    The result is exactly the query row of the text with every other word removed, since a word's
+    weight does not depend on the others until the final scaling (tf-idf and BM25's query rows alike).
+    Rows within the cap are returned as they are.
     """
     counts = np.diff(tfidf.indptr)
     if counts.max(initial=0) <= max_words:
@@ -67,24 +67,30 @@ class Embedder:
         self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, self.index_dims, threads)
         self.encoder.check_against(self.form.query_map(), normalize=self.form.normalizes_query)
 
-    def featurize(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
-        """Unit tf-idf rows; with `max_words`, a long text keeps only its most heavily weighted words."""
-        tfidf = self.bundle.vocab.featurize(list(texts))
-        return tfidf if max_words is None else keep_top_words(tfidf, max_words)
+    def featurize_queries(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
+        """Query rows (unit length); with `max_words`, a long text keeps only its most heavily weighted words."""
+        rows = self.bundle.vocab.featurize_queries(list(texts))
+        return rows if max_words is None else keep_top_words(rows, max_words)
+
+    def featurize_documents(self, texts: Sequence[str]) -> sp.csr_matrix:
+        """Document rows: what the index embeds and the exact rerank's lexical part reads."""
+        return self.bundle.vocab.featurize_documents(list(texts))
 
     def embed_queries(self, tfidf: sp.csr_matrix) -> np.ndarray:
         """float32 [queries, M]: (query map) q by the exported ONNX graph (to unit length for a cosine form)."""
         return self.encoder.encode(tfidf)
 
     def embed_documents(self, tfidf: sp.csr_matrix, doc_ids: Sequence[str] | None = None) -> np.ndarray:
-        """float32 [documents, M], C order: what the index stores for each row, as the form defines it.
+        """float32 [documents, M], C order: what the index stores for each document row, as the form defines it
+        (from the row's semantic row, ssi.vocab.Vocabulary.semantic_rows).
 
         `doc_ids` reach a form with per-document vectors (half-transductive: a training document with
         its text unchanged keeps its free vector, any other falls back to the functional map).
         """
-        return np.ascontiguousarray(self.form.embed_documents_of(tfidf, doc_ids), dtype=np.float32)
+        semantic = self.bundle.vocab.semantic_rows(tfidf)  # the rows themselves under tf-idf
+        return np.ascontiguousarray(self.form.embed_documents_of(semantic, doc_ids), dtype=np.float32)
 
     def prepare(self, docs: Sequence[Document]) -> Prepared:
-        tfidf = self.featurize([doc.full_text for doc in docs])
+        tfidf = self.featurize_documents([doc.full_text for doc in docs])
         ids = [doc.id for doc in docs]
         return Prepared(ids=ids, tfidf=tfidf, embeddings=self.embed_documents(tfidf, ids))

@@ -119,9 +119,9 @@ def explain(
         return [], []
     embedder = state.embedder
     vocab = embedder.bundle.vocab
-    q = embedder.featurize([page], settings.max_page_words)
+    q = embedder.featurize_queries([page], settings.max_page_words)
     q_ids, q_vals = q.indices, q.data
-    ad_tfidf = embedder.featurize(ads)
+    ad_tfidf = embedder.featurize_documents(ads)
     ad_embedded = embedder.embed_documents(ad_tfidf, ids)  # [ads, M], as the index holds them
     page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
     if embedder.form.normalizes_query:  # a cosine form's query embedding is A q/‖A q‖: its shares scale alike

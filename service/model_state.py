@@ -141,7 +141,7 @@ class ModelState:
         `exclude[i]`, when given, is a document id left out of query i's results (the query document
         of "more like this"); `max_words` keeps only a long text's most heavily weighted words.
         """
-        tfidf = self.embedder.featurize(queries, max_words)
+        tfidf = self.embedder.featurize_queries(queries, max_words)
         query_embeddings = self.embedder.embed_queries(tfidf)
         excluded = list(exclude) if exclude is not None else [None] * len(queries)
         asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]

@@ -286,6 +286,10 @@ class ModelResponse(BaseModel):
     n_dims: int = Field(description="N, the size of the model's arrays (0 for a form without embeddings)")
     index_dims: int = Field(description="M, the size of a query embedding and of each vector in the index")
     vocab_size: int
+    lexical: dict[str, Any] = Field(
+        description="the lexical part's weighting (ssi.weighting): {'scheme': 'tfidf'}, or 'bm25' with its k1, b and "
+        "the training corpus's average document length, which every document written later is weighted against"
+    )
     content_hash: str
     created_at: str
     training: dict[str, Any] = Field(description="the training run (file paths shown by their last component)")

@@ -2,9 +2,10 @@
 
 A bundle is a folder of plain files (Style: bm25s's saved models):
 
-    manifest.json   format + version, model form, N, D, the index dimension M, text pipeline,
+    manifest.json   format + version, model form, N, D, the index dimension M, text pipeline
+                    (tokenizer, tf scheme, and `lexical`: BM25's k1, b, average length, or null: tf-idf),
                     per-file sha256, content hash, training config, data fingerprint, metrics
-    vocab.tsv       word<TAB>idf, one line per word id
+    vocab.tsv       word<TAB>idf, one line per word id (BM25's idf for a BM25 vocabulary)
     <name>.npy      each array the form declares (ssi.forms), float32, e.g. U.npy and V.npy
     encoder.onnx    the query encoder x ↦ (query map) x on the tf-idf vector, run by onnxruntime
                     (absent for a form not served exactly, e.g. hash kernels: index_dims 0)
@@ -40,6 +41,7 @@ from ssi.forms import DocumentKeys, Form, FormError, form_class
 from ssi.idf_table import read_idf_table, write_idf_table
 from ssi.tokenize import TOKENIZER_VERSION
 from ssi.vocab import TF_SCHEME, Vocabulary
+from ssi.weighting import BM25_SCHEME, Bm25
 
 FORMAT = "ssi-bundle"
 FORMAT_VERSION = 2
@@ -72,6 +74,9 @@ class Manifest(BaseModel):
     metrics: dict[str, Any] = Field(default_factory=dict)
     documents: int | None = Field(None, ge=0)  # lines of documents.tsv: a keyed form's documents (None: no file)
     hashing: dict[str, Any] | None = None  # the vocabulary's correlated-hashing map (ssi.feature_hashing), if any
+    # The BM25 weighting's k1, b and average length (ssi.weighting; tf_scheme BM25_SCHEME); None: tf-idf,
+    # which every bundle written before the field existed is.
+    lexical: dict[str, Any] | None = None
 
     def payload_files(self) -> list[str]:
         encoder = [ENCODER_FILE] if self.index_dims else []
@@ -120,13 +125,14 @@ def _write_vocab(path: Path, vocab: Vocabulary) -> None:
     write_idf_table(path, vocab.words, vocab.idf)
 
 
-def read_vocab(path: Path, tokenizer: str, tf_scheme: str) -> Vocabulary:
+def read_vocab(path: Path, tokenizer: str, tf_scheme: str, lexical: dict[str, Any] | None = None) -> Vocabulary:
     try:
         words, idf = read_idf_table(path)
     except ValueError as exc:
         raise BundleError(str(exc)) from None
     try:
-        return Vocabulary(words=words, idf=idf, tokenizer=tokenizer, tf_scheme=tf_scheme)
+        bm25 = Bm25.from_manifest(lexical) if lexical is not None else None
+        return Vocabulary(words=words, idf=idf, tokenizer=tokenizer, tf_scheme=tf_scheme, bm25=bm25)
     except ValueError as exc:
         raise BundleError(f"{path}: {exc}") from None
 
@@ -213,6 +219,7 @@ def write_bundle(
             metrics=metrics or {},
             documents=len(keys) if keys is not None else None,
             hashing=vocab.hashing.manifest_entry() if vocab.hashing is not None else None,
+            lexical=vocab.bm25.manifest_entry() if vocab.bm25 is not None else None,
         )
         (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
         for name in (*names, MANIFEST):
@@ -290,10 +297,10 @@ def verify_files(path: Path, files: dict[str, str], expected_hash: str, verify_h
 
 
 def check_text_pipeline(path: Path, tokenizer: str, tf_scheme: str) -> None:
-    if tokenizer != TOKENIZER_VERSION or tf_scheme != TF_SCHEME:
+    if tokenizer != TOKENIZER_VERSION or tf_scheme not in (TF_SCHEME, BM25_SCHEME):
         raise BundleError(
             f"{path / MANIFEST}: made with text pipeline {tokenizer}/{tf_scheme}, "
-            f"this build has {TOKENIZER_VERSION}/{TF_SCHEME}"
+            f"this build has {TOKENIZER_VERSION}/{TF_SCHEME} or {BM25_SCHEME}"
         )
 
 
@@ -309,7 +316,7 @@ def load_bundle(path: Path | str, *, mmap: bool = True, verify_hashes: bool = Tr
         raise BundleError(f"{path / MANIFEST}: file list does not match the form's arrays")
     verify_files(path, manifest.files, manifest.content_hash, verify_hashes)
     check_text_pipeline(path, manifest.tokenizer, manifest.tf_scheme)
-    vocab = read_vocab(path / VOCAB, manifest.tokenizer, manifest.tf_scheme)
+    vocab = read_vocab(path / VOCAB, manifest.tokenizer, manifest.tf_scheme, manifest.lexical)
     if manifest.hashing is not None:
         try:
             vocab = Vocabulary(

@@ -25,7 +25,8 @@ DEFAULT_DENSE_BUDGET = 256 * 1024 * 1024
 
 
 class DocMatrix:
-    """Document rows X (n_docs × D, CSR) prepared for many products `Q Xᵀ`."""
+    """Document rows X (n_docs × D, CSR) prepared for many products `Q Xᵀ`, with the rows S their semantic
+    part embeds (S = X under tf-idf)."""
 
     def __init__(
         self,
@@ -34,13 +35,22 @@ class DocMatrix:
         dense_budget_bytes: int = DEFAULT_DENSE_BUDGET,
         min_df_fraction: float = 0.1,
         ids: Sequence[str] | None = None,
+        semantic: sp.csr_matrix | None = None,
     ) -> None:
-        """`ids`: the rows' document ids where known, for forms with per-document state (ssi.forms.halftrans)."""
+        """`ids`: the rows' document ids where known, for forms with per-document state (ssi.forms.halftrans).
+
+        `semantic`: the rows a form's semantic part embeds, where they are not X itself (`S`;
+        `ssi.vocab.Vocabulary.semantic_rows`: BM25's document rows scaled to unit tf-idf-like vectors).
+        The products, the lexical part, are always over X.
+        """
         X = sp.csr_matrix(X, dtype=np.float32)
         X.sum_duplicates()
         if ids is not None and len(ids) != X.shape[0]:
             raise ValueError(f"{len(ids)} document ids for {X.shape[0]} rows")
+        if semantic is not None and semantic.shape != X.shape:
+            raise ValueError(f"semantic rows {semantic.shape} for lexical rows {X.shape}")
         self.X = X
+        self.S = X if semantic is None else sp.csr_matrix(semantic, dtype=np.float32)
         self.ids = ids
         self.n_docs, self.n_features = X.shape
         df = np.bincount(X.indices, minlength=self.n_features)

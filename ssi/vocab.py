@@ -1,8 +1,11 @@
-"""Vocabulary with idf weights, and the tf-idf featurizer that turns texts into unit vectors.
+"""Vocabulary with idf weights, and the featurizer that turns texts into weighted rows.
 
-A text becomes x with x_i = (1 + log tf_i) · idf_i over the D vocabulary words, scaled to unit
-length (the representation of Bai et al., "Supervised Semantic Indexing", 2009). Word ids are
-ordered by document frequency, most frequent first, so "the top-n words" is the id range [0, n).
+By default a text becomes x with x_i = (1 + log tf_i) · idf_i over the D vocabulary words, scaled to
+unit length (the representation of Bai et al., "Supervised Semantic Indexing", 2009), the same for a
+query and a document. A BM25 vocabulary (ssi.weighting) weighs the two sides differently so that q·d
+ranks as BM25 does: `featurize_queries` and `featurize_documents` say which side a text is on.
+Word ids are ordered by document frequency, most frequent first, so "the top-n words" is the id
+range [0, n).
 
 A vocabulary with a correlated-hashing map (ssi.feature_hashing) appends the F-dimensional hashed
 block of the text's rare words and 2-grams: rows are [x_D ; h], `size` = D + F.
@@ -15,67 +18,101 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import chain, repeat
+from typing import NamedTuple
 
 import numpy as np
 import scipy.sparse as sp
 
 from ssi.feature_hashing import CorrelatedHashing
+from ssi.products import DocMatrix
 from ssi.tokenize import TOKENIZER_VERSION, tokenize
+from ssi.weighting import BM25_SCHEME, TFIDF_SCHEME, Bm25, Lexical, bm25_idf
 
-TF_SCHEME = "log1p-idf-l2"
+TF_SCHEME = TFIDF_SCHEME  # the tf-idf weighting (ssi.weighting); a BM25 vocabulary records BM25_SCHEME
 
 
-def tfidf_rows(word_ids: np.ndarray, lengths: np.ndarray, idf: np.ndarray) -> sp.csr_matrix:
-    """The TF_SCHEME rows of texts given as their word ids laid end to end: the one home of the weighting.
+def _index_dtype(n_entries: int, n_words: int) -> type[np.signedinteger]:
+    return np.int32 if max(n_entries, n_words) < np.iinfo(np.int32).max else np.int64
+
+
+class TermCounts(NamedTuple):
+    """Each text's word counts in CSR parts (sorted indices, float64 counts): what a weighting reweighs."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    data: np.ndarray
+    shape: tuple[int, int]
+
+    @property
+    def nnz(self) -> int:
+        return int(self.data.shape[0])
+
+
+def term_counts(word_ids: np.ndarray, lengths: np.ndarray, n_words: int) -> TermCounts:
+    """Each text's word counts (sorted indices), from its word ids laid end to end.
 
     `word_ids` holds each text's tokens as vocabulary ids (−1: not in the vocabulary), texts one
-    after another, `lengths` how many tokens each text has. x_i = (1 + log tf_i) · idf_i, scaled to
-    unit length; a text with no known word is an empty row. All texts at once: the (row, word)
-    counts come from one sparse matrix that sums duplicates, the weights and norms are array
-    operations (no numpy call per text, which bounded index builds before).
+    after another, `lengths` how many tokens each text has. All texts at once: one sparse matrix
+    that sums duplicates (no numpy call per text, which bounded index builds before); one text (a
+    query) by np.unique, whose cost is below the sparse matrix's construction.
     """
-    n_rows, n_words = lengths.shape[0], idf.shape[0]
+    n_rows = lengths.shape[0]
     if n_rows == 1:
-        return _one_tfidf_row(word_ids, idf)
+        words, counts = np.unique(word_ids[word_ids >= 0], return_counts=True)
+        indptr = np.array([0, words.shape[0]], dtype=np.int64)
+        return TermCounts(indptr, words, counts.astype(np.float64), (1, n_words))
     rows = np.repeat(np.arange(n_rows, dtype=np.int64), lengths)
     known = word_ids >= 0
     ids, rows = word_ids[known], rows[known]
-    index_dtype = np.int32 if max(ids.shape[0], n_words) < np.iinfo(np.int32).max else np.int64
+    index_dtype = _index_dtype(ids.shape[0], n_words)
     counts = sp.csr_matrix(
         (np.ones(ids.shape[0], dtype=np.float64), (rows.astype(index_dtype), ids.astype(index_dtype))),
         shape=(n_rows, n_words),
     )
     counts.sum_duplicates()  # sorts each row's indices as well
-    values = (1.0 + np.log(counts.data)).astype(np.float32) * idf[counts.indices]
-    entry_rows = np.repeat(np.arange(n_rows), np.diff(counts.indptr))
-    norms = np.sqrt(np.bincount(entry_rows, weights=values.astype(np.float64) ** 2, minlength=n_rows))
-    values /= norms[entry_rows].astype(np.float32)  # every stored row has a positive norm
-    # One index dtype for indices and indptr: scipy mutates mixed-dtype matrices badly in place.
+    return TermCounts(counts.indptr, counts.indices, counts.data, (n_rows, n_words))
+
+
+def _rows_like(counts: TermCounts | sp.csr_matrix, values: np.ndarray) -> sp.csr_matrix:
+    """float32 CSR with `counts`' pattern and `values`, one index dtype for indices and indptr
+    (scipy mutates mixed-dtype matrices badly in place)."""
+    index_dtype = _index_dtype(counts.nnz, counts.shape[1])
     matrix = sp.csr_matrix(
         (values.astype(np.float32), counts.indices.astype(index_dtype), counts.indptr.astype(index_dtype)),
-        shape=(n_rows, n_words),
+        shape=counts.shape,
     )
     matrix.has_sorted_indices = True
     return matrix
 
 
-def _one_tfidf_row(word_ids: np.ndarray, idf: np.ndarray) -> sp.csr_matrix:
-    """`tfidf_rows` of one text (a query) without the sparse count matrix, whose construction cost more
-    than the rest of a query's featurizing; the same arithmetic in the same order, so a query gets the
-    same bits alone as in a batch."""
-    n_words = idf.shape[0]
-    index_dtype = np.int32 if n_words < np.iinfo(np.int32).max else np.int64
-    words, counts = np.unique(word_ids[word_ids >= 0], return_counts=True)
-    values = (1.0 + np.log(counts.astype(np.float64))).astype(np.float32) * idf[words]
-    if words.shape[0]:
-        norm = np.sqrt(np.bincount(np.zeros(words.shape[0], dtype=np.int64), weights=values.astype(np.float64) ** 2))
-        values /= norm.astype(np.float32)
-    matrix = sp.csr_matrix(
-        (values.astype(np.float32), words.astype(index_dtype), np.array([0, words.shape[0]], dtype=index_dtype)),
-        shape=(1, n_words),
-    )
-    matrix.has_sorted_indices = True
-    return matrix
+def _unit_rows(counts: TermCounts | sp.csr_matrix, values: np.ndarray) -> sp.csr_matrix:
+    """`values` (float32, one per entry of `counts`) scaled to unit length per row; empty rows stay empty."""
+    entry_rows = np.repeat(np.arange(counts.shape[0]), np.diff(counts.indptr))
+    norms = np.sqrt(np.bincount(entry_rows, weights=values.astype(np.float64) ** 2, minlength=counts.shape[0]))
+    values /= norms[entry_rows].astype(np.float32)  # every stored row has a positive norm
+    return _rows_like(counts, values)
+
+
+def tfidf_rows(word_ids: np.ndarray, lengths: np.ndarray, idf: np.ndarray) -> sp.csr_matrix:
+    """The TF_SCHEME rows of texts given as their word ids laid end to end (see `term_counts`):
+    x_i = (1 + log tf_i) · idf_i, scaled to unit length; a text with no known word is an empty row."""
+    counts = term_counts(word_ids, lengths, idf.shape[0])
+    values = (1.0 + np.log(counts.data)).astype(np.float32) * idf[counts.indices]
+    return _unit_rows(counts, values)
+
+
+def bm25_rows(
+    word_ids: np.ndarray, lengths: np.ndarray, idf: np.ndarray, bm25: Bm25, *, documents: bool
+) -> sp.csr_matrix:
+    """The BM25_SCHEME rows (ssi.weighting): saturated term frequencies for `documents`, else unit idf·qtf.
+
+    A document's length is all its tokens (`lengths`, words outside the vocabulary included).
+    """
+    counts = term_counts(word_ids, lengths, idf.shape[0])
+    if documents:
+        per_entry = np.repeat(lengths, np.diff(counts.indptr))
+        return _rows_like(counts, bm25.document_values(counts.data, per_entry))
+    return _unit_rows(counts, counts.data.astype(np.float32) * idf[counts.indices])
 
 
 @dataclass
@@ -87,10 +124,17 @@ class Vocabulary:
     tokenizer: str = TOKENIZER_VERSION
     tf_scheme: str = TF_SCHEME
     hashing: CorrelatedHashing | None = None  # correlated feature hashing: appends h = H x_rare (ssi.feature_hashing)
+    bm25: Bm25 | None = None  # the BM25 weighting's parameters (tf_scheme BM25_SCHEME); None: tf-idf
     _index: dict[str, int] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.idf = np.asarray(self.idf, dtype=np.float32)
+        if self.tf_scheme not in (TFIDF_SCHEME, BM25_SCHEME):
+            raise ValueError(f"unknown tf scheme {self.tf_scheme!r} (this build has {TFIDF_SCHEME}, {BM25_SCHEME})")
+        if (self.tf_scheme == BM25_SCHEME) != (self.bm25 is not None):
+            raise ValueError(f"tf scheme {self.tf_scheme} and BM25 parameters {self.bm25} do not go together")
+        if self.bm25 is not None and self.hashing is not None:
+            raise ValueError("correlated feature hashing is built on tf-idf rows: it does not take the BM25 weighting")
         if len(self.words) != self.idf.shape[0]:
             raise ValueError(f"vocabulary has {len(self.words)} words but {self.idf.shape[0]} idf values")
         self._index = {w: i for i, w in enumerate(self.words)}
@@ -108,6 +152,16 @@ class Vocabulary:
         return len(self.words) + (self.hashing.n_frequent if self.hashing is not None else 0)
 
     @property
+    def lexical(self) -> Lexical:
+        """The weighting's name: "bm25" or "tfidf"."""
+        return "bm25" if self.bm25 is not None else "tfidf"
+
+    @property
+    def symmetric(self) -> bool:
+        """Whether a query and a document with the same words get the same row (tf-idf: yes; BM25: no)."""
+        return self.bm25 is None
+
+    @property
     def n_words(self) -> int:
         """D, the words with their own tf-idf column."""
         return len(self.words)
@@ -121,28 +175,39 @@ class Vocabulary:
         return self._index.get(word)
 
     @classmethod
-    def build(cls, texts: Iterable[str], max_words: int = 30000, min_df: int = 2) -> Vocabulary:
-        """Keep the `max_words` words of highest document frequency (ties broken by the word)."""
-        return cls.build_from_tokens((tokenize(t) for t in texts), max_words=max_words, min_df=min_df)
+    def build(
+        cls, texts: Iterable[str], max_words: int = 30000, min_df: int = 2, bm25: Bm25 | None = None
+    ) -> Vocabulary:
+        """Keep the `max_words` words of highest document frequency (ties broken by the word).
+
+        `bm25`: weigh the BM25 way with its k1 and b (its avg_len is replaced by the texts' mean length).
+        """
+        return cls.build_from_tokens((tokenize(t) for t in texts), max_words=max_words, min_df=min_df, bm25=bm25)
 
     @classmethod
     def build_from_tokens(
-        cls, token_lists: Iterable[Sequence[str]], max_words: int = 30000, min_df: int = 2
+        cls, token_lists: Iterable[Sequence[str]], max_words: int = 30000, min_df: int = 2, bm25: Bm25 | None = None
     ) -> Vocabulary:
         """`build` on texts already tokenized, so a trainer tokenizes a large corpus once."""
         df: Counter[str] = Counter()
         n_docs = 0
+        n_tokens = 0
         for tokens in token_lists:
             df.update(set(tokens))
             n_docs += 1
+            n_tokens += len(tokens)
         if n_docs == 0:
             raise ValueError("cannot build a vocabulary from no texts")
         kept = [(w, c) for w, c in df.items() if c >= min_df] or list(df.items())
         kept.sort(key=lambda wc: (-wc[1], wc[0]))
         kept = kept[:max_words]
         words = [w for w, _ in kept]
-        idf = np.array([math.log((1 + n_docs) / (1 + c)) + 1.0 for _, c in kept], dtype=np.float32)
-        return cls(words=words, idf=idf)
+        if bm25 is None:
+            idf = np.array([math.log((1 + n_docs) / (1 + c)) + 1.0 for _, c in kept], dtype=np.float32)
+            return cls(words=words, idf=idf)
+        fitted = Bm25(k1=bm25.k1, b=bm25.b, avg_len=max(n_tokens / n_docs, 1.0))
+        idf = bm25_idf(np.array([c for _, c in kept], dtype=np.float64), n_docs)
+        return cls(words=words, idf=idf, tf_scheme=BM25_SCHEME, bm25=fitted)
 
     @classmethod
     def interleaved(cls, first: Vocabulary, second: Vocabulary) -> Vocabulary:
@@ -155,6 +220,8 @@ class Vocabulary:
         """
         if first.hashing is not None or second.hashing is not None:
             raise ValueError("two-language vocabularies do not take a correlated-hashing map")
+        if first.bm25 is not None or second.bm25 is not None:
+            raise ValueError("two-language vocabularies are weighted by tf-idf (each side's idf is its own language's)")
         words: list[str] = []
         idf: list[float] = []
         seen: set[str] = set()
@@ -166,22 +233,54 @@ class Vocabulary:
                     idf.append(float(vocab.idf[rank]))
         return cls(words=words, idf=np.asarray(idf, dtype=np.float32))
 
-    def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
-        """Unit-length tf-idf rows (float32 CSR, sorted indices); a text with no known word is all zero."""
-        return self.featurize_tokens([tokenize(t) for t in texts])
+    def featurize_queries(self, texts: Sequence[str]) -> sp.csr_matrix:
+        """Query rows (float32 CSR, sorted indices, unit length); a text with no known word is all zero."""
+        return self.featurize_tokens([tokenize(t) for t in texts], documents=False)
 
-    def featurize_tokens(self, token_lists: Sequence[Sequence[str]]) -> sp.csr_matrix:
-        """`featurize` on texts already tokenized."""
-        words = self._word_rows(token_lists)
+    def featurize_documents(self, texts: Sequence[str]) -> sp.csr_matrix:
+        """Document rows (float32 CSR, sorted indices): unit tf-idf, or BM25's saturated term frequencies."""
+        return self.featurize_tokens([tokenize(t) for t in texts], documents=True)
+
+    def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
+        """Rows of a symmetric weighting (tf-idf), where a query's row is a document's; a BM25 vocabulary
+        refuses, so no caller can take a document's row for a query's or back without saying which."""
+        if not self.symmetric:
+            raise ValueError("a BM25 vocabulary weighs queries and documents apart: featurize_queries/_documents")
+        return self.featurize_tokens([tokenize(t) for t in texts], documents=True)
+
+    def featurize_tokens(self, token_lists: Sequence[Sequence[str]], *, documents: bool) -> sp.csr_matrix:
+        """`featurize_documents` (or `featurize_queries`) on texts already tokenized."""
+        words = self._word_rows(token_lists, documents)
         if self.hashing is None:
             return words
         matrix = sp.hstack([words, self.hashing.hashed(token_lists)], format="csr", dtype=np.float32)
         matrix.sort_indices()
         return matrix
 
-    def _word_rows(self, token_lists: Sequence[Sequence[str]]) -> sp.csr_matrix:
-        """Unit tf-idf rows over the D words: every token looked up in one pass (dict.get mapped in C)."""
+    def semantic_rows(self, documents: sp.csr_matrix) -> sp.csr_matrix:
+        """The rows a form's semantic part embeds, from document rows: the rows themselves under tf-idf; under
+        BM25 each row's saturated term frequencies times idf, scaled to unit length — a tf-idf vector with BM25's
+        saturation, so V d does not grow with a document's length as the raw BM25 row would make it."""
+        if self.bm25 is None:
+            return documents
+        documents = sp.csr_matrix(documents, dtype=np.float32)
+        return _unit_rows(documents, documents.data * self.idf[documents.indices])
+
+    def doc_matrix(self, documents: sp.csr_matrix, ids: Sequence[str] | None = None) -> DocMatrix:
+        """Document rows prepared for scoring (ssi.products.DocMatrix) with their semantic rows."""
+        semantic = None if self.bm25 is None else self.semantic_rows(documents)
+        return DocMatrix(documents, ids=ids, semantic=semantic)
+
+    def rows_from_ids(self, word_ids: np.ndarray, lengths: np.ndarray, *, documents: bool) -> sp.csr_matrix:
+        """The weighted rows over the D words of texts given as vocabulary ids laid end to end (−1: unknown
+        word, counted in a document's length): the one place the weighting is chosen."""
+        if self.bm25 is None:
+            return tfidf_rows(word_ids, lengths, self.idf)
+        return bm25_rows(word_ids, lengths, self.idf, self.bm25, documents=documents)
+
+    def _word_rows(self, token_lists: Sequence[Sequence[str]], documents: bool) -> sp.csr_matrix:
+        """Rows over the D words: every token looked up in one pass (dict.get mapped in C)."""
         lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=len(token_lists))
         tokens = list(chain.from_iterable(token_lists))
         ids = np.fromiter(map(self._index.get, tokens, repeat(-1, len(tokens))), dtype=np.int64, count=len(tokens))
-        return tfidf_rows(ids, lengths, self.idf)
+        return self.rows_from_ids(ids, lengths, documents=documents)

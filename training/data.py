@@ -23,6 +23,7 @@ from ssi.corpus import read_beir_queries, read_corpus, read_pairs, read_qrels
 from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
+from ssi.weighting import Bm25
 from training.dice import HashingPlan
 from training.self_pairs import SelfPairMode, build_self_pairs
 from training.splits import split_by_query, unseen_documents
@@ -163,8 +164,10 @@ def load_training_data(
     clicked_position: int | None = None,
     self_pairs: SelfPairMode | None = None,
     self_pair_words: int = 30,
+    self_pair_unshared: bool = False,
     hashing: HashingPlan | None = None,
     stream_buffer: int | None = None,
+    bm25: Bm25 | None = None,
 ) -> TrainingData:
     """Read the files, build the vocabulary on the corpus (or use `vocab`, a warm start's), featurize once.
 
@@ -177,6 +180,7 @@ def load_training_data(
     `query_vocab_size` (two languages, with `queries`) adds the queries' own top words to the vocabulary.
     `stream_buffer` (with `pairs`): the training pairs are streamed through a shuffle buffer of that many
     pairs (training.pair_stream) instead of read into memory; one counting pass checks and counts them.
+    `bm25` (k1, b): a new vocabulary weighs the BM25 way (ssi.weighting), queries and documents apart.
     """
     docs = read_corpus(corpus)
     unseen: frozenset[str] = frozenset()
@@ -198,7 +202,7 @@ def load_training_data(
         )  # fmt: skip
     if vocab is None:
         page_tokens = [tokenize(q.text) for q in click_pairs.pages] if click_pairs is not None else []
-        vocab = Vocabulary.build_from_tokens(doc_tokens + page_tokens, max_words=vocab_size, min_df=min_df)
+        vocab = Vocabulary.build_from_tokens(doc_tokens + page_tokens, max_words=vocab_size, min_df=min_df, bm25=bm25)
         del page_tokens
         if query_vocab_size and queries is not None:  # two languages: the queries' words, by their own df
             query_tokens = (tokenize(q.text) for q in read_beir_queries(queries))
@@ -207,7 +211,14 @@ def load_training_data(
     if hashing is not None:  # correlated feature hashing: the DICE map counted on the whole corpus
         vocab = hashing.build(doc_tokens, vocab)
     made = (
-        build_self_pairs(docs, self_pairs, span_words=self_pair_words, valid_share=valid_share, seed=split_seed)
+        build_self_pairs(
+            docs,
+            self_pairs,
+            span_words=self_pair_words,
+            valid_share=valid_share,
+            seed=split_seed,
+            unshared=self_pair_unshared,
+        )  # fmt: skip
         if self_pairs
         else None
     )
@@ -217,12 +228,16 @@ def load_training_data(
         rest = [tokenize(text) for text in made.doc_texts]
         keep = [d.id not in made.held_out for d in docs]
         valid_docs = [d for d, kept in zip(docs, keep, strict=True) if not kept]
-        X_valid_docs = vocab.featurize_tokens([tokens for tokens, kept in zip(rest, keep, strict=True) if not kept])
+        X_valid_docs = vocab.featurize_tokens(
+            [tokens for tokens, kept in zip(rest, keep, strict=True) if not kept], documents=True
+        )
         docs = [d for d, kept in zip(docs, keep, strict=True) if kept]
         doc_row = {d.id: i for i, d in enumerate(docs)}
         doc_tokens = [tokens for tokens, kept in zip(rest, keep, strict=True) if kept]
         del rest
-    X_docs = vocab.featurize_tokens(doc_tokens)
+    X_docs = vocab.featurize_tokens(doc_tokens, documents=True)
+    # A document as a query (document-document pairs) has a query row of its own where the weighting is asymmetric.
+    X_docs_as_queries = X_docs if vocab.symmetric else vocab.featurize_tokens(doc_tokens, documents=False)
     del doc_tokens
     fingerprint = {"corpus": file_fingerprint(corpus)}
     stream: PairStream | None = None
@@ -230,7 +245,7 @@ def load_training_data(
     if pairs is not None:
         doc_doc = True
         query_list = [Query(d.id, d.full_text) for d in docs]
-        X_queries = X_docs
+        X_queries = X_docs_as_queries
         query_row = doc_row
         valid_list = read_pairs(valid_pairs) if valid_pairs else []
         if stream_buffer is not None:
@@ -248,22 +263,24 @@ def load_training_data(
         doc_doc = False
         query_list = click_pairs.pages
         query_row = {q.id: i for i, q in enumerate(query_list)}
-        X_queries = vocab.featurize([q.text for q in query_list])
+        X_queries = vocab.featurize_queries([q.text for q in query_list])
         train_list, valid_list = click_pairs.train, click_pairs.valid
         fingerprint.update(click_pairs.fingerprint)
     elif made is not None:
         doc_doc = False
         query_list = made.queries
         query_row = {q.id: i for i, q in enumerate(query_list)}
-        X_queries = vocab.featurize([q.text for q in query_list])
+        X_queries = vocab.featurize_queries([q.text for q in query_list])
         train_list, valid_list = made.train, made.valid
-        fingerprint["self_pairs"] = f"{self_pairs}, {self_pair_words} words, seed {split_seed}"
+        fingerprint["self_pairs"] = f"{self_pairs}, {self_pair_words} words, seed {split_seed}" + (
+            ", unshared words" if self_pair_unshared else ""
+        )
         log.info("self-made pairs (%s): %d, %d documents gave none", self_pairs, len(made.train), made.skipped)
     elif queries is not None and qrels is not None:
         doc_doc = False
         query_list = read_beir_queries(queries)
         query_row = {q.id: i for i, q in enumerate(query_list)}
-        X_queries = vocab.featurize([q.text for q in query_list])
+        X_queries = vocab.featurize_queries([q.text for q in query_list])
         train_list = read_qrels(qrels)
         if valid_qrels:
             valid_list = read_qrels(valid_qrels)

@@ -34,7 +34,7 @@ from training.data import TrainingData
 from training.models import SSIModel
 from training.models.block import Block
 from training.models.optim import RowAdagrad
-from training.run import build_validator, finish_training, load_data, stream_summary
+from training.run import build_validator, finish_training, load_data, resolve_lexical, stream_summary
 from training.settings import TrainSettings
 from training.trainer import Trainer
 
@@ -128,7 +128,7 @@ def _worker(config: dict[str, Any]) -> None:
     assert data.stream is not None
     data.stream = data.stream.sharded(rank, world)
     init = load_bundle(settings.init_from) if settings.init_from is not None else None
-    docs = DocMatrix(data.X_docs, ids=data.doc_ids)
+    docs = data.vocab.doc_matrix(data.X_docs, ids=data.doc_ids)
     started = time.perf_counter()
     trainer = DataParallelTrainer(data, settings, docs, init.form if init is not None else None)
     if rank == 0:
@@ -173,6 +173,7 @@ def train_on_ray(settings: TrainSettings, show_progress: bool = True) -> dict[st
     # A worker asks for --threads CPUs (a local Ray instance gets exactly what the workers ask for).
     ray = connect(settings.ray or "local", num_cpus=settings.workers * settings.threads)
     init = load_bundle(settings.init_from) if settings.init_from is not None else None
+    settings = resolve_lexical(settings, init)
     data = load_data(settings, init)
     out = settings.out.resolve()
     storage = out.parent / f".{out.name}.ray-train"

@@ -10,7 +10,10 @@ Two ways to cut a document into a (query, relevant document) pair, both seeded:
   belongs to, so words that co-occur across a document's parts learn to match.
 
 The document side of a pair never contains its query's text: otherwise the diagonal q·d alone would
-solve every pair and the low-rank part would learn nothing. The trainer ranks these training texts;
+solve every pair and the low-rank part would learn nothing. With `unshared`, the query keeps only the words
+its document side does not contain (a pair left with none gives none): q·d of the positive is then 0, and
+every pair is one the semantic part must solve alone — the vocabulary mismatch the lexical part cannot see.
+The trainer ranks these training texts;
 the bundle, `ssi eval` and the service rank the full documents as always.
 """
 
@@ -23,6 +26,7 @@ from typing import Literal
 import numpy as np
 
 from ssi.records import Document, Pair, Query
+from ssi.tokenize import tokenize
 
 SelfPairMode = Literal["title", "split"]
 SELF_PAIR_MODES: tuple[str, ...] = ("title", "split")
@@ -56,11 +60,24 @@ def _span(text: str, span_words: int, rng: np.random.Generator) -> tuple[str, st
 
 
 def _training_cut(
-    doc: Document, mode: SelfPairMode, span_words: int, rng: np.random.Generator
+    doc: Document, mode: SelfPairMode, span_words: int, rng: np.random.Generator, unshared: bool
 ) -> tuple[str, str] | None:
-    if mode == "title":
-        return (doc.title, doc.text) if doc.title.strip() and doc.text.strip() else None
-    return _span(doc.full_text, span_words, rng)
+    cut = (
+        ((doc.title, doc.text) if doc.title.strip() and doc.text.strip() else None)
+        if mode == "title"
+        else _span(doc.full_text, span_words, rng)
+    )
+    if cut is None or not unshared:
+        return cut
+    query, rest = cut
+    kept = _unshared_words(query, rest)
+    return (kept, rest) if kept else None
+
+
+def _unshared_words(query: str, rest: str) -> str:
+    """The query's words that its document does not contain: what the semantic part alone can match."""
+    present = set(tokenize(rest))
+    return " ".join(word for word in tokenize(query) if word not in present)
 
 
 def build_self_pairs(
@@ -70,6 +87,7 @@ def build_self_pairs(
     span_words: int = 30,
     valid_share: float = 0.0,
     seed: int = 0,
+    unshared: bool = False,
 ) -> SelfPairs:
     """One pair per document that allows one; a seeded `valid_share` of them validates.
 
@@ -87,7 +105,7 @@ def build_self_pairs(
     held_out: set[str] = set()
     skipped = 0
     for doc in docs:
-        cut = _training_cut(doc, mode, span_words, rng)
+        cut = _training_cut(doc, mode, span_words, rng, unshared)
         if cut is None:
             skipped += 1
             doc_texts.append(doc.full_text)

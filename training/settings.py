@@ -8,6 +8,8 @@ from typing import Literal
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ssi.weighting import DEFAULT_B, DEFAULT_K1
+
 
 class TrainSettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="SSI_TRAIN_", extra="forbid")
@@ -29,6 +31,7 @@ class TrainSettings(BaseSettings):
     clicked_position: int | None = Field(None, ge=1)
     self_pairs: Literal["title", "split"] | None = None  # no labels: pairs cut from the corpus (training.self_pairs)
     self_pair_words: int = Field(30, ge=1)
+    self_pair_unshared: bool = False  # the query keeps only the words its document lacks (training.self_pairs)
     # Streamed pairs (training.pair_stream): --pairs read through a shuffle buffer of this many pairs, never whole.
     stream_pairs: bool = False
     shuffle_buffer: int = Field(100_000, ge=4)
@@ -39,12 +42,21 @@ class TrainSettings(BaseSettings):
 
     # Model
     kind: str = "lowrank"
+    # The lexical part's weighting (ssi.weighting): BM25 (queries by idf, documents by saturated term frequency,
+    # so q·d ranks as BM25) or the papers' unit tf-idf (q·d = tf-idf cosine); k1 and b are BM25's. None: chosen
+    # for the kind (training.run.lexical_choice).
+    lexical: Literal["tfidf", "bm25"] | None = None
+    bm25_k1: float = Field(DEFAULT_K1, gt=0.0)
+    bm25_b: float = Field(DEFAULT_B, ge=0.0, le=1.0)
     n_dims: int = Field(100, ge=1, le=4096)
-    vocab_size: int = Field(30000, ge=10)
+    # None: by the lexical part (training.run.resolve_lexical): tf-idf keeps the 30,000 most frequent words seen
+    # in 2 documents or more; BM25 keeps every word (its rarest words are its strongest matches), with the
+    # semantic part on the 30,000 most frequent (--frequent-words).
+    vocab_size: int | None = Field(None, ge=10)
     # Two languages (--queries in another language than the corpus): the queries' own top words join the
     # vocabulary (ssi.vocab.Vocabulary.interleaved); 0 = one vocabulary built on the corpus.
     query_vocab_size: int = Field(0, ge=0)
-    min_df: int = Field(2, ge=1)
+    min_df: int | None = Field(None, ge=1)
     frequent_words: int | None = Field(None, ge=1)
     init_scale: float = Field(0.1, ge=0.0)
     init_from: Path | None = None
@@ -105,6 +117,12 @@ class TrainSettings(BaseSettings):
             self.stream_pairs = True
         if self.stream_pairs and self.pairs is None:
             raise ValueError("--stream-pairs and --ray stream a --pairs file (document-document pairs)")
+        if self.lexical == "bm25" and (self.kind == "cfh" or self.query_vocab_size):
+            raise ValueError(
+                "--lexical bm25 does not go with --kind cfh or --query-vocab-size (both are built on tf-idf rows)"
+            )
+        if self.lexical == "tfidf" and (self.bm25_k1 != DEFAULT_K1 or self.bm25_b != DEFAULT_B):
+            raise ValueError("--bm25-k1 and --bm25-b set the BM25 weighting: they do not go with --lexical tfidf")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
         return self

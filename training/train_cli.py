@@ -110,6 +110,16 @@ def train_command(
     self_pair_words: Annotated[
         int | None, _opt("self_pair_words", "Words in the query span of --self-pairs split.", DATA)
     ] = None,
+    self_pair_unshared: Annotated[
+        bool | None,
+        _opt(
+            "self_pair_unshared",
+            "--self-pairs: the query keeps only the words its document lacks, so every pair is one the semantic "
+            "part must solve alone (the lexical part already finds the shared words).",
+            DATA,
+            "--self-pair-unshared/--self-pair-all-words",
+        ),
+    ] = None,
     stream_pairs: Annotated[
         bool | None,
         _opt(
@@ -143,6 +153,18 @@ def train_command(
             MODEL,
         ),
     ] = None,
+    lexical: Annotated[
+        str | None,
+        _opt(
+            "lexical",
+            "Weighting of the lexical part: bm25 (q·d ranks as BM25; a model learned on top starts at BM25) or "
+            "tfidf (the papers' unit tf-idf, q·d = cosine). Recorded in the bundle; --init-from keeps the warm "
+            "start's.",
+            MODEL,
+        ),
+    ] = None,
+    bm25_k1: Annotated[float | None, _opt("bm25_k1", "--lexical bm25: term-frequency saturation k1.", MODEL)] = None,
+    bm25_b: Annotated[float | None, _opt("bm25_b", "--lexical bm25: length normalisation b.", MODEL)] = None,
     init_from: Annotated[
         Path | None,
         _opt(
@@ -338,7 +360,9 @@ def train_command(
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
         "query_words": query_words, "unseen_docs": unseen_docs, "clicks": clicks, "valid_clicks": valid_clicks,
         "pages": pages, "clicked_position": clicked_position, "self_pairs": self_pairs,
-        "self_pair_words": self_pair_words, "kind": kind, "init_from": init_from,
+        "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared, "kind": kind,
+        "init_from": init_from,
+        "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
         "vocab_size": vocab_size, "query_vocab_size": query_vocab_size, "min_df": min_df,
         "frequent_words": frequent_words, "init_scale": init_scale,

@@ -64,6 +64,7 @@ class Trainer:
         torch.set_num_threads(settings.threads)
         vocab_size = data.vocab.size
         n_words = min(settings.frequent_words or vocab_size, vocab_size)
+        doc_matrix = docs or data.vocab.doc_matrix(data.X_docs)
         self.n_words = n_words
         self.model: SSIModel = make_model(
             settings.kind,
@@ -76,7 +77,7 @@ class Trainer:
                 seed=settings.seed,
                 hash_size=settings.hash_size,
                 gamma=settings.gamma,
-                documents=DocumentKeys.of(data.doc_ids, data.X_docs) if _per_document(settings.kind) else None,
+                documents=DocumentKeys.of(data.doc_ids, doc_matrix.S) if _per_document(settings.kind) else None,
             ),
             init,
             settings.warm_lr_scale,
@@ -102,16 +103,17 @@ class Trainer:
         # Keyword queries change every step: nothing to cache for them.
         max_gram = 0 if settings.query_words else settings.max_gram_entries
         self.keyword_rng = np.random.default_rng(settings.seed + 1)
-        self.lexical = (
-            LexicalBlocks(data.X_queries, docs or DocMatrix(data.X_docs), max_gram) if self.model.needs_gram else None
-        )
+        self.lexical = LexicalBlocks(data.X_queries, doc_matrix, max_gram) if self.model.needs_gram else None
+        # The rows a step's documents are read from: what the model's own scores read (ssi.vocab.semantic_rows;
+        # the lexical rows for a model whose learned part is the word weights themselves).
+        self._doc_rows = data.X_docs if self.model.reads_lexical_rows else doc_matrix.S
         self.phase_seconds = dict.fromkeys(("sample", "block", "scores", "loss", "update"), 0.0)
-        self._all_docs = SparseRows.of(data.X_docs, n_words) if data.X_docs.shape[0] <= settings.pool_size else None
+        self._all_docs = SparseRows.of(self._doc_rows, n_words) if n_docs <= settings.pool_size else None
 
     def _block(self, queries: np.ndarray, pool: np.ndarray | None) -> Block:
         docs = self._all_docs if pool is None and self._all_docs is not None else None
         if docs is None:
-            rows = self.data.X_docs if pool is None else self.data.X_docs[pool]
+            rows = self._doc_rows if pool is None else self._doc_rows[pool]
             docs = SparseRows.of(rows, self.n_words)
         rows = self.data.X_queries[queries]
         cut = None

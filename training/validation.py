@@ -26,6 +26,7 @@ class FixedQueryProducts:
 
     def __init__(self, docs: DocMatrix, queries: sp.csr_matrix, gram: np.ndarray | None = None) -> None:
         self.X = docs.X
+        self.S = docs.S
         self.ids = docs.ids
         self._docs = docs
         self._queries = queries

@@ -8,7 +8,9 @@ A form is one kind of the model family bound to its trained arrays. It says:
   ONNX query encoder and the service checks the encoder against it. A form whose score is a cosine
   (`normalizes_query`, the linear projections of paper 003) embeds a query as A q/‖A q‖ instead, and
   its encoder ends with that L2 normalisation; `embed_queries(Q)` is the query embedding either way;
-- `embed_documents(X)`: what the service stores per document in the inner-product index (M values);
+- `embed_documents(S)`: what the service stores per document in the inner-product index (M values), from
+  the document's semantic row (`Vocabulary.semantic_rows`: the document row itself under tf-idf, scaled
+  to a unit tf-idf-like vector under BM25), while the lexical term reads the document row (`docs.X`);
   a form with per-document state (`keyed`, e.g. half-transductive ranking) also takes the rows'
   document ids, `embed_documents(X, doc_ids)`: callers go through `embed_documents_of(X, doc_ids)`;
 - `lexical_weights()`: w of the diagonal term Σ_i w_i q_i d_i;
@@ -38,12 +40,14 @@ class FormError(ValueError):
 
 
 class DocumentProducts(Protocol):
-    """Document rows X and their weighted inner products with query rows (ssi.products.DocMatrix).
+    """Document rows X and their weighted inner products with query rows (ssi.products.DocMatrix): the
+    lexical part; S, the rows the semantic part embeds (X itself under tf-idf, unit rows under BM25).
 
     `ids`: the rows' document ids where the caller knows them (None: unknown), for keyed forms.
     """
 
     X: sp.csr_matrix
+    S: sp.csr_matrix
     ids: Sequence[str] | None
 
     def products(self, Q: sp.csr_matrix, weights: np.ndarray | None = None) -> np.ndarray: ...
@@ -240,11 +244,11 @@ class Form(ABC):
         return dense(X @ table_t)
 
     def projected(self, name: str, docs: DocumentProducts) -> np.ndarray:
-        """`project(docs.X, name)`, computed once per document matrix (reference scores reuse it)."""
-        key = (name, id(docs.X))
+        """`project(docs.S, name)`, computed once per document matrix (reference scores reuse it)."""
+        key = (name, id(docs.S))
         cached = self._cache.get(key)
-        if cached is None or cached[0] is not docs.X:
-            cached = (docs.X, self.project(docs.X, name))
-            self._cache = {k: v for k, v in self._cache.items() if v[0] is docs.X}
+        if cached is None or cached[0] is not docs.S:
+            cached = (docs.S, self.project(docs.S, name))
+            self._cache = {k: v for k, v in self._cache.items() if v[0] is docs.S}
             self._cache[key] = cached
         return cached[1]

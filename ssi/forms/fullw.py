@@ -37,4 +37,4 @@ class FullW(Form):
 
     def reference_scores(self, Q: sp.csr_matrix, docs: DocumentProducts) -> np.ndarray:
         qW = dense(Q @ np.asarray(self.values["W"], dtype=np.float32))
-        return dense(docs.X @ qW.T).T + docs.products(Q)
+        return dense(docs.S @ qW.T).T + docs.products(Q)

@@ -79,6 +79,6 @@ class HalfTransductive(Form):
         """f(x, y) = embed(y)ᵀ W φ(x), eq. (2), for every query row and document row."""
         ids = getattr(docs, "ids", None)
         cached = self._embedded
-        if cached is None or cached[0] is not docs.X or cached[1] is not ids:
-            cached = self._embedded = (docs.X, ids, self.embed_documents(docs.X, ids))
+        if cached is None or cached[0] is not docs.S or cached[1] is not ids:
+            cached = self._embedded = (docs.S, ids, self.embed_documents(docs.S, ids))
         return self.project(Q, "W") @ cached[2].T

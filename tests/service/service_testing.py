@@ -27,10 +27,10 @@ from service.server import HTTP_PROTOCOL
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import DocumentKeys, Form, form_class
 from ssi.keywords import keyword_query
-from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
+from ssi.weighting import Bm25
 from training.dice import HashingPlan
 from training.encoder import form_encoder
 
@@ -139,16 +139,18 @@ def make_bundle(
     seed: int = 1,
     scale: float = 0.2,
     scales: dict[str, float] | None = None,
+    lexical: str = "tfidf",
 ) -> Path:
     """A bundle of `form` with random arrays over the corpus vocabulary (every word kept, so needles are searchable).
 
     A keyed form (halftrans) gets a free vector for every other document: the rest fall back to its functional map.
+    `lexical`: the vocabulary's weighting, "tfidf" or "bm25" (ssi.weighting).
     """
-    vocab = Vocabulary.build([d.full_text for d in docs], min_df=1)
+    vocab = Vocabulary.build([d.full_text for d in docs], min_df=1, bm25=Bm25() if lexical == "bm25" else None)
     if form == "cfh":  # correlated feature hashing: its DICE map counted on the corpus, onto the top quarter
         vocab = HashingPlan(vocab.n_words // 4, k=3, min_df=1).build([tokenize(d.full_text) for d in docs], vocab)
     known = docs[::2]
-    keys = DocumentKeys.of([d.id for d in known], vocab.featurize([d.full_text for d in known]))
+    keys = DocumentKeys.of([d.id for d in known], vocab.featurize_documents([d.full_text for d in known]))
     hashed = vocab.hashing.n_frequent if vocab.hashing is not None else 1
     model = random_form(form, n_dims, vocab.size, seed=seed, scale=scale, scales=scales, keys=keys, hashed=hashed)
     encoder = form_encoder(model) if model.served_exactly else None  # hash kernels have none
@@ -167,12 +169,13 @@ class Oracle:
         self.bundle = load_bundle(self.bundle_dir, mmap=False)
         self.form = self.bundle.form
         self.ids = [d.id for d in self.docs]
-        X = self.bundle.vocab.featurize([d.full_text for d in self.docs])
-        self.doc_matrix = DocMatrix(X, ids=self.ids)  # a keyed form's training documents use their own vectors
+        X = self.bundle.vocab.featurize_documents([d.full_text for d in self.docs])
+        # a keyed form's training documents use their own vectors
+        self.doc_matrix = self.bundle.vocab.doc_matrix(X, ids=self.ids)
         self._embedded: np.ndarray | None = None
 
     def featurize(self, query: str) -> sp.csr_matrix:
-        return self.bundle.vocab.featurize([query])
+        return self.bundle.vocab.featurize_queries([query])
 
     def scores(self, query: str) -> np.ndarray:
         """f(q, d) of every document, as the form defines it (float64 for comparisons)."""
@@ -187,7 +190,7 @@ class Oracle:
     def semantic_rank(self, query: str, doc_id: str) -> int:
         """Where the embedding index alone ranks `doc_id` (its score embed_queries(q)·embed(d), not f)."""
         if self._embedded is None:
-            self._embedded = self.form.embed_documents_of(self.doc_matrix.X, self.ids).astype(np.float64)
+            self._embedded = self.form.embed_documents_of(self.doc_matrix.S, self.ids).astype(np.float64)
         q = self.featurize(query)
         semantic = self._embedded @ self.form.embed_queries(q).astype(np.float64).ravel()
         return int((semantic > semantic[self.ids.index(doc_id)]).sum())

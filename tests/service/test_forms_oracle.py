@@ -60,11 +60,24 @@ def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> 
     return False
 
 
-@pytest.mark.parametrize("form", sorted(name for name, cls in FORMS.items() if cls.served_exactly))
-def test_served_top_k_equals_brute_force_of_the_reference_score(form: str, corpus: dict, tmp_path: Path) -> None:
+SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
+
+
+@pytest.mark.parametrize(
+    ("form", "lexical"),
+    [(form, "tfidf") for form in SERVED] + [(form, "bm25") for form in SERVED if form != "cfh"],  # cfh: tf-idf rows
+)
+def test_served_top_k_equals_brute_force_of_the_reference_score(
+    form: str, lexical: str, corpus: dict, tmp_path: Path
+) -> None:
+    """Under both lexical weightings: with BM25 a query's row and a document's differ (ssi.weighting), and the
+    service must put each text on its side, "more like this" included (a stored document as the query)."""
     docs: list[Document] = corpus["docs"]
-    bundle = make_bundle(tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form))
+    bundle = make_bundle(
+        tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical
+    )
     oracle = Oracle(bundle, docs)
+    assert oracle.bundle.vocab.lexical == lexical
     assert oracle.form.name == form
     queries = probe_queries(docs, 12, seed=sum(map(ord, form)))
     if form == "psi3":

@@ -51,7 +51,7 @@ def test_featurize_tokens_matches_featurize() -> None:
     texts = ["the cat sat", "a dog; the cat!"]
     vocab = Vocabulary.build(texts, min_df=1)
     a = vocab.featurize(texts).toarray()
-    b = vocab.featurize_tokens([tokenize(t) for t in texts]).toarray()
+    b = vocab.featurize_tokens([tokenize(t) for t in texts], documents=True).toarray()
     assert np.array_equal(a, b)
 
 

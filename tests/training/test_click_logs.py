@@ -87,7 +87,7 @@ def test_training_on_synthetic_clicks_beats_tfidf(tmp_path: Path) -> None:
     args = ["train", "--corpus", str(log / "ads.jsonl"), "--pages", str(log / "pages.jsonl")]
     args += ["--clicks", str(log / "clicks.train.jsonl"), "--valid-clicks", str(log / "clicks.valid.jsonl")]
     args += ["--out", str(tmp_path / "b"), "--epochs", "8", "--dims", "16", "--no-progress", "--threads", "1"]
-    args += ["--clicked-position", "1", "--eval-every", "5"]
+    args += ["--clicked-position", "1", "--eval-every", "5", "--lexical", "tfidf"]  # read against tf-idf below
     trained = runner.invoke(build_app(), args)
     assert trained.exit_code == 0, trained.output
     bundle = load_bundle(tmp_path / "b")

@@ -85,6 +85,16 @@ def test_split_pairs_cut_a_span_out_of_the_document() -> None:
     assert not set(query) & set(rest)
 
 
+def test_unshared_pairs_keep_only_the_query_words_the_document_lacks() -> None:
+    docs = [
+        Document("a", "Heart attack risk", "Myocardial infarction risk rises with age."),
+        Document("b", "Age risk", "Risk rises with age."),  # every title word is in the body: no pair
+    ]
+    made = build_self_pairs(docs, "title", unshared=True)
+    assert made.skipped == 1 and [q.text for q in made.queries] == ["heart attack"]
+    assert made.doc_texts[0] == docs[0].text
+
+
 def test_split_refuses_an_unknown_mode() -> None:
     with pytest.raises(ValueError, match="unknown self-pair mode"):
         build_self_pairs([Document("a", "t", "b")], "sentences")  # type: ignore[arg-type]

@@ -34,7 +34,7 @@ def test_every_kind_trains_and_exports_a_loadable_bundle(synonyms: SynonymCorpus
     bundle = load_bundle(tmp_path / kind)
     assert bundle.manifest.form == kind and summary["form"] == kind and summary["steps"] >= 3
     assert "valid" in bundle.manifest.metrics and bundle.manifest.data["fingerprint"]["corpus"]
-    x = bundle.vocab.featurize(["left0w1 common3", "right1w2"])
+    x = bundle.vocab.featurize_queries(["left0w1 common3", "right1w2"])
     session = ort.InferenceSession(str(bundle.encoder_path), providers=["CPUExecutionProvider"])
     got = run_encoder(lambda feed: session.run(None, dict(feed))[0], x)
     np.testing.assert_allclose(got, x.toarray() @ np.asarray(bundle.form.query_map()).T, atol=1e-5)

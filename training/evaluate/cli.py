@@ -255,9 +255,9 @@ def eval_command(
 
         doc_texts = [d.full_text for d in docs]
         token_ids = tokens.ids(doc_texts)
-        if model is not None:
+        if model is not None and model.vocab.symmetric:
             vocab = model.vocab
-        else:
+        else:  # the tf-idf baselines weigh by tf-idf, also beside a BM25 bundle
             vocab = Vocabulary.build_from_tokens(
                 ([tokens.words[i] for i in ids.tolist()] for ids in token_ids), max_words=vocab_size
             )
@@ -288,7 +288,10 @@ def eval_command(
         table.notes.update(
             {
                 "bundles": {name: str(loaded.path) for name, loaded in _model_rows(models).items()},
-                "vocabulary": {"source": "bundle" if model else "corpus", "size": vocab.size},
+                "vocabulary": {
+                    "source": "bundle" if model is not None and vocab is model.vocab else "corpus",
+                    "size": vocab.size,
+                },
                 "tuned_on": None if tune_task is None else {"queries": tune_task.n_queries, "seed": seed},
                 "timings_seconds": {
                     "read": round(read_seconds, 2),

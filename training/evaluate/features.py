@@ -4,8 +4,8 @@ Tokenizing dominates the cost of an evaluation on long documents (Wikispeedia: ~
 over the corpus). A document–document task uses every document as a query, and every scorer and
 every tuning point would tokenize them again; `TokenTable` keeps each distinct text as a compact
 int32 array of word ids instead, and `TextFeatures` turns those ids into the tf-idf rows of
-`Vocabulary.featurize` with the same function (`ssi.vocab.tfidf_rows`, tested against it),
-x_i = (1 + log tf_i) · idf_i, scaled to unit length.
+`Vocabulary.featurize_queries` / `featurize_documents` with the same function
+(`Vocabulary.rows_from_ids`, tested against them).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ssi.tokenize import tokenize
-from ssi.vocab import TF_SCHEME, Vocabulary, tfidf_rows
+from ssi.vocab import Vocabulary
 
 
 class TokenTable:
@@ -51,15 +51,19 @@ class TokenTable:
 
 
 class TextFeatures:
-    """Unit tf-idf rows of texts for one vocabulary, memoized per distinct text."""
+    """Rows of texts for one vocabulary, memoized per distinct text and side.
+
+    Called, it gives query rows; `documents` gives document rows. Under tf-idf they are the same rows
+    (one memo); under BM25 (ssi.weighting) a text has a row for each side.
+    """
 
     def __init__(self, vocab: Vocabulary, tokens: TokenTable | None = None) -> None:
         self.vocab = vocab
         self.tokens = tokens if tokens is not None else TokenTable()
         self._to_vocab = np.zeros(0, dtype=np.int32)
-        self._rows: dict[str, tuple[np.ndarray, np.ndarray]] = {}
-        # The fast path (memoized token ids) serves this tf scheme without a hashed block; else the vocabulary's own.
-        self._fast = vocab.tf_scheme == TF_SCHEME == "log1p-idf-l2" and vocab.hashing is None  # no hashed block
+        self._rows: dict[tuple[str, bool], tuple[np.ndarray, np.ndarray]] = {}
+        # The fast path (memoized token ids) serves the words' weighting; a hashed block needs the vocabulary's own.
+        self._fast = vocab.hashing is None
 
     @property
     def size(self) -> int:
@@ -75,20 +79,29 @@ class TextFeatures:
         return self._to_vocab
 
     def __call__(self, texts: Sequence[str]) -> sp.csr_matrix:
-        """[len(texts), D] float32 CSR with sorted indices, equal to `vocab.featurize(texts)`."""
+        """[len(texts), D] float32 CSR with sorted indices, equal to `vocab.featurize_queries(texts)`."""
+        return self._featurized(texts, documents=False)
+
+    def documents(self, texts: Sequence[str]) -> sp.csr_matrix:
+        """Equal to `vocab.featurize_documents(texts)`."""
+        return self._featurized(texts, documents=True)
+
+    def _featurized(self, texts: Sequence[str], documents: bool) -> sp.csr_matrix:
         if not self._fast:
-            return self.vocab.featurize(list(texts))
-        missing = [t for t in dict.fromkeys(texts) if t not in self._rows]
+            texts = list(texts)
+            return self.vocab.featurize_documents(texts) if documents else self.vocab.featurize_queries(texts)
+        side = documents and not self.vocab.symmetric  # tf-idf: one row for both sides
+        missing = [t for t in dict.fromkeys(texts) if (t, side) not in self._rows]
         if missing:
             token_ids = self.tokens.ids(missing)
             to_vocab = self._vocab_ids()
             lengths = np.asarray([ids.shape[0] for ids in token_ids], dtype=np.int64)
             flat = np.concatenate(token_ids) if token_ids else np.zeros(0, dtype=np.int32)
-            made = tfidf_rows(to_vocab[flat].astype(np.int64), lengths, self.vocab.idf)
+            made = self.vocab.rows_from_ids(to_vocab[flat].astype(np.int64), lengths, documents=documents)
             for row, text in enumerate(missing):
                 start, end = made.indptr[row], made.indptr[row + 1]
-                self._rows[text] = (made.indices[start:end].astype(np.int32), made.data[start:end])
-        rows = [self._rows[t] for t in texts]
+                self._rows[(text, side)] = (made.indices[start:end].astype(np.int32), made.data[start:end])
+        rows = [self._rows[(t, side)] for t in texts]
         indptr = np.zeros(len(rows) + 1, dtype=np.int64)
         np.cumsum([r[0].shape[0] for r in rows], out=indptr[1:])
         indices = np.concatenate([r[0] for r in rows]) if rows else np.zeros(0, dtype=np.int32)

@@ -25,8 +25,10 @@ from training.evaluate.scorer import DEFAULT_BLOCK, VectorScorer
 
 
 def same_vocabulary(a: Vocabulary, b: Vocabulary) -> bool:
-    """Same words in the same order with the same idf: the same tf-idf vectors."""
-    return a is b or (a.words == b.words and np.array_equal(a.idf, b.idf) and a.hashing is b.hashing is None)
+    """Same words in the same order with the same idf and weighting: the same rows."""
+    return a is b or (
+        a.words == b.words and np.array_equal(a.idf, b.idf) and a.hashing is b.hashing is None and a.bm25 == b.bm25
+    )
 
 
 class FormScorer(VectorScorer):
@@ -57,8 +59,8 @@ class FormScorer(VectorScorer):
         if doc_matrix is None:
             if docs is None:
                 raise ValueError("give the documents or their tf-idf matrix")
-            doc_matrix = self.features([d.full_text for d in docs])
-        self.docs = DocMatrix(doc_matrix) if not isinstance(doc_matrix, DocMatrix) else doc_matrix
+            doc_matrix = self.features.documents([d.full_text for d in docs])
+        self.docs = vocab.doc_matrix(doc_matrix) if not isinstance(doc_matrix, DocMatrix) else doc_matrix
         if docs is not None and self.docs.ids is None:
             self.docs = self.docs.with_ids([d.id for d in docs])
         if self.docs.n_features != vocab.size:

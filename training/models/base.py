@@ -34,6 +34,9 @@ class SSIModel(ABC):
     description: ClassVar[str]
     # Whether the trainer must supply the fixed tf-idf block q·d (False when the kind learns it).
     needs_gram: ClassVar[bool] = True
+    # Whether the model's scores read the lexical document rows (its learned part is a word weighting: diagonal,
+    # hash kernels) rather than the semantic rows (ssi.vocab.Vocabulary.semantic_rows).
+    reads_lexical_rows: ClassVar[bool] = False
     # Whether the kind learns a vector per training document (the trainer then supplies ModelShape.documents).
     per_document: ClassVar[bool] = False
 

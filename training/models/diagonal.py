@@ -23,6 +23,7 @@ class Diagonal(SSIModel):
     kind: ClassVar[str] = "diagonal"
     description: ClassVar[str] = "Σ w_i q_i d_i, learned word weights"
     needs_gram: ClassVar[bool] = False
+    reads_lexical_rows: ClassVar[bool] = True
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__(shape)

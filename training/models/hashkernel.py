@@ -109,6 +109,7 @@ class HashKernel(SSIModel):
     kind: ClassVar[str] = "hashkernel"
     description: ClassVar[str] = "Σ q_i d_j W[h(i, j)] + Σ w_i q_i d_i, word pairs hashed into --hash-size weights"
     needs_gram: ClassVar[bool] = False
+    reads_lexical_rows: ClassVar[bool] = True
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__(shape)

@@ -37,7 +37,7 @@ class TfidfScorer(VectorScorer):
         self.features = features
         self.block_size = block_size
         self.doc_ids = [d.id for d in docs]
-        self.X = features([d.full_text for d in docs])
+        self.X = features.documents([d.full_text for d in docs])
         self.docs = DocMatrix(self.X)
         self.memo_bytes = memo_bytes
         self._memo: OrderedDict[tuple[str, ...], np.ndarray] = OrderedDict()

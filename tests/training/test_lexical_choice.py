@@ -1,0 +1,67 @@
+"""`ssi train --lexical bm25|tfidf` and the choice made when it is not given (training.run.resolve_lexical)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from ssi.bundle import load_bundle
+from ssi.corpus import read_corpus
+from ssi.tokenize import tokenize
+from ssi_cli.main import build_app
+from tests.training.synonyms import SynonymCorpus, held_out_map, train
+from training.run import resolve_lexical
+from training.settings import TrainSettings
+
+
+def test_an_sgd_kind_weighs_by_bm25_unless_told_and_keeps_every_word(synonyms: SynonymCorpus, tmp_path: Path) -> None:
+    train(synonyms, tmp_path / "auto", "--epochs", "2", "--dims", "8")
+    train(synonyms, tmp_path / "tfidf", "--epochs", "2", "--dims", "8", "--lexical", "tfidf")
+    auto, tfidf = load_bundle(tmp_path / "auto"), load_bundle(tmp_path / "tfidf")
+    assert auto.vocab.lexical == "bm25" and auto.manifest.lexical is not None
+    assert tfidf.vocab.lexical == "tfidf" and tfidf.manifest.lexical is None
+    # BM25 keeps the words of one document (min_df 1); the semantic part learns the 30,000 most frequent at most.
+    words = {w for d in read_corpus(synonyms.corpus) for w in tokenize(d.full_text)}
+    assert set(auto.vocab.words) == words
+    settings = TrainSettings(corpus=synonyms.corpus, out=tmp_path / "x", pairs=synonyms.train_pairs)
+    bm25, plain = resolve_lexical(settings), resolve_lexical(settings.model_copy(update={"lexical": "tfidf"}))
+    assert (bm25.min_df, bm25.frequent_words) == (1, 30_000) and (plain.min_df, plain.vocab_size) == (2, 30_000)
+    assert auto.manifest.training["config"]["lexical"] == "bm25"
+    lengths = [len(tokenize(d.full_text)) for d in read_corpus(synonyms.corpus)]
+    assert auto.vocab.bm25 is not None and auto.vocab.bm25.avg_len == pytest.approx(np.mean(lengths))
+
+
+def test_a_bm25_model_learns_on_top_and_trainer_and_harness_agree(synonyms: SynonymCorpus, tmp_path: Path) -> None:
+    summary = train(synonyms, tmp_path / "b", "--epochs", "40", "--dims", "16", "--lr", "0.1", "--lexical", "bm25")
+    learned, tfidf = held_out_map(synonyms, tmp_path / "b")
+    assert learned > 0.8 and learned > 8 * tfidf
+    assert summary["valid"]["map"] == pytest.approx(learned, abs=1e-6)
+    history = load_bundle(tmp_path / "b").manifest.training["history"]
+    assert history[0]["step"] == 0 and summary["valid"]["map"] > history[0]["map"] + 0.5  # from the BM25 start
+
+
+@pytest.mark.parametrize("kind", ["lsa", "plsa", "translation"])
+def test_kinds_built_on_tfidf_keep_it_and_refuse_bm25(synonyms: SynonymCorpus, tmp_path: Path, kind: str) -> None:
+    base = TrainSettings(corpus=synonyms.corpus, out=tmp_path / "x", pairs=synonyms.train_pairs, kind=kind)
+    assert resolve_lexical(base).lexical == "tfidf"
+    told = base.model_copy(update={"lexical": "bm25"})
+    with pytest.raises(ValueError, match=f"--lexical bm25 does not go with --kind {kind}"):
+        resolve_lexical(told)
+
+
+def test_the_cli_names_what_it_cannot_do(synonyms: SynonymCorpus, tmp_path: Path) -> None:
+    train(synonyms, tmp_path / "bm25", "--epochs", "1", "--dims", "8")
+    base = ["train", "--corpus", str(synonyms.corpus), "--pairs", str(synonyms.train_pairs), "--no-progress"]
+    runner = CliRunner()
+    warm = runner.invoke(
+        build_app(), [*base, "--out", str(tmp_path / "w"), "--init-from", str(tmp_path / "bm25"), "--lexical", "tfidf"]
+    )
+    assert warm.exit_code == 2 and "weighs its lexical part by bm25" in warm.output
+    knobs = runner.invoke(build_app(), [*base, "--out", str(tmp_path / "k"), "--lexical", "tfidf", "--bm25-k1", "2"])
+    assert knobs.exit_code != 0 and "--bm25-k1" in knobs.output
+    bad = runner.invoke(build_app(), [*base, "--out", str(tmp_path / "b"), "--lexical", "bm26"])
+    assert bad.exit_code != 0 and "lexical" in bad.output
+    assert not (tmp_path / "w").exists() and not (tmp_path / "b").exists()
