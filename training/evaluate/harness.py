@@ -18,6 +18,7 @@ from training.evaluate.scorer import DEFAULT_BLOCK, Scorer
 from training.evaluate.tasks import RetrievalTask
 
 REFERENCE = "tfidf"
+PAIRED = "bm25"  # the scorer every other one is compared with query by query: the classic one to beat
 
 
 @dataclass
@@ -48,6 +49,16 @@ class EvalTable:
             return None
         return self.results[name].summary[metric].mean / ref.summary[metric].mean
 
+    def paired_difference(self, name: str, other: str = PAIRED) -> MetricSummary | None:
+        """The task's primary metric of `name` minus `other`'s, mean ± standard error of the per-query
+        differences (None without `other`): both rank the same queries, so this error is the one that says
+        whether a gap is real, smaller than either row's own error whenever the two rankers agree often."""
+        base = self.results.get(other)
+        if base is None or name == other:
+            return None
+        metric = self.task["primary_metric"]
+        return summarize(self.results[name].per_query[metric] - base.per_query[metric])
+
     def to_json(self) -> dict[str, Any]:
         return {
             "task": self.task,
@@ -56,13 +67,18 @@ class EvalTable:
                 name: {
                     "params": result.params,
                     "seconds": round(result.seconds, 3),
-                    "metrics": {m: {"mean": s.mean, "stderr": s.stderr, "n": s.n} for m, s in result.summary.items()},
+                    "metrics": {m: _summary_json(s) for m, s in result.summary.items()},
                     "map_ratio_to_reference": self.ratio(name),
+                    f"paired_difference_to_{PAIRED}": _summary_json(self.paired_difference(name)),
                 }
                 for name, result in self.results.items()
             },
             "notes": self.notes,
         }
+
+
+def _summary_json(summary: MetricSummary | None) -> dict[str, float] | None:
+    return None if summary is None else {"mean": summary.mean, "stderr": summary.stderr, "n": summary.n}
 
 
 ProgressFn = Callable[[str, int, int], None]

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Table
 
-from training.evaluate.harness import EvalTable
+from training.evaluate.harness import PAIRED, EvalTable
 from training.evaluate.metrics import LABELS, MAP, METRICS
 
 RESULTS_JSON = "results.json"
@@ -23,6 +23,15 @@ def _knobs(params: dict[str, Any]) -> str:
 def _ratio(table: EvalTable, name: str) -> str:
     value = table.ratio(name)
     return "" if value is None else f"{value:.2f}×"
+
+
+def _paired(table: EvalTable, name: str) -> str:
+    value = table.paired_difference(name)
+    return "" if value is None else f"{value.mean:+.4f} ± {value.stderr:.4f}"
+
+
+def _paired_label(table: EvalTable) -> str:
+    return f"Δ {LABELS[table.task['primary_metric']]} vs {PAIRED}"
 
 
 def _title(table: EvalTable) -> str:
@@ -40,6 +49,7 @@ def rich_table(table: EvalTable) -> Table:
     for metric in METRICS:
         out.add_column(LABELS[metric], justify="right")
     out.add_column(f"MAP / {table.reference}", justify="right")
+    out.add_column(_paired_label(table), justify="right")
     out.add_column("knobs")
     out.add_column("time", justify="right")
     for name, result in table.results.items():
@@ -47,6 +57,7 @@ def rich_table(table: EvalTable) -> Table:
             name,
             *(str(result.summary[m]) for m in METRICS),
             _ratio(table, name),
+            _paired(table, name),
             _knobs(result.params),
             f"{result.seconds:.1f}s",
         )
@@ -55,14 +66,21 @@ def rich_table(table: EvalTable) -> Table:
 
 def markdown_table(table: EvalTable) -> str:
     """The same table as GitHub markdown, with the task line above it."""
-    header = ["scorer", *(LABELS[m] for m in METRICS), f"MAP / {table.reference}", "knobs"]
+    header = ["scorer", *(LABELS[m] for m in METRICS), f"MAP / {table.reference}", _paired_label(table), "knobs"]
     lines = [f"**{_title(table)}**", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, result in table.results.items():
-        cells = [name, *(str(result.summary[m]) for m in METRICS), _ratio(table, name), _knobs(result.params)]
+        cells = [
+            name,
+            *(str(result.summary[m]) for m in METRICS),
+            _ratio(table, name),
+            _paired(table, name),
+            _knobs(result.params),
+        ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
     lines.append(
-        f"Mean ± standard error over queries; {LABELS[MAP]} ratio against `{table.reference}` in the same run."
+        f"Mean ± standard error over queries; {LABELS[MAP]} ratio against `{table.reference}` in the same run; "
+        f"{_paired_label(table)}: mean ± standard error of the per-query differences (same queries, same run)."
     )
     return "\n".join(lines) + "\n"
 

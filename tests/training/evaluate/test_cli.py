@@ -174,8 +174,13 @@ def test_eval_scores_the_bundle_and_baselines_in_one_table(workspace) -> None:
     for scorer in report["scorers"].values():
         assert set(scorer["metrics"]) == {"map", "p@10", "ndcg@10", "rank_loss"}
         assert scorer["metrics"]["map"]["n"] == N_DOCS
+    scorers = report["scorers"]
+    assert scorers["bm25"]["paired_difference_to_bm25"] is None
+    paired = scorers["ssi-lowrank"]["paired_difference_to_bm25"]  # link task: its primary metric is MAP
+    gap = scorers["ssi-lowrank"]["metrics"]["map"]["mean"] - scorers["bm25"]["metrics"]["map"]["mean"]
+    assert paired["mean"] == pytest.approx(gap)
     markdown = (out / "results.md").read_text()
-    assert "| ssi-psi3 |" in markdown and "MAP / tfidf" in markdown
+    assert "| ssi-psi3 |" in markdown and "MAP / tfidf" in markdown and "Δ MAP vs bm25" in markdown
     assert "ssi" in result.stdout and "tfidf" in result.stdout and "MAP" in result.stdout
 
 

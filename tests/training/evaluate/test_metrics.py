@@ -11,6 +11,7 @@ from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
 from ssi.records import Document, Pair
+from training.evaluate.harness import EvalTable, ScorerResult
 from training.evaluate.metrics import (
     MAP,
     NDCG10,
@@ -148,3 +149,24 @@ def test_summary_is_mean_and_standard_error() -> None:
     assert s.mean == pytest.approx(1.5)
     assert s.stderr == pytest.approx(np.std([0, 1, 2, 3], ddof=1) / 2)
     assert summarize(np.array([0.7])).stderr == 0.0
+
+
+def test_the_paired_difference_reads_the_same_queries_side_by_side() -> None:
+    """Two rankers that agree on most queries: their gap's error is the per-query differences', far below
+    either row's own (what says whether a model beats BM25 on these queries)."""
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 1, 400)
+    better = np.clip(base + rng.normal(0.02, 0.01, 400), 0, 1)
+    table = EvalTable(
+        task={"primary_metric": "ndcg@10"},
+        query_ids=tuple(str(i) for i in range(400)),
+        results={
+            name: ScorerResult(name, {"ndcg@10": values}, {"ndcg@10": summarize(values)})
+            for name, values in (("model", better), ("bm25", base))
+        },
+    )
+    paired = table.paired_difference("model")
+    assert paired is not None and table.paired_difference("bm25") is None
+    assert paired.mean == pytest.approx(better.mean() - base.mean())
+    assert paired.stderr == pytest.approx((better - base).std(ddof=1) / math.sqrt(400))
+    assert paired.stderr < summarize(better).stderr / 5
