@@ -34,7 +34,7 @@ from training.data import TrainingData
 from training.models import SSIModel
 from training.models.block import Block
 from training.models.optim import RowAdagrad
-from training.run import build_validator, finish_training, load_data, resolve_lexical, stream_summary
+from training.run import build_validator, finish_training, load_data, resolve_lexical, resolve_recipe, stream_summary
 from training.settings import TrainSettings
 from training.trainer import Trainer
 
@@ -173,7 +173,7 @@ def train_on_ray(settings: TrainSettings, show_progress: bool = True) -> dict[st
     # A worker asks for --threads CPUs (a local Ray instance gets exactly what the workers ask for).
     ray = connect(settings.ray or "local", num_cpus=settings.workers * settings.threads)
     init = load_bundle(settings.init_from) if settings.init_from is not None else None
-    settings = resolve_lexical(settings, init)
+    settings = resolve_recipe(resolve_lexical(settings, init))
     data = load_data(settings, init)
     out = settings.out.resolve()
     storage = out.parent / f".{out.name}.ray-train"

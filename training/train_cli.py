@@ -103,7 +103,8 @@ def train_command(
         _opt(
             "self_pairs",
             "No labels: make the pairs from the corpus itself. 'title': a document's title against its body; "
-            "'split': a span of --self-pair-words words against the rest of its document (training/self_pairs.py).",
+            "'split': a span of --self-pair-words words against the rest of its document (training/self_pairs.py). "
+            "On the BM25 base, --lr 0.01 --margin 4 --dims 64 unless given (the no-label recipe measured best).",
             DATA,
         ),
     ] = None,

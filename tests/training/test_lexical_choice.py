@@ -13,7 +13,7 @@ from ssi.corpus import read_corpus
 from ssi.tokenize import tokenize
 from ssi_cli.main import build_app
 from tests.training.synonyms import SynonymCorpus, held_out_map, train
-from training.run import resolve_lexical
+from training.run import SELF_PAIR_RECIPE, resolve_lexical, resolve_recipe
 from training.settings import TrainSettings
 
 
@@ -65,3 +65,19 @@ def test_the_cli_names_what_it_cannot_do(synonyms: SynonymCorpus, tmp_path: Path
     bad = runner.invoke(build_app(), [*base, "--out", str(tmp_path / "b"), "--lexical", "bm26"])
     assert bad.exit_code != 0 and "lexical" in bad.output
     assert not (tmp_path / "w").exists() and not (tmp_path / "b").exists()
+
+
+def test_pairs_cut_from_the_corpus_get_the_no_label_recipe_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:
+    def resolved(**given: object) -> TrainSettings:
+        return resolve_recipe(resolve_lexical(TrainSettings(corpus="c.jsonl", out="b", **given)))
+
+    plain = resolved(self_pairs="title")
+    assert (plain.lr, plain.margin, plain.n_dims) == tuple(SELF_PAIR_RECIPE[k] for k in ("lr", "margin", "n_dims"))
+    told = resolved(self_pairs="title", margin=1.0, n_dims=100)
+    assert (told.lr, told.margin, told.n_dims) == (SELF_PAIR_RECIPE["lr"], 1.0, 100)
+    monkeypatch.setenv("SSI_TRAIN_LR", "0.2")  # the environment counts as telling
+    assert resolved(self_pairs="title").lr == 0.2
+    monkeypatch.delenv("SSI_TRAIN_LR")
+    defaults = TrainSettings(corpus="c.jsonl", out="b", pairs="p.tsv")
+    for other in (resolved(pairs="p.tsv"), resolved(self_pairs="title", lexical="tfidf")):
+        assert (other.lr, other.margin, other.n_dims) == (defaults.lr, defaults.margin, defaults.n_dims)
