@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 import torch
 
 from ssi.bundle import Bundle, load_bundle
@@ -56,7 +57,10 @@ def build_validator(
     # validation ranking (filtered); BEIR splits by query, where this leaves nothing out.
     known = data.train_pairs
     if data.X_valid_docs is not None and data.valid_docs is not None:  # self-made pairs: held-out documents
-        ranked, docs = data.valid_docs, data.vocab.doc_matrix(data.X_valid_docs, ids=[d.id for d in data.valid_docs])
+        ranked, rows = data.valid_docs, data.X_valid_docs
+        if settings.self_pair_valid_among == "all":  # among the training documents too: the stricter question
+            ranked, rows = [*data.docs, *ranked], sp.vstack([data.X_docs, rows], format="csr")
+        docs = data.vocab.doc_matrix(rows, ids=[d.id for d in ranked])
     else:
         ranked = data.docs
     task = beir_task(ranked, data.queries, data.valid_pairs, name="valid", known=known)

@@ -32,6 +32,9 @@ class TrainSettings(BaseSettings):
     self_pairs: Literal["title", "split"] | None = None  # no labels: pairs cut from the corpus (training.self_pairs)
     self_pair_words: int = Field(30, ge=1)
     self_pair_unshared: bool = False  # the query keeps only the words its document lacks (training.self_pairs)
+    # Where validation asks a held-out document's pseudo-query: among the held-out documents, or among every document
+    # (the training ones too, which a model trained on them pulls up: the stricter question).
+    self_pair_valid_among: Literal["held-out", "all"] = "held-out"
     # Streamed pairs (training.pair_stream): --pairs read through a shuffle buffer of this many pairs, never whole.
     stream_pairs: bool = False
     shuffle_buffer: int = Field(100_000, ge=4)
@@ -105,6 +108,8 @@ class TrainSettings(BaseSettings):
             )
         if self.clicks is None and (self.valid_clicks or self.pages or self.clicked_position):
             raise ValueError("--valid-clicks, --pages and --clicked-position go with --clicks")
+        if self.self_pairs is None and (self.self_pair_unshared or self.self_pair_valid_among != "held-out"):
+            raise ValueError("--self-pair-unshared and --self-pair-valid-among shape --self-pairs: give it")
         if self.queries is not None and self.qrels is None:
             raise ValueError("--queries needs --qrels")
         if self.query_vocab_size and self.queries is None:

@@ -121,6 +121,16 @@ def train_command(
             "--self-pair-unshared/--self-pair-all-words",
         ),
     ] = None,
+    self_pair_valid_among: Annotated[
+        str | None,
+        _opt(
+            "self_pair_valid_among",
+            "--self-pairs: validation asks a held-out document's pseudo-query among the 'held-out' documents "
+            "(default) or among 'all' of them, the training documents too (stricter: a model pulls up the "
+            "documents it trained on).",
+            DATA,
+        ),
+    ] = None,
     stream_pairs: Annotated[
         bool | None,
         _opt(
@@ -361,7 +371,8 @@ def train_command(
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
         "query_words": query_words, "unseen_docs": unseen_docs, "clicks": clicks, "valid_clicks": valid_clicks,
         "pages": pages, "clicked_position": clicked_position, "self_pairs": self_pairs,
-        "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared, "kind": kind,
+        "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared,
+        "self_pair_valid_among": self_pair_valid_among, "kind": kind,
         "init_from": init_from,
         "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,

@@ -19,7 +19,9 @@ from training.evaluate.form_scorer import FormScorer
 from training.evaluate.harness import score_task
 from training.evaluate.metrics import MAP
 from training.evaluate.tasks import beir_task
+from training.run import build_validator, load_data, resolve_lexical
 from training.self_pairs import build_self_pairs
+from training.settings import TrainSettings
 
 TOPICS = 8
 
@@ -122,3 +124,23 @@ def test_a_model_trained_on_title_pairs_alone_finds_what_tfidf_cannot(tmp_path: 
     # that the untitled ones (no shared word) come next for the model and at random for tf-idf.
     assert tfidf < 0.15
     assert ssi > 0.25 and ssi > 2.5 * tfidf
+
+
+def test_validation_asks_among_the_held_out_documents_or_among_all(tmp_path: Path) -> None:
+    corpus = tmp_path / "corpus.jsonl"
+    make_titled_corpus(corpus)
+    asked = {}
+    for among in ("held-out", "all"):
+        settings = resolve_lexical(
+            TrainSettings(
+                corpus=corpus, out=tmp_path / "b", self_pairs="title", valid_share=0.2, self_pair_valid_among=among
+            )
+        )
+        data = load_data(settings, None)
+        validator = build_validator(data, data.vocab.doc_matrix(data.X_docs, ids=data.doc_ids), settings)
+        assert validator is not None
+        asked[among] = list(validator.products.ids)
+    assert data.valid_docs is not None and len(asked["held-out"]) == len(data.valid_docs) < len(data.docs)
+    assert asked["all"] == [d.id for d in data.docs] + asked["held-out"]
+    with pytest.raises(ValueError, match="give it"):
+        TrainSettings(corpus=corpus, out=tmp_path / "b", pairs=corpus, self_pair_valid_among="all")
