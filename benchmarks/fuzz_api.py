@@ -11,8 +11,8 @@ error with a message, and tracebacks in the server log. Exit status 1 if any of 
     python -m benchmarks.fuzz_api --requests 10000 --out fuzz-report
     scripts/fuzz-api.sh --requests 10000            # the same
 
-The one rule JSON Schema cannot state (a write names each id once) is applied to the generated
-cases by benchmarks/fuzz_hooks.py.
+Every generated case is sent as schemathesis makes it: a write that names an id twice is valid to the
+schema, and the server answers it with the 409 the schema declares.
 """
 
 from __future__ import annotations
@@ -142,7 +142,7 @@ def run_schemathesis(
     ]
     if mode == "keyed":
         command += ["--header", f"X-API-Key: {KEY}"]
-    env = {**os.environ, "SCHEMATHESIS_HOOKS": "benchmarks.fuzz_hooks", "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
     started = time.perf_counter()
     with (report_dir / "output.txt").open("w", encoding="utf-8") as output:
         # In the report folder: schemathesis keeps its cache (.schemathesis/) in the working directory.

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from cluster.fanout import Fanout
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
-from service.deps import ApiKeyDep, ReadKeyDep, SearchLimiterDep, SettingsDep, WriteLimiterDep
+from service.deps import ApiKeyDep, ReadKeyDep, SearchLimiterDep, SettingsDep, SingleQueryValues, WriteLimiterDep
 from service.metrics import Metrics
 from service.routes import metrics
 from service.routes.documents import OFFSET, K, LookupId, WrittenId
@@ -97,7 +97,9 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
             results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
         return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
 
-    @app.get("/documents/{doc_id:docid}/similar", response_model=SearchResponse, dependencies=reads)
+    @app.get(
+        "/documents/{doc_id:docid}/similar", response_model=SearchResponse, dependencies=[*reads, SingleQueryValues]
+    )
     async def similar(
         doc_id: LookupId, settings: SettingsDep, limiter: SearchLimiterDep, k: K = 10, offset: OFFSET = 0
     ) -> SearchResponse:
@@ -111,7 +113,7 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
     async def model() -> ModelResponse:
         return ModelResponse(**(await fanout.model()))
 
-    @app.get("/words/{word}/nearest", response_model=NearestWordsResponse, dependencies=reads)
+    @app.get("/words/{word}/nearest", response_model=NearestWordsResponse, dependencies=[*reads, SingleQueryValues])
     async def nearest(
         word: Annotated[str, Path(min_length=1, max_length=MAX_WORD_CHARS, description="one word")],
         k: Annotated[int, Query(ge=1, le=MAX_NEIGHBOURS, description="how many neighbours")] = 5,

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from service.errors import InvalidInput
+from service.errors import Conflict, InvalidInput
 from service.schemas import DocumentIn, SearchOptions
 from service.settings import Settings
 
@@ -103,7 +103,7 @@ def check_documents(settings: Settings, docs: Sequence[DocumentIn], field: str =
     for i, doc in enumerate(docs):
         check_document_id(settings, doc.id, f"{field}[{i}].id")
         if doc.id in seen:
-            raise InvalidInput(f"{field}[{i}].id: {shown(doc.id)} appears more than once in this request")
+            raise Conflict(f"{field}[{i}].id: {shown(doc.id)} appears more than once in this request")
         seen.add(doc.id)
         if not (doc.title.strip() or doc.text.strip()):
             raise InvalidInput(f"{field}[{i}]: a document needs a title or a text")

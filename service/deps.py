@@ -21,7 +21,7 @@ from pydantic import SecretStr
 from service.admission import Limiter
 from service.catalog import Catalog
 from service.collection import Collection
-from service.errors import Forbidden, Unauthorized
+from service.errors import Forbidden, InvalidInput, Unauthorized
 from service.metrics import Metrics
 from service.settings import COLLECTION_NAME, Settings
 
@@ -100,6 +100,18 @@ _ADMIN_KEY = APIKeyHeader(
     auto_error=False,
     description="SSI_ADMIN_KEY, or SSI_API_KEY when no admin key is set; needed for /admin/reload",
 )
+
+
+async def refuse_repeated_query(request: Request) -> None:
+    """A query parameter given twice is refused: FastAPI would keep one value and drop the other unread
+    (`k=abc&k=3` answered as k=3), serving the request as something it did not say."""
+    names = [name for name, _ in request.query_params.multi_items()]
+    repeated = sorted({name for name in names if names.count(name) > 1})
+    if repeated:
+        raise InvalidInput(f"query parameter {repeated[0]!r} is given {names.count(repeated[0])} times: give it once")
+
+
+SingleQueryValues = Depends(refuse_repeated_query)
 
 
 def key_matches(given: str | None, *keys: SecretStr | None) -> bool:

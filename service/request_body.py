@@ -4,6 +4,12 @@ A body over `max_bytes` is refused with 413 as soon as its declared length or it
 over the bound (it is never read whole into memory). Routes whose bodies are small by nature get a
 smaller bound (`route_limits`, from service.bounds.body_limits: a search body cannot need more than
 its longest query), since parsing JSON holds the event loop for as long as the body is big.
+A client that writes its whole body before it reads (urllib, requests, httpx) reads the 413 only if the
+server reads that body first: a server that closes with unread bytes in its socket makes the kernel reset
+the connection, and the client sees "connection reset by peer" instead of the answer. So the rest of a
+body over the bound is read and dropped, up to DISCARD_BYTES, before the 413 goes out; a body declared
+larger than that, or one whose client waits for "100 Continue" before sending it (curl), is answered at
+once with `Connection: close` and never read.
 A body that is not valid UTF-8 gets 400 with that message (FastAPI on its own would say only
 "There was an error parsing the body"). The body is buffered (it is bounded) and replayed to the
 app unchanged.
@@ -17,17 +23,37 @@ from collections.abc import Sequence
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+# The most of a refused body read and dropped so that its client can read the refusal (see the module's doc).
+DISCARD_BYTES = 64 * 1024 * 1024
 
-async def _reply(send: Send, status: int, detail: str) -> None:
+
+async def _reply(send: Send, status: int, detail: str, close: bool = False) -> None:
     body = json.dumps({"detail": detail}).encode()
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _discard_rest(receive: Receive, budget: int) -> bool | None:
+    """Read and drop the rest of a request body: True when it ended within `budget` bytes, False when it did
+    not (the connection is then closed with the answer), None when the client went away (nothing to answer)."""
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            return None
+        budget -= len(message.get("body", b""))
+        if budget < 0:
+            return False
+        if not message.get("more_body", False):
+            return True
+
+
+async def _refuse_too_large(receive: Receive, send: Send, detail: str, budget: int) -> None:
+    drained = await _discard_rest(receive, budget) if budget >= 0 else False
+    if drained is not None:
+        await _reply(send, 413, detail, close=not drained)
 
 
 class BodyLimitMiddleware:
@@ -50,16 +76,17 @@ class BodyLimitMiddleware:
             return
         max_bytes = self.limit_for(scope)
         too_large = f"request body is larger than {max_bytes} bytes"
-        for name, value in scope.get("headers", []):
-            if name == b"content-length":
-                try:
-                    declared = int(value)
-                except ValueError:
-                    await _reply(send, 400, "invalid Content-Length header")
-                    return
-                if declared > max_bytes:
-                    await _reply(send, 413, too_large)
-                    return
+        headers = dict(scope.get("headers", []))
+        if b"content-length" in headers:
+            try:
+                declared = int(headers[b"content-length"])
+            except ValueError:
+                await _reply(send, 400, "invalid Content-Length header", close=True)
+                return
+            if declared > max_bytes:
+                waits = headers.get(b"expect", b"").lower() == b"100-continue"  # nothing sent yet: nothing to read
+                await _refuse_too_large(receive, send, too_large, -1 if waits or declared > DISCARD_BYTES else declared)
+                return
         chunks: list[bytes] = []
         size = 0
         while True:
@@ -69,7 +96,10 @@ class BodyLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > max_bytes:
-                await _reply(send, 413, too_large)
+                if message.get("more_body", False):
+                    await _refuse_too_large(receive, send, too_large, DISCARD_BYTES - size)
+                else:
+                    await _reply(send, 413, too_large)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

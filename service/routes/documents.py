@@ -20,7 +20,15 @@ from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 
 from service.bounds import check_document_id, check_documents, check_paging
-from service.deps import ApiKeyDep, CollectionDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
+from service.deps import (
+    ApiKeyDep,
+    CollectionDep,
+    SearchLimiterDep,
+    SettingsDep,
+    SingleQueryValues,
+    WriteLimiterDep,
+    WriteRoute,
+)
 from service.errors import error_responses
 from service.routes.search import to_result
 from service.schemas import (
@@ -62,6 +70,7 @@ register_url_convertor("writtenid", WrittenIdConvertor())
 
 # 400/413: the body checks; 401/403: the write key; 404: an unknown collection (or document).
 WRITE_ERRORS = (400, 401, 403, 404, 413, 422, 429, 503)
+BATCH_WRITE_ERRORS = (*WRITE_ERRORS, 409)  # 409: the batch names an id twice
 
 read_router = APIRouter(tags=["documents"])
 write_router = APIRouter(tags=["documents"], route_class=WriteRoute)
@@ -108,6 +117,7 @@ OFFSET = Annotated[
         "collection answers 409."
     ),
     responses=error_responses(401, 404, 409, 422, 429, 503),
+    dependencies=[SingleQueryValues],
 )
 async def similar(
     doc_id: LookupId,
@@ -158,7 +168,7 @@ async def put_document(
     "/documents",
     response_model=WriteResponse,
     summary="Add or replace documents (one transaction)",
-    responses=error_responses(*WRITE_ERRORS),
+    responses=error_responses(*BATCH_WRITE_ERRORS),
 )
 async def post_documents(
     body: DocumentsIn,

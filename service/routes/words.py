@@ -11,7 +11,7 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 
 from service.collection import Collection
-from service.deps import CollectionDep
+from service.deps import CollectionDep, SingleQueryValues
 from service.errors import Conflict, NotFound, error_responses
 from service.schemas import NearestWordsResponse, Neighbour
 from ssi.words import NotOneWord, NoWordEmbeddings, UnknownWord, nearest_words
@@ -33,6 +33,7 @@ MAX_NEIGHBOURS = 100
         "embeddings (diagonal, full W); 422: k out of range."
     ),
     responses=error_responses(401, 404, 409, 422, 503),
+    dependencies=[SingleQueryValues],
 )
 def nearest(
     word: Annotated[str, Path(min_length=1, max_length=MAX_WORD_CHARS, description="one word")],

@@ -144,6 +144,11 @@ def test_bad_requests_get_the_single_nodes_errors(world: dict, indexes: dict[int
     assert call(router, "GET", "/documents/no-such-doc").status_code == 404
     assert call(router, "GET", "/documents/no-such-doc/similar").status_code == 404
     assert call(router, "PUT", "/documents/x", json={"title": "", "text": ""}).status_code == 422
+    twice = {"documents": [{"id": "t1", "text": "a"}, {"id": "t1", "text": "b"}]}
+    assert call(router, "POST", "/documents", json=twice).status_code == 409
+    for url in ("/documents/no-such-doc/similar?k=2&k=3", "/words/any/nearest?k=abc&k=3"):
+        repeated = call(router, "GET", url)
+        assert repeated.status_code == 422 and "given 2 times" in repeated.json()["detail"], url
     keyless = Router(indexes[1])  # no SSI_API_KEY, no insecure writes: writes are refused as by `ssi serve`
     try:
         assert call(keyless, "PUT", "/documents/x", json={"text": "a"}).status_code == 403

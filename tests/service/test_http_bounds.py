@@ -125,7 +125,7 @@ def test_a_huge_id_in_a_write_is_refused_without_repeating_it(long_server: Threa
     response = long_server.client.post(
         "/documents", json={"documents": [{"id": "c" * 500, "text": "x"}, {"id": "c" * 500, "text": "y"}]}, headers=KEY
     )
-    assert response.status_code == 422 and len(response.content) < 600
+    assert response.status_code == 409 and len(response.content) < 600
     assert "appears more than once" in response.json()["detail"]
 
 

@@ -3,8 +3,13 @@
 
 from __future__ import annotations
 
+import http.client
+import json
+import socket
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import httpx
 import pytest
@@ -148,3 +153,65 @@ def test_a_write_without_the_key_is_refused_before_its_body_is_parsed(server: Th
     started = time.perf_counter()
     response = server.client.post("/documents", content=body, headers=JSON)
     assert response.status_code == 401 and time.perf_counter() - started < 1.0
+
+
+@pytest.mark.parametrize("path", ["/search", "/documents"])
+def test_a_client_that_writes_its_whole_body_first_reads_the_413(server: ThreadServer, path: str) -> None:
+    """urllib (like requests and httpx) sends the whole body before it reads: the refusal must still reach it,
+    not a connection reset (the server reads and drops the body it refuses)."""
+    request = urllib.request.Request(
+        server.url + path, data=b"x" * (10 * 1024 * 1024), headers={**KEY, **JSON}, method="POST"
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 413 and "larger than" in json.loads(refused.value.read())["detail"]
+
+
+def test_a_chunked_body_over_the_bound_is_refused_and_the_connection_goes_on(server: ThreadServer) -> None:
+    """No declared length: the bound is met while reading; the rest is read and dropped, so the client reads
+    the 413 and its connection stays usable for the next request."""
+    connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+    try:
+        chunks = (b"y" * 65536 for _ in range(200))  # 12.5 MiB, over the default 8 MiB bound
+        connection.request("POST", "/documents", body=chunks, headers={**KEY, **JSON}, encode_chunked=True)
+        response = connection.getresponse()
+        assert response.status == 413 and "larger than" in json.loads(response.read())["detail"]
+        connection.request("GET", "/healthz")
+        assert connection.getresponse().status == 200
+    finally:
+        connection.close()
+
+
+@pytest.mark.parametrize(
+    ("path", "name"),
+    [
+        ("/words/baba/nearest?k=abc&k=3", "k"),
+        ("/documents/any/similar?k=2&k=3", "k"),
+        ("/collections/documents/documents/any/similar?offset=0&offset=x", "offset"),
+    ],
+)
+def test_a_repeated_query_parameter_is_refused(server: ThreadServer, path: str, name: str) -> None:
+    """FastAPI would keep one of the values (k=abc&k=3 served as k=3): the request is refused instead."""
+    response = server.client.get(path)
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"] == f"query parameter '{name}' is given 2 times: give it once"
+
+
+def test_a_client_that_waits_for_100_continue_gets_the_413_before_it_sends(server: ThreadServer) -> None:
+    """curl's way: headers with `Expect: 100-continue`, then wait. The 413 comes at once (no 100 Continue, so
+    the body is never sent), saying the connection closes."""
+    head = (
+        "POST /documents HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"X-API-Key: {API_KEY}\r\nContent-Length: {10 * 1024 * 1024}\r\nExpect: 100-continue\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head.encode())
+        answer = b""
+        while b"\r\n\r\n" not in answer or not answer.endswith(b"}"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            answer += chunk
+    status, _, rest = answer.partition(b"\r\n")
+    assert status == b"HTTP/1.1 413 Request Entity Too Large", answer
+    assert b"connection: close" in rest.lower() and b"larger than" in rest

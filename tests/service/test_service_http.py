@@ -176,7 +176,7 @@ BAD_REQUESTS = [
         "post",
         "/documents",
         {"json": {"documents": [{"id": "n1", "text": "baba"}, {"id": "n1", "text": "bada"}]}, "headers": KEY},
-        422,
+        409,
         "appears more than once",
     ),
     ("post", "/documents", {"json": {"documents": []}, "headers": KEY}, 422, "documents is empty"),
