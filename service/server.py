@@ -13,6 +13,7 @@ import os
 import sys
 from typing import Any
 
+from service.cores import usable_cores
 from service.settings import Settings, is_loopback
 from service.threads import bound_thread_environment, limit_malloc_arenas
 
@@ -88,6 +89,15 @@ def uvicorn_config(app: Any, settings: Settings) -> Any:
 def run(settings: Settings) -> int:
     """Serve until interrupted; returns the process exit code (1 if a collection could not load)."""
     configure_process(settings)
+    busy = settings.workers * settings.threads
+    cores = usable_cores()
+    log.info(
+        "%d worker process%s × %d thread%s (SSI_WORKERS, SSI_THREADS) on %s",
+        settings.workers, "es" if settings.workers > 1 else "", settings.threads, "s" if settings.threads > 1 else "",
+        cores.describe(),
+    )  # fmt: skip
+    if busy > cores.usable:
+        log.warning("%d busy threads on %d cores: requests will wait for each other's cores", busy, cores.usable)
     if settings.workers > 1:
         from service.workers import supervise
 

@@ -8,7 +8,6 @@ change, so a misconfiguration stops the process at start instead of surfacing as
 from __future__ import annotations
 
 import ipaddress
-import os
 import re
 from pathlib import Path
 from typing import Annotated, Literal
@@ -25,6 +24,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+from service.cores import usable_cores
+
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
 MIN_API_KEY_CHARS = 16
@@ -36,8 +37,9 @@ CollectionType = Literal["documents", "adverts"]
 
 
 def default_threads() -> int:
-    """Two threads at most by default: one process serves many requests, each mostly single-threaded."""
-    return max(1, min(2, os.cpu_count() or 1))
+    """Two threads at most by default: one process serves many requests, each mostly single-threaded; fewer
+    where the process may use fewer cores (a container's CPU quota, an affinity mask: service.cores)."""
+    return max(1, min(2, usable_cores().usable))
 
 
 def is_loopback(host: str) -> bool:

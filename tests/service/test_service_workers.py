@@ -23,6 +23,7 @@ from service_testing import (
     process_world,
 )
 
+from service.cores import usable_cores
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
@@ -63,6 +64,8 @@ def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dic
     server = group(world, tmp_path / "cache").start()
     try:
         assert len(pids(server.url)) == 2
+        cores = usable_cores()
+        assert f"2 worker processes × 1 thread (SSI_WORKERS, SSI_THREADS) on {cores.describe()}" in server.log()
         oracle = Oracle(world["bundle"], docs)
         for doc in docs[:8]:
             for _ in range(3):  # fresh connections: the same exact ranking whichever worker answers
