@@ -29,7 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from service.collection import Collection
 from service.settings import Settings
-from service.store import DocumentStore
+from service.store import DocumentStore, write_transaction
 
 BOOK_FILE = "adverts.sqlite"
 SCHEMA = "CREATE TABLE IF NOT EXISTS adverts (id TEXT PRIMARY KEY, meta TEXT NOT NULL)"
@@ -142,11 +142,10 @@ class AdvertBook:
         if not items:
             return
         with self._lock:
-            self._conn.execute("BEGIN")
-            self._conn.executemany(
-                "INSERT OR REPLACE INTO adverts(id, meta) VALUES (?, ?)", [(i, m.to_json()) for i, m in items]
-            )
-            self._conn.execute("COMMIT")
+            with write_transaction(self._conn, self.path) as conn:
+                conn.executemany(
+                    "INSERT OR REPLACE INTO adverts(id, meta) VALUES (?, ?)", [(i, m.to_json()) for i, m in items]
+                )
             self._meta.update(items)
 
     def update(self, ad_id: str, **changes: object) -> AdvertMeta:

@@ -49,7 +49,7 @@ from service.model_state import ModelState, QueryResult
 from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
 from service.state_builder import compacted, needs_compaction, open_state
-from service.store import DocumentStore, StoredDocument, StoreError
+from service.store import DocumentStore, StoredDocument, StoreError, disk_full
 from service.threads import freeze_loaded_objects, release_free_memory
 from service.writes import apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
@@ -569,10 +569,16 @@ class Collection:
                     self.snapshot()
                 unsaved_since = None
                 delay, failures = base_delay, 0
-            except Exception:  # the store's log still has every write; try again later
+            except Exception as exc:  # the store's log still has every write; try again later
                 failures += 1
                 self.metrics.snapshot_failures.labels(self.name).inc()
-                log.exception("[%s] snapshot failed (%d in a row); retrying in %.1fs", self.name, failures, delay)
+                if disk_full(exc):  # an operator's condition, not a bug: the reason, no traceback
+                    log.error(
+                        "[%s] snapshot failed (%d in a row): %s; the last snapshot and the store's log stay "
+                        "good; retrying in %.1fs", self.name, failures, exc, delay,
+                    )  # fmt: skip
+                else:
+                    log.exception("[%s] snapshot failed (%d in a row); retrying in %.1fs", self.name, failures, delay)
                 retry_at = time.monotonic() + delay
                 delay = min(2 * delay, self.settings.snapshot_retry_max)
 

@@ -53,6 +53,13 @@ class Overloaded(ServiceError):
     status_code = 429
 
 
+class StorageFull(ServiceError):
+    """The disk under the document store is full: the write was not applied (507, RFC 4918); retry once there is
+    room. Reads go on; nothing acknowledged before is lost."""
+
+    status_code = 507
+
+
 class Unavailable(ServiceError):
     """Not able to serve now: still loading, or no capacity within the queue timeout (503)."""
 
@@ -70,6 +77,7 @@ ERROR_MEANINGS = {
     422: "a value that is out of bounds or of the wrong type; the first problems are listed",
     429: "too many requests waiting; retry after Retry-After seconds",
     503: "still loading, or no capacity within SSI_QUEUE_TIMEOUT; retry after Retry-After seconds",
+    507: "the disk under the document store is full: the write was not applied; retry when there is room",
 }
 
 

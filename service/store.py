@@ -23,6 +23,7 @@ document alone.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import logging
 import os
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from service.errors import StorageFull
 from ssi.corpus import DataFileError, iter_corpus
 from ssi.records import Document
 
@@ -61,6 +63,31 @@ CREATE TABLE IF NOT EXISTS seeded (id TEXT PRIMARY KEY, digest TEXT);
 """
 
 CorpusChange = Literal["merge", "refuse"]
+
+
+def disk_full(exc: BaseException) -> bool:
+    """SQLite's "database or disk is full" (SQLITE_FULL), or the OS's no space / over quota."""
+    if isinstance(exc, sqlite3.Error):
+        return getattr(exc, "sqlite_errorcode", None) == sqlite3.SQLITE_FULL or "disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+@contextmanager
+def write_transaction(conn: sqlite3.Connection, path: Path, begin: str = "BEGIN") -> Iterator[sqlite3.Connection]:
+    """One SQLite write transaction, committed or rolled back whole; a full disk is a StorageFull (507) naming
+    `path`'s folder, never a traceback (the caller holds whatever lock orders its writers)."""
+    conn.execute(begin)
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException as exc:
+        if conn.in_transaction:  # a COMMIT that failed (a full disk) leaves the transaction open
+            conn.execute("ROLLBACK")
+        if disk_full(exc):
+            raise StorageFull(
+                f"the disk under {path.parent} is full: the write was not applied; retry when there is room"
+            ) from exc
+        raise
 
 
 class StoreError(RuntimeError):
@@ -341,13 +368,8 @@ class DocumentStore:
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         with self._write_lock:
             conn = self._writer
-            conn.execute("BEGIN IMMEDIATE")
-            try:
+            with write_transaction(conn, self.path, "BEGIN IMMEDIATE"):
                 yield conn
-            except BaseException:
-                conn.execute("ROLLBACK")
-                raise
-            conn.execute("COMMIT")
 
     @staticmethod
     def _next_seq(conn: sqlite3.Connection) -> int:

@@ -69,7 +69,7 @@ register_url_convertor("docid", DocumentIdConvertor())
 register_url_convertor("writtenid", WrittenIdConvertor())
 
 # 400/413: the body checks; 401/403: the write key; 404: an unknown collection (or document).
-WRITE_ERRORS = (400, 401, 403, 404, 413, 422, 429, 503)
+WRITE_ERRORS = (400, 401, 403, 404, 413, 422, 429, 503, 507)
 BATCH_WRITE_ERRORS = (*WRITE_ERRORS, 409)  # 409: the batch names an id twice
 
 read_router = APIRouter(tags=["documents"])
@@ -187,7 +187,7 @@ async def post_documents(
     "/documents/{doc_id:writtenid}",
     response_model=DeleteResponse,
     summary="Delete one document",
-    responses=error_responses(401, 403, 404, 422, 429, 503),
+    responses=error_responses(401, 403, 404, 422, 429, 503, 507),
 )
 async def delete_document(
     doc_id: WrittenId,

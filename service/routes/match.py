@@ -41,7 +41,7 @@ write_router = APIRouter(tags=["adverts"], route_class=WriteRoute)
 
 # 401: a read key; 404: an unknown collection or page document; 409: not an adverts collection.
 MATCH_ERRORS = (400, 401, 404, 409, 413, 422, 429, 503)
-WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 503)
+WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 503, 507)
 
 
 def adverts_collection(request: Request, catalog: CatalogDep) -> Collection:
@@ -247,7 +247,7 @@ async def patch_advert(
     "/adverts/{ad_id:writtenid}",
     response_model=DeleteResponse,
     summary="Delete one advert (text and metadata)",
-    responses=error_responses(401, 403, 404, 409, 422, 429, 503),
+    responses=error_responses(401, 403, 404, 409, 422, 429, 503, 507),
 )
 async def delete_advert(
     ad_id: WrittenId,
