@@ -27,6 +27,13 @@ log = logging.getLogger("service")
 HTTP_PROTOCOL = "httptools"
 
 
+def http_protocol(settings: Settings) -> type:
+    """HTTP_PROTOCOL with the bounds on slow and idle clients (service.slow_clients), for one server."""
+    from service.slow_clients import guarded
+
+    return guarded(settings.header_timeout, settings.body_timeout, settings.max_connections_per_client)
+
+
 def preflight(settings: Settings) -> None:
     """Cheap checks before the server starts, so a wrong path fails now with a clear message.
 
@@ -80,7 +87,7 @@ def uvicorn_config(app: Any, settings: Settings) -> Any:
         workers=1,
         # uvloop when installed (the `serve` extra): a faster event loop.
         loop="auto",
-        http=HTTP_PROTOCOL,
+        http=http_protocol(settings),
         timeout_graceful_shutdown=30,
         server_header=False,
     )

@@ -146,6 +146,12 @@ class Settings(BaseSettings):
     max_documents_per_write: int = Field(default=1000, ge=1, le=1_000_000)
     max_id_chars: int = Field(default=512, ge=1, le=65_536)
     max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024, le=1 << 31)
+    # Slow or idle clients (service.slow_clients): seconds from a request's first byte (or the connection) to the
+    # end of its headers, and from there to the end of its body (0: no deadline); open connections one client
+    # address may hold (0: no cap; behind a reverse proxy all clients share its address).
+    header_timeout: float = Field(default=10.0, ge=0, le=3600)
+    body_timeout: float = Field(default=60.0, ge=0, le=3600)
+    max_connections_per_client: int = Field(default=128, ge=0, le=1_000_000)
 
     # Overload: at most max_concurrency searches run; up to max_queue more wait up to queue_timeout
     # seconds (then 503); beyond that requests are turned away at once with 429. Admitted searches wait

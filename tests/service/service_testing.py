@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from service.server import HTTP_PROTOCOL
+from service.server import http_protocol
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import DocumentKeys, Form, form_class
 from ssi.keywords import keyword_query
@@ -247,7 +247,12 @@ class ThreadServer:
         self.settings = Settings(host="127.0.0.1", port=self.port, **settings)
         self.app = create_app(self.settings)
         config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=self.port, log_level="warning", lifespan="on", http=HTTP_PROTOCOL
+            self.app,
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
+            lifespan="on",
+            http=http_protocol(self.settings),
         )
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
