@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ssi.weighting import DEFAULT_B, DEFAULT_K1
+from training.kinds import check_kind
 
 
 class TrainSettings(BaseSettings):
@@ -44,7 +45,7 @@ class TrainSettings(BaseSettings):
     workers: int = Field(2, ge=1)
 
     # Model
-    kind: str = "lowrank"
+    kind: Annotated[str, AfterValidator(check_kind)] = "lowrank"  # training.kinds
     # The lexical part's weighting (ssi.weighting): BM25 (queries by idf, documents by saturated term frequency,
     # so q·d ranks as BM25) or the papers' unit tf-idf (q·d = tf-idf cosine); k1 and b are BM25's. None: chosen
     # for the kind (training.run.lexical_choice).

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from ssi.bundle import BundleError
 from ssi.corpus import DataFileError
+from training.kinds import kinds_help
 from training.settings import TrainSettings
 
 DATA = "Data"
@@ -159,8 +160,7 @@ def train_command(
         str | None,
         _opt(
             "kind",
-            "Model form: lowrank, symmetric, noidentity, diagonal, fullw, psi3, hashkernel, halftrans; "
-            "projections lsa, cl-lsa, opca, s2net; EM kinds plsa, bltm, bltm-pr, bltm-1v, translation.",
+            kinds_help(),
             MODEL,
         ),
     ] = None,

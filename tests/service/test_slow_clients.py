@@ -49,11 +49,11 @@ def answer(sock: socket.socket) -> bytes:
 
 
 def test_a_connection_that_sends_nothing_is_closed_with_a_408(server: ThreadServer) -> None:
+    started = time.monotonic()
     with connect(server) as sock:
-        started = time.monotonic()
         reply = answer(sock)
     assert reply.startswith(b"HTTP/1.1 408 ") and b"request headers took longer than 1 s" in reply
-    assert HEADER_TIMEOUT <= time.monotonic() - started < HEADER_TIMEOUT + 2
+    assert HEADER_TIMEOUT - 0.1 < time.monotonic() - started < HEADER_TIMEOUT + 2  # the event loop's clock
 
 
 def test_headers_a_byte_at_a_time_are_cut_at_the_deadline(server: ThreadServer) -> None:

@@ -132,8 +132,11 @@ def test_fullw_refuses_a_large_vocabulary() -> None:
 
 
 def test_unknown_kind() -> None:
-    with pytest.raises(ValueError, match="unknown model kind 'nope'"):
-        make_model("nope", ModelShape(vocab_size=10, n_dims=2, n_words=10, init_scale=0, lr=0.1, seed=0))
+    shape = ModelShape(vocab_size=10, n_dims=2, n_words=10, init_scale=0, lr=0.1, seed=0)
+    with pytest.raises(ValueError, match="unknown --kind 'nope'"):
+        make_model("nope", shape)
+    with pytest.raises(ValueError, match="--kind lsa is fitted"):
+        make_model("lsa", shape)
 
 
 def test_rows_of_words_no_training_query_reached_export_as_zero() -> None:

@@ -6,6 +6,7 @@ Each kind exports the form of the same name (ssi.forms): the trainer never score
 from __future__ import annotations
 
 from ssi.forms import Form
+from training.kinds import check_kind
 from training.models.base import ModelShape, SSIModel
 from training.models.cfh import CorrelatedHashing
 from training.models.diagonal import Diagonal
@@ -26,7 +27,8 @@ def make_model(kind: str, shape: ModelShape, init: Form | None = None, warm_lr_s
     try:
         cls = REGISTRY[kind]
     except KeyError:
-        raise ValueError(f"unknown model kind '{kind}' (choose from {', '.join(REGISTRY)})") from None
+        check_kind(kind)  # a fitted kind's name: not one the SGD loop trains
+        raise ValueError(f"--kind {kind} is fitted, not trained by the SGD loop") from None
     model = cls(shape)
     if init is not None:
         model.warm_start(init, warm_lr_scale)
