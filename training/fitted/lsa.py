@@ -3,7 +3,7 @@ eqs. (18)–(20)): the top N right singular vectors V_N of the texts' tf-idf mat
 documents alike, A = B = V_Nᵀ, and documents rank by cos(A q, B d), alone or with tf-idf.
 
 The pairs are not used (the paper's baseline): the texts are the documents, plus the training queries
-where they are not documents. The SVD is `training.evaluate.baselines.lsi.LsiBasis`, the same as the
+where they are not documents. The SVD is `training.fitted.basis.LsiBasis`, the same as the
 LSI baseline of `ssi eval` (which ranks by the uncosined product qᵀV_N V_Nᵀd).
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 from typing import ClassVar
 
-from training.evaluate.baselines.lsi import LsiBasis
 from training.fitted.base import FitContext, FittedKind
+from training.fitted.basis import LsiBasis
 from training.fitted.projections import choose, corpus_texts, fitted_result, summary_row
 from training.trainer import TrainResult
 

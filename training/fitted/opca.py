@@ -27,8 +27,8 @@ import numpy as np
 import scipy.linalg
 import scipy.sparse as sp
 
-from training.evaluate.baselines.lsi import LsiBasis
 from training.fitted.base import FitContext, FittedKind
+from training.fitted.basis import LsiBasis
 from training.fitted.projections import PairRows, choose, corpus_texts, fitted_result, make_form, summary_row
 from training.trainer import TrainResult
 

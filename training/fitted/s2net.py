@@ -35,8 +35,8 @@ import scipy.sparse as sp
 import torch
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-from training.evaluate.baselines.lsi import LsiBasis
 from training.fitted.base import FitContext, FittedKind
+from training.fitted.basis import LsiBasis
 from training.fitted.projections import PairRows, choose, corpus_texts, fitted_result, make_form, summary_row
 from training.trainer import TrainResult
 
