@@ -114,6 +114,13 @@ def bench(
     work_dir: Annotated[Path | None, typer.Option(help="Caches and server logs (default: a new temp folder)")] = None,
     queries: Annotated[int, typer.Option(help="Keyword queries sampled from the corpus")] = 500,
     query_words: Annotated[int, typer.Option(help="Words per query (n random words of a document)")] = 5,
+    query_sampler: Annotated[
+        str,
+        typer.Option(
+            help="distinct: n distinct words of a document (the evaluation protocol); positions: words at random "
+            "positions, stop words as often as the text has them"
+        ),
+    ] = "distinct",
     clients: Annotated[str, typer.Option(help="Concurrent HTTP clients, comma-separated")] = "1,8,32",
     seconds: Annotated[float, typer.Option(help="Seconds of load per client count")] = 10.0,
     index_types: Annotated[
@@ -143,7 +150,11 @@ def bench(
     import tempfile
     from datetime import datetime
 
+    from service.bench.queries import SAMPLERS
     from service.bench.run import BenchConfig, run_bench
+
+    if query_sampler not in SAMPLERS:
+        raise typer.BadParameter(f"--query-sampler: use {' or '.join(SAMPLERS)}, not {query_sampler!r}")
 
     type_list = [t.strip() for t in index_types.split(",") if t.strip()]
     unknown = set(type_list) - {"flat", "hnsw", "ivf"}
@@ -171,6 +182,7 @@ def bench(
         out=out or Path("bench-results") / f"bench-{stamp}.json",
         n_queries=queries,
         query_words=query_words,
+        query_sampler=query_sampler,  # type: ignore[arg-type]
         clients=_ints(clients, "--clients"),
         seconds=seconds,
         index_types=type_list,

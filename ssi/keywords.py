@@ -26,6 +26,21 @@ def keyword_query(text: str, n_words: int, seed: int, key: str, tokens: Sequence
     words = list(dict.fromkeys(tokenize(text) if tokens is None else tokens))
     if len(words) <= n_words:
         return " ".join(words)
-    rng = np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])
-    picked = np.sort(rng.choice(len(words), size=n_words, replace=False))
+    picked = np.sort(_rng(seed, key).choice(len(words), size=n_words, replace=False))
     return " ".join(words[i] for i in picked)
+
+
+def typed_words_query(text: str, n_words: int, seed: int, key: str, tokens: Sequence[str] | None = None) -> str:
+    """n words at random positions of `text` (without replacement, in text order): a word comes as often as
+    the text uses it, so stop words ("the", "of") come often and may repeat. The workload a service meets
+    from users pasting or typing words of real text, where stop words have the longest posting lists; the
+    distinct-word sampler above under-draws them. Seeded like `keyword_query`."""
+    words = list(tokenize(text) if tokens is None else tokens)
+    if len(words) <= n_words:
+        return " ".join(words)
+    picked = np.sort(_rng(seed, key).choice(len(words), size=n_words, replace=False))
+    return " ".join(words[i] for i in picked)
+
+
+def _rng(seed: int, key: str) -> np.random.Generator:
+    return np.random.default_rng([seed, zlib.crc32(key.encode("utf-8"))])

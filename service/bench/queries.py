@@ -2,26 +2,36 @@
 
 Keyword queries follow the evaluation protocol (DESIGN.md) with the harness's own sampler
 (`ssi.keywords.keyword_query`): n distinct random words of a random document, with a fixed seed,
-so two runs ask the same questions.
+so two runs ask the same questions. `--query-sampler positions` draws words at random positions
+instead, stop words as often as the text has them (the workload of issue 25's measurements).
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 
 from ssi.corpus import iter_corpus
-from ssi.keywords import keyword_query
+from ssi.keywords import keyword_query, typed_words_query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 
+QuerySampler = Literal["distinct", "positions"]
+SAMPLERS: dict[str, Callable[..., str]] = {"distinct": keyword_query, "positions": typed_words_query}
 
-def keyword_queries(corpus: Path, n_queries: int, n_words: int, seed: int = 0) -> list[str]:
-    """`n_queries` queries of `n_words` random words, each from a document picked by reservoir sampling."""
+
+def keyword_queries(
+    corpus: Path, n_queries: int, n_words: int, seed: int = 0, sampler: QuerySampler = "distinct"
+) -> list[str]:
+    """`n_queries` queries of `n_words` random words, each from a document picked by reservoir sampling:
+    distinct words (the evaluation protocol's sampler) or words at random positions, stop words included
+    (ssi.keywords.typed_words_query)."""
+    sample = SAMPLERS[sampler]
     rng = random.Random(seed)
     picked: list[tuple[str, list[str]]] = []
     for seen, doc in enumerate(iter_corpus(corpus)):
@@ -34,7 +44,7 @@ def keyword_queries(corpus: Path, n_queries: int, n_words: int, seed: int = 0) -
             slot = rng.randint(0, seen)
             if slot < n_queries:
                 picked[slot] = (doc.id, words)
-    return [keyword_query("", n_words, seed, doc_id, tokens=words) for doc_id, words in picked]
+    return [sample("", n_words, seed, doc_id, tokens=words) for doc_id, words in picked]
 
 
 def generate_corpus(path: Path, vocab: Vocabulary, n_docs: int, words_per_doc: int = 12, seed: int = 0) -> Path:

@@ -22,7 +22,7 @@ import numpy as np
 from service.bench.bm25 import bm25_yardstick
 from service.bench.floors import scan_floor
 from service.bench.load import http_floor, ranked_hits, run_load, summarize
-from service.bench.queries import generate_corpus, keyword_queries, passage_corpus
+from service.bench.queries import QuerySampler, generate_corpus, keyword_queries, passage_corpus
 from service.bench.server import ServedProcess
 from ssi.bundle import load_bundle
 
@@ -37,6 +37,7 @@ class BenchConfig:
     passages: int = 0  # serve the corpus cut into 60-word passages, at most this many
     n_queries: int = 500
     query_words: int = 5
+    query_sampler: QuerySampler = "distinct"  # or "positions": stop words included (service.bench.queries)
     k: int = 10
     clients: list[int] = field(default_factory=lambda: [1, 8, 32])
     seconds: float = 10.0
@@ -168,7 +169,7 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
         if not corpus.is_file():
             log(f"generating {config.generate} documents into {corpus}")
             generate_corpus(corpus, bundle.vocab, config.generate)
-    queries = keyword_queries(corpus, config.n_queries, config.query_words)
+    queries = keyword_queries(corpus, config.n_queries, config.query_words, sampler=config.query_sampler)
     bodies = [{"query": q, "k": config.k} for q in queries]
     report: dict[str, Any] = {
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -181,6 +182,7 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             "D": bundle.manifest.vocab_size,
             "queries": len(queries),
             "query_words": config.query_words,
+            "query_sampler": config.query_sampler,
             "k": config.k,
             "clients": config.clients,
             "seconds_per_level": config.seconds,

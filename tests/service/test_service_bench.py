@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from service.bench.queries import keyword_queries
 from service.bench.run import BenchConfig, run_bench
 
 
@@ -87,4 +88,25 @@ def test_bench_refuses_a_malformed_setting_before_starting_anything(small_world:
     assert result.exit_code == 2 and "expected NAME=VALUE" in result.output
     result = CliRunner().invoke(app, [*args, "--workers", "0"])
     assert result.exit_code == 2
+    result = CliRunner().invoke(app, [*args, "--query-sampler", "stopwords"])
+    assert result.exit_code == 2 and "use distinct or positions" in result.output
     assert not any(tmp_path.iterdir())  # nothing was started or written
+
+
+def test_the_positions_sampler_asks_stop_words_as_often_as_text_has_them(tmp_path: Path) -> None:
+    """The two workloads of `ssi bench --query-sampler`: distinct words (stop words at most once a query, as
+    rare as any other word) and words at random positions (stop words as often as the text uses them)."""
+    filler = " ".join(f"w{i}" for i in range(20))
+    corpus = tmp_path / "corpus.jsonl"
+    with corpus.open("w", encoding="utf-8") as handle:
+        for i in range(200):
+            text = " ".join(f"the {word} of" for word in filler.split())  # 2 stop words a content word
+            handle.write(json.dumps({"id": f"d{i}", "title": "", "text": text}) + "\n")
+    share = {}
+    for sampler in ("distinct", "positions"):
+        queries = keyword_queries(corpus, 200, 5, seed=3, sampler=sampler)
+        assert queries == keyword_queries(corpus, 200, 5, seed=3, sampler=sampler)  # seeded
+        words = [word for query in queries for word in query.split()]
+        assert len(queries) == 200 and all(len(query.split()) == 5 for query in queries)
+        share[sampler] = sum(word in ("the", "of") for word in words) / len(words)
+    assert share["distinct"] < 0.2 and 0.55 < share["positions"] < 0.8  # 2/22 against 2/3 of the tokens
