@@ -1,0 +1,150 @@
+"""`ssi.load`: a bundle ranking a corpus in this process, exactly, by its form's own score.
+
+What ranks here is what `ssi rank` and `ssi eval` rank with: the evaluation harness's `FormScorer`, which
+featurizes the query texts and hands them to the form's numpy reference score
+(`Form.reference_scores`, ssi.forms: the one definition of f(q, d) that the service's oracle tests check
+against), and its `top_k` (score descending, ties by corpus position). Every document is scored, so the
+top k is exact, with no index in between.
+
+A bundle's ONNX query encoder is not needed: it is the service's way to embed a query for its FAISS
+index, and the reference score computes the same embedding in numpy. So this module needs neither
+PyTorch nor onnxruntime, only the base install (a notebook, or a process beside the service).
+
+Example (`bundle` is a trained bundle folder, `corpus` the JSONL corpus it should rank):
+
+>>> import ssi
+>>> model = ssi.load(bundle, corpus=corpus)
+>>> hits = model.search("apple fruit", k=3)
+>>> [type(hit).__name__ for hit in hits]
+['Hit', 'Hit', 'Hit']
+>>> hits[0].score >= hits[1].score >= hits[2].score
+True
+>>> model.score(["apple fruit"], ["a sweet red apple", "a car engine"]).shape
+(1, 2)
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import overload
+
+import numpy as np
+
+from ssi.bundle import Bundle, load_bundle
+from ssi.corpus import read_corpus
+from ssi.products import DocMatrix
+from ssi.records import Document
+from training.evaluate.features import TextFeatures
+from training.evaluate.form_scorer import FormScorer
+from training.evaluate.rank import top_k
+
+StrPath = str | os.PathLike[str]
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One ranked document of the corpus: its id, its exact score f(q, d) and its position in the corpus."""
+
+    id: str
+    score: float
+    position: int
+
+
+class Model:
+    """A loaded bundle and the corpus it ranks (documents featurized once, when loaded)."""
+
+    def __init__(self, bundle: Bundle, documents: Sequence[Document] | None = None) -> None:
+        self.bundle = bundle
+        self.documents: list[Document] = list(documents) if documents is not None else []
+        self.ids = [d.id for d in self.documents]
+        self._doc_matrix: DocMatrix | None = None
+        if self.documents:
+            # The rows carry their ids: a keyed form (halftrans) uses its own vector for a document it was trained on.
+            self._doc_matrix = FormScorer(bundle.vocab, bundle.form, self.documents).docs
+
+    @property
+    def form(self) -> str:
+        """The model form's name (ssi.forms), as the bundle's manifest gives it."""
+        return self.bundle.manifest.form
+
+    def __repr__(self) -> str:
+        return f"Model(form={self.form!r}, bundle={str(self.bundle.path)!r}, documents={len(self.documents)})"
+
+    def _scorer(self, doc_matrix: DocMatrix) -> FormScorer:
+        # Fresh features per call: TextFeatures memoizes every text it sees, which a long-lived model must not.
+        return FormScorer(
+            self.bundle.vocab, self.bundle.form, features=TextFeatures(self.bundle.vocab), doc_matrix=doc_matrix
+        )
+
+    def scores(self, texts: Sequence[str]) -> np.ndarray:
+        """f(q, d) of each query text against every corpus document: float32 [len(texts), len(documents)]."""
+        if self._doc_matrix is None:
+            raise ValueError("this model has no corpus to rank: load it with corpus=... (or use score())")
+        return self._scorer(self._doc_matrix).score(list(texts))
+
+    @overload
+    def search(self, texts: str, k: int = 10) -> list[Hit]: ...
+
+    @overload
+    def search(self, texts: Sequence[str], k: int = 10) -> list[list[Hit]]: ...
+
+    def search(self, texts: str | Sequence[str], k: int = 10) -> list[Hit] | list[list[Hit]]:
+        """The k best corpus documents for a query text (a list of hits), or for each of several (a list of lists).
+
+        Exact: every document is scored; ties are broken by corpus position, as `ssi rank` and the service do.
+        """
+        if k < 1:
+            raise ValueError(f"k must be positive, got {k}")
+        one = isinstance(texts, str)
+        queries = [texts] if isinstance(texts, str) else list(texts)
+        if not queries:
+            return []
+        cols, values = top_k(self.scores(queries), k)
+        ranked = [
+            [Hit(self.ids[c], float(v), c) for c, v in zip(row_cols.tolist(), row_values.tolist(), strict=True)]
+            for row_cols, row_values in zip(cols, values, strict=True)
+        ]
+        return ranked[0] if one else ranked
+
+    def score(self, queries: Sequence[str], documents: Sequence[str | Document]) -> np.ndarray:
+        """f(q, d) for every query text and every given document: float32 [len(queries), len(documents)].
+
+        Documents may be texts or `Document`s; a keyed form (halftrans) recognises a `Document` it was trained
+        on by its id and text, and scores the rest, and any text, through its functional map.
+        """
+        docs = list(documents)
+        if not docs:
+            return np.zeros((len(queries), 0), dtype=np.float32)
+        vocab, form = self.bundle.vocab, self.bundle.form
+        if all(isinstance(d, Document) for d in docs):
+            matrix = FormScorer(vocab, form, [d for d in docs if isinstance(d, Document)]).docs
+        else:
+            texts = [d.full_text if isinstance(d, Document) else d for d in docs]
+            matrix = vocab.doc_matrix(TextFeatures(vocab).documents(texts))
+        return self._scorer(matrix).score(list(queries))
+
+
+def _documents(corpus: StrPath | Sequence[Document] | Sequence[str]) -> list[Document]:
+    if isinstance(corpus, str | os.PathLike):
+        return read_corpus(Path(corpus))
+    # Plain texts get their position as id.
+    return [d if isinstance(d, Document) else Document(str(i), "", d) for i, d in enumerate(corpus)]
+
+
+def load(
+    bundle: StrPath | Bundle,
+    corpus: StrPath | Sequence[Document] | Sequence[str] | None = None,
+    *,
+    verify_hashes: bool = True,
+) -> Model:
+    """Load a bundle (verified: `ssi.bundle.BundleError` names what is wrong) to rank `corpus` in process.
+
+    `corpus`: a JSONL file as `ssi train` reads (id, title, text), a list of `Document`s, or a list of texts
+    (their ids are their positions, "0", "1", ...); None for a model that only scores given pairs
+    (`Model.score`). `bundle` may be what `ssi.train` returned.
+    """
+    loaded = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle), verify_hashes=verify_hashes)
+    return Model(loaded, _documents(corpus) if corpus is not None else None)
