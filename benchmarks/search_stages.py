@@ -75,6 +75,9 @@ class _TimedLexical:
     def dense_cost_ns(self) -> float:
         return self._inner.dense_cost_ns()
 
+    def lookup_cost_ns(self, rows: int) -> float:
+        return self._inner.lookup_cost_ns(rows)
+
 
 def profile(collection: Any, settings: Any, queries: list[str], k: int, rerank: str = "service") -> dict[str, Any]:
     """`rerank`: "service" (the path the service takes), or "dense" / "pruned" to force exact_top's path for a

@@ -22,11 +22,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from service.adverts import AdFilter, AdvertBook, AdvertMeta
 from service.bounds import cut_long_text
 from service.collection import Collection
-from service.model_state import ModelState
+from service.model_state import ModelState, QueryResult
 from service.settings import Settings
 from ssi.forms.base import UNIT_EPS
 
@@ -62,37 +63,46 @@ def match_pages(
     k: int,
     ad_filter: AdFilter,
 ) -> list[PageMatch]:
-    """The exact top k admitted adverts of each page text."""
+    """The exact top k admitted adverts of each page text.
+
+    The pages are featurized once and searched together (one ONNX call and one index call for the batch, as
+    /search does); a page whose filter admits too few of its first adverts asks again on its own.
+    """
     collection.require_type("adverts", "/match")
     state = collection.ready_state()
-    return [_match_one(collection, book, settings, state, cut_long_text(text, settings.max_page_chars), k, ad_filter)
-            for text in pages]  # fmt: skip
+    rows = state.embedder.featurize_queries(
+        [cut_long_text(text, settings.max_page_chars) for text in pages], settings.max_page_words
+    )
+    pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
+    first = state.search_rows(rows, k, pool=pool) if pages else []
+    return [_match_one(collection, book, state, rows[i], first[i], k, ad_filter, pool) for i in range(len(pages))]
 
 
 def _match_one(
     collection: Collection,
     book: AdvertBook,
-    settings: Settings,
     state: ModelState,
-    text: str,
+    page: sp.csr_matrix,
+    result: QueryResult,
     k: int,
     ad_filter: AdFilter,
+    pool: int,
 ) -> PageMatch:
-    pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
+    """One page (its query row `page`, and `result`, its exact top k) to its top k admitted adverts."""
     want = k
     while True:
         n_live = state.table.n_live
-        (result,) = state.search([text], want, pool=pool, max_words=settings.max_page_words)
         meta = book.get_many(result.doc_ids)
         chosen = [j for j, ad_id in enumerate(result.doc_ids) if ad_filter.admits(meta[ad_id])][:k]
         if len(chosen) >= k or len(result.doc_ids) < want or want >= n_live:
             break
         want = min(n_live, want * GROWTH)
+        (result,) = state.search_rows(page, want, pool=pool)
     ids = [result.doc_ids[j] for j in chosen]
     stored = collection.get_many(ids)
     ids = [ad_id for ad_id in ids if ad_id in stored]  # deleted between the ranking and this lookup
     texts = [stored[ad_id].as_document().full_text for ad_id in ids]
-    shared, related = explain(state, settings, text, ids, texts)
+    shared, related = explain(state, page, ids, texts)
     position = {result.doc_ids[j]: j for j in chosen}
     hits = [
         AdHit(
@@ -112,15 +122,15 @@ def _match_one(
 
 
 def explain(
-    state: ModelState, settings: Settings, page: str, ids: list[str], ads: list[str]
+    state: ModelState, page: sp.csr_matrix, ids: list[str], ads: list[str]
 ) -> tuple[list[list[str]], list[list[str]]]:
-    """(shared words, related page words) of each advert (`ids`, their texts `ads`), strongest first."""
+    """(shared words, related page words) of each advert (`ids`, their texts `ads`), strongest first; `page` is
+    the page's query row as it was searched."""
     if not ads:
         return [], []
     embedder = state.embedder
     vocab = embedder.bundle.vocab
-    q = embedder.featurize_queries([page], settings.max_page_words)
-    q_ids, q_vals = q.indices, q.data
+    q_ids, q_vals = page.indices.astype(np.int64), page.data.astype(np.float64)
     ad_tfidf = embedder.featurize_documents(ads)
     ad_embedded = embedder.embed_documents(ad_tfidf, ids)  # [ads, M], as the index holds them
     page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
@@ -128,13 +138,17 @@ def explain(
         page_map /= max(float(np.linalg.norm(page_map @ q_vals)), UNIT_EPS)
     # contribution[a, i] = q_i (U e_i)·(V d_a): the page words' shares of each advert's semantic part
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
+    page_value = dict(zip(q_ids.tolist(), q_vals.tolist(), strict=True))
     shared_all, related_all = [], []
     for a in range(len(ads)):
         start, end = ad_tfidf.indptr[a], ad_tfidf.indptr[a + 1]
-        d = dict(zip(ad_tfidf.indices[start:end].tolist(), ad_tfidf.data[start:end].tolist(), strict=True))
         # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
         shares = sorted(
-            ((float(v) * d[i], i) for i, v in zip(q_ids.tolist(), q_vals.tolist(), strict=True) if i in d),
+            (
+                (page_value[i] * float(v), i)
+                for i, v in zip(ad_tfidf.indices[start:end].tolist(), ad_tfidf.data[start:end].tolist(), strict=True)
+                if i in page_value
+            ),
             reverse=True,
         )
         shared_all.append([vocab.feature_name(i) for _, i in shares[:EXPLAIN_WORDS]])

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from service.embedding import Embedder
 from service.index import IndexConfig, VectorIndex
@@ -142,6 +143,21 @@ class ModelState:
         of "more like this"); `max_words` keeps only a long text's most heavily weighted words.
         """
         tfidf = self.embedder.featurize_queries(queries, max_words)
+        return self.search_rows(tfidf, want, pool=pool, ef_search=ef_search, nprobe=nprobe, exclude=exclude)
+
+    def search_rows(
+        self,
+        tfidf: sp.csr_matrix,
+        want: int,
+        *,
+        pool: int,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        exclude: Sequence[str | None] | None = None,
+    ) -> list[QueryResult]:
+        """`search` for queries already featurized (Embedder.featurize_queries): one ONNX call and one index
+        call per chunk of them, as for texts."""
+        queries = range(tfidf.shape[0])
         query_embeddings = self.embedder.embed_queries(tfidf)
         excluded = list(exclude) if exclude is not None else [None] * len(queries)
         asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]

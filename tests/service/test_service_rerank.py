@@ -93,6 +93,29 @@ def test_exact_top_equals_brute_force(seed: int, negative_weights: bool, route: 
     assert searched_again > 0  # tiny pools leave many lexical candidates: a wider search is cheaper
 
 
+@pytest.mark.parametrize("route", ["general", "dense", "pruned", "by cost"])
+@pytest.mark.parametrize("negative_weights", [False, True])
+def test_pages_of_a_thousand_words_get_the_brute_force_top(negative_weights: bool, route: str, heads: bool) -> None:
+    """A web page as the query (/match): 1,000+ words, so every document shares several and the pruning bounds
+    are loose; the compiled lookups and dense pass must still give the exact top, whichever route is taken."""
+    X, E = random_collection(21, n_docs=1500, n_words=4000)
+    rng = np.random.default_rng(22)
+    w = rng.uniform(0.5, 2.0, X.shape[1])
+    if negative_weights:
+        w[rng.random(X.shape[1]) < 0.2] *= -1
+    live = rng.random(E.shape[0]) > 0.05
+    for n_terms in (1000, 2500):
+        ids, vals = query_vector(rng, X.shape[1], n_terms)
+        uq = rng.standard_normal(E.shape[1]) * 0.3
+        for want, pool in ((10, 128), (30, 16)):
+            dense = {"dense": True, "pruned": False}.get(route)
+            ranked = run(E, X, w, uq, ids, vals, want, pool, live, scan=route != "general", dense=dense)
+            f = brute(E, X, w, uq, ids, vals, live)
+            expected = np.lexsort((np.arange(f.shape[0]), -f))[:want]
+            np.testing.assert_array_equal(ranked.rows, expected)
+            np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-6)
+
+
 @pytest.mark.parametrize("scan", [False, True])
 def test_negative_weights_below_the_pool_make_the_pool_widen(scan: bool) -> None:
     """The pool's best documents all share a heavily negative word: τ < s_K, so K must grow to stay exact."""

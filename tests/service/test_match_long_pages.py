@@ -1,0 +1,79 @@
+"""POST /match with web pages of 1,000+ distinct words, against brute force of the form's reference score.
+
+A page is a long query: every advert shares some of its words, so the lexical part's posting lists cover
+most of the collection and the exact rerank takes its dense pass (service.rerank LONG_QUERY_LOOKUPS), not
+the pruned one of short queries. The served top k must still be the brute-force top k, for both lexical
+weightings, for a batch of pages searched together, and through a selective filter that makes a page ask
+again for more adverts.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from service_testing import Oracle, ThreadServer, assert_same_ranking, make_bundle, syllable_words, write_corpus
+
+from service.settings import CollectionSpec
+from ssi.records import Document
+
+VOCAB = 3000
+ADS = 1500
+PAGE_WORDS = 1200  # distinct words a page holds, below SSI_MAX_PAGE_WORDS (2,048): no word is cut
+
+
+@pytest.fixture(scope="module")
+def long_world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("long-pages")
+    rng = np.random.default_rng(11)
+    words = syllable_words(VOCAB, rng)
+    zipf = 1.0 / np.arange(1, VOCAB + 1) ** 1.05
+    zipf /= zipf.sum()
+    ads = [
+        Document(f"ad-{i:05d}", "", " ".join(rng.choice(words, size=int(rng.integers(6, 30)), p=zipf)))
+        for i in range(ADS)
+    ]
+    pages = []
+    for _ in range(4):  # every page: PAGE_WORDS distinct words, the frequent ones repeated as in real text
+        distinct = rng.choice(VOCAB, size=PAGE_WORDS, replace=False, p=zipf)
+        repeats = rng.choice(distinct, size=2 * PAGE_WORDS)
+        pages.append(" ".join(words[i] for i in np.concatenate([distinct, repeats])))
+    with (root / "ads.jsonl").open("w", encoding="utf-8") as handle:
+        for i, ad in enumerate(ads):
+            handle.write(json.dumps({"id": ad.id, "title": "", "text": ad.text, "category": f"c{i % 25}"}) + "\n")
+    return {
+        "root": root,
+        "ads": ads,
+        "pages": pages,
+        "ads_corpus": root / "ads.jsonl",
+        "docs_corpus": write_corpus(root / "docs.jsonl", [Document("page-0", "", pages[0])]),
+    }
+
+
+@pytest.mark.parametrize("lexical", ["bm25", "tfidf"])
+def test_long_pages_get_the_brute_force_top_k(long_world: dict, lexical: str, tmp_path: Path) -> None:
+    bundle = make_bundle(tmp_path / "bundle", long_world["ads"], n_dims=16, seed=5, lexical=lexical)
+    oracle = Oracle(bundle, long_world["ads"])
+    pages: list[str] = long_world["pages"]
+    assert all(oracle.featurize(page).nnz >= 1000 for page in pages)
+    spec = CollectionSpec(bundle=bundle, corpus=long_world["ads_corpus"], type="adverts")
+    with ThreadServer(
+        bundle=bundle, corpus=long_world["docs_corpus"], cache_dir=tmp_path / "cache", collections={"ads": spec}
+    ) as server:
+        batch = server.client.post("/match", json={"pages": pages, "k": 10})
+        assert batch.status_code == 200, batch.text
+        for page, result in zip(pages, batch.json()["results"], strict=True):
+            assert result["page_words"] >= 1000
+            assert_same_ranking(result["ads"], oracle, page, 10)
+            # Alone, the same answer as in the batch.
+            alone = server.client.post("/match", json={"page": page, "k": 10}).json()["results"][0]
+            assert [ad["id"] for ad in alone["ads"]] == [ad["id"] for ad in result["ads"]]
+        # One category in 25: the first 10 adverts hold about none of it, so the page asks again for more.
+        f = oracle.scores(pages[1])
+        admitted = [i for i in np.lexsort((np.arange(f.shape[0]), -f)).tolist() if i % 25 == 7][:10]
+        filtered = server.client.post("/match", json={"page": pages[1], "k": 10, "filters": {"category": ["c7"]}})
+        assert filtered.status_code == 200, filtered.text
+        (result,) = filtered.json()["results"]
+        assert [ad["id"] for ad in result["ads"]] == [oracle.ids[i] for i in admitted]
