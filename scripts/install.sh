@@ -4,8 +4,9 @@
 #   scripts/install.sh [--venv DIR] [--extras LIST] [--no-editable] [--python EXE] [--force]
 #
 #   --venv DIR      virtual environment to create or reuse (default: .venv in the repository)
-#   --extras LIST   comma-separated extras of pyproject.toml (default: serve,train,test,cluster;
-#                   `cluster` is Ray for `ssi index --ray` and `ssi cluster`, which CI tests)
+#   --extras LIST   comma-separated extras of pyproject.toml (default: serve,train,test,cluster,docs;
+#                   `cluster` is Ray for `ssi index --ray` and `ssi cluster`, which CI tests;
+#                   `docs` is MkDocs, whose strict build scripts/test.sh runs)
 #   --no-editable   install a copy of the package (images) instead of an editable install (development)
 #   --python EXE    interpreter that creates the venv (default: $PYTHON, else python3.11, else python3; >= 3.11)
 #   --force         reinstall even when the venv's stamp says this pyproject.toml is already installed
@@ -17,7 +18,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
-extras="serve,train,test,cluster"
+extras="serve,train,test,cluster,docs"
 editable=1
 python="${PYTHON:-}"
 force=0

@@ -4,8 +4,9 @@
 #   scripts/test.sh [PYTEST ARGS...]
 #
 # Lints with ruff and checks the import contracts in pyproject.toml with lint-imports (LINT=0 skips
-# both), then runs pytest in the environment made by scripts/install.sh
-# ($VENV, default .venv).
+# both), builds the documentation site with `mkdocs build --strict` into a temporary folder (a broken
+# link, a missing page or a failing generated page fails it; DOCS=0 skips it), then runs pytest in the
+# environment made by scripts/install.sh ($VENV, default .venv).
 # Tests that need ../shared/data or Debian's chromium skip with a message when those are absent
 # (set SSI_REQUIRE_BROWSER=1 to make a missing browser an error, as CI does), and the wrk load test
 # when wrk is absent (SSI_REQUIRE_WRK=1 makes that an error).
@@ -27,6 +28,16 @@ if [[ "${LINT:-1}" != 0 ]]; then
     "$py" -m ruff check .
     echo "==> lint-imports"
     "$venv/bin/lint-imports"
+fi
+
+if [[ "${DOCS:-1}" != 0 ]]; then
+    echo "==> mkdocs build --strict"
+    site="$(mktemp -d)"
+    NO_MKDOCS_2_WARNING=1 "$py" -m mkdocs build --strict --site-dir "$site" || {
+        rm -rf "$site"
+        exit 1
+    }
+    rm -rf "$site"
 fi
 
 echo "==> pytest"
