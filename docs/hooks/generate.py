@@ -36,10 +36,11 @@ OPTIONAL_PAGES: dict[str, tuple[str, str]] = {
 
 
 def cell(text: str) -> str:
-    """Text for a markdown table cell: one line, pipes escaped, angle brackets shown outside code spans."""
-    parts = " ".join(str(text).split()).replace("|", "\\|").split("`")
+    """Text for a markdown table cell: one line; outside code spans, pipes escaped and angle brackets shown
+    (a pipe inside a code span does not split the cell, and an escape there would be shown)."""
+    parts = " ".join(str(text).split()).split("`")
     for i in range(0, len(parts), 2):  # even parts are outside backticks
-        parts[i] = parts[i].replace("<", "&lt;").replace(">", "&gt;")
+        parts[i] = parts[i].replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
     return "`".join(parts)
 
 
