@@ -114,7 +114,10 @@ Insecure = Annotated[
 Replicas = Annotated[int, typer.Option(min=1, help="Replicas per shard (more than 1: read-only copies)")]
 ShardCpus = Annotated[float, typer.Option(min=0, help="CPUs Ray reserves for each shard replica")]
 Threads = Annotated[int, typer.Option(min=1, help="FAISS / onnxruntime threads per shard replica")]
-Retry = Annotated[float, typer.Option(min=0, help="Seconds the router waits for a restarting shard before a 503")]
+Retry = Annotated[float, typer.Option(min=0, help="Seconds the router retries a failing shard before a 503")]
+ShardTimeout = Annotated[
+    float, typer.Option(min=0.1, help="Seconds one shard call may take, retries included, before a 503 naming it")
+]
 
 
 @cluster_app.command("serve")
@@ -129,13 +132,20 @@ def serve_command(
     shard_cpus: ShardCpus = 1.0,
     threads: Threads = 1,
     retry_seconds: Retry = 30.0,
+    shard_timeout: ShardTimeout = 60.0,
     insecure_writes: Insecure = False,
 ) -> None:
     """Serve a sharded index on a running Ray cluster: one Serve deployment per shard and a router."""
     require_ray()
     from cluster.deploy import ClusterOptions
 
-    options = ClusterOptions(replicas=replicas, shard_cpus=shard_cpus, threads=threads, retry_seconds=retry_seconds)
+    options = ClusterOptions(
+        replicas=replicas,
+        shard_cpus=shard_cpus,
+        threads=threads,
+        retry_seconds=retry_seconds,
+        shard_timeout_seconds=shard_timeout,
+    )
     _serve_forever(index_dir, _settings(host, port, insecure_writes), options, address, None)
 
 

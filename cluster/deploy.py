@@ -43,30 +43,43 @@ class ClusterOptions:
     shard_cpus: float = 1.0  # CPUs Ray reserves for each shard replica (0 on a small local cluster)
     router_cpus: float = 0.0
     threads: int = 1  # FAISS / onnxruntime threads in a shard replica
-    retry_seconds: float = 30.0  # how long the router waits for a restarting shard before a 503
+    retry_seconds: float = 30.0  # how long the router retries a failing (dead, restarting) shard before a 503
+    # The longest one shard call may take, retries included, before a 503 naming the shard: Serve queues a
+    # call while a shard has no live replica, so without it a shard that cannot come back holds requests.
+    shard_timeout_seconds: float = 60.0
     max_ongoing_requests: int = 16
 
 
 class RayShards:
     """The router's view of the shard deployments: `call` with retries on a dead or restarting replica."""
 
-    def __init__(self, handles: list[Any], retry_seconds: float) -> None:
+    def __init__(self, handles: list[Any], retry_seconds: float, timeout_seconds: float | None = None) -> None:
         self.handles = handles
         self.count = len(handles)
         self.retry_seconds = retry_seconds
+        self.timeout_seconds = timeout_seconds
 
     async def call(self, shard: int, method: str, *args: Any) -> Reply:
         handle = self.handles[shard]
-        return await retrying(lambda: getattr(handle, method).remote(*args), shard, self.retry_seconds, RETRIED)
+        return await retrying(
+            lambda: getattr(handle, method).remote(*args), shard, self.retry_seconds, RETRIED, self.timeout_seconds
+        )
 
 
 @serve.ingress()
 class Router:
     """The HTTP ingress: cluster.http's app over the shard handles."""
 
-    def __init__(self, handles: list[Any], settings: Settings, about: dict[str, Any], retry_seconds: float) -> None:
+    def __init__(
+        self,
+        handles: list[Any],
+        settings: Settings,
+        about: dict[str, Any],
+        retry_seconds: float,
+        timeout_seconds: float | None = None,
+    ) -> None:
         self.app_settings = settings
-        self.fanout = Fanout(RayShards(handles, retry_seconds))
+        self.fanout = Fanout(RayShards(handles, retry_seconds, timeout_seconds))
         self.about = about
 
     def __serve_build_asgi_app__(self) -> Any:
@@ -96,7 +109,7 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
         ray_actor_options={"num_cpus": options.router_cpus},
         max_ongoing_requests=256,
     )
-    return router.bind(handles, settings, about, options.retry_seconds)
+    return router.bind(handles, settings, about, options.retry_seconds, options.shard_timeout_seconds)
 
 
 def start(
@@ -119,12 +132,12 @@ def build(args: dict[str, str]) -> Any:
     """Serve's config-file entry (`import_path: cluster.deploy:build`, as KubeRay's RayService uses it).
 
     `args`: `index` (the sharded index folder on a volume every node mounts), and optionally
-    `replicas`, `shard_cpus`, `threads`, `retry_seconds`; keys, bounds and the rest come from the
-    `SSI_*` environment as for `ssi serve`.
+    `replicas`, `shard_cpus`, `threads`, `retry_seconds`, `shard_timeout_seconds`; keys, bounds and the
+    rest come from the `SSI_*` environment as for `ssi serve`.
     """
     from service.settings import Settings
 
-    known = {"index", "replicas", "shard_cpus", "threads", "retry_seconds"}
+    known = {"index", "replicas", "shard_cpus", "threads", "retry_seconds", "shard_timeout_seconds"}
     unknown = sorted(set(args) - known)
     if unknown or "index" not in args:
         raise ClusterIndexError(
@@ -135,5 +148,6 @@ def build(args: dict[str, str]) -> Any:
         shard_cpus=float(args.get("shard_cpus", 1.0)),
         threads=int(args.get("threads", 1)),
         retry_seconds=float(args.get("retry_seconds", 30.0)),
+        shard_timeout_seconds=float(args.get("shard_timeout_seconds", 60.0)),
     )
     return application(Path(args["index"]), Settings(), options)

@@ -7,8 +7,11 @@ union by score and cutting gives the single node's answer. Ties are broken by do
 single node breaks them by row), so only documents of exactly equal score may change places.
 
 A shard that cannot answer (its replica died, is restarting, or is unreachable) is retried until
-`retry_seconds` have passed; after that the request fails with a 503 naming the shard. A ranking is
-never assembled from the shards that did answer: a missing shard would silently drop its documents.
+`retry_seconds` have passed; after that the request fails with a 503 naming the shard. A shard call
+that neither answers nor fails (Ray Serve queues it while the shard has no live replica) is given up
+after `timeout_seconds` with the same 503, so a shard that cannot come back never holds a request.
+A ranking is never assembled from the shards that did answer: a missing shard would silently drop its
+documents (docs/cluster-faults.md).
 """
 
 from __future__ import annotations
@@ -137,27 +140,54 @@ class Fanout:
         return unwrap(await self.shards.call(0, "nearest", word, k))
 
     async def describe(self) -> list[dict[str, Any]]:
-        replies = await asyncio.gather(*(self.shards.call(i, "describe") for i in range(self.shards.count)))
-        return [
-            reply.value if reply.status == 200 else {"shard": i, "status": "unavailable", "error": reply.message}
-            for i, reply in enumerate(replies)
-        ]
+        """Every shard's state; a shard that does not answer is listed as unavailable (GET /cluster, /readyz
+        name the missing shard instead of failing whole)."""
+
+        async def one(i: int) -> dict[str, Any]:
+            try:
+                reply = await self.shards.call(i, "describe")
+            except ServiceError as exc:
+                return {"shard": i, "status": "unavailable", "error": exc.message}
+            return reply.value if reply.status == 200 else {"shard": i, "status": "unavailable", "error": reply.message}
+
+        return list(await asyncio.gather(*(one(i) for i in range(self.shards.count))))
 
 
-async def retrying(call: Any, shard: int, retry_seconds: float, errors: tuple[type[BaseException], ...]) -> Reply:
+async def retrying(
+    call: Any,
+    shard: int,
+    retry_seconds: float,
+    errors: tuple[type[BaseException], ...],
+    timeout_seconds: float | None = None,
+) -> Reply:
     """`await call()` again while it fails with one of `errors` (a dead or restarting replica), up to
-    `retry_seconds`; then a ShardUnavailable naming the shard and the last error."""
-    deadline = time.monotonic() + retry_seconds
+    `retry_seconds`; then a ShardUnavailable naming the shard and the last error. With `timeout_seconds`,
+    the whole call (attempts and waits) ends by then: an attempt still pending is cancelled and the
+    answer is the same ShardUnavailable (a write given up this way may still have been applied)."""
+    started = time.monotonic()
+    deadline = started + retry_seconds
+    cutoff = None if timeout_seconds is None else started + timeout_seconds
     delay = 0.1
     while True:
         try:
-            return await call()
+            if cutoff is None:
+                return await call()
+            return await asyncio.wait_for(call(), max(cutoff - time.monotonic(), 0.0))
+        except TimeoutError:
+            raise unavailable(shard, timeout_seconds or 0.0, "no answer") from None
         except errors as exc:
-            if time.monotonic() + delay > deadline:
-                raise ShardUnavailable(
-                    f"shard {shard} did not answer within {retry_seconds:g}s ({type(exc).__name__}); "
-                    "no partial ranking is returned: retry shortly",
-                    headers={"Retry-After": "5"},
-                ) from None
+            now = time.monotonic()
+            if cutoff is not None and now + delay > cutoff:
+                raise unavailable(shard, timeout_seconds or 0.0, type(exc).__name__) from None
+            if now + delay > deadline:
+                raise unavailable(shard, retry_seconds, type(exc).__name__) from None
             await asyncio.sleep(delay)
             delay = min(2 * delay, 2.0)
+
+
+def unavailable(shard: int, seconds: float, why: str) -> ShardUnavailable:
+    """The 503 of a shard that did not answer: it names the shard, so a client knows which part is missing."""
+    return ShardUnavailable(
+        f"shard {shard} did not answer within {seconds:g}s ({why}); no partial ranking is returned: retry shortly",
+        headers={"Retry-After": "5"},
+    )

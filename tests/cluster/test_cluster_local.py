@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -241,6 +242,27 @@ def test_a_shard_that_stays_down_is_a_503_naming_it_never_a_partial_ranking(rout
         shards.call = real
     assert response.status_code == 503
     assert "shard 1 did not answer" in response.json()["detail"] and "no partial ranking" in response.json()["detail"]
+
+
+def test_a_shard_call_that_never_answers_is_a_503_naming_it_after_the_timeout() -> None:
+    """Ray Serve queues a call while a shard has no live replica: `timeout_seconds` bounds that wait."""
+    import asyncio
+
+    from cluster.fanout import ShardUnavailable, retrying
+
+    async def queued() -> None:
+        await asyncio.sleep(3600)
+
+    started = time.monotonic()
+    with pytest.raises(ShardUnavailable, match=r"shard 4 did not answer within 0.3s \(no answer\)"):
+        asyncio.run(retrying(queued, 4, 30.0, (ConnectionError,), timeout_seconds=0.3))
+    assert time.monotonic() - started < 2.0
+
+    async def dead() -> None:
+        raise ConnectionError("replica died")
+
+    with pytest.raises(ShardUnavailable, match=r"shard 0 did not answer within 0.4s \(ConnectionError\)"):
+        asyncio.run(retrying(dead, 0, 30.0, (ConnectionError,), timeout_seconds=0.4))
 
 
 def test_model_words_and_metrics_answer_as_on_the_single_node(world: dict, router: Router) -> None:
