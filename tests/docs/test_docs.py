@@ -70,3 +70,39 @@ def test_the_test_command_builds_the_site_strictly() -> None:
     lint, build, tests = (script.index(s) for s in ('lint-imports"', "-m mkdocs build --strict", '-m pytest "$@"'))
     assert lint < build < tests
     assert 'extras="serve,train,test,cluster,docs"' in (REPO / "scripts" / "install.sh").read_text(encoding="utf-8")
+
+
+def ssi_commands(text: str) -> list[str]:
+    """Every `ssi ...` line of the fenced blocks of a markdown text, continuation lines joined, comments cut."""
+    found = []
+    for block in re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.M | re.S):
+        for line in re.sub(r"\\\n\s*", " ", block).splitlines():
+            line = line.split("  #")[0].strip().removeprefix("$ ")
+            if line.startswith("ssi "):
+                found.append(line)
+    return found
+
+
+def test_commands_in_readme_and_docs_are_real() -> None:
+    """Each `ssi SUB [SUBSUB] --flag` shown (the commands beside the figures among them) exists today."""
+    import typer
+
+    from ssi_cli.main import build_app
+
+    group = typer.main.get_command(build_app())
+    commands = [
+        (page, line) for page in [README, *DOCS.rglob("*.md")] for line in ssi_commands(page.read_text("utf-8"))
+    ]
+    assert len(commands) >= 50
+    for page, line in commands:
+        words = line.split()
+        command = group.commands.get(words[1])  # type: ignore[attr-defined]
+        assert command is not None, f"{page.name}: `ssi {words[1]}` is not a command"
+        rest = words[2:]
+        if hasattr(command, "commands"):  # a group: `ssi clicks synthetic ...`
+            command, rest = command.commands[rest[0]], rest[1:]
+        known = {opt for param in command.params for opt in (*param.opts, *param.secondary_opts)}
+        for word in rest:
+            flag = word.split("=", 1)[0]
+            if re.fullmatch(r"--[a-z][a-z0-9-]*", flag):
+                assert flag in known, f"{page.name}: `{line[:80]}` uses {flag}, which `ssi {words[1]}` lacks"
