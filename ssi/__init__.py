@@ -1,22 +1,33 @@
 """SSI search: a ranking function learned from pairs, trained, ranked in process, and served.
 
-The three jobs, one import each (details: `help(ssi.train)`, `help(ssi.load)`, `help(ssi.Client)`):
+The three jobs, one import each (details: `help(ssi.train)`, `help(ssi.load)`, `help(ssi.Client)`).
+Below, `corpus` is your JSONL corpus (id, title, text), `pairs` your TSV of (query id, document id) pairs,
+`folder` where to write, `query` a text to search for, and `url` a running service (`ssi serve`) with
+`api_key` its write key.
 
-    import ssi
+1. Train a model and write its bundle (the `train` extra: PyTorch); the options are `ssi train`'s:
 
-    # 1. train a model on your corpus and pairs, and write its bundle (needs the `train` extra: PyTorch)
-    trained = ssi.train("corpus.jsonl", "pairs.tsv", kind="lowrank", out="bundle", n_dims=64, max_minutes=5)
+>>> import ssi
+>>> trained = ssi.train(corpus, pairs, kind="lowrank", out=folder / "model", n_dims=8, epochs=2, progress=False)
+>>> trained.form
+'lowrank'
 
-    # 2. rank a corpus in this process, exactly, by the model's own score (no PyTorch needed)
-    model = ssi.load(trained.bundle, corpus="corpus.jsonl")
-    for hit in model.search("jaguar speed", k=5):
-        print(hit.id, hit.score)
-    model.score(["jaguar speed"], ["the cat runs fast", "a car engine"])  # f(q, d), a [1, 2] array
+2. Rank a corpus in this process, exactly, by the model's own score (no PyTorch needed):
 
-    # 3. query a running service (`ssi serve`); errors raise ssi.ServiceError with the server's message
-    with ssi.Client("http://localhost:8000", api_key="...") as client:
-        client.search("jaguar speed", k=5).hits
-        client.put_document("doc-1", title="Jaguar", text="the fastest cat")
+>>> model = ssi.load(trained, corpus=corpus)
+>>> hits = model.search(query, k=5)
+>>> [(type(hit).__name__, type(hit.id).__name__, type(hit.score).__name__) for hit in hits][0]
+('Hit', 'str', 'float')
+>>> model.score([query], ["the cat runs fast", "a car engine"]).shape
+(1, 2)
+
+3. Query a running service; its errors raise `ssi.ServiceError` with the server's status and message:
+
+>>> with ssi.Client(url, api_key=api_key) as client:
+...     found = client.search(query, k=5)
+...     written = client.put_document("doc-1", title="Jaguar", text="the fastest cat")
+>>> len(found.hits), written.ids
+(5, ['doc-1'])
 
 The package is also the contract between the two halves: `ssi.tokenize`, `ssi.vocab` and
 `ssi.weighting` featurize text the same way in the trainer and the service, `ssi.bundle` is the on-disk

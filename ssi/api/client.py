@@ -6,20 +6,22 @@ so that a client needs only httpx: no FastAPI, no FAISS, no model. Every answer 
 a `ServiceError` carrying the server's status and message (`{"detail": ...}`), and for a 422 the fields
 it names. Network failures stay httpx's own exceptions (`httpx.TransportError`).
 
-Example (`url` is a running service's address, `api_key` its SSI_API_KEY, which only writes need):
+In the examples, `url` is a running service's address, `api_key` its SSI_API_KEY, which only writes need,
+`query` a text to search for.
 
->>> import ssi
->>> with ssi.Client(url, api_key=api_key) as client:
-...     result = client.search("apple fruit", k=3)
-...     written = client.put_document("note-1", title="Apples", text="a sweet red apple")
-...     stored = client.get_document("note-1")
->>> len(result.hits) <= 3, stored.title
-(True, 'Apples')
->>> try:
-...     ssi.Client(url).search("apple", k=0)
-... except ssi.ServiceError as error:
-...     print(error.status)
-422
+Examples:
+    >>> import ssi
+    >>> with ssi.Client(url, api_key=api_key) as client:
+    ...     result = client.search(query, k=3)
+    ...     written = client.put_document("note-1", title="Apples", text="a sweet red apple")
+    ...     stored = client.get_document("note-1")
+    >>> len(result.hits), stored.title
+    (3, 'Apples')
+    >>> try:
+    ...     ssi.Client(url).search(query, k=0)
+    ... except ssi.ServiceError as error:
+    ...     print(error.status, error.message)
+    422 ...k...
 """
 
 from __future__ import annotations

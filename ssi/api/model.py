@@ -10,17 +10,20 @@ A bundle's ONNX query encoder is not needed: it is the service's way to embed a 
 index, and the reference score computes the same embedding in numpy. So this module needs neither
 PyTorch nor onnxruntime, only the base install (a notebook, or a process beside the service).
 
-Example (`bundle` is a trained bundle folder, `corpus` the JSONL corpus it should rank):
+In the examples, `bundle` is a trained bundle folder, `corpus` the JSONL corpus it should rank, `query` a text.
 
->>> import ssi
->>> model = ssi.load(bundle, corpus=corpus)
->>> hits = model.search("apple fruit", k=3)
->>> [type(hit).__name__ for hit in hits]
-['Hit', 'Hit', 'Hit']
->>> hits[0].score >= hits[1].score >= hits[2].score
-True
->>> model.score(["apple fruit"], ["a sweet red apple", "a car engine"]).shape
-(1, 2)
+Examples:
+    >>> import ssi
+    >>> model = ssi.load(bundle, corpus=corpus)
+    >>> hits = model.search(query, k=3)
+    >>> [type(hit).__name__ for hit in hits]
+    ['Hit', 'Hit', 'Hit']
+    >>> hits[0].score >= hits[1].score >= hits[2].score
+    True
+    >>> model.search("words it never saw", k=3)
+    []
+    >>> model.score([query], ["a sweet red apple", "a car engine"]).shape
+    (1, 2)
 """
 
 from __future__ import annotations
@@ -75,15 +78,17 @@ class Model:
 
     def _scorer(self, doc_matrix: DocMatrix) -> FormScorer:
         # Fresh features per call: TextFeatures memoizes every text it sees, which a long-lived model must not.
-        return FormScorer(
-            self.bundle.vocab, self.bundle.form, features=TextFeatures(self.bundle.vocab), doc_matrix=doc_matrix
-        )
+        vocab, form = self.bundle.vocab, self.bundle.form
+        return FormScorer(vocab, form, features=TextFeatures(vocab), doc_matrix=doc_matrix)
+
+    def _corpus_scorer(self) -> FormScorer:
+        if self._doc_matrix is None:
+            raise ValueError("this model has no corpus to rank: load it with corpus=... (or use score())")
+        return self._scorer(self._doc_matrix)
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
         """f(q, d) of each query text against every corpus document: float32 [len(texts), len(documents)]."""
-        if self._doc_matrix is None:
-            raise ValueError("this model has no corpus to rank: load it with corpus=... (or use score())")
-        return self._scorer(self._doc_matrix).score(list(texts))
+        return self._corpus_scorer().score(list(texts))
 
     @overload
     def search(self, texts: str, k: int = 10) -> list[Hit]: ...
@@ -95,25 +100,29 @@ class Model:
         """The k best corpus documents for a query text (a list of hits), or for each of several (a list of lists).
 
         Exact: every document is scored; ties are broken by corpus position, as `ssi rank` and the service do.
+        A query none of whose words the model knows gets no hits, as from the service: nothing ranks it.
         """
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
-        one = isinstance(texts, str)
         queries = [texts] if isinstance(texts, str) else list(texts)
         if not queries:
             return []
-        cols, values = top_k(self.scores(queries), k)
+        scorer = self._corpus_scorer()
+        known = np.diff(scorer.features(queries).indptr) > 0  # memoized: score() featurizes them once
+        cols, values = top_k(scorer.score(queries), k)
         ranked = [
             [Hit(self.ids[c], float(v), c) for c, v in zip(row_cols.tolist(), row_values.tolist(), strict=True)]
-            for row_cols, row_values in zip(cols, values, strict=True)
+            if asked
+            else []
+            for row_cols, row_values, asked in zip(cols, values, known.tolist(), strict=True)
         ]
-        return ranked[0] if one else ranked
+        return ranked[0] if isinstance(texts, str) else ranked
 
     def score(self, queries: Sequence[str], documents: Sequence[str | Document]) -> np.ndarray:
         """f(q, d) for every query text and every given document: float32 [len(queries), len(documents)].
 
         Documents may be texts or `Document`s; a keyed form (halftrans) recognises a `Document` it was trained
-        on by its id and text, and scores the rest, and any text, through its functional map.
+        on by its id and text when every document given is one, and scores any other through its functional map.
         """
         docs = list(documents)
         if not docs:

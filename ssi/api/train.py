@@ -8,14 +8,19 @@ One configuration object, not two: the keyword options are the fields of `traini
 Training needs the `train` extra (PyTorch). The trainer is imported when `train` is called, not when this
 module is, so that `help(ssi)` and the settings' checks work where PyTorch is not installed.
 
-Example (`corpus` and `pairs` are paths to your JSONL corpus and TSV pairs; `folder` is where to write):
+In the examples, `corpus`, `pairs` and `valid_pairs` are paths to your JSONL corpus, your TSV pairs to train on
+and those to validate on; `folder` is where to write.
 
->>> import ssi
->>> trained = ssi.train(corpus, pairs, kind="lowrank", out=folder / "bundle", epochs=2, n_dims=8, progress=False)
->>> trained.form, trained.bundle.name
-('lowrank', 'bundle')
->>> 0.0 <= trained.valid["map"] <= 1.0
-True
+Examples:
+    >>> import ssi
+    >>> trained = ssi.train(
+    ...     corpus, pairs, valid_pairs=valid_pairs, kind="lowrank", out=folder / "bundle", epochs=2, n_dims=8,
+    ...     progress=False,
+    ... )
+    >>> trained.form, trained.bundle.name
+    ('lowrank', 'bundle')
+    >>> 0.0 <= trained.valid["map"] <= 1.0
+    True
 """
 
 from __future__ import annotations
