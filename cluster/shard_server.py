@@ -27,6 +27,7 @@ from service.routes.model import model_response
 from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
 from service.settings import CollectionSpec
+from service.store import DocumentStore
 from ssi.records import Document
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ class ShardServer:
         self.shards = manifest.shards
         bundle = Path(manifest.bundle)
         folder = index / manifest.entries[shard].folder
+        require_store(folder, bundle, shard)
         self.read_only = read_only
         if read_only:  # one of several replicas: a private copy of the shard's folder (one process serves a folder)
             self._copy = tempfile.TemporaryDirectory(prefix=f"ssi-{folder.name}-")
@@ -167,6 +169,18 @@ class ShardServer:
             self.close()
         except Exception:  # noqa: BLE001 — nothing to report to at interpreter exit
             pass
+
+
+def require_store(folder: Path, bundle: Path, shard: int) -> None:
+    """Refuse a shard whose store is not there: opened anyway, it would come back empty and be searched as if
+    it held nothing (an index volume not mounted on the node Serve restarted the replica on leaves an empty
+    mount point), hiding every document it held instead of a 503 for the shard until the folder is back."""
+    store = DocumentStore.path_for(shard_settings(folder, bundle).store_dir, COLLECTION)
+    if not store.is_file():
+        raise ClusterIndexError(
+            f"shard {shard}: its store {store} is missing (is the index volume mounted on this node?): "
+            "not serving it empty"
+        )
 
 
 def replica_name() -> str | None:

@@ -344,3 +344,26 @@ def test_a_read_only_replica_serves_a_private_copy_and_refuses_writes(world: dic
     finally:
         for replica in replicas:
             replica.close()
+
+
+def test_a_shard_whose_store_is_missing_refuses_to_start_instead_of_serving_empty(
+    indexes: dict[int, Path], tmp_path: Path
+) -> None:
+    """An empty shard folder (a volume not mounted on the node a replica restarts on: its mount point is there,
+    empty) must not come back as an empty shard, searched as if it held nothing."""
+    import shutil
+
+    copy = Path(shutil.copytree(indexes[3], tmp_path / "idx"))
+    entry = read_manifest(copy).entries[1]
+    shutil.move(copy / entry.folder, tmp_path / "away")
+    (copy / entry.folder).mkdir()
+    with pytest.raises(ClusterIndexError, match="shard 1: its store .* is missing"):
+        ShardServer(str(copy), 1)
+    assert not any((copy / entry.folder).iterdir())  # nothing was created in its place
+    (copy / entry.folder).rmdir()
+    shutil.move(tmp_path / "away", copy / entry.folder)
+    server = ShardServer(str(copy), 1)
+    try:
+        assert server.collection.describe()["documents"] == entry.documents
+    finally:
+        server.close()
