@@ -4,6 +4,7 @@
   `TrainSettings`, each field with its environment variable, default and the words the code gives it
   (its `description`, else the comment above it in the class);
 - `reference/cli.md`: every `ssi` command and option, grouped as `--help` groups them;
+- `reference/kinds.md`: every kind `ssi train` takes and every form a bundle can name, from their registries;
 - `reference/http-api.md`: every route and body of the service's OpenAPI schema (built without a bundle).
 
 Pages that other parts of the project add on their own (`OPTIONAL_PAGES`) join the navigation when they
@@ -134,6 +135,49 @@ def settings_page() -> str:
             settings_table(CollectionSpec, None),
             "## The trainer: `ssi train` (`training/settings.py`, `TrainSettings`)",
             settings_table(TrainSettings, "SSI_TRAIN_", option_helps("train")),
+        ]
+    )
+
+
+# -- the kinds and forms --------------------------------------------------------------------------
+
+
+def first_paragraph(obj: Any) -> str:
+    """The first paragraph of an object's own docstring, else of its module's."""
+    import sys
+
+    doc = obj.__dict__.get("__doc__") or sys.modules[obj.__module__].__doc__ or ""
+    return " ".join(doc.strip().split("\n\n")[0].split())
+
+
+def kinds_page() -> str:
+    from ssi.forms import FORMS
+    from training.fitted import FITTED
+    from training.kinds import EM_KINDS, PROJECTION_KINDS, SGD_KINDS
+    from training.models import REGISTRY
+
+    kinds = []
+    for how, names in (("margin ranking, SGD", SGD_KINDS), ("closed form", PROJECTION_KINDS), ("EM", EM_KINDS)):
+        for kind in names:
+            cls = REGISTRY.get(kind) or FITTED.get(kind)
+            where = f"`{cls.__module__}.{cls.__name__}`" if cls else "**not in a registry**"
+            kinds.append([f"`{kind}`", how, where, cell(first_paragraph(cls)) if cls else ""])
+    forms = [
+        [f"`{name}`", "exactly" if cls.served_exactly else "no: `ssi eval` ranks it", f"`{cls.__module__}`",
+         cell(first_paragraph(cls))]
+        for name, cls in FORMS.items()
+    ]  # fmt: skip
+    return "\n\n".join(
+        [
+            "# Kinds and forms",
+            "Generated from the registries when the site is built: `training.kinds` (what `ssi train --kind` "
+            "takes), `training.models.REGISTRY` and `training.fitted.FITTED` (how each kind trains), and "
+            "`ssi.forms.FORMS` (the score a bundle's manifest names). Each family, its equations and its "
+            "paper: [the model family](../models/index.md).",
+            "## Kinds (`ssi train --kind`)",
+            table(["kind", "trained by", "class", "about"], kinds),
+            "## Forms (what a bundle holds and the service serves)",
+            table(["form", "served", "module", "about"], forms),
         ]
     )
 
@@ -282,6 +326,7 @@ def http_api_page() -> str:
 GENERATED = {
     "reference/settings.md": settings_page,
     "reference/cli.md": cli_page,
+    "reference/kinds.md": kinds_page,
     "reference/http-api.md": http_api_page,
 }
 
