@@ -112,10 +112,9 @@ def settings_table(cls: type[BaseModel], prefix: str | None, helps: dict[str, st
     rows = []
     for name, field in cls.model_fields.items():
         about = cell((helps or {}).get(name) or field.description or comments.get(name, ""))
-        row = [f"`{name}`", default_of(field), cell(f"`{type_name(field.annotation)}`"), about]
-        rows.append(row if prefix is None else [row[0], env_names(name, field, prefix), *row[1:]])
-    header = ["setting", "default", "type", "what it does"]
-    return table(header if prefix is None else [header[0], "environment", *header[1:]], rows)
+        names = f"`{name}`" if prefix is None else f"`{name}`<br>{env_names(name, field, prefix)}"
+        rows.append([names, default_of(field), cell(f"`{type_name(field.annotation)}`"), about])
+    return table(["setting" if prefix is None else "setting, environment", "default", "type", "what it does"], rows)
 
 
 def settings_page() -> str:
