@@ -128,9 +128,10 @@ def bench(
         typer.Option(
             "--index-types",
             "--kinds",  # the flag's earlier name
-            help="Index types, comma-separated; flat is the exact reference",
+            help="Index types, comma-separated; flat is the exact reference (default: flat,hnsw,ivf for search, "
+            "flat for match)",
         ),
-    ] = "flat,hnsw,ivf",
+    ] = "",
     ef_search: Annotated[
         str, typer.Option(help="HNSW efSearch values for recall (values below the candidate pool, 64, act as 64)")
     ] = "64,128,256,512",
@@ -141,11 +142,24 @@ def bench(
         list[str] | None,
         typer.Option(help="Another setting of the served process, NAME=VALUE for SSI_NAME (repeatable)"),
     ] = None,
+    scenario: Annotated[
+        str,
+        typer.Option(
+            help="search: POST /search with keyword queries; match: POST /match with whole pages against adverts "
+            "(the corpus cut into 60-word passages; pages: its documents laid end to end)"
+        ),
+    ] = "search",
+    ads: Annotated[str, typer.Option(help="match: adverts in the collection, comma-separated")] = "10000,100000",
+    page_kb: Annotated[str, typer.Option(help="match: page sizes in kB, comma-separated")] = "2,20,60",
+    pages: Annotated[int, typer.Option(help="match: distinct pages of each size", min=1)] = 50,
 ) -> None:
-    """Benchmark the service over HTTP against an in-process BM25 (bm25s) on the same corpus, in one run.
+    """Benchmark the service over HTTP, with floors measured in the same run.
 
-    Reports p50/p99 latency and throughput at each client count, first-start (build) and restart
-    (cache) times, memory, and recall@10 of HNSW/IVF against the exact flat index at each knob.
+    `--scenario search` (default), against an in-process BM25 (bm25s) on the same corpus: p50/p99 latency
+    and throughput at each client count, first-start (build) and restart (cache) times, memory, and recall@10
+    of HNSW/IVF against the exact flat index at each knob. `--scenario match`: POST /match for pages of each
+    size against each advert count, against the FAISS scan of the pages' embeddings and the same matching in
+    process; IVF (in --index-types) served once per --nprobe with its recall@k against the flat answers.
     """
     import tempfile
     from datetime import datetime
@@ -153,10 +167,13 @@ def bench(
     from service.bench.queries import SAMPLERS
     from service.bench.run import BenchConfig, run_bench
 
+    if scenario not in ("search", "match"):
+        raise typer.BadParameter(f"--scenario: use search or match, not {scenario!r}")
     if query_sampler not in SAMPLERS:
         raise typer.BadParameter(f"--query-sampler: use {' or '.join(SAMPLERS)}, not {query_sampler!r}")
 
-    type_list = [t.strip() for t in index_types.split(",") if t.strip()]
+    type_list = [t.strip() for t in (index_types or ("flat" if scenario == "match" else "flat,hnsw,ivf")).split(",")]
+    type_list = [t for t in type_list if t]
     unknown = set(type_list) - {"flat", "hnsw", "ivf"}
     if unknown or (set(type_list) - {"flat"} and "flat" not in type_list):
         raise typer.BadParameter(
@@ -173,6 +190,31 @@ def bench(
             raise typer.BadParameter(f"--setting: expected NAME=VALUE (e.g. ivf_nlist=4000), got {item!r}")
         extra["SSI_" + name.strip().upper().removeprefix("SSI_")] = value
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    if scenario == "match":
+        from service.bench.match import MatchBenchConfig, run_match_bench
+
+        if corpus is None:
+            raise typer.BadParameter("--scenario match: give --corpus FILE (its passages are the adverts)")
+        if set(type_list) - {"flat", "ivf"}:
+            raise typer.BadParameter("--scenario match: --index-types flat or flat,ivf")
+        match_config = MatchBenchConfig(
+            bundle=bundle,
+            corpus=corpus,
+            work_dir=work_dir or Path(tempfile.mkdtemp(prefix="ssi-bench-")),
+            out=out or Path("bench-results") / f"bench-match-{stamp}.json",
+            ads=_ints(ads, "--ads"),
+            page_kb=_ints(page_kb, "--page-kb"),
+            pages=pages,
+            clients=_ints(clients, "--clients"),
+            seconds=seconds,
+            index_types=type_list,
+            nprobe=_ints(nprobe, "--nprobe"),
+            threads=threads,
+            workers=workers,
+            extra_settings=extra,
+        )
+        run_match_bench(match_config, log=lambda line: typer.echo(line, err=True))
+        return
     config = BenchConfig(
         bundle=bundle,
         corpus=corpus,

@@ -43,6 +43,7 @@ from typing import Any
 from service.bounds import cut_long_text, shown
 from service.embedding import Prepared
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
+from service.group_reload import GroupBundle
 from service.instance_lock import FileLock, FolderLock
 from service.metrics import Metrics
 from service.model_state import ModelState, QueryResult
@@ -94,6 +95,9 @@ class Collection:
         folder = settings.index_dir / name
         self._files_lock = FileLock(folder / ".ssi-snapshots.lock")  # loads, snapshot writes and prunes
         self._upkeep_lock = FileLock(folder / ".ssi-upkeep.lock")  # held for good by the worker that upkeeps
+        # What the group serves (a reload reaches every worker through it) and the generation this worker serves.
+        self._group = GroupBundle(folder, settings.workers, settings.worker_number) if self.shared else None
+        self._generation = 0
 
     # -- lifecycle -----------------------------------------------------------------------------
 
@@ -102,6 +106,9 @@ class Collection:
         if not self.shared:
             for folder in (self.settings.store_dir / self.name, self.settings.index_dir / self.name):
                 self._folder_locks.append(FolderLock(folder).acquire())
+        served = self._group.read() if self._group is not None else None
+        if served is not None:  # a worker started again after a crash: the bundle the group serves now
+            self.bundle_path, self._generation = Path(served.path), served.generation
         bundle = _load_bundle(self.bundle_path)
         # Workers load one at a time: the first imports the corpus, builds and snapshots; the next ones load that.
         with self._upkeep():
@@ -116,6 +123,8 @@ class Collection:
             else:
                 self._record_disk(state)
         self.status = "ready"
+        if self._group is not None:
+            self._group.acknowledge(self._generation)
         self._snapshot_thread = threading.Thread(target=self._maintenance_loop, name=f"upkeep-{self.name}", daemon=True)
         self._snapshot_thread.start()
 
@@ -394,53 +403,79 @@ class Collection:
         return path
 
     def reload(self, requested: str | None) -> dict[str, Any]:
-        """Swap to a (new) bundle. The new state is built while the old one keeps serving."""
+        """Swap to a (new) bundle. The new state is built while the old one keeps serving; in a worker group the
+        answer comes once every worker serves it (service.group_reload), or after SSI_RELOAD_WAIT seconds."""
         if not self.settings.reloads_enabled:
             raise Forbidden("reloads are disabled on this server: set SSI_ADMIN_KEY or SSI_API_KEY")
-        if self.shared:
-            raise Conflict(
-                f"this server runs {self.settings.workers} worker processes and a reload would reach only one: "
-                "restart it with the new bundle (or serve with SSI_WORKERS=1 to reload in place)"
-            )
         store = self._ready_store()
         path = self.resolve_bundle(requested)
         if not self._reloading.acquire(blocking=False):
             raise Conflict(f"a reload of collection '{self.name}' is already running")
         try:
             started = time.perf_counter()
-            previous = self.ready_state()
-            previous_hash = previous.bundle.content_hash
-            # Upkeep waits: trimming the write log now could cut writes the new state still has to replay.
-            with self._upkeep():
-                try:
-                    bundle = _load_bundle(path)
-                    state = open_state(collection=self.name, bundle=bundle, store=store, settings=self.settings)
-                except BundleError as exc:
-                    raise InvalidInput(f"cannot reload: {exc}") from None
-                with self._writer:
-                    # Writes that landed while the new state was being built are replayed into it first.
-                    with store.view() as view:
-                        replay(state, view)
-                    self.state = state
-                    self.bundle_path = path
-                    self._record_load(state)
-            del previous  # its objects go with the last request still using it
-            freeze_loaded_objects()
-            log.info("[%s] reloaded: %s -> %s", self.name, previous_hash[:12], bundle.content_hash[:12])
-            if state.saved_seq != state.seq:
-                self._wake.set()
-            return {
-                "collection": self.name,
-                "bundle": str(path),
-                "previous_content_hash": previous_hash,
-                "content_hash": bundle.content_hash,
-                "form": bundle.manifest.form,
-                "documents": state.table.n_live,
-                "loaded_from": state.report.source,
-                "seconds": round(time.perf_counter() - started, 4),
-            }
+            previous_hash = self.ready_state().bundle.content_hash
+            try:
+                state = self._swap_to(store, path)
+            except BundleError as exc:
+                raise InvalidInput(f"cannot reload: {exc}") from None
         finally:
             self._reloading.release()
+        bundle = state.bundle
+        answer: dict[str, Any] = {
+            "collection": self.name,
+            "bundle": str(path),
+            "previous_content_hash": previous_hash,
+            "content_hash": bundle.content_hash,
+            "form": bundle.manifest.form,
+            "documents": state.table.n_live,
+            "loaded_from": state.report.source,
+        }
+        if self._group is not None:
+            served = self._group.publish(path, bundle.content_hash)
+            self._generation = served.generation
+            self._group.acknowledge(served.generation)
+            serving = self._group.wait(served.generation, self.settings.reload_wait)
+            answer["workers"] = {"serving": serving, "of": self.settings.workers}
+        answer["seconds"] = round(time.perf_counter() - started, 4)
+        return answer
+
+    def _swap_to(self, store: DocumentStore, path: Path) -> ModelState:
+        """Load the bundle at `path`, build its state off to the side, bring it up to the store and serve it."""
+        # Upkeep waits: trimming the write log now could cut writes the new state still has to replay.
+        with self._upkeep():
+            bundle = _load_bundle(path)
+            state = open_state(collection=self.name, bundle=bundle, store=store, settings=self.settings)
+            with self._writer:
+                # Writes that landed while the new state was being built are replayed into it first.
+                with store.view() as view:
+                    replay(state, view)
+                previous, self.state = self.state, state
+                self.bundle_path = path
+                self._record_load(state)
+        del previous  # its objects go with the last request still using it
+        freeze_loaded_objects()
+        log.info("[%s] serving %s (%s)", self.name, path, bundle.content_hash[:12])
+        if state.saved_seq != state.seq:
+            self._wake.set()
+        return state
+
+    def _follow_group(self) -> None:
+        """A worker of a group: serve the bundle another worker reloaded, if it is newer than this one's."""
+        assert self._group is not None and self.store is not None
+        served = self._group.read()
+        if served is None or served.generation <= self._generation:
+            return
+        with self._reloading:
+            state = self.state
+            if state is None or state.bundle.content_hash != served.content_hash:
+                try:
+                    self._swap_to(self.store, Path(served.path))
+                except Exception:  # the reload's answer counts this worker out; it keeps serving what it has
+                    log.exception("[%s] could not load the bundle another worker reloaded: %s", self.name, served.path)
+                    self._generation = served.generation
+                    return
+            self._generation = served.generation
+            self._group.acknowledge(served.generation)
 
     # -- snapshots -----------------------------------------------------------------------------
 
@@ -550,6 +585,10 @@ class Collection:
                     self._catch_up()
                 except Exception:
                     log.exception("[%s] catching up with the other workers' writes failed", self.name)
+                try:  # and serves what another worker reloaded
+                    self._follow_group()
+                except Exception:
+                    log.exception("[%s] following the group's reload failed", self.name)
                 if not self._keeps_upkeep():
                     continue
             state = self.state

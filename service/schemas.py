@@ -256,6 +256,11 @@ class ReloadRequest(Strict):
     )
 
 
+class WorkersServing(BaseModel):
+    serving: int = Field(description="worker processes that serve the new bundle when the answer is sent")
+    of: int = Field(description="worker processes of the server (SSI_WORKERS); the others follow within seconds")
+
+
 class ReloadResponse(BaseModel):
     collection: str
     bundle: str
@@ -265,6 +270,9 @@ class ReloadResponse(BaseModel):
     documents: int
     loaded_from: str
     seconds: float
+    workers: WorkersServing | None = Field(
+        default=None, description="in a group of worker processes (SSI_WORKERS > 1): how many serve the new bundle"
+    )
 
 
 class Neighbour(BaseModel):

@@ -124,6 +124,11 @@ class Settings(BaseSettings):
     # Server processes on one socket and one data folder (service.workers): each holds its own index and
     # replays the others' writes from the store before it searches. 1: this process serves alone.
     workers: int = Field(default=1, ge=1, le=64)
+    # Which worker of a group this process is: set by the supervisor for each worker (service.workers).
+    worker_number: int = Field(default=0, ge=0, le=63)
+    # How long POST /admin/reload in a worker group waits for every worker to serve the new bundle
+    # (service.group_reload); past it, the answer says how many do and the others follow.
+    reload_wait: float = Field(default=120.0, ge=0.0, le=3600.0)
 
     # Request bounds.
     max_k: int = Field(default=100, ge=1, le=10_000)

@@ -29,8 +29,9 @@ How it stays one server:
   the kernel kills its workers too (PR_SET_PDEATHSIG): the folder locks die with the supervisor, and
   orphaned workers writing on would be a second server over the same folders.
 
-What is per worker: /metrics counts the answering worker's requests; reloads are refused (409), since
-one would reach a single worker: restart with the new bundle instead.
+What is per worker: /metrics counts the answering worker's requests. A reload reaches every worker: the one
+that takes it publishes the new bundle, the others load it within a second or so, and the answer waits for
+all of them (service.group_reload).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from collections import deque
 from multiprocessing.process import BaseProcess
 from types import FrameType
 
+from service.group_reload import GroupBundle
 from service.instance_lock import FolderInUse, FolderLock
 from service.settings import Settings
 from service.threads import libc
@@ -129,7 +131,10 @@ class Supervisor:
 
     def _start(self, number: int) -> BaseProcess:
         process = self._context.Process(
-            target=worker_main, args=(self.settings, number, os.getpid()), name=f"ssi-worker-{number}", daemon=False
+            target=worker_main,
+            args=(self.settings.model_copy(update={"worker_number": number}), number, os.getpid()),
+            name=f"ssi-worker-{number}",
+            daemon=False,
         )
         process.start()
         return process
@@ -151,6 +156,7 @@ class Supervisor:
             for name in self.settings.collection_specs():
                 for folder in (self.settings.store_dir / name, self.settings.index_dir / name):
                     locks.append(FolderLock(folder).acquire())
+                GroupBundle.clear(self.settings.index_dir / name)  # this group serves the bundle it is started with
             check_port_free(self.settings)
         except (FolderInUse, OSError) as exc:
             for lock in locks:

@@ -57,10 +57,10 @@ async def _drive(
 ) -> LoadResult:
     latencies: list[float] = []
     errors = 0
-    source = itertools.cycle(bodies)
+    source = itertools.cycle(bodies or [None])
 
-    def send(client: httpx.AsyncClient, body: dict[str, Any]) -> Any:
-        return client.post(path, json=body) if path == "/search" else client.get(path)
+    def send(client: httpx.AsyncClient, body: dict[str, Any] | None) -> Any:
+        return client.post(path, json=body) if body is not None else client.get(path)
 
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(base_url=url, timeout=60, limits=limits) as client:
@@ -94,13 +94,13 @@ def run_load(
     path: str = "/search",
     generator: str = "auto",
 ) -> LoadResult:
-    """`clients` connections sending POST /search (`bodies` in turn), or GET `path` for any other path.
+    """`clients` connections sending POST `path` (`bodies` in turn), or GET `path` when there are no bodies.
 
     `generator`: "wrk", "httpx", or "auto" (wrk where installed).
     """
     if generator == "wrk" or (generator == "auto" and wrk.available()):
         asyncio.run(_drive(url, bodies, 1, 0.0, warmup, path))  # the same warm-up requests, unmeasured
-        found = wrk.run(url, bodies if path == "/search" else [], clients, seconds, path)
+        found = wrk.run(url, bodies, clients, seconds, path)
         seconds_run = found["duration_us"] / 1e6
         return LoadResult(
             clients=clients,

@@ -102,7 +102,7 @@ def _serve_and_measure(
     result["healthz_load"] = {}
     for clients in config.clients:
         cpu = server.cpu_seconds()
-        floor = run_load(server.url, bodies, clients, min(config.seconds, 3.0), path="/healthz")
+        floor = run_load(server.url, [], clients, min(config.seconds, 3.0), path="/healthz")
         result["healthz_load"][str(clients)] = floor.as_dict()
         result["healthz_load"][str(clients)]["server_cpu_ms_per_request"] = round(
             (server.cpu_seconds() - cpu) * 1000 / max(1, floor.requests), 3

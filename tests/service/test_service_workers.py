@@ -19,6 +19,7 @@ from service_testing import (
     ProcessServer,
     assert_same_ranking,
     free_port,
+    make_bundle,
     needle_of,
     process_world,
 )
@@ -83,9 +84,6 @@ def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dic
                 assert_same_ranking(fresh_search(server.url, needle_of(doc)), oracle, needle_of(doc), 10)
         for doc in docs[15:35]:
             assert_same_ranking(fresh_search(server.url, doc.title), oracle, doc.title, 10)
-        # A reload would reach one worker only: refused with the reason.
-        response = httpx.post(f"{server.url}/admin/reload", json={}, headers=KEY)
-        assert response.status_code == 409 and "worker processes" in response.json()["detail"]
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.log()
@@ -103,6 +101,58 @@ def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dic
         assert len(answered) == 2 and all(answered.values())
         for doc in docs[15:35]:
             assert_same_ranking(fresh_search(again.url, doc.title), oracle, doc.title, 10)
+    finally:
+        assert again.stop() == 0
+
+
+def served_hashes(url: str, tries: int = 80) -> dict[int, str]:
+    """The bundle content hash each answering worker serves (fresh connections), by pid."""
+    hashes: dict[int, str] = {}
+    for _ in range(tries):
+        ready = httpx.get(f"{url}/readyz", timeout=30).json()
+        hashes[ready["pid"]] = ready["collections"]["documents"]["content_hash"]
+    return hashes
+
+
+def test_a_reload_reaches_every_worker_and_a_replaced_one(world: dict, tmp_path: Path) -> None:
+    """POST /admin/reload to a group answers once both workers serve the new bundle; a worker started again
+    after a crash serves it too; a restarted server serves the bundle it is started with."""
+    docs: list[Document] = world["docs"]
+    other = make_bundle(world["root"] / "bundle-reloaded", docs, n_dims=32, seed=9)
+    first_hash = Oracle(world["bundle"], docs[:1]).bundle.content_hash
+    oracle = Oracle(other, docs)
+    server = group(world, tmp_path / "cache").start()
+    try:
+        assert set(served_hashes(server.url).values()) == {first_hash}
+        response = httpx.post(f"{server.url}/admin/reload", json={"bundle": str(other)}, headers=KEY, timeout=120)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["workers"] == {"serving": 2, "of": 2}
+        assert answer["content_hash"] == oracle.bundle.content_hash != first_hash
+        hashes = served_hashes(server.url)
+        assert len(hashes) == 2 and set(hashes.values()) == {oracle.bundle.content_hash}
+        for doc in docs[:6]:
+            for _ in range(3):
+                assert_same_ranking(fresh_search(server.url, doc.title), oracle, doc.title, 10)
+        # A worker killed and started again loads what the group serves, not the command line's bundle.
+        victim = min(hashes)
+        os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                hashes = served_hashes(server.url, tries=20)
+            except httpx.HTTPError:
+                continue
+            if len(hashes) == 2 and victim not in hashes:
+                break
+        assert len(hashes) == 2 and victim not in hashes
+        assert set(hashes.values()) == {oracle.bundle.content_hash}
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.log()
+    again = group(world, tmp_path / "cache").start()
+    try:
+        assert set(served_hashes(again.url, tries=20).values()) == {first_hash}
     finally:
         assert again.stop() == 0
 
