@@ -2,9 +2,10 @@
 
 What the cluster promises (docs/cluster-faults.md): every answer is a success or a 503 that names
 the missing shard, never a partial ranking, a 500 or a hang; every write acknowledged with a 2xx is
-there once Ray Serve has restarted the shard (its store on disk is the truth); and with two replicas
-per shard, searches keep answering while one replica is down. One small cluster and one local index
-build for the module; the same figures are printed (`pytest -s`) for the docs.
+there once Ray Serve has restarted the shard (its store on disk is the truth); a shard that cannot
+come back (its store missing) is a 503 naming it within the shard timeout, never an empty shard; and
+with two replicas per shard, searches keep answering while one replica is down. One small cluster and
+one local index build for the module; the figures in the docs are the ones printed (`pytest -s`).
 """
 
 from __future__ import annotations
@@ -138,17 +139,20 @@ def wait_for_new_replica(client: httpx.Client, shard: int, dead: int, timeout: f
     raise AssertionError(f"shard {shard} did not come back within {timeout:g}s")
 
 
-def redeploy(index: Path, port: int, replicas: int) -> str:
-    """Deploy (or replace) the Serve application over `index` with `replicas` per shard; its URL once ready."""
+def deployed(cluster: dict, replicas: int) -> str:
+    """The Serve application over the module's index with `replicas` per shard (deployed or replaced once
+    per layout); its URL once ready."""
     from cluster.deploy import ClusterOptions, start
     from service.settings import Settings
 
-    settings = Settings(host="127.0.0.1", port=port, insecure_writes=True)
-    options = ClusterOptions(
-        replicas=replicas, shard_cpus=0, retry_seconds=RETRY_SECONDS, shard_timeout_seconds=SHARD_TIMEOUT
-    )
-    start(index, settings, options, address="auto")
-    url = f"http://127.0.0.1:{port}"
+    url = f"http://127.0.0.1:{cluster['port']}"
+    if cluster.get("replicas") != replicas:
+        settings = Settings(host="127.0.0.1", port=cluster["port"], insecure_writes=True)
+        options = ClusterOptions(
+            replicas=replicas, shard_cpus=0, retry_seconds=RETRY_SECONDS, shard_timeout_seconds=SHARD_TIMEOUT
+        )
+        start(cluster["index"], settings, options, address="auto")
+        cluster["replicas"] = replicas
     wait_ready(url, timeout=60)
     return url
 
@@ -189,7 +193,7 @@ def report(title: str, outcomes: list[Outcome], killed_at: float) -> dict[str, o
 
 def test_a_killed_shard_answers_503s_naming_it_and_loses_no_acknowledged_write(world: dict, cluster: dict) -> None:
     """SIGKILL of shard 1's only replica during writes and searches; Serve restarts it from its folder."""
-    url = redeploy(cluster["index"], cluster["port"], replicas=1)
+    url = deployed(cluster, replicas=1)
     docs = world["docs"]
     texts = [f"{needle_of(docs[i])} {needle_of(docs[i + 1])}" for i in range(0, 40, 2)]
     with httpx.Client(base_url=url, timeout=30) as client:
@@ -236,9 +240,42 @@ def test_a_killed_shard_answers_503s_naming_it_and_loses_no_acknowledged_write(w
         assert on_victim[-1].doc_id in same_text and set(same_text) <= {h["id"] for h in hits}
 
 
+def test_a_shard_that_cannot_come_back_is_a_bounded_503_naming_it(world: dict, cluster: dict, tmp_path: Path) -> None:
+    """Shard 1's folder emptied (a volume not mounted) and its replica killed: Serve's restarts fail, every
+    search is a 503 naming shard 1 within the shard timeout (no hang), /readyz names it; folder back, it serves."""
+    from cluster.manifest import read_manifest
+
+    url = deployed(cluster, replicas=1)
+    folder = cluster["index"] / read_manifest(cluster["index"]).entries[VICTIM].folder
+    query = probe_queries(world["docs"], 1, seed=8)[0]
+    with httpx.Client(base_url=url, timeout=ANSWER_BOUND) as client:
+        expected = client.post("/search", json={"query": query, "k": 10}).json()["hits"]
+        victim = shard_replicas(client, VICTIM)
+        folder.rename(tmp_path / "away")
+        folder.mkdir()
+        os.kill(victim["pid"], signal.SIGKILL)
+        answers = []
+        while len(answers) < 2:  # each is given up after SHARD_TIMEOUT
+            sent = time.monotonic()
+            response = client.post("/search", json={"query": query, "k": 10})
+            answers.append((response.status_code, time.monotonic() - sent, response.json()))
+        ready = client.get("/readyz")
+        folder.rmdir()
+        (tmp_path / "away").rename(folder)
+        back = wait_for_new_replica(client, VICTIM, victim["pid"], timeout=120)
+        print(
+            f"\nshard {VICTIM} without its store: {[(s, round(t, 2)) for s, t, _ in answers]}; back {back:.1f}s after"
+        )
+        assert answers[-1][0] == 503 and all(t < SHARD_TIMEOUT + 1 for _, t, _ in answers)
+        assert all(f"shard {VICTIM} did not answer" in body["detail"] for s, _, body in answers if s == 503)
+        assert ready.status_code == 503
+        assert [s["status"] for s in ready.json()["shards"] if s["shard"] == VICTIM] == ["unavailable"]
+        assert client.post("/search", json={"query": query, "k": 10}).json()["hits"] == expected
+
+
 def test_with_two_replicas_searches_keep_answering_while_one_is_killed(world: dict, cluster: dict) -> None:
     """`replicas=2`: the router's retry goes to the other replica of the shard; no search sees a 503."""
-    url = redeploy(cluster["index"], cluster["port"], replicas=2)
+    url = deployed(cluster, replicas=2)
     with httpx.Client(base_url=url, timeout=30) as client:
         pids = replica_pids(client, VICTIM, 2)
         work = Workload(url, probe_queries(world["docs"], 4, seed=6), [], write=False).start(searchers=3)
@@ -246,7 +283,7 @@ def test_with_two_replicas_searches_keep_answering_while_one_is_killed(world: di
         dead = min(pids)
         killed_at = work.now()
         os.kill(dead, signal.SIGKILL)
-        time.sleep(4.0)
+        time.sleep(3.0)
         outcomes = work.finish()
         report("two replicas per shard, one replica of shard 1 killed", outcomes, killed_at)
         after = [o for o in outcomes if o.sent > killed_at]
