@@ -96,6 +96,7 @@ class Server:
             "SSI_HOST": "127.0.0.1",
             "SSI_PORT": str(self.port),
             "SSI_LOG_LEVEL": "warning",
+            "SSI_WORKERS": "1",  # one process, whatever the cores (`ssi serve` alone sizes its workers by them)
             "PYTHONPATH": str(repo),
             **(env or {}),
         }

@@ -81,7 +81,7 @@ def serve(
             "insecure_writes": insecure_writes,
             "log_level": log_level,
         }
-    )
+    ).sized_for_this_machine()
     from service.server import preflight, run
 
     try:
@@ -136,8 +136,13 @@ def bench(
         str, typer.Option(help="HNSW efSearch values for recall (values below the candidate pool, 64, act as 64)")
     ] = "64,128,256,512",
     nprobe: Annotated[str, typer.Option(help="IVF nprobe values for recall")] = "1,4,16,64,256",
-    threads: Annotated[int, typer.Option(help="SSI_THREADS of the served process")] = 2,
-    workers: Annotated[int, typer.Option(help="SSI_WORKERS of the served process", min=1, max=64)] = 1,
+    threads: Annotated[
+        int | None, typer.Option(help="SSI_THREADS of the served process (default: as `ssi serve` chooses)", min=1)
+    ] = None,
+    workers: Annotated[
+        int | None,
+        typer.Option(help="SSI_WORKERS of the served process (default: as `ssi serve` chooses)", min=1, max=64),
+    ] = None,
     setting: Annotated[
         list[str] | None,
         typer.Option(help="Another setting of the served process, NAME=VALUE for SSI_NAME (repeatable)"),

@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.cores import usable_cores
+from service.cores import serve_sizes, usable_cores
 
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -273,6 +273,18 @@ class Settings(BaseSettings):
         if not specs:
             raise ValueError("nothing to serve: set SSI_BUNDLE (or pass --bundle DIR)")
         return specs
+
+    def sized_for_this_machine(self) -> Settings:
+        """`ssi serve`'s worker processes and threads: what the flags and SSI_WORKERS / SSI_THREADS say, the
+        rest chosen from the cores this process may use (service.cores.serve_sizes). Settings made in a process
+        that serves alone (tests, benchmarks in process) keep one worker."""
+        given = self.model_fields_set
+        workers, threads = serve_sizes(
+            usable_cores().usable,
+            self.workers if "workers" in given else None,
+            self.threads if "threads" in given else None,
+        )
+        return self.model_copy(update={"workers": workers, "threads": threads})
 
     def allowed_bundle_roots(self) -> list[Path]:
         if self.bundle_root is not None:

@@ -29,6 +29,7 @@ from service.bench.floors import scan_floor
 from service.bench.load import run_load, summarize
 from service.bench.queries import passage_corpus
 from service.bench.server import ServedProcess
+from service.cores import serve_sizes, usable_cores
 from ssi.corpus import iter_corpus
 
 MATCH_PATH = "/collections/ads/match"
@@ -48,8 +49,8 @@ class MatchBenchConfig:
     seconds: float = 10.0
     index_types: list[str] = field(default_factory=lambda: ["flat"])
     nprobe: list[int] = field(default_factory=lambda: [16, 64, 256])
-    threads: int = 2
-    workers: int = 1
+    threads: int | None = None  # SSI_THREADS of the served process (None: as `ssi serve` chooses)
+    workers: int | None = None  # SSI_WORKERS of the served process (None: as `ssi serve` chooses)
     seed: int = 0
     extra_settings: dict[str, str] = field(default_factory=dict)
 
@@ -198,6 +199,8 @@ def _measure(
 
 
 def run_match_bench(config: MatchBenchConfig, log: Any = print) -> dict[str, Any]:
+    # What `ssi serve` would choose on this machine where not given, so that the floors use as many threads.
+    config.workers, config.threads = serve_sizes(usable_cores().usable, config.workers, config.threads)
     config.work_dir.mkdir(parents=True, exist_ok=True)
     pages = {kb: make_pages(config.corpus, kb, config.pages, config.seed) for kb in config.page_kb}
     docs = config.work_dir / "match-documents.jsonl"  # the served documents collection: one page, unused

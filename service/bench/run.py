@@ -24,6 +24,7 @@ from service.bench.floors import scan_floor
 from service.bench.load import http_floor, ranked_hits, run_load, summarize
 from service.bench.queries import QuerySampler, generate_corpus, keyword_queries, passage_corpus
 from service.bench.server import ServedProcess
+from service.cores import serve_sizes, usable_cores
 from ssi.bundle import load_bundle
 
 
@@ -44,8 +45,8 @@ class BenchConfig:
     index_types: list[str] = field(default_factory=lambda: ["flat", "hnsw", "ivf"])
     ef_search: list[int] = field(default_factory=lambda: [64, 128, 256, 512])
     nprobe: list[int] = field(default_factory=lambda: [1, 4, 16, 64, 256])
-    threads: int = 2
-    workers: int = 1  # SSI_WORKERS of the served process
+    threads: int | None = None  # SSI_THREADS of the served process (None: as `ssi serve` chooses)
+    workers: int | None = None  # SSI_WORKERS of the served process (None: as `ssi serve` chooses)
     measure_restart: bool = True
     extra_settings: dict[str, str] = field(default_factory=dict)
 
@@ -156,6 +157,8 @@ def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[
 
 
 def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
+    # What `ssi serve` would choose on this machine where not given, so that the floors use as many threads.
+    config.workers, config.threads = serve_sizes(usable_cores().usable, config.workers, config.threads)
     config.work_dir.mkdir(parents=True, exist_ok=True)
     bundle = load_bundle(config.bundle)
     corpus = config.corpus

@@ -273,11 +273,16 @@ class ThreadServer:
 class ProcessServer:
     """`python -m service serve` (or another `command`, e.g. the `ssi` script) in a subprocess, its log in a file."""
 
-    def __init__(self, workdir: Path, env: dict[str, str], args: list[str], command: list[str] | None = None) -> None:
+    def __init__(
+        self, workdir: Path, env: dict[str, str | None], args: list[str], command: list[str] | None = None
+    ) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log_path = workdir / f"server-{self.port}.log"
-        self.env = {**os.environ, **env, "SSI_PORT": str(self.port), "SSI_HOST": "127.0.0.1"}
+        # One process unless the test says otherwise (None in `env` unsets a variable): `ssi serve` alone sizes
+        # its workers by the machine's cores, and a test of one process must not depend on the cores.
+        merged = {"SSI_WORKERS": "1", **os.environ, **env, "SSI_PORT": str(self.port), "SSI_HOST": "127.0.0.1"}
+        self.env = {name: value for name, value in merged.items() if value is not None}
         self.args = [*(command or [sys.executable, "-m", "service", "serve"]), *args]
         self.process: subprocess.Popen | None = None
 

@@ -51,3 +51,39 @@ def test_a_quota_rounds_up_and_bounds_the_default_threads(monkeypatch: pytest.Mo
     assert cores.usable_cores().usable == 2 and default_threads() == 2
     monkeypatch.setattr(cores.os, "sched_getaffinity", lambda _: {3})
     assert cores.usable_cores() == cores.Cores(usable=1, host=16, bound_by="affinity")
+
+
+@pytest.mark.parametrize(
+    ("usable", "workers", "threads", "expected"),
+    [
+        (1, None, None, (1, 1)),
+        (2, None, None, (2, 1)),  # the 2-core machine: a worker per core, never more busy threads than cores
+        (16, None, None, (8, 2)),  # at most MAX_DEFAULT_WORKERS workers; threads fill the rest
+        (2, 1, None, (1, 2)),  # one worker asked for: it keeps two threads
+        (4, None, 2, (2, 2)),  # threads asked for: workers fill the rest
+        (2, 3, 3, (3, 3)),  # both given: as given (the start-up line warns of oversubscription)
+    ],
+)
+def test_serve_sizes_fill_the_cores_unless_told(
+    usable: int, workers: int | None, threads: int | None, expected: tuple[int, int]
+) -> None:
+    assert cores.serve_sizes(usable, workers, threads) == expected
+
+
+def test_settings_sized_for_the_machine_keep_what_the_environment_says(monkeypatch: pytest.MonkeyPatch) -> None:
+    from service.settings import Settings
+
+    monkeypatch.setattr("service.settings.usable_cores", lambda: cores.Cores(usable=4, host=4, bound_by="host"))
+    for name in ("SSI_WORKERS", "SSI_THREADS"):
+        monkeypatch.delenv(name, raising=False)
+    plain = Settings(bundle=Path("b"))
+    assert plain.workers == 1  # a process that serves in process (tests, benchmarks) stays alone
+    sized = plain.sized_for_this_machine()
+    assert (sized.workers, sized.threads) == (4, 1)
+    monkeypatch.setenv("SSI_WORKERS", "1")
+    sized = Settings(bundle=Path("b")).sized_for_this_machine()
+    assert (sized.workers, sized.threads) == (1, 2)
+    monkeypatch.delenv("SSI_WORKERS")
+    monkeypatch.setenv("SSI_THREADS", "2")
+    sized = Settings(bundle=Path("b")).sized_for_this_machine()
+    assert (sized.workers, sized.threads) == (2, 2)

@@ -55,6 +55,46 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     assert any("recall@10" in line for line in lines)
 
 
+def test_bench_match_scenario_measures_pages_against_adverts_and_its_floors(
+    small_world: dict, tmp_path: Path
+) -> None:
+    """`ssi bench --scenario match`: the corpus cut into passages as adverts, pages of its documents; /match at
+    each client count with no error, the floors of the same run, and an IVF knob's recall against flat."""
+    from service.bench.match import MatchBenchConfig, make_pages, run_match_bench
+
+    out = tmp_path / "match.json"
+    config = MatchBenchConfig(
+        bundle=small_world["bundle"],
+        corpus=small_world["corpus"],
+        work_dir=tmp_path / "work",
+        out=out,
+        ads=[300],
+        page_kb=[1, 4],
+        pages=4,
+        clients=[1, 3],
+        seconds=0.5,
+        index_types=["flat", "ivf"],
+        nprobe=[1000],  # every list: IVF scans it all, so its answers are the flat ones
+    )
+    lines: list[str] = []
+    report = run_match_bench(config, log=lines.append)
+    assert json.loads(out.read_text()) == report
+    flat = report["ads"]["300"]["flat"]
+    for kb in ("1", "4"):
+        size = flat["sizes"][kb]
+        for clients in ("1", "3"):
+            assert size["load"][clients]["errors"] == 0 and size["load"][clients]["requests"] > 0
+        assert size["in_process"]["scan_floor"]["throughput_qps"] > 0 and size["in_process"]["match"]["p50_ms"] > 0
+        assert size["ratios"]["1c_p50_over_scan_p50"] > 0 and size["ratios"]["3c_qps_over_scan_qps"] > 0
+        assert size["in_process"]["page_words_mean"] > 20
+        ivf = report["ads"]["300"]["ivf nprobe=1000"]["sizes"][kb]
+        assert ivf["recall@10"] == 1.0 and ivf["load"]["1"]["errors"] == 0
+    # Pages are the corpus's text, about the size asked for, cut at a word.
+    pages = make_pages(small_world["corpus"], 4, 3, seed=0)
+    assert all(3000 <= len(page) <= 4000 and not page.endswith(" ") for page in pages)
+    assert report["setup"]["service_workers"] >= 1 and any("matches/s" in line for line in lines)
+
+
 def test_wrk_drives_searches_and_counts_refusals_as_errors(small_world: dict, tmp_path: Path) -> None:
     """The load generator `ssi bench` uses where wrk is installed (CI installs it): real searches answered,
     and a body the server refuses (k = 0: 422) counted as an error, not as a measured request."""

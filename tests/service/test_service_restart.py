@@ -209,7 +209,7 @@ def test_sigkill_during_writes_loses_no_acknowledged_write(world: dict, tmp_path
 def run_serve(args: list[str], env: dict[str, str], timeout: float = 120) -> subprocess.CompletedProcess:
     import os
 
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")} | env
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")} | {"SSI_WORKERS": "1"} | env
     return subprocess.run(
         [sys.executable, "-m", "service", "serve", *args],
         env=full_env,

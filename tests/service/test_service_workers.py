@@ -24,7 +24,7 @@ from service_testing import (
     process_world,
 )
 
-from service.cores import usable_cores
+from service.cores import serve_sizes, usable_cores
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
@@ -155,6 +155,27 @@ def test_a_reload_reaches_every_worker_and_a_replaced_one(world: dict, tmp_path:
         assert set(served_hashes(again.url, tries=20).values()) == {first_hash}
     finally:
         assert again.stop() == 0
+
+
+def test_ssi_serve_sizes_its_workers_by_the_cores_it_may_use(world: dict, tmp_path: Path) -> None:
+    """No SSI_WORKERS, no SSI_THREADS: `ssi serve` chooses from the cores (a worker each on this machine's),
+    says so at start, and the group it starts answers exactly."""
+    cores = usable_cores()
+    workers, threads = serve_sizes(cores.usable, None, None)
+    env = {"SSI_CACHE_DIR": str(tmp_path / "cache"), "SSI_WORKERS": None, "SSI_THREADS": None}
+    args = ["--bundle", str(world["bundle"]), "--corpus", str(world["corpus"])]
+    server = ProcessServer(world["root"], env, args).start()
+    try:
+        processes = f"{workers} worker process{'es' if workers > 1 else ''}"
+        line = f"{processes} × {threads} thread{'s' if threads > 1 else ''} (SSI_WORKERS, SSI_THREADS)"
+        assert f"{line} on {cores.describe()}" in server.log()
+        assert "busy threads on" not in server.log()  # never more busy threads than cores
+        assert len(pids(server.url)) == workers
+        oracle = Oracle(world["bundle"], world["docs"])
+        for doc in world["docs"][:5]:
+            assert_same_ranking(fresh_search(server.url, doc.title), oracle, doc.title, 10)
+    finally:
+        assert server.stop() == 0
 
 
 def test_a_killed_worker_is_replaced_and_the_folder_stays_locked(world: dict, tmp_path: Path) -> None:
