@@ -135,6 +135,42 @@ class Fanout:
         }
         return about
 
+    async def reload(self, bundle: str) -> dict[str, Any]:
+        """POST /admin/reload: every shard builds its state for `bundle`, and only when all have, the manifest
+        records it and every shard swaps. A shard that cannot prepare (a bad bundle, read-only replicas, not
+        answering) aborts the others: the cluster keeps serving the old bundle, whose scores all shards share.
+        """
+        replies = await asyncio.gather(
+            *(self.shards.call(i, "prepare_reload", bundle) for i in range(self.shards.count)), return_exceptions=True
+        )
+        failed = [r for r in replies if isinstance(r, BaseException) or r.status != 200]
+        if failed:
+            await asyncio.gather(
+                *(self.shards.call(i, "abort_reload") for i in range(self.shards.count)), return_exceptions=True
+            )
+            first = failed[0]
+            if isinstance(first, BaseException):
+                raise first
+            unwrap(first)
+        prepared = {(reply.value["content_hash"], reply.value["form"]) for reply in replies}  # type: ignore[union-attr]
+        if len(prepared) != 1:
+            await asyncio.gather(
+                *(self.shards.call(i, "abort_reload") for i in range(self.shards.count)), return_exceptions=True
+            )
+            raise Conflict(f"the shards loaded different bundles from {bundle}: none swapped")
+        content_hash, form = prepared.pop()
+        previous = await self.model()
+        unwrap(await self.shards.call(0, "record_bundle", bundle, content_hash, form))
+        swapped = await self._all("commit_reload", content_hash)
+        return {
+            "bundle": bundle,
+            "previous_content_hash": previous["content_hash"],
+            "content_hash": content_hash,
+            "form": form,
+            "documents": sum(s["documents"] for s in swapped),
+            "loaded_from": ",".join(sorted({s["loaded_from"] for s in swapped})),
+        }
+
     async def nearest(self, word: str, k: int) -> dict[str, Any]:
         """GET /words/{word}/nearest: from the bundle, which every shard holds; shard 0 answers."""
         return unwrap(await self.shards.call(0, "nearest", word, k))

@@ -2,8 +2,8 @@
 
 `POST /search`, `POST /search/batch`, `GET /documents/{id}`, `GET /documents/{id}/similar`,
 `PUT /documents/{id}`, `POST /documents`, `DELETE /documents/{id}`, `GET /model`,
-`GET /words/{word}/nearest` and `GET /metrics` take the same requests and give the same responses as
-`ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
+`GET /words/{word}/nearest`, `GET /metrics` and `POST /admin/reload` take the same requests and give the
+same responses as `ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
 SSI_READ_KEY for reads), admission limits (SSI_MAX_CONCURRENCY fan-outs at once, SSI_MAX_QUEUE
 waiting: 429/503 beyond), body and host checks, request metrics (service.app.install_guards) and
 error bodies (service.app's handlers); `GET /model` adds every shard's index, `GET /cluster` lists
@@ -14,15 +14,26 @@ an in-process router (cluster.fanout.LocalShards) serve the very same routes.
 from __future__ import annotations
 
 import time
+from pathlib import Path as PathLib
 from typing import Annotated, Any
 
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from cluster.fanout import Fanout
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
-from service.deps import ApiKeyDep, ReadKeyDep, SearchLimiterDep, SettingsDep, SingleQueryValues, WriteLimiterDep
+from service.deps import (
+    AdminKeyDep,
+    AdminRoute,
+    ApiKeyDep,
+    ReadKeyDep,
+    SearchLimiterDep,
+    SettingsDep,
+    SingleQueryValues,
+    WriteLimiterDep,
+)
+from service.errors import Forbidden, NotFound, error_responses
 from service.metrics import Metrics
 from service.routes import metrics
 from service.routes.documents import OFFSET, K, LookupId, WrittenId
@@ -37,6 +48,8 @@ from service.schemas import (
     DocumentsIn,
     ModelResponse,
     NearestWordsResponse,
+    ReloadRequest,
+    ReloadResponse,
     SearchRequest,
     SearchResponse,
     WriteResponse,
@@ -151,6 +164,36 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
             seq = await fanout.delete(doc_id)
         return DeleteResponse(collection=name, id=doc_id, deleted=True, seq=seq)
 
+    admin = APIRouter(tags=["admin"], route_class=AdminRoute)
+
+    @admin.post("/admin/reload", response_model=ReloadResponse, responses=error_responses(400, 401, 403, 409, 422, 503))
+    async def reload(_: AdminKeyDep, body: ReloadRequest | None = None) -> ReloadResponse:
+        """Swap every shard to a new bundle, all or none (cluster.fanout.Fanout.reload)."""
+        body = body or ReloadRequest()
+        if body.collection not in (None, name):
+            raise NotFound(f"no collection '{body.collection}' on this cluster (it serves '{name}')")
+        current = str((about or {}).get("bundle", ""))
+        bundle = allowed_bundle(settings, current, body.bundle)
+        started = time.perf_counter()
+        answer = await fanout.reload(str(bundle))
+        if about is not None:
+            about.update(bundle=answer["bundle"], bundle_hash=answer["content_hash"], form=answer["form"])
+        seconds = round(time.perf_counter() - started, 4)
+        return ReloadResponse(collection=name, seconds=seconds, **answer)
+
+    app.include_router(admin)
     app.include_router(metrics.router, dependencies=reads)
     install_guards(app, settings, Metrics())
     return app
+
+
+def allowed_bundle(settings: Settings, current: str, requested: str | None) -> PathLib:
+    """The bundle a reload asks for (the served one when None), if under SSI_BUNDLE_ROOT or, without it, beside
+    the served bundle: the single node's rule (service.collection.Collection.resolve_bundle)."""
+    if requested is None:
+        return PathLib(current)
+    path = PathLib(requested).expanduser().resolve()
+    root = settings.bundle_root.resolve() if settings.bundle_root is not None else PathLib(current).resolve().parent
+    if not (path == root or path.is_relative_to(root)):
+        raise Forbidden(f"bundle {requested!r} is outside the allowed bundle folder ({root}); see SSI_BUNDLE_ROOT")
+    return path

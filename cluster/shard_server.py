@@ -17,12 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster.manifest import COLLECTION, ClusterIndexError, read_manifest
+from cluster.manifest import COLLECTION, ClusterIndexError, read_manifest, write_manifest
 from cluster.shard_settings import shard_settings
 from service.bounds import cut_long_text
 from service.collection import Collection
-from service.errors import Forbidden, ServiceError
+from service.errors import Conflict, Forbidden, ServiceError
 from service.metrics import Metrics
+from service.model_state import ModelState
 from service.routes.model import model_response
 from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
@@ -59,7 +60,9 @@ class ShardServer:
         if not 0 <= shard < manifest.shards:
             raise ClusterIndexError(f"{index}: has shards 0…{manifest.shards - 1}, not {shard}")
         self._closed = False
+        self.root = index
         self.shard = shard
+        self._prepared: ModelState | None = None  # a reload's new state, built and waiting for its commit
         self.shards = manifest.shards
         bundle = Path(manifest.bundle)
         folder = index / manifest.entries[shard].folder
@@ -142,6 +145,51 @@ class ShardServer:
                 "none is the truth): writes need one replica per shard (ssi cluster serve --replicas 1)"
             )
         return self.collection
+
+    # -- reload (every shard swaps or none: cluster.fanout.Fanout.reload) --------------------------
+
+    def prepare_reload(self, bundle: str) -> Reply:
+        """Build this shard's state for the bundle at `bundle` beside the served one; its content hash and form."""
+
+        def work() -> dict[str, str]:
+            if self.read_only:
+                raise Forbidden(
+                    "this cluster serves each shard from several read-only replicas and a reload would reach one "
+                    "of them: restart it with the new bundle (`ssi index`, then `ssi cluster serve`)"
+                )
+            self._prepared = None
+            self._prepared = self.collection.prepare_reload(Path(bundle))
+            manifest = self._prepared.bundle.manifest
+            return {"content_hash": manifest.content_hash, "form": manifest.form}
+
+        return answer(work)
+
+    def record_bundle(self, bundle: str, content_hash: str, form: str) -> Reply:
+        """Write the new bundle into the index's manifest, so that a replica started again loads it."""
+
+        def work() -> None:
+            manifest = read_manifest(self.root)
+            update = {"bundle": bundle, "bundle_hash": content_hash, "form": form}
+            write_manifest(self.root, manifest.model_copy(update=update))
+
+        return answer(work)
+
+    def commit_reload(self, content_hash: str) -> Reply:
+        """Serve the state `prepare_reload` built (brought up to the writes made since)."""
+
+        def work() -> dict[str, Any]:
+            prepared, self._prepared = self._prepared, None
+            if prepared is None or prepared.bundle.content_hash != content_hash:
+                raise Conflict(f"shard {self.shard}: no reload to bundle {content_hash[:12]} was prepared here")
+            state = self.collection.commit_reload(prepared, prepared.bundle.path)
+            return {"documents": state.table.n_live, "loaded_from": state.report.source}
+
+        return answer(work)
+
+    def abort_reload(self) -> Reply:
+        """Drop a prepared reload (another shard could not prepare it)."""
+        self._prepared = None
+        return Reply()
 
     # -- upkeep --------------------------------------------------------------------------------
 

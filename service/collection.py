@@ -443,21 +443,49 @@ class Collection:
         """Load the bundle at `path`, build its state off to the side, bring it up to the store and serve it."""
         # Upkeep waits: trimming the write log now could cut writes the new state still has to replay.
         with self._upkeep():
-            bundle = _load_bundle(path)
-            state = open_state(collection=self.name, bundle=bundle, store=store, settings=self.settings)
-            with self._writer:
-                # Writes that landed while the new state was being built are replayed into it first.
-                with store.view() as view:
-                    replay(state, view)
-                previous, self.state = self.state, state
-                self.bundle_path = path
-                self._record_load(state)
+            state = self._built(store, path)
+            return self._serve(store, state, path)
+
+    def _built(self, store: DocumentStore, path: Path) -> ModelState:
+        """The state of the bundle at `path` over this collection's store, built while the current one serves."""
+        return open_state(collection=self.name, bundle=_load_bundle(path), store=store, settings=self.settings)
+
+    def _serve(self, store: DocumentStore, state: ModelState, path: Path) -> ModelState:
+        """Bring `state` up to the store and swap it in (callers hold the upkeep locks, so the log is whole)."""
+        with self._writer:
+            # Writes that landed while the new state was being built are replayed into it first.
+            with store.view() as view:
+                replay(state, view)
+            previous, self.state = self.state, state
+            self.bundle_path = path
+            self._record_load(state)
         del previous  # its objects go with the last request still using it
         freeze_loaded_objects()
-        log.info("[%s] serving %s (%s)", self.name, path, bundle.content_hash[:12])
+        log.info("[%s] serving %s (%s)", self.name, path, state.bundle.content_hash[:12])
         if state.saved_seq != state.seq:
             self._wake.set()
         return state
+
+    # A reload in two steps, for a sharded deployment whose shards must all swap or none (cluster.shard_server):
+    # every shard builds the new state first, and swaps only once every shard has.
+
+    def prepare_reload(self, path: Path) -> ModelState:
+        """Build the state of the bundle at `path` beside the served one; serve it with `commit_reload`."""
+        store = self._ready_store()
+        try:
+            with self._upkeep():
+                return self._built(store, path)
+        except BundleError as exc:
+            raise InvalidInput(f"cannot reload: {exc}") from None
+
+    def commit_reload(self, state: ModelState, path: Path) -> ModelState:
+        """Serve a state `prepare_reload` built, brought up to the writes made since."""
+        store = self._ready_store()
+        with self._upkeep():
+            try:
+                return self._serve(store, state, path)
+            except StoreError:  # the log was trimmed past it meanwhile: build it again from the snapshots
+                return self._serve(store, self._built(store, path), path)
 
     def _follow_group(self) -> None:
         """A worker of a group: serve the bundle another worker reloaded, if it is newer than this one's."""

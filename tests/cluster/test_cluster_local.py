@@ -35,7 +35,8 @@ class Router:
     def __init__(self, index: Path, **settings: object) -> None:
         manifest = read_manifest(index)
         self.servers = [ShardServer(str(index), i) for i in range(manifest.shards)]
-        app = build_app(Settings(**settings), Fanout(LocalShards(self.servers)))
+        about = manifest.model_dump(exclude={"entries"})  # what cluster.deploy gives the Serve router
+        app = build_app(Settings(**settings), Fanout(LocalShards(self.servers)), about)
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router")
 
     def close(self) -> None:
@@ -367,3 +368,63 @@ def test_a_shard_whose_store_is_missing_refuses_to_start_instead_of_serving_empt
         assert server.collection.describe()["documents"] >= entry.documents > 0  # other tests wrote to this index
     finally:
         server.close()
+
+
+def test_a_reload_through_the_router_swaps_every_shard_or_none(world: dict, tmp_path: Path) -> None:
+    """POST /admin/reload on the router: keys and allowed folders as on the single node; a bundle a shard cannot
+    load swaps no shard; a good one swaps all three, the merged ranking is the new bundle's brute force, and the
+    manifest records it, so a shard started again serves it too. Read-only replicas refuse (403), none swapped."""
+    from ssi.bundle import load_bundle
+    from tests.service.service_testing import API_KEY, make_bundle
+
+    docs: list[Document] = world["docs"]
+    other = make_bundle(world["bundle"].parent / "bundle-reloaded", docs, seed=23)
+    new_oracle = Oracle(other, docs)
+    old_hash = load_bundle(world["bundle"]).content_hash
+    index = tmp_path / "s3"
+    build_index(world["corpus"], world["bundle"], index, 3, batch_size=64)
+    router = Router(index, api_key=API_KEY)
+    key = {"X-API-Key": API_KEY}
+    query = probe_queries(docs, 1, seed=31)[0]
+    try:
+        assert call(router, "POST", "/admin/reload", json={"bundle": str(other)}).status_code == 401
+        outside = call(router, "POST", "/admin/reload", json={"bundle": str(tmp_path)}, headers=key)
+        assert outside.status_code == 403 and "allowed bundle folder" in outside.json()["detail"]
+        broken = world["bundle"].parent / "not-a-bundle"
+        broken.mkdir(exist_ok=True)
+        refused = call(router, "POST", "/admin/reload", json={"bundle": str(broken)}, headers=key)
+        assert refused.status_code == 422 and "cannot reload" in refused.json()["detail"]
+        assert call(router, "GET", "/model").json()["content_hash"] == old_hash
+        assert all(s.collection.ready_state().bundle.content_hash == old_hash for s in router.servers)
+        hits = call(router, "POST", "/search", json={"query": query, "k": 10}).json()["hits"]
+        assert_same_ranking(hits, world["oracle"], query, 10)
+
+        response = call(router, "POST", "/admin/reload", json={"bundle": str(other)}, headers=key)
+        assert response.status_code == 200, response.text
+        answer = response.json()
+        assert answer["previous_content_hash"] == old_hash
+        assert answer["content_hash"] == new_oracle.bundle.content_hash and answer["documents"] == len(docs)
+        assert all(s.collection.ready_state().bundle.content_hash == answer["content_hash"] for s in router.servers)
+        for probe in probe_queries(docs, 5, seed=32):
+            hits = call(router, "POST", "/search", json={"query": probe, "k": 10}).json()["hits"]
+            assert_same_ranking(hits, new_oracle, probe, 10)
+        assert read_manifest(index).bundle_hash == answer["content_hash"]
+        assert call(router, "GET", "/cluster").json()["index"]["bundle_hash"] == answer["content_hash"]
+        router.servers[1].close()  # a replica started again reads the manifest: the new bundle
+        router.servers[1] = ShardServer(str(index), 1)
+        assert router.servers[1].collection.ready_state().bundle.content_hash == answer["content_hash"]
+        hits = call(router, "POST", "/search", json={"query": query, "k": 10}).json()["hits"]
+        assert_same_ranking(hits, new_oracle, query, 10)
+    finally:
+        router.close()
+    replica = ShardServer(str(index), 0, read_only=True)
+    try:
+        import asyncio
+
+        from service.errors import Forbidden
+
+        with pytest.raises(Forbidden, match="read-only replicas"):
+            asyncio.run(Fanout(LocalShards([replica])).reload(str(world["bundle"])))
+        assert replica.collection.ready_state().bundle.content_hash == new_oracle.bundle.content_hash
+    finally:
+        replica.close()

@@ -183,3 +183,35 @@ def test_a_replica_killed_during_queries_never_gives_a_wrong_ranking(world: dict
             assert status == 503 and "no partial ranking" in body["detail"], body  # type: ignore[index]
     assert client.post("/search", json={"query": query, "k": 10}).status_code == 200
     assert read_manifest(cluster["index"]).shards == SHARDS
+
+
+def test_a_reload_through_the_router_swaps_every_shard_on_ray(world: dict, cluster: dict) -> None:
+    """POST /admin/reload on the Serve router: every shard replica serves the new bundle and the merged ranking is
+    its brute force; reloaded back, the old one (the module's other tests expect it, in any order)."""
+    from tests.service.service_testing import make_bundle
+
+    client = cluster["client"]
+    other = make_bundle(world["bundle"].parent / "bundle-ray-reloaded", world["docs"], seed=29)
+    oracle = Oracle(other, world["docs"])
+    response = client.post("/admin/reload", json={"bundle": str(other)}, timeout=300)
+    assert response.status_code == 200, response.text
+    assert response.json()["content_hash"] == oracle.bundle.content_hash
+    try:
+        hashes = {s["content_hash"] for s in client.get("/cluster").json()["shards"]}
+        assert hashes == {oracle.bundle.content_hash}
+        assert client.get("/model").json()["content_hash"] == oracle.bundle.content_hash
+        for query in probe_queries(world["docs"], 4, seed=41):
+            hits = client.post("/search", json={"query": query, "k": 10}).json()["hits"]
+            assert_same_ranking(hits, Oracle(other, [*world["docs"], *written(client)]), query, 10)
+    finally:
+        back = client.post("/admin/reload", json={"bundle": str(world["bundle"])}, timeout=300)
+        assert back.status_code == 200, back.text
+
+
+def written(client: httpx.Client) -> list[Document]:
+    """Documents other tests of the module wrote through the router (they stay in the shards' stores)."""
+    found = client.get("/documents/ray-written")
+    if found.status_code != 200:
+        return []
+    body = found.json()
+    return [Document(id=body["id"], title=body["title"], text=body["text"])]
