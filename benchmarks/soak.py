@@ -6,7 +6,12 @@ the server's RSS, the disk used by its data and cache folders, and the latency p
 counts of each kind of request in that window. A healthy service shows flat RSS and disk, stable
 percentiles, and no error other than deliberate 429/503 (load shedding).
 
-    python -m benchmarks.soak --bundle BUNDLE --corpus CORPUS --minutes 10 --out bench-results/soak
+The server runs with `ssi serve`'s defaults (a worker per core) unless told otherwise; SSI_COMPACT_DEAD_FRACTION
+is set low enough (`--compact-dead-fraction`) that the writes trigger online compactions, and halfway through
+the run (`--reload-at`) the bundle is reloaded through POST /admin/reload while the load goes on. The server's
+log is kept beside the results, and the compactions it logged are counted.
+
+    python -m benchmarks.soak --bundle BUNDLE --corpus CORPUS --minutes 60 --sample 60 --out bench-results/soak
 
 writes OUT/soak.json (every sample and a summary) and OUT/soak.png (RSS and disk, latency over time).
 """
@@ -96,18 +101,36 @@ async def _sampler(server: ServedProcess, folders: list[Path], state: dict[str, 
         typer.echo(json.dumps(sample), err=True)
 
 
+async def _reload(url: str, after: float, reloads: list[dict[str, Any]]) -> None:
+    """POST /admin/reload of the served bundle `after` seconds into the soak, the load going on meanwhile."""
+    await asyncio.sleep(after)
+    sent = time.perf_counter()
+    async with httpx.AsyncClient(base_url=url, timeout=600, headers={"X-API-Key": API_KEY}) as client:
+        response = await client.post("/admin/reload", json={})
+    took = round(time.perf_counter() - sent, 2)
+    reloads.append({"at_s": round(after, 1), "status": response.status_code, "seconds": took,
+                    "answer": response.json()})  # fmt: skip
+    typer.echo(f"reload: {reloads[-1]}", err=True)
+
+
+Samples = list[dict[str, Any]]
+
+
 async def _soak(server: ServedProcess, folders: list[Path], queries: list[str], minutes: float, every: float,
-                clients: dict[str, int]) -> list[dict[str, Any]]:  # fmt: skip
+                clients: dict[str, int], reload_at: float) -> tuple[Samples, Samples]:  # fmt: skip
     state: dict[str, Any] = {"window": Window()}
     samples: list[dict[str, Any]] = []
+    reloads: list[dict[str, Any]] = []
     deadline = time.perf_counter() + minutes * 60
     tasks = [
         _client(kind, server.url, queries, state, deadline, seed=1000 * i + j)
         for i, (kind, n) in enumerate(clients.items())
         for j in range(n)
     ]
+    if 0 < reload_at < 1:
+        tasks.append(_reload(server.url, reload_at * minutes * 60, reloads))
     await asyncio.gather(_sampler(server, folders, state, deadline, every, samples), *tasks)
-    return samples
+    return samples, reloads
 
 
 def is_error(key: str) -> bool:
@@ -179,7 +202,14 @@ def main(
     searchers: Annotated[int, typer.Option(help="Clients sending single searches.")] = 6,
     batchers: Annotated[int, typer.Option(help="Clients sending batch searches (32 queries, k=20).")] = 2,
     writers: Annotated[int, typer.Option(help="Clients adding, replacing and deleting documents.")] = 2,
-    threads: Annotated[int, typer.Option(help="SSI_THREADS of the server.")] = 2,
+    threads: Annotated[int | None, typer.Option(help="SSI_THREADS of the server (default: ssi serve's).")] = None,
+    workers: Annotated[int | None, typer.Option(help="SSI_WORKERS of the server (default: ssi serve's).")] = None,
+    compact_dead_fraction: Annotated[
+        float, typer.Option(help="SSI_COMPACT_DEAD_FRACTION: low, so that the writes trigger compactions.")
+    ] = 0.05,
+    reload_at: Annotated[
+        float, typer.Option(help="When to reload the bundle, as a fraction of the run (0: never).")
+    ] = 0.5,
 ) -> None:
     """Soak a real server at saturation and record RSS, disk and latency over time."""
     out.mkdir(parents=True, exist_ok=True)
@@ -187,18 +217,25 @@ def main(
     with tempfile.TemporaryDirectory(prefix="ssi-soak-") as work:
         work_dir = Path(work)
         settings = {"SSI_API_KEY": API_KEY, "SSI_CACHE_DIR": str(work_dir / "cache"),
-                    "SSI_DATA_DIR": str(work_dir / "data"), "SSI_THREADS": str(threads)}  # fmt: skip
+                    "SSI_DATA_DIR": str(work_dir / "data"), "SSI_LOG_LEVEL": "info",
+                    "SSI_COMPACT_DEAD_FRACTION": str(compact_dead_fraction)}  # fmt: skip
+        settings.update({name: str(value) for name, value in (("SSI_THREADS", threads), ("SSI_WORKERS", workers))
+                         if value is not None})  # fmt: skip
         server = ServedProcess(bundle, corpus, work_dir, settings)
         ready = server.start()
         typer.echo(f"server ready in {ready['ready_seconds']:.1f}s", err=True)
         try:
             clients = {"search": searchers, "batch": batchers, "write": writers}
-            samples = asyncio.run(_soak(server, [work_dir / "cache", work_dir / "data"], queries, minutes, sample,
-                                        clients))  # fmt: skip
+            samples, reloads = asyncio.run(_soak(server, [work_dir / "cache", work_dir / "data"], queries, minutes,
+                                                 sample, clients, reload_at))  # fmt: skip
         finally:
             server.stop()
-    result = {"minutes": minutes, "clients": clients, "threads": threads, "bundle": str(bundle),
-              "corpus": str(corpus), "summary": summarize(samples), "samples": samples}  # fmt: skip
+            log = server.log_path.read_text(encoding="utf-8", errors="replace")
+            (out / "server.log").write_text(log, encoding="utf-8")
+    started = next((line for line in log.splitlines() if "worker process" in line), "")
+    result = {"minutes": minutes, "clients": clients, "server": started.split(" INFO ")[-1], "bundle": str(bundle),
+              "corpus": str(corpus), "reloads": reloads, "compactions": log.count("compacted online"),
+              "summary": summarize(samples), "samples": samples}  # fmt: skip
     (out / "soak.json").write_text(json.dumps(result, indent=2), encoding="utf-8")
     plot(samples, out / "soak.png")
     typer.echo(json.dumps(result["summary"], indent=2))
