@@ -27,7 +27,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 DISCARD_BYTES = 64 * 1024 * 1024
 
 
-async def _reply(send: Send, status: int, detail: str, close: bool = False) -> None:
+async def reply_json(send: Send, status: int, detail: str, close: bool = False) -> None:
     body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if close:
@@ -36,7 +36,7 @@ async def _reply(send: Send, status: int, detail: str, close: bool = False) -> N
     await send({"type": "http.response.body", "body": body})
 
 
-async def _discard_rest(receive: Receive, budget: int) -> bool | None:
+async def discard_rest(receive: Receive, budget: int) -> bool | None:
     """Read and drop the rest of a request body: True when it ended within `budget` bytes, False when it did
     not (the connection is then closed with the answer), None when the client went away (nothing to answer)."""
     while True:
@@ -50,10 +50,12 @@ async def _discard_rest(receive: Receive, budget: int) -> bool | None:
             return True
 
 
-async def _refuse_too_large(receive: Receive, send: Send, detail: str, budget: int) -> None:
-    drained = await _discard_rest(receive, budget) if budget >= 0 else False
+async def refuse_after_reading(receive: Receive, send: Send, status: int, detail: str, budget: int) -> None:
+    """Answer `status` once the request's body is read and dropped (at most `budget` more bytes; a negative
+    budget reads none), so a client that writes its whole body first reads the answer."""
+    drained = await discard_rest(receive, budget) if budget >= 0 else False
     if drained is not None:
-        await _reply(send, 413, detail, close=not drained)
+        await reply_json(send, status, detail, close=not drained)
 
 
 class BodyLimitMiddleware:
@@ -81,11 +83,12 @@ class BodyLimitMiddleware:
             try:
                 declared = int(headers[b"content-length"])
             except ValueError:
-                await _reply(send, 400, "invalid Content-Length header", close=True)
+                await reply_json(send, 400, "invalid Content-Length header", close=True)
                 return
             if declared > max_bytes:
                 waits = headers.get(b"expect", b"").lower() == b"100-continue"  # nothing sent yet: nothing to read
-                await _refuse_too_large(receive, send, too_large, -1 if waits or declared > DISCARD_BYTES else declared)
+                budget = -1 if waits or declared > DISCARD_BYTES else declared
+                await refuse_after_reading(receive, send, 413, too_large, budget)
                 return
         chunks: list[bytes] = []
         size = 0
@@ -97,9 +100,9 @@ class BodyLimitMiddleware:
             size += len(chunk)
             if size > max_bytes:
                 if message.get("more_body", False):
-                    await _refuse_too_large(receive, send, too_large, DISCARD_BYTES - size)
+                    await refuse_after_reading(receive, send, 413, too_large, DISCARD_BYTES - size)
                 else:
-                    await _reply(send, 413, too_large)
+                    await reply_json(send, 413, too_large)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):
@@ -108,7 +111,7 @@ class BodyLimitMiddleware:
         try:
             body.decode("utf-8")
         except UnicodeDecodeError as exc:
-            await _reply(send, 400, f"request body is not valid UTF-8 (byte {exc.start})")
+            await reply_json(send, 400, f"request body is not valid UTF-8 (byte {exc.start})")
             return
 
         replayed = False

@@ -9,11 +9,12 @@ of this service is JSON with a message, so the refusal is rewritten here.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.request_body import DISCARD_BYTES, refuse_after_reading
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1", "[::1]")
 
@@ -38,9 +39,21 @@ class AllowedHostsMiddleware:
             if scope.get("ssi.host_allowed"):
                 await send(message)
             elif message["type"] == "http.response.start":
-                body = json.dumps({"detail": "Host header not allowed on this server (SSI_ALLOWED_HOSTS)"}).encode()
-                headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-                await send({"type": "http.response.start", "status": 400, "headers": headers})
-                await send({"type": "http.response.body", "body": body})
+                # Read and drop the body first, so that a client writing its whole body before it reads gets this.
+                detail = "Host header not allowed on this server (SSI_ALLOWED_HOSTS)"
+                await refuse_after_reading(receive, send, 400, detail, _drain_budget(scope))
 
         await self.check(scope, receive, send_json)
+
+
+def _drain_budget(scope: Scope) -> int:
+    """How much of a refused body to read before answering: none for a client waiting for "100 Continue" or one
+    declaring more than DISCARD_BYTES (answered at once, the connection closed), else up to DISCARD_BYTES."""
+    headers = dict(scope.get("headers") or [])
+    if headers.get(b"expect", b"").lower() == b"100-continue":
+        return -1
+    try:
+        declared = int(headers.get(b"content-length", b"0"))
+    except ValueError:
+        return -1
+    return -1 if declared > DISCARD_BYTES else DISCARD_BYTES

@@ -140,3 +140,22 @@ def test_an_admin_key_alone_reloads_but_does_not_write(small_world: dict, tmp_pa
         assert s.client.post("/admin/reload", json={}).status_code == 401
         response = s.client.put("/documents/a1", json={"text": "baba"}, headers=admin)
         assert response.status_code == 403 and "SSI_API_KEY" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("size", [10 * 1024 * 1024, 100])
+def test_a_client_that_writes_its_whole_body_first_reads_the_host_refusal(server: ThreadServer, size: int) -> None:
+    """urllib sends the whole body before it reads: the 400 for an unknown Host must reach it, not a connection
+    reset (the refused body is read and dropped first, as for a 413)."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        server.url + "/documents",
+        data=b"x" * size,
+        headers={"Host": "evil.example.net", "Content-Type": "application/json", "X-API-Key": API_KEY},
+        method="POST",
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=60)
+    assert refused.value.code == 400 and "Host header not allowed" in json.loads(refused.value.read())["detail"]
