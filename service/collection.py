@@ -651,6 +651,12 @@ class Collection:
 
     def describe(self) -> dict[str, Any]:
         info: dict[str, Any] = {"name": self.name, "type": self.type, "status": self.status}
+        if self._group is not None:
+            # Ready once every worker of the group is: before, only some listen, and a client's keep-alive
+            # connections made then would all stay on them.
+            info["workers_loaded"] = self._group.loaded()
+            if self.status == "ready" and info["workers_loaded"] < self.settings.workers:
+                info["status"] = "loading"
         if self.error:
             info["error"] = self.error
         if self.state is not None:

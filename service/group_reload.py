@@ -11,6 +11,10 @@ worker's acknowledgement (or says how many had it within SSI_RELOAD_WAIT seconds
 The record lives as long as the group: the supervisor removes it before starting the workers, so a restarted
 server serves the bundle it is started with, and a worker started again after a crash loads the bundle the
 group serves now, not the one of the command line.
+
+The same acknowledgements tell when the whole group has loaded: `/readyz` says "loading" until every
+worker has (service.collection), so a client that waits for it does not open its keep-alive connections
+while only the first worker listens (they would all stay on that worker).
 """
 
 from __future__ import annotations
@@ -89,6 +93,10 @@ class GroupBundle:
             except (FileNotFoundError, ValueError):
                 continue
         return count
+
+    def loaded(self) -> int:
+        """How many workers of this group have loaded (each acknowledges its first bundle once loaded)."""
+        return sum((self.folder / f"{ACK}{worker}").exists() for worker in range(self.workers))
 
     def wait(self, generation: int, timeout: float, poll: float = 0.1) -> int:
         """Wait until every worker serves `generation`, at most `timeout` seconds; how many do."""

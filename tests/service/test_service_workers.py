@@ -170,6 +170,8 @@ def test_ssi_serve_sizes_its_workers_by_the_cores_it_may_use(world: dict, tmp_pa
         line = f"{processes} × {threads} thread{'s' if threads > 1 else ''} (SSI_WORKERS, SSI_THREADS)"
         assert f"{line} on {cores.describe()}" in server.log()
         assert "busy threads on" not in server.log()  # never more busy threads than cores
+        # Ready only once every worker listens: connections opened from then on reach all of them.
+        assert server.ready["collections"]["documents"].get("workers_loaded", 1) == workers
         assert len(pids(server.url)) == workers
         oracle = Oracle(world["bundle"], world["docs"])
         for doc in world["docs"][:5]:
