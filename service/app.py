@@ -11,7 +11,6 @@ a small answer); a 405 lists in `Allow` every method of every route of that path
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -153,8 +152,6 @@ def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
-    # Pages matched at once: as many as threads (service.routes.match); the admitted others wait their turn.
-    app.state.match_gate = asyncio.Semaphore(settings.threads)
     install_error_handlers(app)
 
     # With SSI_READ_KEY set, the read routes need a key; without, they declare none (the schema says which).

@@ -137,7 +137,6 @@ def _out(match: PageMatch) -> PageMatchOut:
     responses=error_responses(*MATCH_ERRORS),
 )
 async def match(
-    request: Request,
     body: MatchRequest,
     collection: AdvertsDep,
     books: BooksDep,
@@ -158,11 +157,7 @@ async def match(
         pages = texts or [_stored_page(body, catalog)]
         return match_pages(collection, books.get(collection), settings, pages, body.k, body.filters)
 
-    # Admitted matches compute `threads` at a time (app.state.match_gate), as searches do in their batcher: a
-    # page's matching is mostly Python and a dense pass over the page's posting lists, so 32 of them in 32
-    # threads only take turns on the GIL and evict each other's arrays from the caches.
-    async with limiter.slot(), request.app.state.match_gate:
-        results = await run_in_threadpool(work)
+    results = await limiter.run(work)
     took = (time.perf_counter() - started) * 1000
     return MatchResponse(collection=collection.name, results=[_out(r) for r in results], took_ms=round(took, 3))
 
