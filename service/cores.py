@@ -101,9 +101,9 @@ def serve_sizes(cores: int, workers: int | None, threads: int | None) -> tuple[i
     """(worker processes, threads per worker) for `ssi serve` on `cores` cores, filling in what was not given.
 
     One process runs the request path's Python under one GIL, so it uses about one core: a worker per core
-    (SSI_WORKERS=2 with one thread each took 892 req/s at 32 clients on 2 cores, against 599 for the single
-    process of two threads, README "Several worker processes"). Threads fill what the workers leave, so
-    workers × threads stays within the cores; the one-process default keeps its two threads.
+    (on 2 cores, 100k passages, 32 clients: two workers of one thread 869 searches/s, one process of two
+    threads 594, docs/performance/search.md "The defaults against one process"). Threads fill what the
+    workers leave, so workers × threads stays within the cores; a single worker keeps its two threads.
     """
     if workers is None:
         workers = max(1, min(MAX_DEFAULT_WORKERS, cores // (threads or 1)))
