@@ -20,8 +20,8 @@ from service.threads import bound_thread_environment, limit_malloc_arenas
 log = logging.getLogger("service")
 
 
-# httptools (the `serve` extra): the C parser. Measured with wrk on 100k passages (2 threads, README "Where a
-# search's time goes"), it took 1 client's p50 from 4.0–4.3 ms with h11 to 2.9–3.4 ms. It answers a request
+# httptools (the `serve` extra): the C parser. Measured with wrk on 100k passages (2 threads, docs/performance/search.md
+# "Where a search's time goes"), it took 1 client's p50 from 4.0–4.3 ms with h11 to 2.9–3.4 ms. It answers a request
 # line it cannot parse (a made-up method) with its own 400 before the app; h11 passes it on for a 405. Tests'
 # servers use the same protocol.
 HTTP_PROTOCOL = "httptools"

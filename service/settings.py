@@ -106,8 +106,8 @@ class Settings(BaseSettings):
     hnsw_ef_search: int = Field(default=128, ge=1, le=65536)
     # How HNSW ranks by inner product: "ip" builds the graph on raw inner products, "l2" on the MIPS→L2
     # reduction [x, √(R² − ‖x‖²)] (service.index). On 100k Wikispeedia passages (bundle N = 100) the served
-    # ranking's recall@10 at efSearch 128 was 0.958 with ip against 0.790 with l2 (README, "Approximate
-    # indexes at 1 M"); an earlier model measured the reverse. Part of the cache key.
+    # ranking's recall@10 at efSearch 128 was 0.958 with ip against 0.790 with l2 (docs/performance/million.md,
+    # "Approximate indexes at 1 M"); an earlier model measured the reverse. Part of the cache key.
     hnsw_metric: Literal["ip", "l2"] = "ip"
     ivf_nlist: int = Field(default=0, ge=0, le=1 << 20, description="0: chosen from the collection size")
     ivf_nprobe: int = Field(default=0, ge=0, le=1 << 20, description="0: 6·√nlist (service.index.auto_nprobe)")

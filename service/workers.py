@@ -2,7 +2,7 @@
 
 Why: one process runs the request path's Python (HTTP, JSON, tokenizing, the exact rerank) under one
 GIL, so it uses about one core however many the machine has; FAISS alone runs outside it. Several
-processes use several cores (README, "Several worker processes").
+processes use several cores (docs/operate/workers.md).
 
 How it stays one server:
 

@@ -26,7 +26,7 @@ from training.trainer import Trainer, TrainResult
 from training.validation import FormValidator
 
 HISTORY_PLOT = "history.png"  # beside the bundle's files; not part of its content hash
-# The lexical part of the kinds that take either weighting, when --lexical is not given (the README's
+# The lexical part of the kinds that take either weighting, when --lexical is not given (docs/guides/train.md's
 # "which kind" table has the runs that chose it).
 DEFAULT_LEXICAL = "bm25"
 
@@ -147,7 +147,7 @@ def resolve_lexical(settings: TrainSettings, init: Bundle | None = None) -> Trai
 
 
 # Pairs cut from the corpus (--self-pairs) on the BM25 base: what measured best on SciFact's 809 labelled train
-# claims, none of them seen by training (README "Training without labels"); --lr, --margin, --dims override.
+# claims, none of them seen by training (docs/results/without-labels.md); --lr, --margin, --dims override.
 SELF_PAIR_RECIPE: dict[str, float | int] = {"lr": 0.01, "margin": 4.0, "n_dims": 64}
 
 
