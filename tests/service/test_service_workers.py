@@ -180,6 +180,46 @@ def test_ssi_serve_sizes_its_workers_by_the_cores_it_may_use(world: dict, tmp_pa
         assert server.stop() == 0
 
 
+def test_every_worker_compacts_its_own_dead_rows(world: dict, tmp_path: Path) -> None:
+    """Replaced documents become dead rows in every worker's index (each replays the others' writes); each
+    worker compacts its own, not only the one that keeps the snapshots (the other one's dead rows used to pile
+    up for as long as the group served)."""
+    docs: list[Document] = [d for d in world["docs"] if d.id.startswith("doc-")]
+    env = {
+        "SSI_CACHE_DIR": str(tmp_path / "cache"),
+        "SSI_API_KEY": API_KEY,
+        "SSI_WORKERS": "2",
+        "SSI_THREADS": "1",
+        "SSI_COMPACT_DEAD_FRACTION": "0.05",
+        "SSI_SNAPSHOT_EVERY_WRITES": "100",
+    }
+    args = ["--bundle", str(world["bundle"]), "--corpus", str(world["corpus"])]
+    server = ProcessServer(world["root"], env, args).start()
+    try:
+        for i in range(400):
+            doc = docs[i % 300]
+            body = {"title": doc.title, "text": f"{doc.text} again {i}"}
+            assert httpx.put(f"{server.url}/documents/{doc.id}", json=body, headers=KEY).status_code == 200
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            states = {}
+            for _ in range(40):
+                ready = httpx.get(f"{server.url}/readyz", timeout=30).json()
+                states[ready["pid"]] = ready["collections"]["documents"]
+            # 400 replaced documents: a worker that never compacted would hold 400 dead rows; one that did holds
+            # at most what came since its last compaction (one snapshot's 100 writes, or 5 % of its rows).
+            if len(states) == 2 and all(c["dead_rows"] < 200 for c in states.values()):
+                break
+            time.sleep(0.5)
+        assert len(states) == 2
+        counts = {pid: (c["rows"], c["dead_rows"]) for pid, c in states.items()}
+        assert all(c["dead_rows"] < 200 for c in states.values()), counts
+        assert all(c["documents"] == len(world["docs"]) for c in states.values())
+        assert "compacted online" in server.log() and "Traceback" not in server.log()
+    finally:
+        assert server.stop() == 0
+
+
 def test_a_killed_worker_is_replaced_and_the_folder_stays_locked(world: dict, tmp_path: Path) -> None:
     docs: list[Document] = world["docs"]
     server = group(world, tmp_path / "cache").start()
