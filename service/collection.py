@@ -26,7 +26,8 @@ of the same store. Its own writes and everybody else's reach its state the same 
 the store's write log (`_catch_up`), after its own commits and before each search, so a write
 acknowledged by one worker is seen by the next search on any worker. Workers load one at a time, and
 snapshots are written and pruned by one worker at a time (`FileLock`s in the cache folder); the worker
-holding the upkeep lock is the one that snapshots, compacts and trims the log.
+holding the upkeep lock is the one that snapshots and trims the log. Every worker compacts its own state:
+the others' replaced and deleted documents are dead rows in it as well.
 """
 
 from __future__ import annotations

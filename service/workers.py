@@ -20,7 +20,7 @@ How it stays one server:
   reaches every worker's index through the store's write log: the worker that took it replays the log
   at once, the others before their next search (and every second when idle). A write acknowledged by
   one worker is therefore in the next search on any worker.
-- One worker at a time keeps up the snapshots, compaction and the log trim (an upkeep lock).
+- One worker at a time keeps up the snapshots and the log trim (an upkeep lock); each compacts its own index.
 - A worker whose collections cannot load exits with LOAD_FAILED and the supervisor stops the server
   with its message (exit 1). A worker that dies later (a crash, the OOM killer) is replaced; more than
   MAX_RESTARTS deaths within RESTART_WINDOW seconds stop the server instead of looping.
