@@ -157,15 +157,15 @@ class ModelState:
     ) -> list[QueryResult]:
         """`search` for queries already featurized (Embedder.featurize_queries): one ONNX call and one index
         call per chunk of them, as for texts."""
-        queries = range(tfidf.shape[0])
+        n_queries = tfidf.shape[0]
         query_embeddings = self.embedder.embed_queries(tfidf)
-        excluded = list(exclude) if exclude is not None else [None] * len(queries)
+        excluded = list(exclude) if exclude is not None else [None] * n_queries
         asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]
         knobs = {"ef_search": ef_search, "nprobe": nprobe}
         results: list[QueryResult] = []
         # The first pool of a chunk of queries: (version, first_k, first query, scores, rows).
         chunk: tuple[int, int, int, np.ndarray, np.ndarray] | None = None
-        for i in range(len(queries)):
+        for i in range(n_queries):
             words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
             values = tfidf.data[tfidf.indptr[i] : tfidf.indptr[i + 1]]
             with self.lock.read():

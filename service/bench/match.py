@@ -14,8 +14,6 @@ recall@k measured against the flat index's answers (which are the brute-force ra
 from __future__ import annotations
 
 import json
-import os
-import platform
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -28,6 +26,7 @@ import numpy as np
 from service.bench.floors import scan_floor
 from service.bench.load import run_load, summarize
 from service.bench.queries import passage_corpus
+from service.bench.run import machine_setup
 from service.bench.server import ServedProcess
 from service.cores import serve_sizes, usable_cores
 from ssi.corpus import iter_corpus
@@ -214,11 +213,7 @@ def run_match_bench(config: MatchBenchConfig, log: Any = print) -> dict[str, Any
             "k": config.k,
             "clients": config.clients,
             "seconds_per_level": config.seconds,
-            "service_threads": config.threads,
-            "service_workers": config.workers,
-            "cpus": os.cpu_count(),
-            "machine": platform.platform(),
-            "load_average_at_start": list(os.getloadavg()),
+            **machine_setup(config.threads, config.workers),
         },
         "ads": {},
     }

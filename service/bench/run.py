@@ -156,6 +156,18 @@ def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[
     return summarize(latencies, 1, 0, float(sum(latencies))).as_dict(), floor
 
 
+def machine_setup(threads: int | None, workers: int | None) -> dict[str, Any]:
+    """What a benchmark report records of the served process's sizes and of this machine, at the start."""
+    return {
+        "service_threads": threads,
+        "service_workers": workers,
+        "cpus": os.cpu_count(),
+        "machine": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_at_start": list(os.getloadavg()),
+    }
+
+
 def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
     # What `ssi serve` would choose on this machine where not given, so that the floors use as many threads.
     config.workers, config.threads = serve_sizes(usable_cores().usable, config.workers, config.threads)
@@ -189,12 +201,7 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             "k": config.k,
             "clients": config.clients,
             "seconds_per_level": config.seconds,
-            "service_threads": config.threads,
-            "service_workers": config.workers,
-            "cpus": os.cpu_count(),
-            "machine": platform.platform(),
-            "python": platform.python_version(),
-            "load_average_at_start": list(os.getloadavg()),
+            **machine_setup(config.threads, config.workers),
         },
     }
     log(f"BM25 yardstick over {corpus}")
