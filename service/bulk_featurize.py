@@ -218,8 +218,9 @@ class BulkFeaturizer:
 
     @property
     def uses_arrays(self) -> bool:
-        """Whether the array path applies (else `featurize` is `vocab.featurize_documents`)."""
-        return self.vocab.hashing is None and self.vocab.tokenizer == TOKENIZER_VERSION == ARRAY_TOKENIZER
+        """Whether the array path applies (else `featurize` is `vocab.featurize_documents`). A vocabulary's
+        tokenizer is TOKENIZER_VERSION, with a stemmer or not (ssi.stemming checks it on load)."""
+        return self.vocab.hashing is None and TOKENIZER_VERSION == ARRAY_TOKENIZER
 
     def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
         """Document rows of `texts` (float32 CSR, sorted indices), identical to `vocab.featurize_documents(texts)`."""
@@ -231,7 +232,7 @@ class BulkFeaturizer:
         counts: list[np.ndarray] = []
         for a, b in _chunks(lengths):
             found = _spans(normal[a:b], lengths[a:b])
-            ids.append(self._ids(found))
+            ids.append(self._ids(found) if self.vocab.stemmer is None else self._stemmed_ids(found))
             counts.append(found.counts)
         if not ids:
             return self.vocab.featurize_documents([])
@@ -259,6 +260,23 @@ class BulkFeaturizer:
                 get(text[a:b], -1)
                 for a, b in zip(found.starts[other].tolist(), found.ends[other].tolist(), strict=True)
             ]
+        return ids
+
+
+    def _stemmed_ids(self, found: Spans) -> np.ndarray:
+        """Ids under a stemming vocabulary: each distinct coded word (a code is exact: one word, one code) is read
+        out and looked up by its stem once per chunk; words without a code are looked up one by one."""
+        codes, text = found.codes, found.text
+        ids = np.empty(codes.shape[0], dtype=np.int64)
+        coded = np.flatnonzero(codes)
+        _, first, inverse = np.unique(codes[coded], return_index=True, return_inverse=True)
+        at = coded[first]
+        words = [text[a:b] for a, b in zip(found.starts[at].tolist(), found.ends[at].tolist(), strict=True)]
+        ids[coded] = self.vocab.ids_of(words)[inverse]
+        other = np.flatnonzero(codes == 0)
+        if other.size:
+            pairs = zip(found.starts[other].tolist(), found.ends[other].tolist(), strict=True)
+            ids[other] = self.vocab.ids_of([text[a:b] for a, b in pairs])
         return ids
 
 

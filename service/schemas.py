@@ -294,6 +294,11 @@ class ModelResponse(BaseModel):
     n_dims: int = Field(description="N, the size of the model's arrays (0 for a form without embeddings)")
     index_dims: int = Field(description="M, the size of a query embedding and of each vector in the index")
     vocab_size: int
+    tokenizer: str = Field(
+        description="how texts become words: the tokenizer's version, then '+snowball-LANGUAGE' when every word "
+        "is looked up by its stem (ssi.stemming)"
+    )
+    stemmer: str | None = Field(description="the Snowball stemmer the words go through, or null")
     lexical: dict[str, Any] = Field(
         description="the lexical part's weighting (ssi.weighting): {'scheme': 'tfidf'}, or 'bm25' with its k1, b and "
         "the training corpus's average document length, which every document written later is weighted against"

@@ -39,6 +39,7 @@ from ssi.feature_hashing import FILES as HASHING_FILES
 from ssi.feature_hashing import HashingError, read_hashing, write_hashing
 from ssi.forms import DocumentKeys, Form, FormError, form_class
 from ssi.idf_table import read_idf_table, write_idf_table
+from ssi.stemming import STEMMERS, stemmer_of
 from ssi.tokenize import TOKENIZER_VERSION
 from ssi.vocab import TF_SCHEME, Vocabulary
 from ssi.weighting import BM25_SCHEME, Bm25
@@ -297,10 +298,16 @@ def verify_files(path: Path, files: dict[str, str], expected_hash: str, verify_h
 
 
 def check_text_pipeline(path: Path, tokenizer: str, tf_scheme: str) -> None:
-    if tokenizer != TOKENIZER_VERSION or tf_scheme not in (TF_SCHEME, BM25_SCHEME):
+    try:
+        stemmer_of(tokenizer)
+        known = tf_scheme in (TF_SCHEME, BM25_SCHEME)
+    except ValueError:
+        known = False
+    if not known:
         raise BundleError(
             f"{path / MANIFEST}: made with text pipeline {tokenizer}/{tf_scheme}, "
-            f"this build has {TOKENIZER_VERSION}/{TF_SCHEME} or {BM25_SCHEME}"
+            f"this build has {TOKENIZER_VERSION} (+ a Snowball stemmer: {', '.join(STEMMERS[1:])})"
+            f"/{TF_SCHEME} or {BM25_SCHEME}"
         )
 
 

@@ -5,7 +5,8 @@ unit length (the representation of Bai et al., "Supervised Semantic Indexing", 2
 query and a document. A BM25 vocabulary (ssi.weighting) weighs the two sides differently so that q·d
 ranks as BM25 does: `featurize_queries` and `featurize_documents` say which side a text is on.
 Word ids are ordered by document frequency, most frequent first, so "the top-n words" is the id
-range [0, n).
+range [0, n). With a stemmer (ssi.stemming, named in `tokenizer`) the vocabulary's words are stems and
+every token is looked up by its stem: this is the one place stemming happens.
 
 A vocabulary with a correlated-hashing map (ssi.feature_hashing) appends the F-dimensional hashed
 block of the text's rare words and 2-grams: rows are [x_D ; h], `size` = D + F.
@@ -25,6 +26,7 @@ import scipy.sparse as sp
 
 from ssi.feature_hashing import CorrelatedHashing
 from ssi.products import DocMatrix
+from ssi.stemming import MEMO_WORDS, Stems, stemmer_of, tokenizer_name
 from ssi.tokenize import TOKENIZER_VERSION, tokenize
 from ssi.weighting import BM25_SCHEME, TFIDF_SCHEME, Bm25, Lexical, bm25_idf
 
@@ -126,9 +128,16 @@ class Vocabulary:
     hashing: CorrelatedHashing | None = None  # correlated feature hashing: appends h = H x_rare (ssi.feature_hashing)
     bm25: Bm25 | None = None  # the BM25 weighting's parameters (tf_scheme BM25_SCHEME); None: tf-idf
     _index: dict[str, int] = field(init=False, repr=False)
+    _stems: Stems | None = field(init=False, repr=False)
+    _token_ids: dict[str, int] = field(init=False, repr=False)  # with a stemmer: each word met, its stem's id or -1
 
     def __post_init__(self) -> None:
         self.idf = np.asarray(self.idf, dtype=np.float32)
+        stemmer = stemmer_of(self.tokenizer)
+        self._stems = Stems(stemmer) if stemmer is not None else None
+        self._token_ids = {}
+        if self._stems is not None and self.hashing is not None:
+            raise ValueError("correlated feature hashing works on the words themselves: it does not take a stemmer")
         if self.tf_scheme not in (TFIDF_SCHEME, BM25_SCHEME):
             raise ValueError(f"unknown tf scheme {self.tf_scheme!r} (this build has {TFIDF_SCHEME}, {BM25_SCHEME})")
         if (self.tf_scheme == BM25_SCHEME) != (self.bm25 is not None):
@@ -162,6 +171,11 @@ class Vocabulary:
         return self.bm25 is None
 
     @property
+    def stemmer(self) -> str | None:
+        """The Snowball stemmer the words went through (None: the tokenizer's words as they are)."""
+        return None if self._stems is None else self._stems.language
+
+    @property
     def n_words(self) -> int:
         """D, the words with their own tf-idf column."""
         return len(self.words)
@@ -172,28 +186,62 @@ class Vocabulary:
         return self.words[index] if index < n else f"~{self.words[index - n]}"
 
     def id_of(self, word: str) -> int | None:
-        return self._index.get(word)
+        """The id of a word as the tokenizer gives it (stemmed here when the vocabulary stems)."""
+        return self._index.get(word if self._stems is None else self._stems.stem(word))
+
+    def ids_of(self, tokens: list[str]) -> np.ndarray:
+        """int64 ids of tokens as the tokenizer gives them (−1: not in the vocabulary), in one pass (dict.get
+        mapped in C). A stemming vocabulary stems each word once and remembers its id (`_token_ids`)."""
+        if self._stems is None:
+            get = self._index.get
+            return np.fromiter(map(get, tokens, repeat(-1, len(tokens))), dtype=np.int64, count=len(tokens))
+        memo = self._token_ids
+        missing = set(tokens).difference(memo)
+        if len(memo) + len(missing) > MEMO_WORDS:
+            memo.clear()
+            missing = set(tokens)
+        if missing:
+            words = list(missing)
+            stems = self._stems.stems(words)
+            memo.update(zip(words, map(self._index.get, stems, repeat(-1, len(stems))), strict=True))
+        return np.fromiter(map(memo.__getitem__, tokens), dtype=np.int64, count=len(tokens))
 
     @classmethod
     def build(
-        cls, texts: Iterable[str], max_words: int = 30000, min_df: int = 2, bm25: Bm25 | None = None
+        cls,
+        texts: Iterable[str],
+        max_words: int = 30000,
+        min_df: int = 2,
+        bm25: Bm25 | None = None,
+        stemmer: str | None = None,
     ) -> Vocabulary:
         """Keep the `max_words` words of highest document frequency (ties broken by the word).
 
         `bm25`: weigh the BM25 way with its k1 and b (its avg_len is replaced by the texts' mean length).
+        `stemmer`: a Snowball stemmer's name (ssi.stemming): the words kept are stems.
         """
-        return cls.build_from_tokens((tokenize(t) for t in texts), max_words=max_words, min_df=min_df, bm25=bm25)
+        return cls.build_from_tokens(
+            (tokenize(t) for t in texts), max_words=max_words, min_df=min_df, bm25=bm25, stemmer=stemmer
+        )
 
     @classmethod
     def build_from_tokens(
-        cls, token_lists: Iterable[Sequence[str]], max_words: int = 30000, min_df: int = 2, bm25: Bm25 | None = None
+        cls,
+        token_lists: Iterable[Sequence[str]],
+        max_words: int = 30000,
+        min_df: int = 2,
+        bm25: Bm25 | None = None,
+        stemmer: str | None = None,
     ) -> Vocabulary:
         """`build` on texts already tokenized, so a trainer tokenizes a large corpus once."""
+        tokenizer = tokenizer_name(stemmer)
+        language = stemmer_of(tokenizer)
+        stems = Stems(language) if language is not None else None
         df: Counter[str] = Counter()
         n_docs = 0
         n_tokens = 0
         for tokens in token_lists:
-            df.update(set(tokens))
+            df.update(set(tokens) if stems is None else set(stems.stems(list(tokens))))
             n_docs += 1
             n_tokens += len(tokens)
         if n_docs == 0:
@@ -204,10 +252,10 @@ class Vocabulary:
         words = [w for w, _ in kept]
         if bm25 is None:
             idf = np.array([math.log((1 + n_docs) / (1 + c)) + 1.0 for _, c in kept], dtype=np.float32)
-            return cls(words=words, idf=idf)
+            return cls(words=words, idf=idf, tokenizer=tokenizer)
         fitted = Bm25(k1=bm25.k1, b=bm25.b, avg_len=max(n_tokens / n_docs, 1.0))
         idf = bm25_idf(np.array([c for _, c in kept], dtype=np.float64), n_docs)
-        return cls(words=words, idf=idf, tf_scheme=BM25_SCHEME, bm25=fitted)
+        return cls(words=words, idf=idf, tokenizer=tokenizer, tf_scheme=BM25_SCHEME, bm25=fitted)
 
     @classmethod
     def interleaved(cls, first: Vocabulary, second: Vocabulary) -> Vocabulary:
@@ -222,6 +270,8 @@ class Vocabulary:
             raise ValueError("two-language vocabularies do not take a correlated-hashing map")
         if first.bm25 is not None or second.bm25 is not None:
             raise ValueError("two-language vocabularies are weighted by tf-idf (each side's idf is its own language's)")
+        if first.stemmer is not None or second.stemmer is not None:
+            raise ValueError("two-language vocabularies take no stemmer (one stemmer cannot serve both languages)")
         words: list[str] = []
         idf: list[float] = []
         seen: set[str] = set()
@@ -281,6 +331,4 @@ class Vocabulary:
     def _word_rows(self, token_lists: Sequence[Sequence[str]], documents: bool) -> sp.csr_matrix:
         """Rows over the D words: every token looked up in one pass (dict.get mapped in C)."""
         lengths = np.fromiter((len(tokens) for tokens in token_lists), dtype=np.int64, count=len(token_lists))
-        tokens = list(chain.from_iterable(token_lists))
-        ids = np.fromiter(map(self._index.get, tokens, repeat(-1, len(tokens))), dtype=np.int64, count=len(tokens))
-        return self.rows_from_ids(ids, lengths, documents=documents)
+        return self.rows_from_ids(self.ids_of(list(chain.from_iterable(token_lists))), lengths, documents=documents)

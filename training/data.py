@@ -168,6 +168,7 @@ def load_training_data(
     hashing: HashingPlan | None = None,
     stream_buffer: int | None = None,
     bm25: Bm25 | None = None,
+    stemmer: str | None = None,
 ) -> TrainingData:
     """Read the files, build the vocabulary on the corpus (or use `vocab`, a warm start's), featurize once.
 
@@ -181,6 +182,7 @@ def load_training_data(
     `stream_buffer` (with `pairs`): the training pairs are streamed through a shuffle buffer of that many
     pairs (training.pair_stream) instead of read into memory; one counting pass checks and counts them.
     `bm25` (k1, b): a new vocabulary weighs the BM25 way (ssi.weighting), queries and documents apart.
+    `stemmer`: a new vocabulary's words are stems of this Snowball stemmer (ssi.stemming).
     """
     docs = read_corpus(corpus)
     unseen: frozenset[str] = frozenset()
@@ -202,7 +204,9 @@ def load_training_data(
         )  # fmt: skip
     if vocab is None:
         page_tokens = [tokenize(q.text) for q in click_pairs.pages] if click_pairs is not None else []
-        vocab = Vocabulary.build_from_tokens(doc_tokens + page_tokens, max_words=vocab_size, min_df=min_df, bm25=bm25)
+        vocab = Vocabulary.build_from_tokens(
+            doc_tokens + page_tokens, max_words=vocab_size, min_df=min_df, bm25=bm25, stemmer=stemmer
+        )
         del page_tokens
         if query_vocab_size and queries is not None:  # two languages: the queries' words, by their own df
             query_tokens = (tokenize(q.text) for q in read_beir_queries(queries))

@@ -13,6 +13,7 @@ import torch
 
 from ssi.bundle import Bundle, load_bundle
 from ssi.products import DocMatrix
+from ssi.stemming import DEFAULT_STEMMER, NO_STEMMER
 from ssi.weighting import Bm25
 from training.data import TrainingData, load_training_data
 from training.dice import HashingPlan
@@ -103,6 +104,7 @@ def load_data(settings: TrainSettings, init: Bundle | None) -> TrainingData:
         hashing=hashing_plan(settings),
         stream_buffer=settings.shuffle_buffer if settings.stream_pairs else None,
         bm25=lexical_choice(settings),
+        stemmer=settings.stemmer,
     )
 
 
@@ -139,11 +141,33 @@ def resolve_lexical(settings: TrainSettings, init: Bundle | None = None) -> Trai
     return settings.model_copy(
         update={
             "lexical": lexical,
+            "stemmer": resolve_stemmer(settings, init),
             "vocab_size": settings.vocab_size or vocab_size,
             "min_df": settings.min_df or min_df,
             "frequent_words": settings.frequent_words or frequent,
         }
     )
+
+
+def resolve_stemmer(settings: TrainSettings, init: Bundle | None = None) -> str:
+    """--stemmer where given, a warm start's (its vocabulary is kept), else English but where the words must
+    stay as they are (correlated hashing, two languages)."""
+    if init is not None:
+        own = init.vocab.stemmer or NO_STEMMER
+        if settings.kind == "cfh" and own != NO_STEMMER:
+            raise ValueError(
+                f"--init-from {init.path} stems its words with {own}, and --kind cfh hashes the words themselves: "
+                "warm-start from a model trained with --stemmer none"
+            )
+        if settings.stemmer not in (None, own):
+            raise ValueError(
+                f"--init-from {init.path} stems its words with {own}: a warm start keeps its vocabulary, "
+                f"so --stemmer {settings.stemmer} cannot apply"
+            )
+        return own
+    if settings.stemmer is not None:
+        return settings.stemmer
+    return NO_STEMMER if settings.kind == "cfh" or settings.query_vocab_size > 0 else DEFAULT_STEMMER
 
 
 # Pairs cut from the corpus (--self-pairs) on the BM25 base: what measured best on SciFact's 809 labelled train

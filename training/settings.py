@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ssi.stemming import NO_STEMMER, check_stemmer
 from ssi.weighting import DEFAULT_B, DEFAULT_K1
 from training.kinds import check_kind
 
@@ -52,6 +53,9 @@ class TrainSettings(BaseSettings):
     lexical: Literal["tfidf", "bm25"] | None = None
     bm25_k1: float = Field(DEFAULT_K1, gt=0.0)
     bm25_b: float = Field(DEFAULT_B, ge=0.0, le=1.0)
+    # The Snowball stemmer the vocabulary's words go through (ssi.stemming; "none": the words as they are).
+    # None: English, but for correlated hashing and two-language vocabularies (training.run.resolve_lexical).
+    stemmer: Annotated[str, AfterValidator(check_stemmer)] | None = None
     n_dims: int = Field(100, ge=1, le=4096)
     # None: by the lexical part (training.run.resolve_lexical): tf-idf keeps the 30,000 most frequent words seen
     # in 2 documents or more; BM25 keeps every word (its rarest words are its strongest matches), with the
@@ -126,6 +130,12 @@ class TrainSettings(BaseSettings):
         if self.lexical == "bm25" and (self.kind == "cfh" or self.query_vocab_size):
             raise ValueError(
                 "--lexical bm25 does not go with --kind cfh or --query-vocab-size (both are built on tf-idf rows)"
+            )
+        if self.stemmer not in (None, NO_STEMMER) and (self.kind == "cfh" or self.query_vocab_size):
+            raise ValueError(
+                f"--stemmer {self.stemmer} does not go with --kind cfh or --query-vocab-size "
+                "(correlated hashing reads the words themselves; one stemmer cannot serve two languages): "
+                "give --stemmer none"
             )
         if self.lexical == "tfidf" and (self.bm25_k1 != DEFAULT_K1 or self.bm25_b != DEFAULT_B):
             raise ValueError("--bm25-k1 and --bm25-b set the BM25 weighting: they do not go with --lexical tfidf")

@@ -176,6 +176,15 @@ def train_command(
     ] = None,
     bm25_k1: Annotated[float | None, _opt("bm25_k1", "--lexical bm25: term-frequency saturation k1.", MODEL)] = None,
     bm25_b: Annotated[float | None, _opt("bm25_b", "--lexical bm25: length normalisation b.", MODEL)] = None,
+    stemmer: Annotated[
+        str | None,
+        _opt(
+            "stemmer",
+            "Snowball stemmer the words go through (english, porter, french, … or none). Default english, "
+            "none for --kind cfh and two languages. Recorded in the bundle; --init-from keeps the warm start's.",
+            MODEL,
+        ),
+    ] = None,
     init_from: Annotated[
         Path | None,
         _opt(
@@ -374,7 +383,7 @@ def train_command(
         "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared,
         "self_pair_valid_among": self_pair_valid_among, "kind": kind,
         "init_from": init_from,
-        "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b,
+        "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b, "stemmer": stemmer,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
         "vocab_size": vocab_size, "query_vocab_size": query_vocab_size, "min_df": min_df,
         "frequent_words": frequent_words, "init_scale": init_scale,

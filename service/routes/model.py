@@ -55,6 +55,8 @@ def model_response(collection: Collection) -> ModelResponse:
         n_dims=manifest.n_dims,
         index_dims=manifest.index_dims,
         vocab_size=manifest.vocab_size,
+        tokenizer=manifest.tokenizer,
+        stemmer=state.bundle.vocab.stemmer,
         lexical=manifest.lexical or {"scheme": "tfidf"},
         content_hash=manifest.content_hash,
         created_at=manifest.created_at,

@@ -140,13 +140,15 @@ def make_bundle(
     scale: float = 0.2,
     scales: dict[str, float] | None = None,
     lexical: str = "tfidf",
+    stemmer: str | None = None,
 ) -> Path:
     """A bundle of `form` with random arrays over the corpus vocabulary (every word kept, so needles are searchable).
 
     A keyed form (halftrans) gets a free vector for every other document: the rest fall back to its functional map.
-    `lexical`: the vocabulary's weighting, "tfidf" or "bm25" (ssi.weighting).
+    `lexical`: the vocabulary's weighting, "tfidf" or "bm25" (ssi.weighting); `stemmer`: ssi.stemming's.
     """
-    vocab = Vocabulary.build([d.full_text for d in docs], min_df=1, bm25=Bm25() if lexical == "bm25" else None)
+    bm25 = Bm25() if lexical == "bm25" else None
+    vocab = Vocabulary.build([d.full_text for d in docs], min_df=1, bm25=bm25, stemmer=stemmer)
     if form == "cfh":  # correlated feature hashing: its DICE map counted on the corpus, onto the top quarter
         vocab = HashingPlan(vocab.n_words // 4, k=3, min_df=1).build([tokenize(d.full_text) for d in docs], vocab)
     known = docs[::2]

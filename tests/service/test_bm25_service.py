@@ -56,10 +56,40 @@ def test_a_written_document_keeps_the_bundles_average_length(small_world: dict, 
 def test_an_index_build_featurizes_bm25_rows_byte_for_byte(small_world: dict, tmp_path: Path) -> None:
     """The array featurizer of index builds (service.bulk_featurize) gives the vocabulary's document rows."""
     docs: list[Document] = small_world["docs"]
-    vocab = load_bundle(make_bundle(tmp_path / "bundle", docs, lexical="bm25")).vocab
+    inflected = "Claims claimed; running runners ran, accelerating acceleratingly extraordinarilyness Ünïcödéd"
     texts = [d.full_text for d in docs] + ["", "words nobody knows", "Ünïcödé  and    spaces\tand_underscores"]
-    bulk = BulkFeaturizer(vocab)
-    assert bulk.uses_arrays
-    got, expected = bulk.featurize(texts), vocab.featurize_documents(texts)
-    assert np.array_equal(got.indptr, expected.indptr) and np.array_equal(got.indices, expected.indices)
-    assert got.data.tobytes() == expected.data.tobytes()
+    for stemmer in (None, "english"):  # with a stemmer each distinct word is looked up by its stem
+        vocab = load_bundle(make_bundle(tmp_path / str(stemmer), docs + [Document("x", "", inflected)],
+                                        lexical="bm25", stemmer=stemmer)).vocab  # fmt: skip
+        bulk = BulkFeaturizer(vocab)
+        assert bulk.uses_arrays
+        for batch in (texts, [inflected, *texts, inflected.upper()]):
+            got, expected = bulk.featurize(batch), vocab.featurize_documents(batch)
+            assert np.array_equal(got.indptr, expected.indptr) and np.array_equal(got.indices, expected.indices)
+            assert got.data.tobytes() == expected.data.tobytes()
+
+
+def test_a_stemmed_bundle_finds_a_word_by_any_of_its_forms(small_world: dict, tmp_path: Path) -> None:
+    """A bundle whose words are stems (ssi.stemming): a query in one inflection finds a document written later
+    in another, as the trainer's vocabulary counted them; /model says which stemmer; the ranking stays exact."""
+    docs: list[Document] = list(small_world["docs"])
+    bundle = make_bundle(tmp_path / "bundle", docs, n_dims=16, seed=4, lexical="bm25", stemmer="english")
+    with ThreadServer(
+        bundle=bundle, corpus=small_world["corpus"], cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL
+    ) as server:
+        model = server.client.get("/model").json()
+        assert model["stemmer"] == "english" and model["tokenizer"].endswith("+snowball-english")
+        word = needle_of(docs[3])  # a word of one document, so the lexical part decides
+        new = Document("inflected", "Inflections", f"{word}s were {word}ing; the {word}ed ones {word}ingly")
+        response = server.client.put(
+            "/documents/" + quote(new.id, safe=""), json={"title": new.title, "text": new.text}, headers=KEY
+        )
+        assert response.status_code == 200, response.text
+        oracle = Oracle(bundle, [*docs, new])
+        for query in [f"{word}ing", f"{word}s", f"the {word}ed"]:
+            response = server.client.post("/search", json={"query": query, "k": 10})
+            assert response.status_code == 200, response.text
+            hits = response.json()["hits"]
+            matched = {hit["id"] for hit in hits if hit["lexical"] > 0}  # no surface word is shared with both
+            assert {docs[3].id, new.id} <= matched, (query, hits)
+            assert_same_ranking(hits, oracle, query, 10)

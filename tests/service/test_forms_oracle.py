@@ -64,20 +64,24 @@ SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
 
 
 @pytest.mark.parametrize(
-    ("form", "lexical"),
-    [(form, "tfidf") for form in SERVED] + [(form, "bm25") for form in SERVED if form != "cfh"],  # cfh: tf-idf rows
+    ("form", "lexical", "stemmer"),
+    [(form, "tfidf", None) for form in SERVED]
+    + [(form, "bm25", None) for form in SERVED if form != "cfh"]  # cfh: tf-idf rows
+    + [("lowrank", "bm25", "english"), ("diagonal", "bm25", "english"), ("symmetric", "tfidf", "english")],
 )
 def test_served_top_k_equals_brute_force_of_the_reference_score(
-    form: str, lexical: str, corpus: dict, tmp_path: Path
+    form: str, lexical: str, stemmer: str | None, corpus: dict, tmp_path: Path
 ) -> None:
     """Under both lexical weightings: with BM25 a query's row and a document's differ (ssi.weighting), and the
-    service must put each text on its side, "more like this" included (a stored document as the query)."""
+    service must put each text on its side, "more like this" included (a stored document as the query). With
+    a stemmer, the service looks every word up by its stem as the trainer did (ssi.stemming)."""
     docs: list[Document] = corpus["docs"]
     bundle = make_bundle(
-        tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical
-    )
+        tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical,
+        stemmer=stemmer,
+    )  # fmt: skip
     oracle = Oracle(bundle, docs)
-    assert oracle.bundle.vocab.lexical == lexical
+    assert oracle.bundle.vocab.lexical == lexical and oracle.bundle.vocab.stemmer == stemmer
     assert oracle.form.name == form
     queries = probe_queries(docs, 12, seed=sum(map(ord, form)))
     if form == "psi3":

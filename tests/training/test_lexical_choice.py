@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import Stemmer
 from typer.testing import CliRunner
 
 from ssi.bundle import load_bundle
@@ -24,8 +25,10 @@ def test_an_sgd_kind_weighs_by_bm25_unless_told_and_keeps_every_word(synonyms: S
     assert auto.vocab.lexical == "bm25" and auto.manifest.lexical is not None
     assert tfidf.vocab.lexical == "tfidf" and tfidf.manifest.lexical is None
     # BM25 keeps the words of one document (min_df 1); the semantic part learns the 30,000 most frequent at most.
+    english = Stemmer.Stemmer("english")  # and every word is its stem unless told (training.run.resolve_stemmer)
     words = {w for d in read_corpus(synonyms.corpus) for w in tokenize(d.full_text)}
-    assert set(auto.vocab.words) == words
+    assert set(auto.vocab.words) == {english.stemWord(w) for w in words} and auto.vocab.stemmer == "english"
+    assert tfidf.vocab.stemmer == "english"
     settings = TrainSettings(corpus=synonyms.corpus, out=tmp_path / "x", pairs=synonyms.train_pairs)
     bm25, plain = resolve_lexical(settings), resolve_lexical(settings.model_copy(update={"lexical": "tfidf"}))
     assert (bm25.min_df, bm25.frequent_words) == (1, 30_000) and (plain.min_df, plain.vocab_size) == (2, 30_000)
@@ -64,7 +67,35 @@ def test_the_cli_names_what_it_cannot_do(synonyms: SynonymCorpus, tmp_path: Path
     assert knobs.exit_code != 0 and "--bm25-k1" in knobs.output
     bad = runner.invoke(build_app(), [*base, "--out", str(tmp_path / "b"), "--lexical", "bm26"])
     assert bad.exit_code != 0 and "lexical" in bad.output
-    assert not (tmp_path / "w").exists() and not (tmp_path / "b").exists()
+    stem = runner.invoke(build_app(), [*base, "--out", str(tmp_path / "s"), "--stemmer", "klingon"])
+    assert stem.exit_code != 0 and "unknown stemmer 'klingon'" in stem.output and "english" in stem.output
+    warm_stem = runner.invoke(
+        build_app(), [*base, "--out", str(tmp_path / "w"), "--init-from", str(tmp_path / "bm25"), "--stemmer", "none"]
+    )
+    assert warm_stem.exit_code == 2 and "stems its words with english" in warm_stem.output
+    assert not any((tmp_path / name).exists() for name in ("w", "b", "s"))
+
+
+def test_words_are_stemmed_unless_told_or_the_kind_reads_them_as_they_are(tmp_path: Path) -> None:
+    def resolved(**given: object) -> TrainSettings:
+        return resolve_lexical(TrainSettings(corpus="c.jsonl", out="b", pairs="p.tsv", **given))
+
+    assert resolved().stemmer == "english" and resolved(kind="lsa").stemmer == "english"
+    assert resolved(stemmer="none").stemmer == "none" and resolved(stemmer="porter").stemmer == "porter"
+    assert resolved(kind="cfh", frequent_words=100).stemmer == "none"
+
+
+def test_cfh_does_not_warm_start_from_stems(synonyms: SynonymCorpus, tmp_path: Path) -> None:
+    train(synonyms, tmp_path / "stemmed", "--epochs", "1", "--dims", "8", "--lexical", "tfidf")
+    base = ["train", "--corpus", str(synonyms.corpus), "--pairs", str(synonyms.train_pairs), "--no-progress"]
+    warm = CliRunner().invoke(
+        build_app(),
+        [*base, "--out", str(tmp_path / "c"), "--kind", "cfh", "--frequent-words", "20"]
+        + ["--init-from", str(tmp_path / "stemmed")],
+    )
+    assert warm.exit_code == 2 and "--stemmer none" in warm.output and not (tmp_path / "c").exists()
+    with pytest.raises(ValueError, match="--stemmer english does not go with --kind cfh"):
+        TrainSettings(corpus="c.jsonl", out="b", pairs="p.tsv", kind="cfh", frequent_words=100, stemmer="english")
 
 
 def test_pairs_cut_from_the_corpus_get_the_no_label_recipe_unless_told(monkeypatch: pytest.MonkeyPatch) -> None:

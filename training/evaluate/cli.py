@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 from ssi.bundle import Bundle, BundleError, load_bundle
 from ssi.corpus import DataFileError, read_beir_queries, read_corpus, read_pairs, read_qrels, read_queries_tsv
 from ssi.records import Document
+from ssi.stemming import DEFAULT_STEMMER, NO_STEMMER, check_stemmer
 from ssi.vocab import Vocabulary
 from training.evaluate.baselines import BASELINES, LSI_K_GRID, BaselineContext, parse_baselines
 from training.evaluate.features import TextFeatures, TokenTable
@@ -216,6 +217,14 @@ def eval_command(
             help="Baselines' vocabulary size without --bundle (with it, the bundle's).", rich_help_panel=SCORERS
         ),
     ] = 30000,
+    stemmer: Annotated[
+        str | None,
+        typer.Option(
+            help="Snowball stemmer of the baselines' words (english, porter, … or none). Default: the first "
+            f"bundle's, without --bundle {DEFAULT_STEMMER} (what `ssi train` uses when not told).",
+            rich_help_panel=SCORERS,
+        ),
+    ] = None,
     block_size: Annotated[
         int, typer.Option(help="Queries scored at once (memory ≈ block × documents × 4 bytes).", rich_help_panel=RUN)
     ] = DEFAULT_BLOCK,
@@ -240,6 +249,12 @@ def eval_command(
             raise UsageError("--block-size and --vocab-size must be positive, --max-queries and --tune-queries ≥ 0")
         models = [load_bundle(path) for path in bundles]
         model = models[0] if models else None
+        if stemmer is None:
+            stemmer = (model.vocab.stemmer or NO_STEMMER) if model is not None else DEFAULT_STEMMER
+        try:
+            check_stemmer(stemmer)
+        except ValueError as exc:
+            raise UsageError(f"--stemmer: {exc}") from None
         docs = read_corpus(corpus)
         tokens = TokenTable()
         task = _build_task(
@@ -255,11 +270,11 @@ def eval_command(
 
         doc_texts = [d.full_text for d in docs]
         token_ids = tokens.ids(doc_texts)
-        if model is not None and model.vocab.symmetric:
+        if model is not None and model.vocab.symmetric and (model.vocab.stemmer or NO_STEMMER) == stemmer:
             vocab = model.vocab
         else:  # the tf-idf baselines weigh by tf-idf, also beside a BM25 bundle
             vocab = Vocabulary.build_from_tokens(
-                ([tokens.words[i] for i in ids.tolist()] for ids in token_ids), max_words=vocab_size
+                ([tokens.words[i] for i in ids.tolist()] for ids in token_ids), max_words=vocab_size, stemmer=stemmer
             )
         features = TextFeatures(vocab, tokens)
         ctx = BaselineContext(docs, features, lsi_k_grid=tuple(grid), seed=seed, block_size=block_size)

@@ -72,7 +72,14 @@ class BaselineSpec:
 
 
 def _build_bm25(ctx: BaselineContext, p: dict[str, Any]) -> Scorer:
-    return BM25Scorer(ctx.docs, k1=p["k1"], b=p["b"], tokens=ctx.features.tokens, block_size=ctx.block_size)
+    return BM25Scorer(
+        ctx.docs,
+        k1=p["k1"],
+        b=p["b"],
+        tokens=ctx.features.tokens,
+        block_size=ctx.block_size,
+        stemmer=ctx.features.vocab.stemmer,
+    )
 
 
 BASELINES: dict[str, BaselineSpec] = {
