@@ -262,7 +262,6 @@ class BulkFeaturizer:
             ]
         return ids
 
-
     def _stemmed_ids(self, found: Spans) -> np.ndarray:
         """Ids under a stemming vocabulary: each distinct coded word (a code is exact: one word, one code) is read
         out and looked up by its stem once per chunk; words without a code are looked up one by one."""

@@ -55,9 +55,7 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     assert any("recall@10" in line for line in lines)
 
 
-def test_bench_match_scenario_measures_pages_against_adverts_and_its_floors(
-    small_world: dict, tmp_path: Path
-) -> None:
+def test_bench_match_scenario_measures_pages_against_adverts_and_its_floors(small_world: dict, tmp_path: Path) -> None:
     """`ssi bench --scenario match`: the corpus cut into passages as adverts, pages of its documents; /match at
     each client count with no error, the floors of the same run, and an IVF knob's recall against flat."""
     from service.bench.match import MatchBenchConfig, make_pages, run_match_bench
