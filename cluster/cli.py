@@ -33,6 +33,16 @@ def require_ray() -> None:
         raise fail("this command needs Ray: pip install -e '.[cluster]' (or scripts/install.sh --extras ...,cluster)")
 
 
+CollectionTypeOption = Annotated[
+    str,
+    typer.Option(
+        "--type",
+        help="documents (searched) or adverts (matched to pages by POST /match; a corpus line's category, "
+        "advertiser, active and budget fields are kept per advert, as `ssi serve` keeps them)",
+    ),
+]
+
+
 def index(
     bundle: Annotated[Path, typer.Option(help="Model bundle folder written by `ssi train`")],
     corpus: Annotated[Path, typer.Option(help="Corpus: JSONL (id, title, text; .gz too) or Parquet")],
@@ -47,6 +57,7 @@ def index(
     index_type: Annotated[str, typer.Option(help="flat (exact), hnsw or ivf")] = "flat",
     batch_size: Annotated[int, typer.Option(min=1, help="Documents per embedding batch (a Ray Data block)")] = 2048,
     workers: Annotated[int | None, typer.Option(min=1, help="CPUs of a 'local' Ray cluster (default: all)")] = None,
+    collection_type: CollectionTypeOption = "documents",
 ) -> None:
     """Build a sharded index: each document's vectors computed once (in parallel with --ray), written per shard."""
     from cluster.index_job import build_index
@@ -58,6 +69,8 @@ def index(
         require_ray()
     if index_type not in ("flat", "hnsw", "ivf"):
         raise fail(f"--index-type must be flat, hnsw or ivf (got {index_type!r})")
+    if collection_type not in ("documents", "adverts"):
+        raise fail(f"--type must be documents or adverts (got {collection_type!r})")
     started = time.perf_counter()
     try:
         manifest = build_index(
@@ -69,6 +82,7 @@ def index(
             index_type=index_type,
             batch_size=batch_size,
             workers=workers,  # type: ignore[arg-type]
+            collection_type=collection_type,  # type: ignore[arg-type]
         )
     except (ClusterIndexError, BundleError, DataFileError, ValueError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
@@ -76,7 +90,7 @@ def index(
         raise fail(f"cannot reach the Ray cluster at {ray}: {exc}") from None
     per_shard = ", ".join(str(e.documents) for e in manifest.entries)
     typer.echo(
-        f"indexed {manifest.documents} documents into {manifest.shards} shards ({per_shard}) under {out} "
+        f"indexed {manifest.documents} {manifest.type} into {manifest.shards} shards ({per_shard}) under {out} "
         f"in {time.perf_counter() - started:.1f}s (embedding {manifest.embed_seconds:.1f}s, engine {manifest.engine})"
     )
 
@@ -162,6 +176,7 @@ def local_command(
     port: Port = 8000,
     threads: Threads = 1,
     insecure_writes: Insecure = False,
+    collection_type: CollectionTypeOption = "documents",
 ) -> None:
     """One command: start a Ray cluster here (a head and worker nodes on loopback), index the corpus on it, serve it."""
     require_ray()
@@ -175,7 +190,14 @@ def local_command(
         local.connect()
         typer.echo(f"local Ray cluster at {local.address}: {local.nodes()} nodes")
         if not (out / MANIFEST_FILE).exists():
-            index(bundle=bundle, corpus=corpus, out=out, shards=shards, ray=local.address)
+            index(
+                bundle=bundle,
+                corpus=corpus,
+                out=out,
+                shards=shards,
+                ray=local.address,
+                collection_type=collection_type,
+            )
         options = ClusterOptions(shard_cpus=0, threads=threads)
         _serve_forever(out, settings, options, local.address, None)
     finally:

@@ -5,6 +5,8 @@ idf, not the collection), so each shard's exact top (k + offset) (service.rerank
 code) holds every document of its shard that can be in the global top (k + offset); sorting the
 union by score and cutting gives the single node's answer. Ties are broken by document id here (the
 single node breaks them by row), so only documents of exactly equal score may change places.
+The same holds for adverts matched to a page (`match`): a filter admits or refuses an advert on its own
+metadata, so each shard's exact top k admitted adverts holds every admitted advert of the global top k.
 
 A shard that cannot answer (its replica died, is restarting, or is unreachable) is retried until
 `retry_seconds` have passed; after that the request fails with a 503 naming the shard. A shard call
@@ -23,6 +25,8 @@ from typing import Any, Protocol
 
 from cluster.shard_server import Reply, ShardServer
 from cluster.sharding import shard_of
+from service.advert_schemas import AdMatch, PageMatchOut
+from service.adverts import AdFilter
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
 from service.schemas import Hit, SearchResult
 
@@ -66,14 +70,31 @@ def unwrap(reply: Reply) -> Any:
     raise ERRORS.get(reply.status, ServiceError)(reply.message, headers=reply.headers)
 
 
+def by_score(hit: Hit | AdMatch) -> tuple[float, str]:
+    """The merged order: score, best first, then id (the one tie-break every shard's hits share)."""
+    return -hit.score, hit.id
+
+
 def merge(results: Sequence[dict[str, Any]], k: int, offset: int) -> SearchResult:
     """One query's answer from each shard's exact top (k + offset): the global top k after `offset`."""
     hits = [Hit(**hit) for result in results for hit in result["hits"]]
-    hits.sort(key=lambda hit: (-hit.score, hit.id))
+    hits.sort(key=by_score)
     return SearchResult(
         hits=hits[offset : offset + k],
         query_words=max((r["query_words"] for r in results), default=0),
         candidates=sum(r["candidates"] for r in results),
+    )
+
+
+def merge_matches(results: Sequence[dict[str, Any]], k: int) -> PageMatchOut:
+    """One page's adverts from each shard's exact top k admitted ones: the global top k. The page's known words are
+    the same in every shard (the bundle's vocabulary); the adverts ranked exactly add up, as /search's candidates."""
+    ads = [AdMatch(**ad) for result in results for ad in result["ads"]]
+    ads.sort(key=by_score)
+    return PageMatchOut(
+        ads=ads[:k],
+        page_words=max((r["page_words"] for r in results), default=0),
+        ranked=sum(r["ranked"] for r in results),
     )
 
 
@@ -92,6 +113,11 @@ class Fanout:
     ) -> list[SearchResult]:
         per_shard = await self._all("search", list(queries), k + offset, ef_search, nprobe)
         return [merge([shard[i] for shard in per_shard], k, offset) for i in range(len(queries))]
+
+    async def match(self, pages: Sequence[str], k: int, ad_filter: AdFilter) -> list[PageMatchOut]:
+        """POST /match: each page's top k admitted adverts over every shard (all of them answer, or a 503)."""
+        per_shard = await self._all("match", list(pages), k, ad_filter)
+        return [merge_matches([shard[i] for shard in per_shard], k) for i in range(len(pages))]
 
     async def similar(self, doc_id: str, k: int, offset: int) -> SearchResult:
         text = unwrap(await self.shards.call(self.owner(doc_id), "page_text", doc_id))

@@ -2,7 +2,9 @@
 
 `POST /search`, `POST /search/batch`, `GET /documents/{id}`, `GET /documents/{id}/similar`,
 `PUT /documents/{id}`, `POST /documents`, `DELETE /documents/{id}`, `GET /model`,
-`GET /words/{word}/nearest`, `GET /metrics` and `POST /admin/reload` take the same requests and give the
+`GET /words/{word}/nearest`, `GET /metrics`, `POST /admin/reload` and, on an adverts index, `POST /match`
+(service.routes.match's checks and bodies; `page_id` excepted: no documents collection is served beside
+the adverts, so a page is sent as text) take the same requests and give the
 same responses as `ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
 SSI_READ_KEY for reads), admission limits (SSI_MAX_CONCURRENCY fan-outs at once, SSI_MAX_QUEUE
 waiting: 429/503 beyond), body and host checks, request metrics (service.app.install_guards) and
@@ -17,10 +19,11 @@ import time
 from pathlib import Path as PathLib
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 
 from cluster.fanout import Fanout
+from service.advert_schemas import MatchRequest, MatchResponse
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
 from service.deps import (
@@ -37,6 +40,7 @@ from service.errors import Forbidden, NotFound, error_responses
 from service.metrics import Metrics
 from service.routes import metrics
 from service.routes.documents import OFFSET, K, LookupId, WrittenId
+from service.routes.match import MATCH_ERRORS, check_match
 from service.routes.words import MAX_NEIGHBOURS, MAX_WORD_CHARS
 from service.schemas import (
     BatchSearchRequest,
@@ -121,6 +125,31 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
         async with limiter.slot():
             result = await fanout.similar(doc_id, k, offset)
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
+
+    def adverts_index() -> None:
+        """/match needs an adverts index (`ssi index --type adverts`): a documents index answers as a single node
+        that hosts no adverts collection (404), before the body is looked at."""
+        if (about or {}).get("type") != "adverts":
+            raise NotFound("this service hosts no adverts collection (build one with `ssi index --type adverts`)")
+
+    @app.post(
+        "/match",
+        response_model=MatchResponse,
+        dependencies=[*reads, Depends(adverts_index)],
+        responses=error_responses(*MATCH_ERRORS),
+    )
+    async def match(body: MatchRequest, settings: SettingsDep, limiter: SearchLimiterDep) -> MatchResponse:
+        """The adverts for a page or a batch of pages: every shard's exact top k, merged (cluster.fanout.match)."""
+        texts = check_match(body, settings)
+        if body.page_id is not None:
+            raise NotFound(
+                f"page_id names a document of a documents collection, and this cluster serves the adverts "
+                f"collection '{name}' only: send the page's text (page or pages)"
+            )
+        started = time.perf_counter()
+        async with limiter.slot():
+            results = await fanout.match(texts, body.k, body.filters)
+        return MatchResponse(collection=name, results=results, took_ms=took_ms(started))
 
     @app.get("/model", response_model=ModelResponse, dependencies=reads)
     async def model() -> ModelResponse:

@@ -4,23 +4,30 @@ Without `--ray` the documents are read, embedded and written by this process (no
 with `--ray ADDRESS` the same two steps (cluster.shard_build) run as a Ray Data job: the corpus is read
 in blocks in parallel, each block is embedded on a worker, and the rows are grouped by owner shard and
 each shard written by one task (cluster.ray_index). Either way the manifest is written last.
+
+An adverts collection (`collection_type="adverts"`, `ssi index --type adverts`) is built the same way; each
+advert's metadata (category, advertiser, active, budget: the extra fields of its corpus line, as `ssi serve`
+reads them) travels with its row and is written into its shard's metadata book (cluster.shard_build).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from cluster.manifest import MANIFEST_FILE, ClusterIndexError, ClusterManifest, ShardEntry, write_manifest
-from cluster.shard_build import Block, embed_block, write_shard
+from cluster.shard_build import Block, advert_meta, embed_block, write_shard
 from cluster.shard_settings import shard_settings
 from cluster.sharding import shard_folder_name
 from service.embedding import Embedder
-from service.settings import IndexType
+from service.settings import CollectionType, IndexType
 from service.state_builder import index_config
 from ssi.bundle import load_bundle
-from ssi.corpus import iter_corpus
+from ssi.corpus import iter_corpus, numbered_lines
+from ssi.records import Document
 
 
 def check_output(out: Path) -> None:
@@ -42,8 +49,9 @@ def build_index(
     index_type: IndexType = "flat",
     batch_size: int = 2048,
     workers: int | None = None,
+    collection_type: CollectionType = "documents",
 ) -> ClusterManifest:
-    """Build the sharded index of `corpus` under `out` and return its manifest."""
+    """Build the sharded index of `corpus` (documents, or adverts with their metadata) under `out`; its manifest."""
     if shards < 1:
         raise ClusterIndexError(f"shards must be at least 1 (got {shards})")
     if not corpus.exists():
@@ -55,7 +63,9 @@ def build_index(
     out.mkdir(parents=True, exist_ok=True)
     try:
         if ray_address is None:
-            entries, embed_seconds = _build_here(corpus, bundle_path, out, shards, index_type, batch_size)
+            entries, embed_seconds = _build_here(
+                corpus, bundle_path, out, shards, index_type, batch_size, collection_type
+            )
         else:
             from cluster.ray_index import build_with_ray
 
@@ -68,6 +78,7 @@ def build_index(
                 index_type=index_type,
                 batch_size=batch_size,
                 workers=workers,
+                collection_type=collection_type,
             )
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # half an index is no index: the folder was empty before
@@ -77,6 +88,7 @@ def build_index(
         bundle=str(bundle.path.resolve()),
         bundle_hash=bundle.content_hash,
         form=bundle.manifest.form,
+        type=collection_type,
         shards=shards,
         index_type=index_type,
         index_tag=index_tag,
@@ -92,28 +104,50 @@ def build_index(
 
 
 def _build_here(
-    corpus: Path, bundle_path: Path, out: Path, shards: int, index_type: IndexType, batch_size: int
+    corpus: Path,
+    bundle_path: Path,
+    out: Path,
+    shards: int,
+    index_type: IndexType,
+    batch_size: int,
+    collection_type: CollectionType = "documents",
 ) -> tuple[list[ShardEntry], float]:
     """The single-process build: every block embedded here, then each shard written."""
     started = time.perf_counter()
     bundle = load_bundle(bundle_path, mmap=False)
     embedder = Embedder(bundle, 1)
     per_shard: list[list[Block]] = [[] for _ in range(shards)]
-    batch = []
-    for doc in iter_corpus(corpus):
-        batch.append(doc)
+    batch: list[tuple[Document, str]] = []
+    for row in _corpus_rows(corpus, collection_type):
+        batch.append(row)
         if len(batch) == batch_size:
-            _split(embed_block(embedder, batch, shards), per_shard)
+            _split(_embed(embedder, batch, shards), per_shard)
             batch = []
     if batch:
-        _split(embed_block(embedder, batch, shards), per_shard)
+        _split(_embed(embedder, batch, shards), per_shard)
     embed_seconds = time.perf_counter() - started
     dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
     entries = [
-        write_shard(out, shard, bundle, Block.concat(blocks, dims, vocab), index_type)
+        write_shard(out, shard, bundle, Block.concat(blocks, dims, vocab), index_type, collection_type)
         for shard, blocks in enumerate(per_shard)
     ]
     return entries, embed_seconds
+
+
+def _corpus_rows(corpus: Path, collection_type: CollectionType) -> Iterator[tuple[Document, str]]:
+    """Each document of the corpus with its advert metadata (shard_build.advert_meta; "" in a documents collection).
+
+    The documents come from ssi.corpus.iter_corpus, which names a malformed line; an advert's metadata are the
+    fields it drops, so an adverts corpus is read a second time alongside, line for line (both skip blank lines).
+    """
+    docs = iter_corpus(corpus)
+    if collection_type != "adverts":
+        return ((doc, "") for doc in docs)
+    return zip(docs, (advert_meta(json.loads(line)) for _, line in numbered_lines(corpus)), strict=True)
+
+
+def _embed(embedder: Embedder, rows: list[tuple[Document, str]], shards: int) -> Block:
+    return embed_block(embedder, [doc for doc, _ in rows], shards, [meta for _, meta in rows])
 
 
 def _split(block: Block, per_shard: list[list[Block]]) -> None:

@@ -5,6 +5,7 @@
                                   documents, the truth for its writes) and index/documents/... (the
                                   snapshot the index job computed, loaded by the shard like a restart)
     <index>/shard-0000/ids.json   the ids the index job put in this shard (a sorted JSON list)
+    <index>/shard-0000/stores/documents/adverts.sqlite   an adverts index only: its adverts' metadata book
 
 The manifest records the bundle's content hash (a shard refuses to serve another bundle over these
 vectors), the hash that assigns documents to shards, and what each shard holds, so `ssi cluster serve`
@@ -20,6 +21,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from cluster.sharding import HASH_NAME, shard_folder_name
+from service.settings import CollectionType
 
 MANIFEST_FILE = "cluster.json"
 FORMAT = "ssi-cluster-index"
@@ -51,6 +53,11 @@ class ClusterManifest(BaseModel):
     bundle: str = Field(description="the bundle folder the vectors were computed with")
     bundle_hash: str
     form: str
+    type: CollectionType = Field(
+        default="documents",
+        description="what the shards hold: documents (searched) or adverts (matched to pages; each shard keeps its "
+        "adverts' metadata book beside its store, service.adverts)",
+    )
     shards: int = Field(ge=1)
     shard_hash: str = HASH_NAME
     index_type: str

@@ -23,9 +23,9 @@ import numpy as np
 
 from cluster.connect import connect
 from cluster.manifest import ClusterIndexError, ShardEntry
-from cluster.shard_build import Block, document_of, embed_block, write_shard
+from cluster.shard_build import Block, advert_meta, document_of, embed_block, write_shard
 from service.embedding import Embedder
-from service.settings import IndexType
+from service.settings import CollectionType, IndexType
 from ssi.bundle import load_bundle
 
 JSON_BLOCK_BYTES = 64 << 20  # the Arrow JSON reader's block: a line longer than this cannot be read
@@ -37,23 +37,30 @@ def _embedder(bundle_path: str) -> Embedder:
     return Embedder(load_bundle(Path(bundle_path), mmap=False), 1)
 
 
-def embed_batch(batch: dict[str, np.ndarray], bundle_path: str, shards: int) -> dict[str, np.ndarray]:
-    """A Ray Data task: one block of corpus records → its rows with shard, vectors and tf-idf (cluster.shard_build).
+def embed_batch(
+    batch: dict[str, np.ndarray], bundle_path: str, shards: int, adverts: bool = False
+) -> dict[str, np.ndarray]:
+    """A Ray Data task: one block of corpus records → its rows with shard, vectors and tf-idf (cluster.shard_build),
+    and with `adverts` each advert's metadata from the same record.
 
     Tasks rather than actors: an actor pool holds its CPUs for the whole job, and on a small cluster it
     can hold every CPU while the read tasks that feed it wait for one.
     """
     columns = list(batch)
     n = len(batch[columns[0]]) if columns else 0
-    docs = [document_of({name: batch[name][i] for name in columns}) for i in range(n)]
-    return embed_block(_embedder(bundle_path), docs, shards).columns()
+    records = [{name: batch[name][i] for name in columns} for i in range(n)]
+    meta = [advert_meta(record) for record in records] if adverts else None
+    return embed_block(_embedder(bundle_path), [document_of(r) for r in records], shards, meta).columns()
 
 
-def write_group(batch: dict[str, np.ndarray], root: str, bundle_path: str, index_type: str) -> dict[str, np.ndarray]:
-    """One shard's rows (a Ray Data group) → its store and snapshot; returns its manifest entry as JSON."""
+def write_group(
+    batch: dict[str, np.ndarray], root: str, bundle_path: str, index_type: str, collection_type: str = "documents"
+) -> dict[str, np.ndarray]:
+    """One shard's rows (a Ray Data group) → its store and snapshot (and metadata book); its manifest entry as JSON."""
     bundle = load_bundle(Path(bundle_path), mmap=False)
     block = Block.from_columns(batch, bundle.manifest.vocab_size)
-    entry = write_shard(Path(root), int(block.shards[0]), bundle, block, index_type)  # type: ignore[arg-type]
+    shard = int(block.shards[0])
+    entry = write_shard(Path(root), shard, bundle, block, index_type, collection_type)  # type: ignore[arg-type]
     return {"entry": np.asarray([entry.model_dump_json()], dtype=object)}
 
 
@@ -80,6 +87,7 @@ def build_with_ray(
     index_type: IndexType = "flat",
     batch_size: int = 2048,
     workers: int | None = None,
+    collection_type: CollectionType = "documents",
 ) -> tuple[list[ShardEntry], float]:
     """Run the job on the cluster at `address`; returns the shards' entries and the embedding stage's seconds."""
     connect(address, num_cpus=workers)
@@ -88,11 +96,12 @@ def build_with_ray(
     ctx = ray_data.DataContext.get_current()
     ctx.enable_progress_bars = False
     started = time.perf_counter()
+    adverts = collection_type == "adverts"
     embedded = (
         read_corpus(ray_data, corpus.resolve())
         .map_batches(
             embed_batch,
-            fn_kwargs={"bundle_path": str(bundle_path.resolve()), "shards": shards},
+            fn_kwargs={"bundle_path": str(bundle_path.resolve()), "shards": shards, "adverts": adverts},
             batch_size=batch_size,
             batch_format="numpy",
         )
@@ -104,7 +113,12 @@ def build_with_ray(
         .map_groups(
             write_group,
             batch_format="numpy",
-            fn_kwargs={"root": str(out.resolve()), "bundle_path": str(bundle_path.resolve()), "index_type": index_type},
+            fn_kwargs={
+                "root": str(out.resolve()),
+                "bundle_path": str(bundle_path.resolve()),
+                "index_type": index_type,
+                "collection_type": collection_type,
+            },
         )
         .take_all()
     )
@@ -113,5 +127,5 @@ def build_with_ray(
     bundle = load_bundle(bundle_path, mmap=False)
     dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
     for shard in sorted(set(range(shards)) - have):
-        entries.append(write_shard(out, shard, bundle, Block.concat([], dims, vocab), index_type))
+        entries.append(write_shard(out, shard, bundle, Block.concat([], dims, vocab), index_type, collection_type))
     return entries, embed_seconds

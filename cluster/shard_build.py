@@ -5,10 +5,13 @@
    `embed_documents_of`), so a shard's vectors are bit for bit what a single node computes.
 2. `write_shard`: one shard's documents + vectors → its document store (service.store, seeded like a
    corpus) and an index snapshot (service.snapshot) in the cache folder the shard server opens, so the
-   shard starts "from cache" and never embeds its documents again.
+   shard starts "from cache" and never embeds its documents again. For an adverts collection the
+   shard's metadata book (service.adverts.AdvertBook) is seeded from the same lines, as `ssi serve`
+   seeds an adverts collection's book from its corpus.
 
 A block travels between Ray workers as columns: ids, titles, texts, the shard, the vectors as one
-float32 matrix and each tf-idf row packed into bytes (word ids int32, then weights float32).
+float32 matrix, each tf-idf row packed into bytes (word ids int32, then weights float32) and each
+advert's metadata as JSON ("" in a documents collection).
 """
 
 from __future__ import annotations
@@ -26,9 +29,10 @@ import scipy.sparse as sp
 from cluster.manifest import COLLECTION, ShardEntry, shard_dir
 from cluster.shard_settings import shard_settings
 from cluster.sharding import shard_of
+from service.adverts import AdvertBook, AdvertMeta
 from service.embedding import Embedder
 from service.index import VectorIndex
-from service.settings import IndexType
+from service.settings import CollectionType, IndexType
 from service.snapshot import SnapshotData, cache_folder, write_snapshot
 from service.state_builder import index_config
 from service.store import DocumentStore
@@ -46,6 +50,7 @@ class Block:
     shards: np.ndarray  # int32
     embeddings: np.ndarray  # float32 [n, M]
     tfidf: sp.csr_matrix  # [n, D], unit rows
+    meta: list[str]  # an advert's metadata (AdvertMeta.to_json), "" for a document
 
     def columns(self) -> dict[str, np.ndarray]:
         """The block as Ray Data columns (numpy batch format)."""
@@ -56,6 +61,7 @@ class Block:
             "shard": self.shards,
             "embedding": self.embeddings,
             "tfidf": np.asarray(pack_rows(self.tfidf), dtype=object),
+            "meta": np.asarray(self.meta, dtype=object),
         }
 
     @classmethod
@@ -69,6 +75,7 @@ class Block:
             shards=np.asarray(columns["shard"], dtype=np.int32),
             embeddings=embeddings.astype(np.float32, copy=False).reshape(len(ids), -1),
             tfidf=unpack_rows(list(columns["tfidf"]), vocab_size),
+            meta=[str(x) for x in columns["meta"]],
         )
 
     def select(self, rows: np.ndarray) -> Block:
@@ -80,6 +87,7 @@ class Block:
             shards=self.shards[rows],
             embeddings=self.embeddings[rows],
             tfidf=self.tfidf[rows],
+            meta=[self.meta[i] for i in picked],
         )
 
     @classmethod
@@ -92,6 +100,7 @@ class Block:
                 np.zeros(0, np.int32),
                 np.zeros((0, index_dims), np.float32),
                 sp.csr_matrix((0, vocab_size), dtype=np.float32),
+                [],
             )
         return cls(
             ids=[x for b in blocks for x in b.ids],
@@ -100,6 +109,7 @@ class Block:
             shards=np.concatenate([b.shards for b in blocks]),
             embeddings=np.concatenate([b.embeddings for b in blocks]),
             tfidf=sp.vstack([b.tfidf for b in blocks], format="csr"),
+            meta=[x for b in blocks for x in b.meta],
         )
 
 
@@ -144,8 +154,17 @@ def document_of(record: dict) -> Document:
     return Document(id=doc_id, title=title, text=text)
 
 
-def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int) -> Block:
-    """Each document's owner shard, tf-idf row and index vector (what service.state_builder.computed computes)."""
+def advert_meta(record: dict) -> str:
+    """An advert's metadata fields of a corpus record (service.adverts.AdvertMeta.from_record, what `ssi serve`
+    seeds its book with), as JSON. A Ray Data column holds numpy scalars: they are made Python values first, or
+    a paused advert's numpy False would not be `False` and the advert would be served."""
+    plain = {name: value.item() if isinstance(value, np.generic) else value for name, value in record.items()}
+    return AdvertMeta.from_record(plain).to_json()
+
+
+def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int, meta: Sequence[str] | None = None) -> Block:
+    """Each document's owner shard, tf-idf row and index vector (what service.state_builder.computed computes);
+    `meta`: each advert's metadata (advert_meta) in an adverts collection."""
     ids = [d.id for d in docs]
     tfidf = embedder.featurize_documents([d.full_text for d in docs])
     return Block(
@@ -155,14 +174,23 @@ def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int) -> Bl
         shards=np.asarray([shard_of(i, shards) for i in ids], dtype=np.int32),
         embeddings=embedder.embed_documents(tfidf, ids),
         tfidf=tfidf,
+        meta=list(meta) if meta is not None else [""] * len(ids),
     )
 
 
-def write_shard(root: Path, shard: int, bundle: Bundle, block: Block, index_type: IndexType = "flat") -> ShardEntry:
+def write_shard(
+    root: Path,
+    shard: int,
+    bundle: Bundle,
+    block: Block,
+    index_type: IndexType = "flat",
+    collection_type: CollectionType = "documents",
+) -> ShardEntry:
     """Seed the shard's store with its documents and save the snapshot the shard server will load.
 
     The store is seeded from a JSONL file exactly as `ssi serve --corpus` seeds one (a repeated id is
-    refused there), then the file is removed: the store is the shard's truth from now on.
+    refused there), and so is an adverts collection's metadata book (the lines carry each advert's
+    metadata); then the file is removed: the store and the book are the shard's truth from now on.
     """
     started = time.perf_counter()
     folder = shard_dir(root, shard)
@@ -170,15 +198,14 @@ def write_shard(root: Path, shard: int, bundle: Bundle, block: Block, index_type
     settings = shard_settings(folder, bundle.path, index_type)
     seed = folder / "seed.jsonl"
     with seed.open("w", encoding="utf-8") as handle:
-        for doc_id, title, text in zip(block.ids, block.titles, block.texts, strict=True):
-            handle.write(json.dumps({"id": doc_id, "title": title, "text": text}, ensure_ascii=False) + "\n")
-    if not block.ids:
-        seed.unlink()
-        store = DocumentStore.open_for_corpus(settings.store_dir, COLLECTION, None)
-    else:
-        store = DocumentStore.open_for_corpus(settings.store_dir, COLLECTION, seed, on_change="refuse")
-        seed.unlink()
+        for doc_id, title, text, meta in zip(block.ids, block.titles, block.texts, block.meta, strict=True):
+            record = {"id": doc_id, "title": title, "text": text} | (json.loads(meta) if meta else {})
+            handle.write(json.dumps(record, ensure_ascii=False) + "\n")
+    corpus = seed if block.ids else None
+    store = DocumentStore.open_for_corpus(settings.store_dir, COLLECTION, corpus, on_change="refuse")
     try:
+        if collection_type == "adverts":
+            AdvertBook.for_collection(settings.store_dir, COLLECTION, corpus).close()
         config = index_config(settings)
         dims = bundle.manifest.index_dims
         embeddings = np.ascontiguousarray(block.embeddings, dtype=np.float32).reshape(len(block.ids), dims)
@@ -201,6 +228,7 @@ def write_shard(root: Path, shard: int, bundle: Bundle, block: Block, index_type
         )
     finally:
         store.close()
+        seed.unlink()
     listed = json.dumps(sorted(block.ids), ensure_ascii=False)
     (folder / "ids.json").write_text(listed, encoding="utf-8")
     return ShardEntry(

@@ -1,5 +1,8 @@
 """One shard: an ordinary service collection (store, snapshot, exact search) over the shard's folder.
 
+A shard of an adverts index (the manifest's `type`) is an adverts collection with its metadata book
+(service.adverts), and matches pages with the single node's code (service.matching.match_pages).
+
 The Ray Serve deployment of a shard is this class (cluster.deploy); the router's in-process twin
 (cluster.fanout.LocalShards) uses it directly. Every method answers a `Reply` instead of raising: a
 service error (404, 503 while loading, 422) crosses the process boundary as its status and message,
@@ -19,11 +22,14 @@ from typing import Any, TypeVar
 
 from cluster.manifest import COLLECTION, ClusterIndexError, read_manifest, write_manifest
 from cluster.shard_settings import shard_settings
+from service.adverts import AdFilter, AdvertBooks
 from service.bounds import cut_long_text
 from service.collection import Collection
 from service.errors import Conflict, Forbidden, ServiceError
+from service.matching import match_pages
 from service.metrics import Metrics
 from service.model_state import ModelState
+from service.routes.match import page_match_out
 from service.routes.model import model_response
 from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
@@ -72,7 +78,9 @@ class ShardServer:
             self._copy = tempfile.TemporaryDirectory(prefix=f"ssi-{folder.name}-")
             folder = Path(shutil.copytree(folder, Path(self._copy.name) / folder.name))
         self.settings = shard_settings(folder, bundle, manifest.index_type, threads)  # type: ignore[arg-type]
-        self.collection = Collection(COLLECTION, CollectionSpec(bundle=bundle), self.settings, Metrics())
+        spec = CollectionSpec(bundle=bundle, type=manifest.type)
+        self.collection = Collection(COLLECTION, spec, self.settings, Metrics())
+        self.books = AdvertBooks(self.settings)  # an adverts shard's book, opened on first use (seeded by the build)
         self.collection.load()
         state = self.collection.ready_state()
         if state.bundle.content_hash != manifest.bundle_hash:
@@ -111,6 +119,18 @@ class ShardServer:
             pool = self.settings.candidate_pool if state.config.index_type == "hnsw" else self.settings.scan_pool
             (result,) = state.search([text], want, pool=pool, exclude=[exclude], max_words=self.settings.max_page_words)
             return to_result(self.collection, self.settings, result, None).model_dump()
+
+        return answer(work)
+
+    def match(self, pages: Sequence[str], want: int, ad_filter: AdFilter) -> Reply:
+        """Each page's exact top `want` admitted adverts in this shard, as service.advert_schemas.PageMatchOut dicts
+        (scores, their split and the words that made each match: all depend on the page and the advert only)."""
+
+        def work() -> list[dict[str, Any]]:
+            self.collection.require_type("adverts", "/match")
+            book = self.books.get(self.collection)
+            matches = match_pages(self.collection, book, self.settings, list(pages), want, ad_filter)
+            return [page_match_out(m).model_dump() for m in matches]
 
         return answer(work)
 
@@ -210,6 +230,7 @@ class ShardServer:
         """Save what is unsaved and close the store (the write log has it all anyway); once."""
         if not self._closed:
             self._closed = True
+            self.books.close()
             self.collection.close()
 
     def __del__(self) -> None:  # Serve drops a replica's object on a graceful stop

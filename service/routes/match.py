@@ -34,6 +34,7 @@ from service.errors import InvalidInput, NotFound, error_responses
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
 from service.schemas import DeleteResponse, DocumentIn, WriteResponse
+from service.settings import Settings
 from ssi.records import Document
 
 read_router = APIRouter(tags=["adverts"])
@@ -70,7 +71,7 @@ AdvertsDep = Annotated[Collection, Depends(adverts_collection)]
 BooksDep = Annotated[AdvertBooks, Depends(advert_books)]
 
 
-def _page_texts(body: MatchRequest, catalog: Catalog) -> list[str]:
+def _page_texts(body: MatchRequest) -> list[str]:
     given = [name for name in ("page", "page_id", "pages") if getattr(body, name) is not None]
     if len(given) != 1:
         raise InvalidInput("give exactly one of page (a text), page_id (a stored document) and pages (a batch)")
@@ -93,6 +94,19 @@ def _page_texts(body: MatchRequest, catalog: Catalog) -> list[str]:
     return texts
 
 
+def check_match(body: MatchRequest, settings: Settings) -> list[str]:
+    """The request's page texts (none for `page_id`: read later), or the 422 of a request out of bounds; shared with
+    the sharded router (cluster.http), so both refuse the same requests with the same messages."""
+    texts = _page_texts(body)
+    if body.pages is not None and len(body.pages) > settings.max_batch:
+        raise InvalidInput(f"at most {settings.max_batch} pages per batch (got {len(body.pages)})")
+    if not 1 <= body.k <= settings.max_k:
+        raise InvalidInput(f"k must be between 1 and {settings.max_k} (got {body.k})")
+    if len(texts) * body.k > settings.max_batch_hits:
+        raise InvalidInput(f"pages × k must be at most {settings.max_batch_hits}")
+    return texts
+
+
 def _stored_page(body: MatchRequest, catalog: Catalog) -> str:
     assert body.page_id is not None
     documents = catalog.get(body.documents)
@@ -100,7 +114,8 @@ def _stored_page(body: MatchRequest, catalog: Catalog) -> str:
     return documents.get(body.page_id).as_document().full_text
 
 
-def _out(match: PageMatch) -> PageMatchOut:
+def page_match_out(match: PageMatch) -> PageMatchOut:
+    """A page's matches as the response body; a shard of the sharded router answers with it too."""
     return PageMatchOut(
         ads=[
             AdMatch(
@@ -144,13 +159,7 @@ async def match(
     settings: SettingsDep,
     limiter: SearchLimiterDep,
 ) -> MatchResponse:
-    texts = _page_texts(body, catalog)
-    if body.pages is not None and len(body.pages) > settings.max_batch:
-        raise InvalidInput(f"at most {settings.max_batch} pages per batch (got {len(body.pages)})")
-    if not 1 <= body.k <= settings.max_k:
-        raise InvalidInput(f"k must be between 1 and {settings.max_k} (got {body.k})")
-    if len(texts) * body.k > settings.max_batch_hits:
-        raise InvalidInput(f"pages × k must be at most {settings.max_batch_hits}")
+    texts = check_match(body, settings)
     started = time.perf_counter()
 
     def work() -> list[PageMatch]:
@@ -159,7 +168,8 @@ async def match(
 
     results = await limiter.run(work)
     took = (time.perf_counter() - started) * 1000
-    return MatchResponse(collection=collection.name, results=[_out(r) for r in results], took_ms=round(took, 3))
+    results_out = [page_match_out(r) for r in results]
+    return MatchResponse(collection=collection.name, results=results_out, took_ms=round(took, 3))
 
 
 def _advert_out(collection: Collection, book: AdvertBook, ad_id: str) -> AdvertOut:
