@@ -128,7 +128,7 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
 
     def adverts_index() -> None:
         """/match needs an adverts index (`ssi index --type adverts`): a documents index answers as a single node
-        that hosts no adverts collection (404), before the body is looked at."""
+        that hosts no adverts collection does (404), from a dependency as there."""
         if (about or {}).get("type") != "adverts":
             raise NotFound("this service hosts no adverts collection (build one with `ssi index --type adverts`)")
 
