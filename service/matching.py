@@ -98,11 +98,10 @@ def _match_one(
             break
         want = min(n_live, want * GROWTH)
         (result,) = state.search_rows(page, want, pool=pool)
+    stored = collection.get_many([result.doc_ids[j] for j in chosen])
+    chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup
     ids = [result.doc_ids[j] for j in chosen]
-    stored = collection.get_many(ids)
-    ids = [ad_id for ad_id in ids if ad_id in stored]  # deleted between the ranking and this lookup
-    texts = [stored[ad_id].as_document().full_text for ad_id in ids]
-    shared, related = explain(state, page, ids, texts)
+    shared, related = explain(state, page, [result.rows[j] for j in chosen])
     position = {result.doc_ids[j]: j for j in chosen}
     hits = [
         AdHit(
@@ -121,37 +120,35 @@ def _match_one(
     return PageMatch(hits=hits, page_words=result.query_words, ranked=result.candidates)
 
 
-def explain(
-    state: ModelState, page: sp.csr_matrix, ids: list[str], ads: list[str]
-) -> tuple[list[list[str]], list[list[str]]]:
-    """(shared words, related page words) of each advert (`ids`, their texts `ads`), strongest first; `page` is
-    the page's query row as it was searched."""
-    if not ads:
+def explain(state: ModelState, page: sp.csr_matrix, rows: list[int]) -> tuple[list[list[str]], list[list[str]]]:
+    """(shared words, related page words) of each advert, strongest first, for the adverts at `rows` of `state`
+    as they were ranked; `page` is the page's query row as it was searched.
+
+    Both come from what the state holds, not from the adverts' texts: each advert's value of each page word
+    from the lexical index's posting lists, its e(d) from the vector index (rows are never renumbered within
+    a state, so they still name the adverts ranked).
+    """
+    if not rows:
         return [], []
     embedder = state.embedder
     vocab = embedder.bundle.vocab
     q_ids, q_vals = page.indices.astype(np.int64), page.data.astype(np.float64)
-    ad_tfidf = embedder.featurize_documents(ads)
-    ad_embedded = embedder.embed_documents(ad_tfidf, ids)  # [ads, M], as the index holds them
+    at = np.asarray(rows, dtype=np.int64)
+    with state.lock.read():
+        ad_values = state.lexical.query(q_ids, q_vals).values_of(at)  # [ads, page words]: d_i
+        ad_embedded = state.index.vectors(at).astype(np.float32)  # [ads, M], as the index holds them
     page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
     if embedder.form.normalizes_query:  # a cosine form's query embedding is A q/‖A q‖: its shares scale alike
         page_map /= max(float(np.linalg.norm(page_map @ q_vals)), UNIT_EPS)
     # contribution[a, i] = q_i (U e_i)·(V d_a): the page words' shares of each advert's semantic part
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
-    page_value = dict(zip(q_ids.tolist(), q_vals.tolist(), strict=True))
+    # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
+    shares = ad_values * q_vals[None, :]
     shared_all, related_all = [], []
-    for a in range(len(ads)):
-        start, end = ad_tfidf.indptr[a], ad_tfidf.indptr[a + 1]
-        # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
-        shares = sorted(
-            (
-                (page_value[i] * float(v), i)
-                for i, v in zip(ad_tfidf.indices[start:end].tolist(), ad_tfidf.data[start:end].tolist(), strict=True)
-                if i in page_value
-            ),
-            reverse=True,
-        )
-        shared_all.append([vocab.feature_name(i) for _, i in shares[:EXPLAIN_WORDS]])
+    for a in range(at.shape[0]):
+        present = np.flatnonzero(shares[a] > 0)
+        strongest = present[np.lexsort((-q_ids[present], -shares[a, present]))][:EXPLAIN_WORDS]
+        shared_all.append([vocab.feature_name(int(q_ids[j])) for j in strongest.tolist()])
         order = np.argsort(-contribution[a])[:EXPLAIN_WORDS]
         related_all.append([vocab.feature_name(int(q_ids[j])) for j in order.tolist() if contribution[a, j] > 0])
     return shared_all, related_all

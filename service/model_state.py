@@ -23,7 +23,7 @@ requests that already hold the old state finish on it undisturbed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ class QueryResult:
     lexical: list[float]
     query_words: int  # distinct query words in the vocabulary
     candidates: int  # rows scored exactly
+    rows: list[int] = field(default_factory=list)  # each hit's row in the state searched (service.rows)
 
     def page(self, offset: int) -> QueryResult:
         """The hits after the first `offset` (paging)."""
@@ -73,6 +74,7 @@ class QueryResult:
             lexical=self.lexical[offset:],
             query_words=self.query_words,
             candidates=self.candidates,
+            rows=self.rows[offset:],
         )
 
 
@@ -229,7 +231,8 @@ class ModelState:
         )
 
     def _result(self, ranked: Ranked, want: int, excluded: str | None, query_words: int) -> QueryResult:
-        ids = [self.table.doc_ids[row] for row in ranked.rows.tolist()]
+        rows = ranked.rows.tolist()
+        ids = [self.table.doc_ids[row] for row in rows]
         chosen = [j for j, doc_id in enumerate(ids) if doc_id != excluded][:want]
         return QueryResult(
             doc_ids=[ids[j] for j in chosen],
@@ -238,6 +241,7 @@ class ModelState:
             lexical=ranked.lexical[chosen].tolist(),
             query_words=query_words,
             candidates=ranked.candidates,
+            rows=[rows[j] for j in chosen],
         )
 
     def describe(self) -> dict[str, Any]:

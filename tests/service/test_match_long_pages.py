@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from service_testing import Oracle, ThreadServer, assert_same_ranking, make_bundle, syllable_words, write_corpus
 
+from service.matching import EXPLAIN_WORDS
 from service.settings import CollectionSpec
 from ssi.records import Document
 
@@ -67,6 +68,7 @@ def test_long_pages_get_the_brute_force_top_k(long_world: dict, lexical: str, tm
         for page, result in zip(pages, batch.json()["results"], strict=True):
             assert result["page_words"] >= 1000
             assert_same_ranking(result["ads"], oracle, page, 10)
+            assert_explained_from_the_texts(result["ads"], oracle, page, {ad.id: ad for ad in long_world["ads"]})
             # Alone, the same answer as in the batch.
             alone = server.client.post("/match", json={"page": page, "k": 10}).json()["results"][0]
             assert [ad["id"] for ad in alone["ads"]] == [ad["id"] for ad in result["ads"]]
@@ -77,3 +79,26 @@ def test_long_pages_get_the_brute_force_top_k(long_world: dict, lexical: str, tm
         assert filtered.status_code == 200, filtered.text
         (result,) = filtered.json()["results"]
         assert [ad["id"] for ad in result["ads"]] == [oracle.ids[i] for i in admitted]
+
+
+def assert_explained_from_the_texts(ads: list[dict], oracle: Oracle, page: str, by_id: dict[str, Document]) -> None:
+    """Each advert's shared and related words as its own text gives them (the server reads them from its
+    indexes): shared by q_i d_i over the words of both, related by q_i (A e_i)·e(d), five each, strongest first
+    (ties: the later word id first)."""
+    vocab, form = oracle.bundle.vocab, oracle.form
+    q = oracle.featurize(page)
+    q_ids, q_vals = q.indices.astype(np.int64), q.data.astype(np.float64)
+    page_value = dict(zip(q_ids.tolist(), q_vals.tolist(), strict=True))
+    for ad in ads:
+        d = vocab.featurize_documents([by_id[ad["id"]].full_text])
+        shares = sorted(
+            ((page_value[i] * float(v), i) for i, v in zip(d.indices.tolist(), d.data.tolist(), strict=True)
+             if i in page_value),
+            reverse=True,
+        )  # fmt: skip
+        assert ad["shared_words"] == [vocab.feature_name(i) for _, i in shares[:EXPLAIN_WORDS]]
+        embedded = form.embed_documents_of(vocab.doc_matrix(d, ids=[ad["id"]]).S, [ad["id"]]).astype(np.float32)[0]
+        contribution = (embedded @ np.asarray(form.query_map()[:, q_ids], dtype=np.float32)) * q_vals
+        order = np.argsort(-contribution)[:EXPLAIN_WORDS]
+        related = [vocab.feature_name(int(q_ids[j])) for j in order.tolist() if contribution[j] > 0]
+        assert ad["related_words"] == related
