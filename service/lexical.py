@@ -41,8 +41,10 @@ DELTA_ROWS = 4096  # appended rows kept apart before a merge into the base matri
 # What a step of each way of reading posting lists costs (ns, compiled kernels below, 2-core dev machine):
 # one row looked up in one sorted posting list (binary search), one posting added into a dense array,
 # one row of that array allocated and read back. (A 1,000-word page on 100k passages: its 2.2 M postings
-# summed in 3.7 ms, against 28 ms for the numpy pass this replaced.)
-SEARCH_NS = 25.0
+# summed in 3.7 ms, against 28 ms for the numpy pass this replaced.) A lookup was first put at 25 ns; a 2 kB
+# page's 179 words looked up for a pool of 128 rows of 100k Wikispeedia passages took 0.85-1.36 ms, ~45 ns each
+# (its long lists miss the cache), so the estimate let a page take lookups and then a dense pass anyway.
+SEARCH_NS = 45.0
 POSTING_NS = 1.8
 ROW_NS = 0.5
 # Above rows / DENSE_SHARE postings, summing the lists in one dense pass beats sorting them (1 M rows).
@@ -199,65 +201,6 @@ def _looked_up_values(
                 out[targets[r], j] = data[start + a]
 
 
-@numba.njit(nogil=True)
-def _add_low_words(
-    indptr: np.ndarray,
-    indices: np.ndarray,
-    data: np.ndarray,
-    words: np.ndarray,
-    weights: np.ndarray,
-    positive: np.ndarray,
-    tails_from: np.ndarray,
-    local_rows: np.ndarray,
-    lexical: np.ndarray,
-    upper: np.ndarray,
-    heads: np.ndarray,
-    threshold: float,
-    alive: np.ndarray,
-    search_per_posting: float,
-) -> None:  # pragma: no cover - compiled (its callers are tested)
-    """MaxScore's lookups of the low words, in one call: before word j, a row stays `alive` while what is known
-    of its l⁺ (`upper` + `heads`) plus `tails_from[j]` (the bounds of the words not yet added) exceeds
-    `threshold`; word j's base postings then add to the alive rows (sorted `local_rows`; a row equal to the
-    base's row count is in no list), by a binary search per row when they are few (a search costing
-    `search_per_posting` postings walked), else by walking the list beside them. Last, the rows whose exact
-    l⁺ + heads still exceed θ stay alive."""
-    n = local_rows.shape[0]
-    for j in range(words.shape[0] + 1):
-        count = 0
-        for r in range(n):
-            if alive[r]:
-                if upper[r] + heads[r] + tails_from[j] > threshold:
-                    count += 1
-                else:
-                    alive[r] = False
-        if j == words.shape[0] or count == 0:
-            return
-        start, end = indptr[words[j]], indptr[words[j] + 1]
-        if count * search_per_posting <= end - start:
-            postings = indices[start:end]
-            for r in range(n):
-                if alive[r]:
-                    a = np.searchsorted(postings, local_rows[r])
-                    if a < postings.shape[0] and postings[a] == local_rows[r]:
-                        value = np.float64(data[start + a])
-                        lexical[r] += weights[j] * value
-                        upper[r] += positive[j] * value
-        else:
-            p = start
-            for r in range(n):
-                if not alive[r]:
-                    continue
-                while p < end and indices[p] < local_rows[r]:
-                    p += 1
-                if p == end:
-                    break
-                if indices[p] == local_rows[r]:
-                    value = np.float64(data[p])
-                    lexical[r] += weights[j] * value
-                    upper[r] += positive[j] * value
-
-
 _WARM = False
 
 
@@ -286,12 +229,6 @@ def _warm_kernels(matrix: sp.csc_matrix) -> None:
     _looked_up_values(
         matrix.indptr, matrix.indices, matrix.data, words, rows, rows.astype(np.int64), np.zeros((0, 1), np.float64)
     )
-    bounds = np.zeros(2, dtype=np.float64)
-    alive = np.zeros(0, dtype=np.bool_)
-    _add_low_words(
-        matrix.indptr, matrix.indices, matrix.data, words, weights, weights, bounds, rows, nothing, nothing, nothing,
-        0.0, alive, 1.0,
-    )  # fmt: skip
     _WARM = True
 
 
@@ -451,28 +388,23 @@ class LexicalQuery:
             high = np.setdiff1d(np.arange(self.words.shape[0]), low)
             if int(self._list_lengths()[high].sum()) * DENSE_SHARE < self.n_rows:
                 rows, lexical, upper, heads = self._summed(self._postings(high, low))
-            elif threshold >= 0:  # the lists to scan cover much of the collection: summed into arrays of all rows
-                rows, lexical, upper, heads, low = self._dense_scan(high, low, threshold)
-            else:  # every row sharing a word is wanted: one dense pass over every list, nothing to look up
+            else:  # the lists to scan cover much of the collection: one dense pass over every list costs about
+                # as much as theirs alone, and leaves nothing to look up
                 low = low[:0]
                 rows, lexical, upper = self._dense_above(threshold)
                 heads = np.zeros(rows.shape[0], dtype=np.float64)
             self._scanned = (threshold, low, (rows, lexical, upper, heads))
-        if rows.shape[0] == 0 or not np.isfinite(threshold):  # (no low words without a finite θ)
-            return rows, lexical, upper
         # Each low word's exact part, largest bound first, for the rows whose l⁺ can still exceed θ: at most
         # what is known (low words' heads included) + the bounds of the low words not yet looked up.
-        lexical, upper = lexical.copy(), upper.copy()  # the scan's arrays stay as they were, for a later call
-        tails = self.tail_bound[low]
-        tails_from = np.concatenate((np.cumsum(tails[::-1])[::-1], [0.0]))  # Σ of the bounds of low[j:]
-        alive = np.ones(rows.shape[0], dtype=np.bool_)
-        base, _ = self._parts[0]
-        local = np.minimum(rows, base.shape[0]).astype(base.indices.dtype)  # a delta row is in no base list
-        _add_low_words(
-            base.indptr, base.indices, base.data, self.words[low], self.weight[low], self.positive[low], tails_from,
-            local, lexical, upper, heads, threshold, alive, SEARCH_NS / POSTING_NS,
-        )  # fmt: skip
-        return rows[alive], lexical[alive], upper[alive]
+        for done in range(low.shape[0] + 1):
+            if rows.shape[0] and np.isfinite(threshold):
+                keep = upper + heads + float(self.tail_bound[low[done:]].sum()) > threshold
+                rows, lexical, upper, heads = rows[keep], lexical[keep], upper[keep], heads[keep]
+            if done == low.shape[0] or rows.shape[0] == 0:
+                break
+            word_lexical, word_upper = self._looked_up(rows, low[done])
+            lexical, upper = lexical + word_lexical, upper + word_upper
+        return rows, lexical, upper
 
     def _low_words(self, threshold: float) -> np.ndarray:
         """Positions of the query words whose lists a scan for `threshold` can skip (low words, largest tail bound
@@ -494,6 +426,19 @@ class LexicalQuery:
         """The word ids whose posting lists the last scan left out (their heads aside): they were looked up
         for the rows that passed, nothing else."""
         return self.words[self._scanned[1]] if self._scanned is not None else self.words[:0]
+
+    def _looked_up(self, rows: np.ndarray, position: int) -> tuple[np.ndarray, np.ndarray]:
+        """(l, l⁺) of `rows` over the base postings of the query word at `position` (its delta postings were
+        scanned): a binary search per row when the rows are few, else one dense pass over its posting list,
+        whichever costs less."""
+        base = self._parts[0][0]
+        word = self.words[position]
+        postings = int(base.indptr[word + 1] - base.indptr[word])
+        positions = np.array([position])
+        if rows.shape[0] * SEARCH_NS <= postings * POSTING_NS + self.n_rows * ROW_NS:
+            return self.for_rows(rows, positions, base_only=True)
+        lexical, upper = self._dense(positions, base_only=True)
+        return lexical[rows], upper[rows]
 
     def _postings(self, full: np.ndarray, headed: np.ndarray, base_only: bool = False) -> _Scan:
         """The posting lists of the query words at `full` in every part (or the base alone), and of those at
@@ -578,43 +523,6 @@ class LexicalQuery:
         for matrix, first in parts:
             _add_postings(matrix.indptr, matrix.indices, matrix.data, words, self.positive[chosen], first, upper)
         return lexical, upper
-
-    def _dense_scan(
-        self, high: np.ndarray, low: np.ndarray, threshold: float
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """`_summed(_postings(high, low))` by dense passes, for lists that cover much of the collection (a web
-        page's): the lists of the words at `high` summed exactly into arrays of all rows, the low words' base
-        heads into the bound only and their delta lists exactly, and only the rows whose bound can exceed
-        `threshold` (≥ 0) kept. A row in no scanned list holds low words alone, so its l⁺ ≤ θ: the low words'
-        long lists (a page's stop words) are not read, only looked up for the rows kept, unless those rows are
-        so many that reading the lists costs less. Returns the low words still to look up last."""
-        parts, n_rows = self._parts, self.n_rows
-        lexical = np.zeros(n_rows, dtype=np.float64)
-        upper = lexical if self.nonnegative else np.zeros(n_rows, dtype=np.float64)
-        heads = np.zeros(n_rows, dtype=np.float64)
-        scans = [(matrix, first, high) for matrix, first in parts]
-        if low.shape[0]:
-            scans.append((*parts[1], low))  # a low word's delta postings are scanned exactly, its base looked up
-            head = self._head
-            _add_postings(head.indptr, head.indices, head.data, self.words[low], self.positive[low], 0, heads)
-        for matrix, first, positions in scans:
-            words = self.words[positions]
-            _add_postings(matrix.indptr, matrix.indices, matrix.data, words, self.weight[positions], first, lexical)
-            if not self.nonnegative:
-                _add_postings(matrix.indptr, matrix.indices, matrix.data, words, self.positive[positions], first, upper)
-        known = upper + heads
-        hit = np.flatnonzero((known > 0) & (known + float(self.tail_bound[low].sum()) > threshold))
-        base = parts[0][0]
-        low_words = self.words[low]
-        low_postings = int((base.indptr[low_words + 1] - base.indptr[low_words]).sum())
-        if hit.shape[0] * low.shape[0] * SEARCH_NS <= low_postings * POSTING_NS:
-            return hit, lexical[hit], upper[hit], heads[hit], low
-        # Looking the low words up for that many rows costs more than reading their lists: read them too.
-        _add_postings(base.indptr, base.indices, base.data, low_words, self.weight[low], 0, lexical)
-        if not self.nonnegative:
-            _add_postings(base.indptr, base.indices, base.data, low_words, self.positive[low], 0, upper)
-        hit = np.flatnonzero(upper > threshold)  # θ ≥ 0: a row sharing no word (l⁺ = 0) is not above
-        return hit, lexical[hit], upper[hit], np.zeros(hit.shape[0], dtype=np.float64), low[:0]
 
     def _dense_above(self, threshold: float) -> Scored:
         """The rows sharing a word with q whose l⁺ exceeds `threshold`, from one dense pass."""
