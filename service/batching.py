@@ -30,15 +30,16 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 GATHER_FROM = 6  # batches of at least this many on average before a leader waits for more (see above)
 
-BatchKey = tuple[int, int, int | None, int | None]  # k, offset, ef_search, nprobe
-SearchFn = Callable[[Sequence[str], BatchKey], Sequence[Any]]
+# What queries must share to be run together: for /search (k, offset, ef_search, nprobe), for /match (k, filters).
+BatchKey = Hashable
+SearchFn = Callable[[Sequence[str], Any], Sequence[Any]]
 
 
 @dataclass(eq=False, slots=True)

@@ -10,7 +10,11 @@ only (pause, resume), which is instant since the index is untouched.
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
+import weakref
+from collections.abc import Sequence
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
@@ -25,12 +29,13 @@ from service.advert_schemas import (
     MatchResponse,
     PageMatchOut,
 )
-from service.adverts import AdvertBook, AdvertBooks, AdvertMeta
+from service.adverts import AdFilter, AdvertBook, AdvertBooks, AdvertMeta
+from service.batching import QueryBatcher
 from service.bounds import check_document_id, check_documents, shown
 from service.catalog import Catalog
 from service.collection import Collection
 from service.deps import ApiKeyDep, CatalogDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
-from service.errors import InvalidInput, NotFound, error_responses
+from service.errors import InvalidInput, NotFound, Unavailable, error_responses
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
 from service.schemas import DeleteResponse, DocumentIn, WriteResponse
@@ -114,6 +119,34 @@ def _stored_page(body: MatchRequest, catalog: Catalog) -> str:
     return documents.get(body.page_id).as_document().full_text
 
 
+_batchers: weakref.WeakKeyDictionary[Collection, QueryBatcher] = weakref.WeakKeyDictionary()
+_batchers_lock = threading.Lock()
+
+
+def match_batcher_for(collection: Collection, books: AdvertBooks, settings: Settings) -> QueryBatcher:
+    """The adverts collection's micro-batcher (service.batching, as /search's): pages that wait at the same moment
+    with the same k and filters are matched by one call, so a busy server embeds them in one ONNX call and scans
+    the index once for them all (a matrix product instead of one scan a page), in at most `threads` threads."""
+    with _batchers_lock:
+        batcher = _batchers.get(collection)
+        if batcher is None:
+            owner = weakref.ref(collection)  # the batcher must not keep a dropped collection alive
+
+            def match(pages: Sequence[str], key: tuple[int, str]) -> list[PageMatch]:
+                found = owner()
+                if found is None:
+                    raise Unavailable("the collection was closed; retry")
+                k, filters = key
+                return match_pages(found, books.get(found), settings, pages, k, AdFilter.model_validate_json(filters))
+
+            batcher = QueryBatcher(
+                match, leaders=settings.threads, max_batch=settings.max_batch, gather_s=settings.batch_gather_ms / 1000
+            )
+            _batchers[collection] = batcher
+            weakref.finalize(collection, batcher.close)
+        return batcher
+
+
 def page_match_out(match: PageMatch) -> PageMatchOut:
     """A page's matches as the response body; a shard of the sharded router answers with it too."""
     return PageMatchOut(
@@ -161,12 +194,12 @@ async def match(
 ) -> MatchResponse:
     texts = check_match(body, settings)
     started = time.perf_counter()
-
-    def work() -> list[PageMatch]:
-        pages = texts or [_stored_page(body, catalog)]
-        return match_pages(collection, books.get(collection), settings, pages, body.k, body.filters)
-
-    results = await limiter.run(work)
+    pages = texts or [await run_in_threadpool(_stored_page, body, catalog)]
+    key = (body.k, body.filters.model_dump_json())
+    batcher = match_batcher_for(collection, books, settings)
+    async with limiter.slot():  # the pages are matched in the batcher's threads: this request holds none
+        futures = [batcher.submit(page, key) for page in pages]
+        results: list[PageMatch] = [await asyncio.wrap_future(future) for future in futures]
     took = (time.perf_counter() - started) * 1000
     results_out = [page_match_out(r) for r in results]
     return MatchResponse(collection=collection.name, results=results_out, took_ms=round(took, 3))

@@ -10,12 +10,14 @@ again for more adverts.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pytest
 from service_testing import Oracle, ThreadServer, assert_same_ranking, make_bundle, syllable_words, write_corpus
 
+import service.routes.match as match_routes
 from service.matching import EXPLAIN_WORDS
 from service.settings import CollectionSpec
 from ssi.records import Document
@@ -102,3 +104,34 @@ def assert_explained_from_the_texts(ads: list[dict], oracle: Oracle, page: str, 
         order = np.argsort(-contribution)[:EXPLAIN_WORDS]
         related = [vocab.feature_name(int(q_ids[j])) for j in order.tolist() if contribution[j] > 0]
         assert ad["related_words"] == related
+
+
+def test_pages_matched_at_the_same_time_share_batches_and_get_their_own_answers(
+    long_world: dict, tmp_path: Path
+) -> None:
+    """Concurrent /match requests are matched in batches (service.routes.match: one ONNX call and one index
+    scan for the pages waiting together, only pages of the same k and filters together); every request gets
+    exactly the answer it gets alone, whatever it was batched with."""
+    bundle = make_bundle(tmp_path / "bundle", long_world["ads"], n_dims=16, seed=6, lexical="bm25")
+    spec = CollectionSpec(bundle=bundle, corpus=long_world["ads_corpus"], type="adverts")
+    pages: list[str] = long_world["pages"]
+    requests = [
+        {"page": page, "k": k, **({"filters": {"category": [f"c{k}"]}} if filtered else {})}
+        for page in pages
+        for k in (5, 10)
+        for filtered in (False, True)
+    ]
+    with ThreadServer(
+        bundle=bundle, corpus=long_world["docs_corpus"], cache_dir=tmp_path / "cache", collections={"ads": spec}
+    ) as server:
+        alone = [server.client.post("/match", json=body).json()["results"][0]["ads"] for body in requests]
+        for _ in range(5):  # until some batch held two pages or more (every round checks the answers)
+            with ThreadPoolExecutor(len(requests)) as pool:
+                together = list(pool.map(lambda body: server.client.post("/match", json=body), requests * 2))
+            assert all(response.status_code == 200 for response in together)
+            for body, expected, response in zip(requests * 2, alone * 2, together, strict=True):
+                assert response.json()["results"][0]["ads"] == expected, body["k"]
+            if max(batcher.largest for batcher in match_routes._batchers.values()) >= 2:
+                break
+        else:
+            pytest.fail("48 concurrent requests were never batched")
