@@ -222,10 +222,11 @@ class BulkFeaturizer:
         tokenizer is TOKENIZER_VERSION, with a stemmer or not (ssi.stemming checks it on load)."""
         return self.vocab.hashing is None and TOKENIZER_VERSION == ARRAY_TOKENIZER
 
-    def featurize(self, texts: Sequence[str]) -> sp.csr_matrix:
-        """Document rows of `texts` (float32 CSR, sorted indices), identical to `vocab.featurize_documents(texts)`."""
+    def featurize(self, texts: Sequence[str], documents: bool = True) -> sp.csr_matrix:
+        """Document rows of `texts` (float32 CSR, sorted indices), identical to `vocab.featurize_documents(texts)`;
+        with `documents` False query rows, identical to `vocab.featurize_queries(texts)` (a web page to /match)."""
         if not self.uses_arrays:
-            return self.vocab.featurize_documents(texts)
+            return self.vocab.featurize_documents(texts) if documents else self.vocab.featurize_queries(texts)
         normal = [normalized(t) for t in texts]
         lengths = np.fromiter(map(len, normal), dtype=np.int64, count=len(normal))
         ids: list[np.ndarray] = []
@@ -236,7 +237,7 @@ class BulkFeaturizer:
             counts.append(found.counts)
         if not ids:
             return self.vocab.featurize_documents([])
-        return self.vocab.rows_from_ids(np.concatenate(ids), np.concatenate(counts), documents=True)
+        return self.vocab.rows_from_ids(np.concatenate(ids), np.concatenate(counts), documents=documents)
 
     def _ids(self, found: Spans) -> np.ndarray:
         """Each word's vocabulary id (−1: not in it): coded words from the table, the others from the dict."""

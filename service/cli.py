@@ -157,6 +157,9 @@ def bench(
     ads: Annotated[str, typer.Option(help="match: adverts in the collection, comma-separated")] = "10000,100000",
     page_kb: Annotated[str, typer.Option(help="match: page sizes in kB, comma-separated")] = "2,20,60",
     pages: Annotated[int, typer.Option(help="match: distinct pages of each size", min=1)] = 50,
+    ad_words: Annotated[
+        int, typer.Option(help="match: words per advert (the corpus cut into passages this long)", min=1)
+    ] = 60,
 ) -> None:
     """Benchmark the service over HTTP, with floors measured in the same run.
 
@@ -210,6 +213,7 @@ def bench(
             ads=_ints(ads, "--ads"),
             page_kb=_ints(page_kb, "--page-kb"),
             pages=pages,
+            ad_words=ad_words,
             clients=_ints(clients, "--clients"),
             seconds=seconds,
             index_types=type_list,

@@ -11,15 +11,20 @@ refused before anything changes.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import scipy.sparse as sp
 
+from service.bulk_featurize import BulkFeaturizer
 from service.encoder import QueryEncoder
 from ssi.bundle import Bundle, BundleError
 from ssi.records import Document
+
+
+BULK_QUERY_CHARS = 4096  # texts at least this long in all are featurized with arrays (service.bulk_featurize)
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,9 +73,21 @@ class Embedder:
         self.encoder.check_against(self.form.query_map(), normalize=self.form.normalizes_query)
 
     def featurize_queries(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
-        """Query rows (unit length); with `max_words`, a long text keeps only its most heavily weighted words."""
-        rows = self.bundle.vocab.featurize_queries(list(texts))
+        """Query rows (unit length); with `max_words`, a long text keeps only its most heavily weighted words.
+
+        Texts of BULK_QUERY_CHARS or more in all (web pages) take the array featurizer (the same rows, byte for
+        byte): a 20 kB page in 0.8 ms against 1.5 ms word by word; below that its fixed cost does not pay."""
+        texts = list(texts)
+        if sum(map(len, texts)) >= BULK_QUERY_CHARS:
+            rows = self._bulk.featurize(texts, documents=False)
+        else:
+            rows = self.bundle.vocab.featurize_queries(texts)
         return rows if max_words is None else keep_top_words(rows, max_words)
+
+    @functools.cached_property
+    def _bulk(self) -> BulkFeaturizer:
+        """Made on the first long text (its word table: ~16 MB for 244k words), so /search alone never builds it."""
+        return BulkFeaturizer(self.bundle.vocab)
 
     def featurize_documents(self, texts: Sequence[str]) -> sp.csr_matrix:
         """Document rows: what the index embeds and the exact rerank's lexical part reads."""

@@ -43,6 +43,7 @@ class MatchBenchConfig:
     ads: list[int] = field(default_factory=lambda: [10_000, 100_000])
     page_kb: list[int] = field(default_factory=lambda: [2, 20, 60])
     pages: int = 50  # distinct pages of each size, sent in turn
+    ad_words: int = 60  # words per advert passage (Wikispeedia gives ~242k of 60 words, ~1.04 M of 14)
     k: int = 10
     clients: list[int] = field(default_factory=lambda: [1, 32])
     seconds: float = 10.0
@@ -218,14 +219,18 @@ def run_match_bench(config: MatchBenchConfig, log: Any = print) -> dict[str, Any
         "ads": {},
     }
     for n_ads in config.ads:
-        ads = config.work_dir / f"ads-{n_ads}.jsonl"
+        ads = config.work_dir / f"ads-{n_ads}-{config.ad_words}w.jsonl"
         if not ads.is_file():
-            log(f"cutting {config.corpus} into 60-word passages (at most {n_ads}) into {ads}")
-            passage_corpus(config.corpus, ads, limit=n_ads)
+            log(f"cutting {config.corpus} into {config.ad_words}-word passages (at most {n_ads}) into {ads}")
+            passage_corpus(config.corpus, ads, words_per_passage=config.ad_words, limit=n_ads)
+            with ads.open("rb") as handle:
+                cut = sum(1 for _ in handle)
+            if cut < n_ads:
+                log(f"the corpus gives {cut} adverts of {config.ad_words} words, not {n_ads}: the figures are for {cut}")
         per_count: dict[str, Any] = {}
         exact: dict[int, list[list[tuple[str, float]]]] = {}
         for index_type in config.index_types:
-            cache = config.work_dir / f"match-{n_ads}-{index_type}"
+            cache = config.work_dir / f"match-{n_ads}-{config.ad_words}w-{index_type}"
             knobs = [{}] if index_type == "flat" else [{"SSI_IVF_NPROBE": str(v)} for v in config.nprobe]
             for knob in knobs:
                 name = index_type if not knob else f"{index_type} nprobe={knob['SSI_IVF_NPROBE']}"

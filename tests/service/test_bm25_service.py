@@ -11,6 +11,7 @@ import numpy as np
 from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, make_bundle, needle_of, probe_queries
 
 from service.bulk_featurize import BulkFeaturizer
+from service.embedding import BULK_QUERY_CHARS, Embedder
 from ssi.bundle import load_bundle
 from ssi.records import Document
 
@@ -64,9 +65,16 @@ def test_an_index_build_featurizes_bm25_rows_byte_for_byte(small_world: dict, tm
         bulk = BulkFeaturizer(vocab)
         assert bulk.uses_arrays
         for batch in (texts, [inflected, *texts, inflected.upper()]):
-            got, expected = bulk.featurize(batch), vocab.featurize_documents(batch)
-            assert np.array_equal(got.indptr, expected.indptr) and np.array_equal(got.indices, expected.indices)
-            assert got.data.tobytes() == expected.data.tobytes()
+            for documents in (True, False):  # a document's rows, or a query's (a web page to /match)
+                got = bulk.featurize(batch, documents=documents)
+                expected = vocab.featurize_documents(batch) if documents else vocab.featurize_queries(batch)
+                assert np.array_equal(got.indptr, expected.indptr) and np.array_equal(got.indices, expected.indices)
+                assert got.data.tobytes() == expected.data.tobytes()
+        page = " ".join(texts)  # a long page takes the array path in the service's query featurizing
+        assert len(page) >= BULK_QUERY_CHARS
+        embedder = Embedder(load_bundle(tmp_path / str(stemmer)), threads=1)
+        got, expected = embedder.featurize_queries([page]), vocab.featurize_queries([page])
+        assert np.array_equal(got.indices, expected.indices) and got.data.tobytes() == expected.data.tobytes()
 
 
 def test_a_stemmed_bundle_finds_a_word_by_any_of_its_forms(small_world: dict, tmp_path: Path) -> None:
