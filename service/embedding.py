@@ -23,7 +23,6 @@ from service.encoder import QueryEncoder
 from ssi.bundle import Bundle, BundleError
 from ssi.records import Document
 
-
 BULK_QUERY_CHARS = 4096  # texts at least this long in all are featurized with arrays (service.bulk_featurize)
 
 

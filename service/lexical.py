@@ -201,13 +201,16 @@ def _looked_up_values(
                 out[targets[r], j] = data[start + a]
 
 
-_WARM = False
+_WARMED: set[tuple[object, ...]] = set()  # the array types the kernels were compiled for in this process
 
 
 def _warm_kernels(matrix: sp.csc_matrix) -> None:
-    """Compile the kernels for this matrix's array types once per process, before a request needs them."""
-    global _WARM
-    if _WARM or matrix.shape[1] == 0:
+    """Compile the kernels for this matrix's array types once per process, before a request needs them. A base
+    mapped from a snapshot is read-only and a delta is not: numba compiles each apart (~100 ms, which the first
+    page matched after a start paid when only the base was warmed)."""
+    arrays = (matrix.indptr, matrix.indices, matrix.data)
+    kind = tuple((a.dtype.str, a.flags.writeable) for a in arrays)
+    if kind in _WARMED or matrix.shape[1] == 0:
         return
     words = np.zeros(1, dtype=np.int64)
     weights = np.zeros(1, dtype=np.float64)
@@ -229,7 +232,7 @@ def _warm_kernels(matrix: sp.csc_matrix) -> None:
     _looked_up_values(
         matrix.indptr, matrix.indices, matrix.data, words, rows, rows.astype(np.int64), np.zeros((0, 1), np.float64)
     )
-    _WARM = True
+    _WARMED.add(kind)
 
 
 def _empty() -> Scored:
@@ -252,6 +255,7 @@ class LexicalIndex:
         self._delta = _csc(delta if delta is not None else sp.csc_matrix((0, self.n_words)), self.n_words)
         self._bounds = _BaseBounds.of(self._base) if base_bounds is None else base_bounds
         _warm_kernels(self._base)
+        _warm_kernels(self._delta)
         self.column_max = np.maximum(self._bounds.column_max, _column_max(self._delta))
         self.row_norm_max = max(self._bounds.row_norm_max, _row_norm_max(self._delta))
         self.head = self._bounds.head

@@ -226,7 +226,7 @@ def run_match_bench(config: MatchBenchConfig, log: Any = print) -> dict[str, Any
             with ads.open("rb") as handle:
                 cut = sum(1 for _ in handle)
             if cut < n_ads:
-                log(f"the corpus gives {cut} adverts of {config.ad_words} words, not {n_ads}: the figures are for {cut}")
+                log(f"the corpus gives {cut} adverts of {config.ad_words} words, not {n_ads}: figures are for {cut}")
         per_count: dict[str, Any] = {}
         exact: dict[int, list[list[tuple[str, float]]]] = {}
         for index_type in config.index_types:
