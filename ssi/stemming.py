@@ -56,6 +56,11 @@ class Stems:
         self.language = check_stemmer(language)
         self._stemmer = Stemmer.Stemmer(language)
 
+    def __reduce__(self) -> tuple[type[Stems], tuple[str]]:
+        """Pickled by its name (the C stemmer is not picklable): a vocabulary goes to Ray workers and to the
+        index build's featurizing processes."""
+        return (Stems, (self.language,))
+
     def stem(self, word: str) -> str:
         return self._stemmer.stemWord(word)
 

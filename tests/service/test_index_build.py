@@ -179,7 +179,7 @@ def test_a_build_in_worker_processes_equals_the_one_in_this_process(
     """SSI_BUILD_WORKERS: the same rows, vectors and ids in the same order, whatever the workers' timing."""
     docs = diverse_documents(300, seed=13)
     corpus = write_corpus(tmp_path / "corpus.jsonl", docs)
-    bundle_dir = make_bundle(tmp_path / "bundle", docs)
+    bundle_dir = make_bundle(tmp_path / "bundle", docs, stemmer="english")  # as `ssi train` makes: stems pickle
     bundle = load_bundle(bundle_dir)
     monkeypatch.setattr(featurize_pool, "POOL_MIN_DOCUMENTS", 0)  # a pool even for 300 documents
     states = {}

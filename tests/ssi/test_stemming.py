@@ -5,6 +5,7 @@ bundle records the stemmer, while a bundle without one reads its words as they a
 from __future__ import annotations
 
 import json
+import pickle
 from pathlib import Path
 
 import bm25s
@@ -116,6 +117,14 @@ def test_names_and_refusals() -> None:
         Vocabulary.interleaved(Vocabulary.build(TEXTS, min_df=1, stemmer="english"), Vocabulary.build(TEXTS, min_df=1))
     stems = Stems("english")
     assert stems.stems(["running", "runs", "running"]) == ["run", "run", "run"] and stems.stem("claims") == "claim"
+
+
+def test_a_stemming_vocabulary_pickles(vocab: Vocabulary) -> None:
+    """It goes to Ray Train's workers and to the index build's featurizing processes."""
+    vocab.ids_of(["claims", "running"])  # a memo filled, as after use
+    copy = pickle.loads(pickle.dumps(vocab))
+    assert copy.stemmer == "english" and copy.words == vocab.words
+    assert (copy.featurize_queries(QUERIES) != vocab.featurize_queries(QUERIES)).nnz == 0
 
 
 def test_the_memo_of_word_ids_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
