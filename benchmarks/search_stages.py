@@ -195,6 +195,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--work-dir", type=Path, required=True)
     parser.add_argument("--queries", type=int, default=500)
     parser.add_argument("--k", type=int, default=10)
+    parser.add_argument(
+        "--query-sampler", choices=["distinct", "positions"], default="distinct",
+        help="distinct words of a passage (the protocol) or words at random positions, stop words included",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--clock", choices=["cpu", "process", "wall"], default="cpu")
     parser.add_argument("--pool", type=int, help="SSI_SCAN_POOL (K of the first flat/IVF pool)")
@@ -220,7 +224,7 @@ def main(argv: list[str] | None = None) -> None:
         corpus = args.work_dir / f"passages-{args.passages}.jsonl"
         if not corpus.is_file():
             passage_corpus(args.passages_from, corpus, limit=args.passages)
-    queries = keyword_queries(corpus, args.queries, 5)
+    queries = keyword_queries(corpus, args.queries, 5, sampler=args.query_sampler)
     pool = {"scan_pool": args.pool} if args.pool else {}
     settings = Settings(
         bundle=args.bundle,
