@@ -3,7 +3,7 @@
 BM25 with Porter-style stemming is the classic scorer users compare with (Lucene's English analyzer,
 Pyserini's BM25); without it "claims" and "claim" are two words. On SciFact's 809 train claims the
 BM25 lexical part alone goes from NDCG@10 0.668 to 0.697 with the Snowball English stemmer
-(docs/results/scifact.md has the command). The stemmer belongs to the contract: a bundle records it
+(docs/results/without-labels.md has the command). The stemmer belongs to the contract: a bundle records it
 in its tokenizer name (`words-nfkc-casefold-v1+snowball-english`), and the vocabulary maps every
 token through it, so the trainer, `ssi eval` and the service see the same terms. Stemming is applied
 once, to the tokenizer's words: Snowball is not idempotent, so a stem is never stemmed again.
