@@ -14,14 +14,13 @@ import pytest
 import Stemmer
 
 import ssi.vocab as vocab_module
-from ssi.bundle import BundleError, load_bundle, write_bundle
-from ssi.forms import form_class
+from ssi.bundle import BundleError, load_bundle
 from ssi.records import Document
 from ssi.stemming import STEMMERS, Stems, stemmer_of, tokenizer_name
 from ssi.tokenize import TOKENIZER_VERSION, tokenize
 from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
-from training.encoder import form_encoder
+from tests.ssi.random_bundle import lowrank_bundle
 from training.evaluate.baselines.bm25 import BM25Scorer
 
 TEXTS = [
@@ -76,17 +75,8 @@ def test_bm25_on_stems_is_bm25s_on_the_same_stems_and_the_eval_baseline_agrees(v
     assert np.count_nonzero(unstemmed) == 2 and np.count_nonzero(baseline[0]) == 3  # "claims" alone vs its stem
 
 
-def _bundle(tmp_path: Path, vocab: Vocabulary) -> Path:
-    cls = form_class("lowrank")
-    rng = np.random.default_rng(0)
-    arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in cls.shapes(4, vocab.size).items()}
-    form = cls(arrays)
-    write_bundle(tmp_path / "b", form=form, vocab=vocab, encoder_onnx=form_encoder(form))
-    return tmp_path / "b"
-
-
 def test_the_bundle_records_the_stemmer_and_an_unknown_one_is_refused(vocab: Vocabulary, tmp_path: Path) -> None:
-    path = _bundle(tmp_path, vocab)
+    path = lowrank_bundle(tmp_path, vocab)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["tokenizer"] == tokenizer_name("english")
     loaded = load_bundle(path)
@@ -100,7 +90,7 @@ def test_the_bundle_records_the_stemmer_and_an_unknown_one_is_refused(vocab: Voc
 
 def test_a_bundle_without_a_stemmer_keeps_its_words_as_they_are(tmp_path: Path) -> None:
     plain = Vocabulary.build(TEXTS, min_df=1, bm25=Bm25())
-    loaded = load_bundle(_bundle(tmp_path, plain))
+    loaded = load_bundle(lowrank_bundle(tmp_path, plain))
     assert loaded.manifest.tokenizer == TOKENIZER_VERSION and loaded.vocab.stemmer is None
     assert loaded.vocab.id_of("claims") != loaded.vocab.id_of("claim")
     assert "claims" in loaded.vocab.words and "acceler" not in loaded.vocab.words

@@ -10,12 +10,11 @@ import bm25s
 import numpy as np
 import pytest
 
-from ssi.bundle import BundleError, load_bundle, write_bundle
-from ssi.forms import form_class
+from ssi.bundle import BundleError, load_bundle
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 from ssi.weighting import BM25_SCHEME, Bm25, WeightingError, bm25_idf
-from training.encoder import form_encoder
+from tests.ssi.random_bundle import lowrank_bundle
 
 TEXTS = [
     "The cat sat on the mat and the cat slept.",
@@ -96,17 +95,8 @@ def test_bad_parameters_are_refused() -> None:
     assert bm25_idf(np.array([1, 8]), 8).min() > 0  # Lucene's idf: positive even for a word in every document
 
 
-def _bundle(tmp_path: Path, vocab: Vocabulary) -> Path:
-    cls = form_class("lowrank")
-    rng = np.random.default_rng(0)
-    arrays = {n: rng.standard_normal(s).astype(np.float32) for n, s in cls.shapes(4, vocab.size).items()}
-    form = cls(arrays)
-    write_bundle(tmp_path / "b", form=form, vocab=vocab, encoder_onnx=form_encoder(form))
-    return tmp_path / "b"
-
-
 def test_the_bundle_records_the_weighting_and_reads_it_back(vocab: Vocabulary, tmp_path: Path) -> None:
-    path = _bundle(tmp_path, vocab)
+    path = lowrank_bundle(tmp_path, vocab)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["tf_scheme"] == BM25_SCHEME
     assert manifest["lexical"] == {"scheme": "bm25", "k1": 1.2, "b": 0.75, "avg_len": vocab.bm25.avg_len}
@@ -117,7 +107,7 @@ def test_the_bundle_records_the_weighting_and_reads_it_back(vocab: Vocabulary, t
 
 def test_a_bundle_without_the_field_is_tfidf_and_a_broken_one_is_refused(tmp_path: Path) -> None:
     tfidf = Vocabulary.build(TEXTS, min_df=1)
-    path = _bundle(tmp_path, tfidf)
+    path = lowrank_bundle(tmp_path, tfidf)
     manifest = json.loads((path / "manifest.json").read_text())
     assert manifest["lexical"] is None
     del manifest["lexical"]  # as every bundle written before the field existed
