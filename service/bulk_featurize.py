@@ -188,7 +188,9 @@ class BulkFeaturizer:
     _uncoded: dict[str, int] = field(init=False, repr=False)  # the words without a code (what such a word can be)
 
     def __post_init__(self) -> None:
-        codes = vocabulary_codes(self.vocab.words)
+        # A stemming vocabulary's words are stems, which a text's words are not: its tokens are looked up by
+        # their stems (`_stemmed_ids`), so its table stays empty (198k stems would fill 16.8 MB for nothing).
+        codes = vocabulary_codes(self.vocab.words if self.vocab.stemmer is None else [])
         coded = np.flatnonzero(codes)
         self._uncoded = {self.vocab.words[i]: i for i in np.flatnonzero(codes == 0).tolist()}
         bits = max(10, (4 * coded.size).bit_length())  # a table at most a quarter full: short probe runs
