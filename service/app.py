@@ -23,6 +23,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.routing import Match
 
+from service import busy
 from service.admission import Limiter
 from service.adverts import AdvertBooks
 from service.bounds import body_limits
@@ -128,9 +129,15 @@ def install_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": "internal error; see the server log"}, status_code=500)
 
 
-def create_app(settings: Settings, on_fatal: Callable[[str], None] | None = None) -> FastAPI:
-    """The service app. `on_fatal(message)` is called if a collection cannot load (the CLI then exits)."""
+def create_app(
+    settings: Settings, on_fatal: Callable[[str], None] | None = None, board: busy.Board | None = None
+) -> FastAPI:
+    """The service app. `on_fatal(message)` is called if a collection cannot load (the CLI then exits).
+
+    `board`: where this process counts its searches (service.busy): a worker's slot of its group's array; by
+    default one of its own, over the cores its threads may use."""
     limit_blas_threads()
+    busy.use(board or busy.Board(cores=settings.workers * settings.threads))
     metrics_registry = Metrics()
     catalog = Catalog(settings, metrics_registry)
 

@@ -35,6 +35,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from service import busy
+
 GATHER_FROM = 6  # batches of at least this many on average before a leader waits for more (see above)
 
 # What queries must share to be run together: for /search (k, offset, ef_search, nprobe), for /match (k, filters).
@@ -124,7 +126,8 @@ class QueryBatcher:
         self.batches += 1
         self.largest = max(self.largest, len(batch))
         try:
-            results = self._search([w.query for w in batch], batch[0].key)
+            with busy.board().searching():
+                results = self._search([w.query for w in batch], batch[0].key)
         except BaseException as exc:  # every waiter gets the error its own search would have raised
             for w in batch:
                 w.future.set_exception(exc)

@@ -24,20 +24,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from service import topk
 from service.embedding import Embedder
 from service.index import IndexConfig, VectorIndex
-from service.lexical import LexicalIndex
-from service.rerank import Ranked, SemanticSearch, exact_top
+from service.lexical import LexicalIndex, LexicalQuery
+from service.rerank import Ranked, SemanticSearch, every_row_top, exact_top, prefers_dense
 from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from ssi.bundle import Bundle
 
+# At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
+LEXICAL_BESIDE_SCAN = 4
+# A flat index's chunk holds at most this many bytes of every-row scores (float32 [queries, rows]): 64 queries
+# at 100k rows, 8 at 1 M.
+EVERY_SCORE_BYTES = 32 * 2**20
 SEARCH_CHUNK = 64  # queries searched in the index at once (one FAISS call) within a batch (see max_concurrency)
 
 
@@ -51,6 +58,26 @@ class LoadReport:
     replayed: int = 0  # documents re-applied from the write log after the snapshot
     snapshot: str | None = None
     compacted: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Chunk:
+    """What one index call answered for the queries start … stop − 1 of a batch, valid while the state's
+    `version` and the first pool's size are unchanged."""
+
+    version: int
+    first_k: int
+    start: int
+    stop: int
+    bits: np.ndarray | None  # the live rows' bitmap FAISS searched with
+    lexical: list[LexicalQuery]  # each query's lexical term
+    # query number → (s, l or None: not summed yet) of every row, for the queries ranked from them
+    every: dict[int, tuple[np.ndarray, np.ndarray | None]]
+    scores: np.ndarray  # the first pool of the others, [query − start, first_k]
+    rows: np.ndarray
+
+    def holds(self, query: int, version: int, first_k: int) -> bool:
+        return version == self.version and first_k == self.first_k and self.start <= query < self.stop
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +147,8 @@ class ModelState:
         # Set when a write failed halfway through its in-memory apply: this state no longer matches
         # the store and must be neither searched nor snapshotted (the collection rebuilds it).
         self.broken = False
+        if index.scans_every_row:
+            topk.warm()
 
     def first_pool(self, candidate_pool: int, scan_pool: int) -> int:
         """K of the first index search: SSI_CANDIDATE_POOL for HNSW (its cost grows with K), else SSI_SCAN_POOL
@@ -165,28 +194,67 @@ class ModelState:
         asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]
         knobs = {"ef_search": ef_search, "nprobe": nprobe}
         results: list[QueryResult] = []
-        # The first pool of a chunk of queries: (version, first_k, first query, scores, rows).
-        chunk: tuple[int, int, int, np.ndarray, np.ndarray] | None = None
+        chunk: _Chunk | None = None
         for i in range(n_queries):
             words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
-            values = tfidf.data[tfidf.indptr[i] : tfidf.indptr[i + 1]]
             with self.lock.read():
-                n_live, bits = self.table.n_live, self.table.live_bits()
+                n_live = self.table.n_live
                 if words.shape[0] == 0 or n_live == 0:
                     results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
                     continue
                 first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
-                if chunk is None or chunk[0] != self.version or chunk[1] != first_k or i >= chunk[2] + SEARCH_CHUNK:
-                    scores, rows = self.index.search(
-                        query_embeddings[i : i + SEARCH_CHUNK], first_k, live_bits=bits, **knobs
-                    )
-                    chunk = (self.version, first_k, i, scores, rows)
-                _, _, start, first_scores, first_rows = chunk
-                first = (first_k, first_scores[i - start], first_rows[i - start])
-                semantic = self._semantic(query_embeddings[i : i + 1], first, bits, knobs)
-                ranked = self._rank(query_embeddings[i], words, values, asks[i], semantic, pool)
+                if chunk is None or not chunk.holds(i, self.version, first_k):
+                    chunk = self._search_chunk(tfidf, query_embeddings, i, first_k, knobs)
+                lexical = chunk.lexical[i - chunk.start]
+                every = chunk.every.get(i)
+                if every is not None:  # s and l of every row: no pool (service.rerank.every_row_top)
+                    uq = np.asarray(query_embeddings[i], dtype=np.float64)
+                    semantic_all, lexical_all = every
+                    if lexical_all is None:
+                        lexical_all = lexical.everywhere()
+                    ranked = every_row_top(uq, asks[i], semantic_all, lexical_all, self.index.vectors, self.table.live)
+                else:
+                    first = (first_k, chunk.scores[i - chunk.start], chunk.rows[i - chunk.start])
+                    semantic = self._semantic(query_embeddings[i : i + 1], first, chunk.bits, knobs)
+                    ranked = self._rank(query_embeddings[i], asks[i], semantic, lexical, pool)
                 results.append(self._result(ranked, want, excluded[i], query_words=words.shape[0]))
         return results
+
+    def _search_chunk(
+        self,
+        tfidf: sp.csr_matrix,
+        query_embeddings: np.ndarray,
+        start: int,
+        first_k: int,
+        knobs: dict[str, int | None],
+    ) -> _Chunk:
+        """The index's answers for the queries start … start + SEARCH_CHUNK − 1 at once (under the read lock): for
+        a flat index and a query whose l is summed for every row (service.rerank.prefers_dense), its s for every
+        row from one matrix product; for the others, the first pool of `first_k` rows from one FAISS call."""
+        flat = self.index.scans_every_row
+        size = max(1, min(SEARCH_CHUNK, EVERY_SCORE_BYTES // (4 * max(1, self.index.ntotal)))) if flat else SEARCH_CHUNK
+        stop = min(start + size, tfidf.shape[0])
+        bits = self.table.live_bits()
+        spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
+        lexical = [self.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]) for a, b in spans]
+        dense = [flat and b > a and prefers_dense(q, first_k) for (a, b), q in zip(spans, lexical, strict=True)]
+        every: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        if any(dense):
+            chosen = [start + j for j, d in enumerate(dense) if d]
+            # A few queries' l of every row are summed beside the scan, on the cores it leaves idle (service.busy);
+            # a larger chunk's one at a time when ranked (an array of every row each).
+            summed: dict[int, np.ndarray] = {}
+
+            def sum_lexical(i: int) -> None:
+                summed[i] = lexical[i - start].everywhere()
+
+            beside = [partial(sum_lexical, i) for i in chosen] if len(chosen) <= LEXICAL_BESIDE_SCAN else []
+            semantic_all = self.index.every_score(query_embeddings[chosen], beside)
+            every = {i: (semantic_all[j], summed.get(i)) for j, i in enumerate(chosen)}
+        scores = rows = np.zeros((stop - start, 0))
+        if not all(dense):
+            scores, rows = self.index.search(query_embeddings[start:stop], first_k, live_bits=bits, **knobs)
+        return _Chunk(self.version, first_k, start, stop, bits, lexical, every, scores, rows)
 
     def _semantic(
         self,
@@ -209,10 +277,9 @@ class ModelState:
     def _rank(
         self,
         query_embedding: np.ndarray,
-        words: np.ndarray,
-        values: np.ndarray,
         want: int,
         semantic: SemanticSearch,
+        lexical: LexicalQuery,
         pool: int,
     ) -> Ranked:
         """One query's exact top `want` rows, from the index pool and the rows sharing its words."""
@@ -222,7 +289,7 @@ class ModelState:
             query_embedding,
             want,
             semantic,
-            self.lexical.query(words, values),
+            lexical,
             self.index.vectors,
             self.table.live,
             self.table.n_live,

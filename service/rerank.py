@@ -55,6 +55,8 @@ from typing import Protocol
 
 import numpy as np
 
+from service import topk
+
 SemanticSearch = Callable[[int], tuple[np.ndarray, np.ndarray]]
 # The stored embeddings e(d) of the given rows (service.index.VectorIndex.vectors): read from the index,
 # which holds the only copy of them.
@@ -93,6 +95,11 @@ class Ranked:
     def empty(cls) -> Ranked:
         nothing = np.zeros(0, dtype=np.float64)
         return cls(np.zeros(0, dtype=np.int64), nothing, nothing, nothing, 0, 0)
+
+
+# service.topk keeps the rows within this share of the cut (a looser bound than 2 × `_float_slack`'s), which
+# `every_row_top` then filters.
+TOPK_MARGIN = 1e-4
 
 
 def _float_slack(*scores: float) -> float:
@@ -197,6 +204,42 @@ DENSE_MAX_NS = 1.0e6
 LONG_QUERY_LOOKUPS = 2.0
 
 
+def prefers_dense(lexical: LexicalTerm, pool: int) -> bool:
+    """Whether the query's l is best summed for every row at once: cheap (DENSE_MAX_NS), or cheaper than the
+    pruned path's lookups of a `pool` for a long text (LONG_QUERY_LOOKUPS)."""
+    return lexical.dense_cost_ns() <= max(DENSE_MAX_NS, LONG_QUERY_LOOKUPS * lexical.lookup_cost_ns(pool))
+
+
+def every_row_top(
+    uq: np.ndarray,
+    want: int,
+    semantic_all: np.ndarray,
+    lexical_all: np.ndarray,
+    vectors: RowVectors,
+    live: np.ndarray,
+) -> Ranked:
+    """The exact top `want` when s and l are known for every row (a flat scan's matrix product and the dense
+    lexical pass): no pool, no bound and no rows beyond it, so any weights, negative ones included.
+
+    s came from float32 sums, so the rows within rounding of the `want`-th best f (service.topk) are rescored
+    in float64 from their embeddings and ordered by that exact f (ties by row)."""
+    rows, approximate, cut = topk.best(semantic_all, lexical_all, live, want, margin=TOPK_MARGIN)
+    if np.isfinite(cut):
+        rows = rows[approximate >= cut - 2 * _float_slack(cut)]
+    semantic = vectors(rows).astype(np.float64) @ uq
+    lexical_part = lexical_all[rows]
+    scores = semantic + lexical_part
+    order = np.lexsort((rows, -scores))[:want]
+    return Ranked(
+        rows=rows[order],
+        scores=scores[order],
+        semantic=semantic[order],
+        lexical=lexical_part[order],
+        candidates=int(rows.shape[0]),
+        searches=1,
+    )
+
+
 def _beyond_pool(
     lexical: LexicalTerm, threshold: float, found: np.ndarray, live: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -225,8 +268,8 @@ def _scanned_top(
     from one pass over the query's posting lists (cheap on a small collection), else the pruned scan;
     None chooses by their estimated costs."""
     K = min(max(pool, want), n_live)
-    if dense is None:  # cheap, or cheaper than the pruned path for a long text (see LONG_QUERY_LOOKUPS)
-        dense = lexical.dense_cost_ns() <= max(DENSE_MAX_NS, LONG_QUERY_LOOKUPS * lexical.lookup_cost_ns(K))
+    if dense is None:
+        dense = prefers_dense(lexical, K)
     l_all = lexical.everywhere() if dense else None
     searches = 0
     while True:

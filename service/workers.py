@@ -47,7 +47,9 @@ import time
 from collections import deque
 from multiprocessing.process import BaseProcess
 from types import FrameType
+from typing import Any
 
+from service.busy import Board, new_slots
 from service.group_reload import GroupBundle
 from service.instance_lock import FolderInUse, FolderLock
 from service.settings import Settings
@@ -98,8 +100,9 @@ def die_with_parent(parent: int) -> None:
         os._exit(1)
 
 
-def worker_main(settings: Settings, number: int, parent: int) -> None:
-    """A worker process: load, then listen and serve until told to stop."""
+def worker_main(settings: Settings, number: int, parent: int, searching: Any) -> None:
+    """A worker process: load, then listen and serve until told to stop. `searching`: the group's counts of
+    searches in flight (service.busy), this worker's at `number`."""
     die_with_parent(parent)
     from service.server import configure_process, uvicorn_config
 
@@ -109,7 +112,8 @@ def worker_main(settings: Settings, number: int, parent: int) -> None:
     from service.app import create_app
 
     fatal: list[str] = []
-    app = create_app(settings, on_fatal=fatal.append)
+    board = Board(searching, number, cores=settings.workers * settings.threads)
+    app = create_app(settings, on_fatal=fatal.append, board=board)
     catalog = app.state.catalog
     catalog.start_loading(fatal.append)
     catalog.wait_loaded()
@@ -128,11 +132,12 @@ class Supervisor:
         self._context = multiprocessing.get_context("spawn")
         self._stop = threading.Event()
         self._deaths: deque[float] = deque()
+        self._searching = new_slots(settings.workers)  # each worker's searches in flight (service.busy)
 
     def _start(self, number: int) -> BaseProcess:
         process = self._context.Process(
             target=worker_main,
-            args=(self.settings.model_copy(update={"worker_number": number}), number, os.getpid()),
+            args=(self.settings.model_copy(update={"worker_number": number}), number, os.getpid(), self._searching),
             name=f"ssi-worker-{number}",
             daemon=False,
         )

@@ -27,6 +27,7 @@ from service_testing import (
     write_corpus,
 )
 
+from service import model_state
 from service.embedding import Embedder
 from ssi.bundle import BundleError, load_bundle, write_bundle
 from ssi.forms import FORMS, PSI3
@@ -63,6 +64,7 @@ def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> 
 SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
 
 
+@pytest.mark.parametrize("route", ["every-row", "pool"])
 @pytest.mark.parametrize(
     ("form", "lexical", "stemmer"),
     [(form, "tfidf", None) for form in SERVED]
@@ -70,11 +72,22 @@ SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
     + [("lowrank", "bm25", "english"), ("diagonal", "bm25", "english"), ("symmetric", "tfidf", "english")],
 )
 def test_served_top_k_equals_brute_force_of_the_reference_score(
-    form: str, lexical: str, stemmer: str | None, corpus: dict, tmp_path: Path
+    form: str,
+    lexical: str,
+    stemmer: str | None,
+    route: str,
+    corpus: dict,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Under both lexical weightings: with BM25 a query's row and a document's differ (ssi.weighting), and the
     service must put each text on its side, "more like this" included (a stored document as the query). With
-    a stemmer, the service looks every word up by its stem as the trainer did (ssi.stemming)."""
+    a stemmer, the service looks every word up by its stem as the trainer did (ssi.stemming).
+
+    Both routes of the exact ranking: s and l of every row (a flat index and a cheap dense lexical pass: a
+    small collection), and the FAISS pool with the lexical rows beyond it (a large one)."""
+    if route == "pool":
+        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool: False)
     docs: list[Document] = corpus["docs"]
     bundle = make_bundle(
         tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical,
@@ -95,7 +108,7 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(
             assert response.status_code == 200, response.text
             assert_same_ranking(response.json()["hits"], oracle, query, K)
             candidates.append(response.json()["candidates"])
-        if oracle.form.lexical_weights().any():  # documents beyond the FAISS pool were scored: the word matches
+        if route == "pool" and oracle.form.lexical_weights().any():  # rows beyond the FAISS pool were scored
             assert max(candidates) > POOL
         for doc in docs[:: len(docs) // 8]:
             response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
@@ -103,11 +116,16 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(
             assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)
 
 
+@pytest.mark.parametrize("route", ["every-row", "pool"])
 @pytest.mark.parametrize("weight", [0.0, 2.0])
-def test_a_projection_alone_or_with_tfidf_is_served_exactly(weight: float, corpus: dict, tmp_path: Path) -> None:
+def test_a_projection_alone_or_with_tfidf_is_served_exactly(
+    weight: float, route: str, corpus: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The projection form as the fitted kinds export it (paper 003): cos(Aq, Bd) plus one tf-idf weight c for
     every word, 0 (the cosine alone) or c > 0 (combined). The index holds B d/‖B d‖, the encoder A q/‖A q‖,
     and the rerank's bounds (s ∈ [−1, 1], l⁺ ≤ c·q·d) keep the top k exact."""
+    if route == "pool":
+        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool: False)
     docs: list[Document] = corpus["docs"]
     random = load_bundle(make_bundle(tmp_path / "random", docs, form="projection", n_dims=12, seed=5), mmap=False)
     form = Projection({**random.form.values, "w": np.full_like(random.form.values["w"], weight)})
@@ -122,7 +140,8 @@ def test_a_projection_alone_or_with_tfidf_is_served_exactly(weight: float, corpu
             assert_same_ranking(response.json()["hits"], oracle, query, K)
             assert all(-1 - 1e-5 <= hit["semantic"] <= 1 + 1e-5 for hit in response.json()["hits"])  # a cosine
             candidates.append(response.json()["candidates"])
-        assert (max(candidates) > POOL) == (weight > 0)  # only word matches bring documents beyond the pool
+        if route == "pool":  # only word matches bring documents beyond the pool
+            assert (max(candidates) > POOL) == (weight > 0)
 
 
 class _RerankOnly(FORMS["lowrank"]):  # type: ignore[misc, valid-type]
