@@ -15,7 +15,6 @@ costs at most one search split while another started, for the length of one scan
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -81,8 +80,6 @@ class Board:
 
     def idle_cores(self) -> int:
         """Cores no counted search is using (0 when at least as many run as there are cores)."""
-        if os.environ.get("SSI_NO_SPREAD"):
-            return 0
         return max(0, self.cores - sum(self._slots))
 
 

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+import service.index as index_module
 import service.lexical as lexical_module
+from service import busy
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex
-from service.rerank import exact_top
+from service.rerank import every_row_top, exact_top
 from service.rows import RowTable
 
 
@@ -246,3 +250,65 @@ def test_heads_let_a_common_word_be_skipped_without_losing_a_row(
         if threshold >= 0.1:  # word 0's tail bound (0.7 · w_0 · 0.02 ≤ 0.03) is below θ: its list is skipped
             assert 0 in fresh.skipped_words().tolist()
     assert 7 in lexical.query(ids, vals).above(0.1)[0]  # l⁺ ≥ 0.7 · 0.2 · 0.9 from its head posting alone
+
+
+@pytest.mark.parametrize("idle_cores", [0, 3])
+@pytest.mark.parametrize("negative_weights", [False, True])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_every_row_top_equals_brute_force(
+    seed: int, negative_weights: bool, idle_cores: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """s and l of every row (a flat index's every_score, the dense lexical pass), any weights, dead rows, exact
+    ties broken by row, the rows appended after the first part; with idle cores the scan's pieces are spread
+    over other threads (service.busy) and must come back in their places."""
+    monkeypatch.setattr(index_module, "SCAN_PIECE_ROWS", 70)  # several pieces in each part
+    monkeypatch.setattr(busy, "_board", busy.Board(cores=1 + idle_cores))  # this search counted below
+    X, E = random_collection(seed, n_docs=700)
+    E[350:360] = E[340]  # ten rows share one embedding: equal s, and equal f where l is equal too
+    rng = np.random.default_rng(200 + seed)
+    w = rng.uniform(0.5, 3.0, X.shape[1])
+    if negative_weights:
+        w[rng.random(X.shape[1]) < 0.3] *= -1
+    live = rng.random(E.shape[0]) > 0.1
+    index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E[:500])
+    index.add(E[500:])
+    lexical = LexicalIndex(w, X[:500]).appended(X[500:])
+    spread = []
+    original = busy.Board.spread
+
+    def counted(board: busy.Board, tasks: list) -> None:
+        spread.append(min(board.idle_cores(), len(tasks) - 1))
+        original(board, tasks)
+
+    monkeypatch.setattr(busy.Board, "spread", counted)
+    for _ in range(20):
+        ids, vals = query_vector(rng, X.shape[1], int(rng.integers(1, 8)))
+        uq = rng.standard_normal(E.shape[1]) * 0.3
+        with busy.board().searching():
+            semantic_all = index.every_score(uq[None, :].astype(np.float32))[0]
+        np.testing.assert_allclose(semantic_all, E @ uq.astype(np.float32), rtol=1e-5, atol=1e-5)
+        for want in (1, 10, 30, 800):
+            ranked = every_row_top(uq, want, semantic_all, lexical.query(ids, vals).everywhere(), index.vectors, live)
+            f = brute(E, X, w, uq, ids, vals, live)
+            expected = np.lexsort((np.arange(f.shape[0]), -f))[: min(want, int(live.sum()))]
+            np.testing.assert_array_equal(ranked.rows, expected)
+            np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-6)
+    assert set(spread) == {idle_cores}  # the scan went to the idle cores, and only to them
+
+
+def test_the_board_counts_the_searches_of_every_process_of_a_group() -> None:
+    """Two workers' slots in one shared array: a search running in one leaves the other one core fewer idle,
+    and a spread on a busy machine runs everything on the calling thread."""
+    slots = busy.new_slots(2)
+    first, second = busy.Board(slots, 0, cores=2), busy.Board(slots, 1, cores=2)
+    assert first.idle_cores() == second.idle_cores() == 2
+    with first.searching():
+        assert second.idle_cores() == 1
+        with second.searching():
+            assert first.idle_cores() == 0
+            threads: set[str] = set()
+            second.spread([lambda: threads.add(threading.current_thread().name)] * 8)
+            assert threads == {threading.current_thread().name}
+        with first.borrowing(1):
+            assert second.idle_cores() == 0
+    assert first.idle_cores() == 2 and list(slots) == [0, 0]
