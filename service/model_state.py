@@ -8,7 +8,9 @@ index) and the FAISS index, all numbered by the same rows (service.rows). It is 
 A request's path, top to bottom: `search` featurizes and embeds the query texts, takes the first
 candidate pool from the index for a chunk of them at once, and `_rank` orders each query's
 candidates (pool + lexical rows) by the exact f (service.rerank), returning document ids with
-score parts.
+score parts. With a flat index, a query whose lexical part is summed for every row gets instead its
+semantic score for every row from the chunk's matrix product, and the top k of f over all rows
+(service.rerank.every_row_top); the scan is spread over idle cores (service.busy).
 
 The read lock is taken per query, never across a batch: a write waits for at most one query of
 each search in flight (not for a 64-query batch), and since waiting writers hold off new readers,
