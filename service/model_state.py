@@ -75,8 +75,7 @@ class _Chunk:
     lexical: list[LexicalQuery]  # each query's lexical term
     # query number → (s, l or None: not summed yet) of every row, for the queries ranked from them
     every: dict[int, tuple[np.ndarray, np.ndarray | None]]
-    scores: np.ndarray  # the first pool of the others, [query − start, first_k]
-    rows: np.ndarray
+    pools: dict[int, tuple[np.ndarray, np.ndarray]]  # query number → the first pool (scores, rows) of the others
 
     def holds(self, query: int, version: int, first_k: int) -> bool:
         return version == self.version and first_k == self.first_k and self.start <= query < self.stop
@@ -216,7 +215,7 @@ class ModelState:
                         lexical_all = lexical.everywhere()
                     ranked = every_row_top(uq, asks[i], semantic_all, lexical_all, self.index.vectors, self.table.live)
                 else:
-                    first = (first_k, chunk.scores[i - chunk.start], chunk.rows[i - chunk.start])
+                    first = (first_k, *chunk.pools[i])
                     semantic = self._semantic(query_embeddings[i : i + 1], first, chunk.bits, knobs)
                     ranked = self._rank(query_embeddings[i], asks[i], semantic, lexical, pool)
                 results.append(self._result(ranked, want, excluded[i], query_words=words.shape[0]))
@@ -253,10 +252,12 @@ class ModelState:
             beside = [partial(sum_lexical, i) for i in chosen] if len(chosen) <= LEXICAL_BESIDE_SCAN else []
             semantic_all = self.index.every_score(query_embeddings[chosen], beside)
             every = {i: (semantic_all[j], summed.get(i)) for j, i in enumerate(chosen)}
-        scores = rows = np.zeros((stop - start, 0))
-        if not all(dense):
-            scores, rows = self.index.search(query_embeddings[start:stop], first_k, live_bits=bits, **knobs)
-        return _Chunk(self.version, first_k, start, stop, bits, lexical, every, scores, rows)
+        pools: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        others = [start + j for j, d in enumerate(dense) if not d]
+        if others:
+            scores, rows = self.index.search(query_embeddings[others], first_k, live_bits=bits, **knobs)
+            pools = {i: (scores[j], rows[j]) for j, i in enumerate(others)}
+        return _Chunk(self.version, first_k, start, stop, bits, lexical, every, pools)
 
     def _semantic(
         self,
