@@ -99,6 +99,15 @@ class Ranked:
     searches: int
 
     @classmethod
+    def best(
+        cls, rows: np.ndarray, semantic: np.ndarray, lexical: np.ndarray, want: int, candidates: int, searches: int
+    ) -> Ranked:
+        """The `want` rows of highest f = semantic + lexical among `rows` (all scored exactly), ties by row."""
+        scores = semantic + lexical
+        order = np.lexsort((rows, -scores))[:want]
+        return cls(rows[order], scores[order], semantic[order], lexical[order], candidates, searches)
+
+    @classmethod
     def empty(cls) -> Ranked:
         nothing = np.zeros(0, dtype=np.float64)
         return cls(np.zeros(0, dtype=np.int64), nothing, nothing, nothing, 0, 0)
@@ -187,16 +196,7 @@ def exact_top(
     candidates = np.concatenate([pool_rows, extra])
     semantic = np.concatenate([semantic_found, vectors(extra).astype(np.float64) @ uq])
     lexical_part = np.concatenate([lexical_found, extra_lexical])
-    scores = semantic + lexical_part
-    order = np.lexsort((candidates, -scores))[:want]
-    return Ranked(
-        rows=candidates[order],
-        scores=scores[order],
-        semantic=semantic[order],
-        lexical=lexical_part[order],
-        candidates=int(candidates.shape[0]),
-        searches=searches,
-    )
+    return Ranked.best(candidates, semantic, lexical_part, want, int(candidates.shape[0]), searches)
 
 
 # Lexical candidates + rerank, median (mean) a query, `python -m benchmarks.search_stages --clock wall
@@ -234,17 +234,7 @@ def every_row_top(
     if np.isfinite(cut):
         rows = rows[approximate >= cut - 2 * _float_slack(cut)]
     semantic = vectors(rows).astype(np.float64) @ uq
-    lexical_part = lexical_all[rows]
-    scores = semantic + lexical_part
-    order = np.lexsort((rows, -scores))[:want]
-    return Ranked(
-        rows=rows[order],
-        scores=scores[order],
-        semantic=semantic[order],
-        lexical=lexical_part[order],
-        candidates=int(rows.shape[0]),
-        searches=1,
-    )
+    return Ranked.best(rows, semantic, lexical_all[rows], want, int(rows.shape[0]), searches=1)
 
 
 def _beyond_pool(
@@ -317,13 +307,4 @@ def _scanned_top(
         near = np.arange(rows.shape[0])
     near = near[near < found.shape[0]]  # the extra rows were scored in float64 already
     semantic[near] = vectors(rows[near]).astype(np.float64) @ uq
-    scores[near] = semantic[near] + lexical_part[near]
-    order = np.lexsort((rows, -scores))[:want]
-    return Ranked(
-        rows=rows[order],
-        scores=scores[order],
-        semantic=semantic[order],
-        lexical=lexical_part[order],
-        candidates=int(near.shape[0] + extra.shape[0]),
-        searches=searches,
-    )
+    return Ranked.best(rows, semantic, lexical_part, want, int(near.shape[0] + extra.shape[0]), searches)
