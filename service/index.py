@@ -64,9 +64,11 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-from service import busy
+from service import busy, quantized
+from service.quantized import QUANTIZED_QUERIES, Codes
 from service.rows import EmbeddingRows
 from service.settings import IndexType
+from service.topk import EveryScore
 
 
 class IndexLoadError(RuntimeError):
@@ -337,26 +339,40 @@ class VectorIndex:
         """Whether this is a flat index, whose search is a scan of every row's vector (`every_score`)."""
         return self._rows is not None
 
-    def every_score(self, queries: np.ndarray, beside: Sequence[Callable[[], None]] = ()) -> np.ndarray:
-        """Every row's inner product with each query, float32 [queries, rows], dead rows included: the flat
-        scan as matrix products (BLAS), kept whole instead of cut to a top k, for the exact ranking when the
+    def every_score(self, queries: np.ndarray, beside: Sequence[Callable[[], None]] = ()) -> EveryScore:
+        """Every row's inner product with each query, float32 [queries, rows], dead rows included, with how far
+        each may be off: the flat scan kept whole instead of cut to a top k, for the exact ranking when the
         lexical part is known for every row too (service.rerank.every_row_top). Flat indexes only.
 
-        The rows are scanned in pieces of SCAN_PIECE_ROWS, spread with the `beside` tasks (run first) over
-        this thread and the cores no other search is using (service.busy): all on this one under load."""
+        At most QUANTIZED_QUERIES queries are scored from the rows' int8 codes (a quarter of the bytes to
+        stream; each score within ‖q‖₁ × its row's radius, service.quantized), more by BLAS's float32 product
+        (rounding only). The rows go in pieces of SCAN_PIECE_ROWS, spread with the `beside` tasks (run first)
+        over this thread and the cores no other search is using (service.busy): all on this one under load."""
         assert self._rows is not None, "every_score needs a flat index"
         queries = _f32(queries).reshape(-1, self.dim)
         out = np.empty((queries.shape[0], self._rows.rows), dtype=np.float32)
+        tasks = list(beside)
+        if queries.shape[0] <= QUANTIZED_QUERIES:
+
+            def coded(piece: Codes, first: int) -> None:
+                quantized.scores(piece, queries, out[:, first : first + piece.codes.shape[0]])
+
+            for codes, first in self._rows.coded_parts():
+                for a in range(0, codes.codes.shape[0], SCAN_PIECE_ROWS):
+                    b = a + SCAN_PIECE_ROWS
+                    piece = Codes(codes.codes[a:b], codes.scales[a:b], codes.radius[a:b])
+                    tasks.append(partial(coded, piece, first + a))
+            busy.board().spread(tasks)
+            return EveryScore(out, self._rows.radius(), quantized.query_factor(queries))
 
         def product(piece: np.ndarray, first: int) -> None:
             np.matmul(queries, piece.T, out=out[:, first : first + piece.shape[0]])
 
-        tasks = list(beside)
         for part, first in self._rows.parts():
             for a in range(0, part.shape[0], SCAN_PIECE_ROWS):
                 tasks.append(partial(product, part[a : a + SCAN_PIECE_ROWS], first + a))
         busy.board().spread(tasks)
-        return out
+        return EveryScore(out, None, None)
 
     def vector_parts(self) -> list[np.ndarray] | None:
         """A flat index's embeddings in row order, as its own arrays (filled rows never change: a snapshot saves

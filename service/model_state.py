@@ -33,13 +33,14 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from service import topk
+from service import quantized, topk
 from service.embedding import Embedder
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex, LexicalQuery
 from service.rerank import Ranked, SemanticSearch, every_row_top, exact_top, prefers_dense
 from service.rows import RowTable
 from service.rwlock import ReadWriteLock
+from service.topk import EveryScore
 from ssi.bundle import Bundle
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
@@ -73,8 +74,9 @@ class _Chunk:
     stop: int
     bits: np.ndarray | None  # the live rows' bitmap FAISS searched with
     lexical: list[LexicalQuery]  # each query's lexical term
-    # query number → (s, l or None: not summed yet) of every row, for the queries ranked from them
-    every: dict[int, tuple[np.ndarray, np.ndarray | None]]
+    # query number → (the scan's every-row s, that query's number in it, l or None: not summed yet) for the
+    # queries ranked from them
+    every: dict[int, tuple[EveryScore, int, np.ndarray | None]]
     pools: dict[int, tuple[np.ndarray, np.ndarray]]  # query number → the first pool (scores, rows) of the others
 
     def holds(self, query: int, version: int, first_k: int) -> bool:
@@ -150,6 +152,7 @@ class ModelState:
         self.broken = False
         if index.scans_every_row:
             topk.warm()
+            quantized.warm()
 
     def first_pool(self, candidate_pool: int, scan_pool: int) -> int:
         """K of the first index search: SSI_CANDIDATE_POOL for HNSW (its cost grows with K), else SSI_SCAN_POOL
@@ -210,10 +213,10 @@ class ModelState:
                 every = chunk.every.get(i)
                 if every is not None:  # s and l of every row: no pool (service.rerank.every_row_top)
                     uq = np.asarray(query_embeddings[i], dtype=np.float64)
-                    semantic_all, lexical_all = every
+                    scanned, at, lexical_all = every
                     if lexical_all is None:
                         lexical_all = lexical.everywhere()
-                    ranked = every_row_top(uq, asks[i], semantic_all, lexical_all, self.index.vectors, self.table.live)
+                    ranked = every_row_top(uq, asks[i], scanned, at, lexical_all, self.index.vectors, self.table.live)
                 else:
                     first = (first_k, *chunk.pools[i])
                     semantic = self._semantic(query_embeddings[i : i + 1], first, chunk.bits, knobs)
@@ -239,7 +242,7 @@ class ModelState:
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
         lexical = [self.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]) for a, b in spans]
         dense = [flat and b > a and prefers_dense(q, first_k) for (a, b), q in zip(spans, lexical, strict=True)]
-        every: dict[int, tuple[np.ndarray, np.ndarray | None]] = {}
+        every: dict[int, tuple[EveryScore, int, np.ndarray | None]] = {}
         if any(dense):
             chosen = [start + j for j, d in enumerate(dense) if d]
             # A few queries' l of every row are summed beside the scan, on the cores it leaves idle (service.busy);
@@ -250,8 +253,8 @@ class ModelState:
                 summed[i] = lexical[i - start].everywhere()
 
             beside = [partial(sum_lexical, i) for i in chosen] if len(chosen) <= LEXICAL_BESIDE_SCAN else []
-            semantic_all = self.index.every_score(query_embeddings[chosen], beside)
-            every = {i: (semantic_all[j], summed.get(i)) for j, i in enumerate(chosen)}
+            scanned = self.index.every_score(query_embeddings[chosen], beside)
+            every = {i: (scanned, j, summed.get(i)) for j, i in enumerate(chosen)}
         pools: dict[int, tuple[np.ndarray, np.ndarray]] = {}
         others = [start + j for j, d in enumerate(dense) if not d]
         if others:

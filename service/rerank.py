@@ -34,7 +34,8 @@ combined); nothing above depends on how s is scaled, so both bounds hold as they
 
 Where s and l are both known for every row (a flat index's scan kept whole, `VectorIndex.every_score`, and
 the dense lexical pass), no pool or bound is needed: `every_row_top` takes the top `want` of f over all live
-rows in one compiled pass (service.topk) and rescores the rows within float32 rounding of the cut. The
+rows in one compiled pass (service.topk) and rescores the rows within float32 rounding of the cut (or within
+their error bound of it, where s came from int8 codes, service.quantized). The
 service takes it for every query whose l it would sum densely anyway (`prefers_dense`, service.model_state):
 on 100k passages a pool of K = 1,024 cost 0.3 ms of FAISS heap over k = 10, and queries of stop words brought
 ~1,300 rows beyond it to fetch and rescore (docs/performance/search.md, "Every row's score").
@@ -63,6 +64,7 @@ from typing import Protocol
 import numpy as np
 
 from service import topk
+from service.topk import EveryScore
 
 SemanticSearch = Callable[[int], tuple[np.ndarray, np.ndarray]]
 # The stored embeddings e(d) of the given rows (service.index.VectorIndex.vectors): read from the index,
@@ -220,19 +222,23 @@ def prefers_dense(lexical: LexicalTerm, pool: int) -> bool:
 def every_row_top(
     uq: np.ndarray,
     want: int,
-    semantic_all: np.ndarray,
+    every: EveryScore,
+    query: int,
     lexical_all: np.ndarray,
     vectors: RowVectors,
     live: np.ndarray,
 ) -> Ranked:
-    """The exact top `want` when s and l are known for every row (a flat scan's matrix product and the dense
-    lexical pass): no pool, no bound and no rows beyond it, so any weights, negative ones included.
+    """The exact top `want` when s and l are known for every row (`every`, a flat index's scan, of which this
+    is query number `query`, and the dense lexical pass): no pool, no bound and no rows beyond it, so any
+    weights, negative ones included.
 
-    s came from float32 sums, so the rows within rounding of the `want`-th best f (service.topk) are rescored
-    in float64 from their embeddings and ordered by that exact f (ties by row)."""
-    rows, approximate, cut = topk.best(semantic_all, lexical_all, live, want, margin=TOPK_MARGIN)
+    s came from float32 sums, and from the rows' int8 codes for a few queries, so every row whose f may
+    reach the `want`-th best (its own error bound, and rounding, service.topk) is rescored in float64 from
+    its embedding, and those are ordered by that exact f (ties by row)."""
+    factor = 0.0 if every.factor is None else float(every.factor[query])
+    rows, upper, cut = topk.best(every.scores[query], lexical_all, live, want, TOPK_MARGIN, every.radius, factor)
     if np.isfinite(cut):
-        rows = rows[approximate >= cut - 2 * _float_slack(cut)]
+        rows = rows[upper >= cut - 2 * _float_slack(cut)]
     semantic = vectors(rows).astype(np.float64) @ uq
     return Ranked.best(rows, semantic, lexical_all[rows], want, int(rows.shape[0]), searches=1)
 

@@ -12,6 +12,8 @@ import mmap
 
 import numpy as np
 
+from service.quantized import Codes, quantize
+
 
 class EmbeddingRows:
     """The embedding of every row (what the index stores; float32, C order), in two parts.
@@ -21,6 +23,9 @@ class EmbeddingRows:
     process of a server that loaded the same snapshot (service.workers) instead of one copy each. Rows
     appended later go to a private array with room to grow. Rows never change once filled, so the
     arrays `parts` returns stay valid while a writer appends (growing copies the tail into a new array).
+
+    Each row also has int8 codes (service.quantized, a quarter of the bytes, this process's own memory),
+    made when the rows arrive, for the scan of a few queries (`coded_parts`).
     """
 
     def __init__(self, initial: np.ndarray, dim: int) -> None:
@@ -29,8 +34,13 @@ class EmbeddingRows:
             initial = np.ascontiguousarray(initial, dtype=np.float32)
         self.dim = dim
         self._base = initial
+        self._base_codes = quantize(initial)
         self._tail = np.empty((1024, dim), dtype=np.float32)
+        self._tail_codes = _empty_codes(1024, dim)
         self._tail_rows = 0
+        # Every row's error radius in one array (the top-k pass reads it by row), grown like the tail.
+        self._radius = np.empty(initial.shape[0] + 1024, dtype=np.float32)
+        self._radius[: initial.shape[0]] = self._base_codes.radius
 
     @property
     def rows(self) -> int:
@@ -52,6 +62,19 @@ class EmbeddingRows:
         if self._tail_rows:
             pieces.append((self._tail[: self._tail_rows], self._base.shape[0]))
         return pieces
+
+    def coded_parts(self) -> list[tuple[Codes, int]]:
+        """`parts` as their int8 codes (service.quantized), the same pieces in the same order."""
+        pieces = [(self._base_codes, 0)] if self._base.shape[0] else []
+        if self._tail_rows:
+            n = self._tail_rows
+            tail = self._tail_codes
+            pieces.append((Codes(tail.codes[:n], tail.scales[:n], tail.radius[:n]), self._base.shape[0]))
+        return pieces
+
+    def radius(self) -> np.ndarray:
+        """Each filled row's error radius (service.quantized): its int8 score is within ‖q‖₁ × this of q·e."""
+        return self._radius[: self.rows]
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The embeddings of `rows` (a new array, one row each)."""
@@ -80,12 +103,34 @@ class EmbeddingRows:
         first = self.rows
         needed = self._tail_rows + block.shape[0]
         if needed > self._tail.shape[0]:
-            grown = np.empty((max(needed, 2 * self._tail.shape[0]), self.dim), dtype=np.float32)
+            size = max(needed, 2 * self._tail.shape[0])
+            grown = np.empty((size, self.dim), dtype=np.float32)
             grown[: self._tail_rows] = self._tail[: self._tail_rows]
-            self._tail = grown
+            grown_codes = _empty_codes(size, self.dim)
+            for mine, theirs in zip(_fields(grown_codes), _fields(self._tail_codes), strict=True):
+                mine[: self._tail_rows] = theirs[: self._tail_rows]
+            self._tail, self._tail_codes = grown, grown_codes
+        if first + block.shape[0] > self._radius.shape[0]:
+            radius = np.empty(max(first + block.shape[0], 2 * self._radius.shape[0]), dtype=np.float32)
+            radius[:first] = self._radius[:first]
+            self._radius = radius
+        coded = quantize(block)
         self._tail[self._tail_rows : needed] = block
+        for mine, theirs in zip(_fields(self._tail_codes), _fields(coded), strict=True):
+            mine[self._tail_rows : needed] = theirs
+        self._radius[first : first + block.shape[0]] = coded.radius
         self._tail_rows = needed
         return first
+
+
+def _empty_codes(rows: int, dim: int) -> Codes:
+    return Codes(
+        np.empty((rows, dim), dtype=np.int8), np.empty(rows, dtype=np.float32), np.empty(rows, dtype=np.float32)
+    )
+
+
+def _fields(codes: Codes) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    return codes.codes, codes.scales, codes.radius
 
 
 class RowTable:

@@ -4,23 +4,43 @@ Where a query's lexical part is summed into an array of every row (service.lexic
 the index is a flat scan, the semantic score of every row is one matrix product too, so f is known
 everywhere and the exact top k needs no candidate pool: `best` finds the `want`-th best f among the live
 rows (a heap of `want` values; nearly every row costs one comparison) and, in the same pass, the rows
-within a rounding margin of it, which the caller rescores in float64 (service.rerank.every_row_top).
+within a margin of it, which the caller rescores in float64 (service.rerank.every_row_top): float32 rounding
+for BLAS's product, and each row's own error bound for the int8 pass (service.quantized).
 It releases the GIL, so a batch's other queries (the micro-batcher's other leader thread) run beside it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numba
 import numpy as np
 
 
+@dataclass(frozen=True, slots=True)
+class EveryScore:
+    """Every row's s for some queries (float32 [queries, rows]): `scores[q, i]` is within `factor[q] ×
+    radius[i]` of q·e_i (service.quantized's int8 pass), or, where `radius` is None, within float32 rounding."""
+
+    scores: np.ndarray
+    radius: np.ndarray | None
+    factor: np.ndarray | None
+
+
 @numba.njit(nogil=True, cache=False)
 def _best(
-    semantic: np.ndarray, lexical: np.ndarray, live: np.ndarray, want: int, margin: float
+    semantic: np.ndarray,
+    lexical: np.ndarray,
+    live: np.ndarray,
+    want: int,
+    margin: float,
+    radius: np.ndarray,
+    factor: float,
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    heap = np.empty(want, dtype=np.float64)  # a min-heap of the best `want` f seen so far
+    heap = np.empty(want, dtype=np.float64)  # a min-heap of the best `want` lower ends seen so far
     size = 0
-    rows = np.empty(semantic.shape[0], dtype=np.int64)  # rows that were within the margin when seen
+    bounded = radius.shape[0] > 0
+    rows = np.empty(semantic.shape[0], dtype=np.int64)  # rows whose upper end was within the margin when seen
     values = np.empty(semantic.shape[0], dtype=np.float64)
     kept = 0
     bound = -np.inf
@@ -28,22 +48,24 @@ def _best(
         if not live[row]:
             continue
         f = np.float64(semantic[row]) + lexical[row]
-        if f < bound:
+        r = factor * np.float64(radius[row]) if bounded else 0.0
+        if f + r < bound:
             continue
         rows[kept] = row
-        values[kept] = f
+        values[kept] = f + r
         kept += 1
+        low = f - r
         if size < want:
             at = size
             size += 1
             while at > 0:  # sift up
                 parent = (at - 1) // 2
-                if heap[parent] <= f:
+                if heap[parent] <= low:
                     break
                 heap[at] = heap[parent]
                 at = parent
-            heap[at] = f
-        elif f > heap[0]:
+            heap[at] = low
+        elif low > heap[0]:
             at = 0
             while True:  # sift the new value down from the root
                 child = 2 * at + 1
@@ -51,27 +73,41 @@ def _best(
                     break
                 if child + 1 < want and heap[child + 1] < heap[child]:
                     child += 1
-                if heap[child] >= f:
+                if heap[child] >= low:
                     break
                 heap[at] = heap[child]
                 at = child
-            heap[at] = f
+            heap[at] = low
         if size == want:
             bound = heap[0] - margin * (1.0 + abs(heap[0]))
     cut = heap[0] if size == want else -np.inf
     return rows[:kept].copy(), values[:kept].copy(), cut
 
 
+_UNBOUNDED = np.zeros(0, dtype=np.float32)
+
+
 def best(
-    semantic: np.ndarray, lexical: np.ndarray, live: np.ndarray, want: int, margin: float
+    semantic: np.ndarray,
+    lexical: np.ndarray,
+    live: np.ndarray,
+    want: int,
+    margin: float,
+    radius: np.ndarray | None = None,
+    factor: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, float]:
-    """(rows, their f, cut): `cut` is the `want`-th best f = s + l among the live rows (−inf when fewer are
-    live), summed in float64 from float32 `semantic` and float64 `lexical`; `rows` (in row order) hold every
-    live row with f ≥ cut − margin·(1 + |cut|), and some below it (those within the margin of the cut so far
-    when they were seen), so the caller filters them by its own bound at or above that one."""
-    return _best(semantic, lexical, live, max(1, want), margin)
+    """(rows, their upper ends, cut) of f = s + l over the live rows, summed in float64 from float32 `semantic`
+    and float64 `lexical`, where row i's s may be off by `factor` × `radius[i]` (None: exact but for rounding).
+
+    `cut` is the `want`-th best lower end f − r (−inf when fewer rows are live): `want` rows have f at least
+    that, so a row whose upper end f + r is below it cannot be among the best. `rows` (in row order) hold
+    every live row with f + r ≥ cut − margin·(1 + |cut|), and some below it (those within the margin of the
+    cut so far when they were seen), so the caller filters them by its own bound at or above that one."""
+    radius = _UNBOUNDED if radius is None else radius
+    return _best(semantic, lexical, live, max(1, want), margin, radius, float(factor))
 
 
 def warm() -> None:
     """Compile the kernel for the arrays the service passes, before a request needs it."""
-    best(np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float64), np.ones(2, dtype=bool), 1, 1e-4)
+    for radius in (None, np.ones(2, dtype=np.float32)):
+        best(np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float64), np.ones(2, dtype=bool), 1, 1e-4, radius, 1.0)

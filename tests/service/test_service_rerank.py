@@ -13,6 +13,7 @@ import service.lexical as lexical_module
 from service import busy
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex
+from service.quantized import QUANTIZED_QUERIES
 from service.rerank import every_row_top, exact_top
 from service.rows import RowTable
 
@@ -252,15 +253,17 @@ def test_heads_let_a_common_word_be_skipped_without_losing_a_row(
     assert 7 in lexical.query(ids, vals).above(0.1)[0]  # l⁺ ≥ 0.7 · 0.2 · 0.9 from its head posting alone
 
 
+@pytest.mark.parametrize("queries", [1, QUANTIZED_QUERIES + 1])
 @pytest.mark.parametrize("idle_cores", [0, 3])
 @pytest.mark.parametrize("negative_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_row_top_equals_brute_force(
-    seed: int, negative_weights: bool, idle_cores: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, negative_weights: bool, idle_cores: int, queries: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """s and l of every row (a flat index's every_score, the dense lexical pass), any weights, dead rows, exact
     ties broken by row, the rows appended after the first part; with idle cores the scan's pieces are spread
-    over other threads (service.busy) and must come back in their places."""
+    over other threads (service.busy) and must come back in their places. A few queries' s come from the
+    rows' int8 codes, each within its stated bound; more queries' from BLAS's float32 product."""
     monkeypatch.setattr(index_module, "SCAN_PIECE_ROWS", 70)  # several pieces in each part
     monkeypatch.setattr(busy, "_board", busy.Board(cores=1 + idle_cores))  # this search counted below
     X, E = random_collection(seed, n_docs=700)
@@ -281,18 +284,28 @@ def test_every_row_top_equals_brute_force(
         original(board, tasks)
 
     monkeypatch.setattr(busy.Board, "spread", counted)
-    for _ in range(20):
-        ids, vals = query_vector(rng, X.shape[1], int(rng.integers(1, 8)))
-        uq = rng.standard_normal(E.shape[1]) * 0.3
+    for _ in range(20 // queries + 1):
+        uqs = (rng.standard_normal((queries, E.shape[1])) * 0.3).astype(np.float32).astype(np.float64)
         with busy.board().searching():
-            semantic_all = index.every_score(uq[None, :].astype(np.float32))[0]
-        np.testing.assert_allclose(semantic_all, E @ uq.astype(np.float32), rtol=1e-5, atol=1e-5)
-        for want in (1, 10, 30, 800):
-            ranked = every_row_top(uq, want, semantic_all, lexical.query(ids, vals).everywhere(), index.vectors, live)
+            scanned = index.every_score(uqs.astype(np.float32))
+        exact = uqs @ E.astype(np.float64).T
+        if queries <= QUANTIZED_QUERIES:
+            assert scanned.radius is not None and scanned.factor is not None
+            bound = scanned.factor[:, None] * scanned.radius[None, :].astype(np.float64)
+            assert (np.abs(scanned.scores - exact) <= bound).all()
+            assert np.abs(scanned.scores - exact).max() > 1e-5  # the int8 pass is approximate: the bound matters
+        else:
+            assert scanned.radius is None
+            np.testing.assert_allclose(scanned.scores, exact, rtol=1e-5, atol=1e-5)
+        for at, uq in enumerate(uqs[:3]):
+            ids, vals = query_vector(rng, X.shape[1], int(rng.integers(1, 8)))
+            lexical_all = lexical.query(ids, vals).everywhere()
             f = brute(E, X, w, uq, ids, vals, live)
-            expected = np.lexsort((np.arange(f.shape[0]), -f))[: min(want, int(live.sum()))]
-            np.testing.assert_array_equal(ranked.rows, expected)
-            np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-6)
+            for want in (1, 10, 30, 800):
+                ranked = every_row_top(uq, want, scanned, at, lexical_all, index.vectors, live)
+                expected = np.lexsort((np.arange(f.shape[0]), -f))[: min(want, int(live.sum()))]
+                np.testing.assert_array_equal(ranked.rows, expected)
+                np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-6)
     assert set(spread) == {idle_cores}  # the scan went to the idle cores, and only to them
 
 

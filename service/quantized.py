@@ -1,0 +1,115 @@
+"""An int8 copy of a flat index's rows, for a scan that reads a quarter of the bytes, and how far it can be off.
+
+A flat scan of one query streams every float32 embedding once, so a lone query's scan is bound by
+memory bandwidth (100k rows of N = 100: 40 MB a query). Each row here is also kept as int8 codes with a
+scale of its own (ẽ = scale · c, scale = max |e| / 127, so nothing clips), 10 MB for those 100k rows;
+`scores` takes a few queries' products with the codes in one compiled pass (each row's codes read once
+for all of them; single thread, 100k × 100: 0.6 ms a query for one query against 1.4 ms for BLAS's
+float32 product, measured in `benchmarks`' scan comparison). With more queries BLAS's matrix product
+wins (its cost per query falls with the batch: 0.40 ms at 16), so the index takes this pass only for
+chunks of at most `QUANTIZED_QUERIES`.
+
+Exactness is kept by a bound, not hoped for: |q·e − q·ẽ| ≤ ‖q‖₁ · max_j |e_j − ẽ_j|, and the pass's
+float32 sums (any order: it is compiled with fastmath) add at most (d + 1)·2⁻²⁴·127·scale·‖q‖₁ more, so
+each row stores `radius` = its largest residual plus twice that rounding term, and a row's score is
+within ‖q‖₁ · radius of its exact value. The top-k pass (service.topk) keeps every row whose upper end
+can reach the k-th best lower end, and those rows are rescored exactly from the float32 embeddings
+(service.rerank.every_row_top): on 100k Wikispeedia passages and the bench's random-words queries,
+12 rows at the median, 31 at most.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numba
+import numpy as np
+
+QUANTIZED_QUERIES = 8  # chunks of at most this many queries take the int8 pass; larger ones BLAS's product
+_LEVELS = 127.0
+_TINY = float(np.finfo(np.float32).tiny)
+
+
+@dataclass(frozen=True)
+class Codes:
+    """Rows quantized: int8 codes [rows, dim], each row's scale and its error radius (float32 [rows])."""
+
+    codes: np.ndarray
+    scales: np.ndarray
+    radius: np.ndarray
+
+
+def quantize(vectors: np.ndarray) -> Codes:
+    """Each row's int8 codes, scale (largest |value| / 127: no clipping) and error radius (see the module)."""
+    vectors = np.ascontiguousarray(vectors, dtype=np.float32)
+    vectors = vectors.reshape(vectors.shape[0], -1)
+    n, dim = vectors.shape
+    out = Codes(np.empty((n, dim), dtype=np.int8), np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32))
+    _quantize(vectors, out.codes, out.scales, out.radius)
+    return out
+
+
+@numba.njit(nogil=True, cache=False)
+def _quantize(vectors: np.ndarray, codes: np.ndarray, scales: np.ndarray, radius: np.ndarray) -> None:
+    n, dim = vectors.shape
+    rounding = 2.0 * (dim + 1) * _LEVELS * 2.0**-24  # the pass's float32 sums, per unit of scale (module doc)
+    for i in range(n):
+        largest = 0.0
+        finite = True
+        for j in range(dim):
+            x = np.float64(vectors[i, j])
+            if not np.isfinite(x):
+                finite = False
+            elif abs(x) > largest:
+                largest = abs(x)
+        if not finite:  # no bound holds: every pass keeps the row for the exact rescoring
+            codes[i, :] = 0
+            scales[i] = 0.0
+            radius[i] = np.inf
+            continue
+        scale = np.float32(largest / _LEVELS)
+        residual = 0.0
+        for j in range(dim):
+            c = 0.0 if scale == 0 else min(max(np.rint(vectors[i, j] / scale), -_LEVELS), _LEVELS)
+            codes[i, j] = np.int8(c)
+            # measured in float64 against the float32 scale the pass multiplies by
+            residual = max(residual, abs(np.float64(vectors[i, j]) - c * np.float64(scale)))
+        bound = residual + rounding * np.float64(scale)
+        if scale < _TINY:  # subnormal: the pass may flush it to zero, so bound the whole value instead
+            bound = max(bound, largest * (1.0 + rounding))
+        r = np.float32(bound)
+        if np.float64(r) < bound:  # stored rounded up, never below the float64 bound
+            r = np.nextafter(r, np.float32(np.inf))
+        scales[i] = scale
+        radius[i] = r
+
+
+@numba.njit(nogil=True, fastmath=True, cache=False)
+def _scores(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.ndarray) -> None:
+    n, dim = codes.shape
+    for k in range(queries.shape[0]):  # a query at a time: faster than each row's codes once for all of them
+        query = queries[k]
+        for i in range(n):
+            acc = np.float32(0.0)
+            for j in range(dim):
+                acc += np.float32(codes[i, j]) * query[j]
+            out[k, i] = acc * scales[i]
+
+
+def scores(part: Codes, queries: np.ndarray, out: np.ndarray) -> None:
+    """out[q, i] = queries[q] · ẽ_i for every row i of `part` (float32 `out` [queries, rows], a view is fine).
+    Releases the GIL."""
+    _scores(part.codes, part.scales, np.ascontiguousarray(queries, dtype=np.float32), out)
+
+
+def query_factor(queries: np.ndarray) -> np.ndarray:
+    """‖q‖₁ of each query (float64): a row's score from `scores` is within this × its `radius` of q·e."""
+    return np.abs(np.asarray(queries, dtype=np.float64)).sum(axis=1)
+
+
+def warm() -> None:
+    """Compile the pass for the arrays the index passes, before a request needs it."""
+    part = quantize(np.ones((2, 2), dtype=np.float32))
+    # One query's slice of the output is contiguous, a few queries' a strided view: numba compiles each.
+    scores(part, np.ones((1, 2), dtype=np.float32), np.empty((1, 2), dtype=np.float32))
+    scores(part, np.ones((2, 2), dtype=np.float32), np.empty((2, 4), dtype=np.float32)[:, :2])
