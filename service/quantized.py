@@ -1,21 +1,21 @@
 """An int8 copy of a flat index's rows, for a scan that reads a quarter of the bytes, and how far it can be off.
 
-A flat scan of one query streams every float32 embedding once, so a lone query's scan is bound by
-memory bandwidth (100k rows of N = 100: 40 MB a query). Each row here is also kept as int8 codes with a
-scale of its own (ẽ = scale · c, scale = max |e| / 127, so nothing clips), 10 MB for those 100k rows;
-`scores` takes a few queries' products with the codes in one compiled pass (each row's codes read once
-for all of them; single thread, 100k × 100: 0.6 ms a query for one query against 1.4 ms for BLAS's
-float32 product, measured in `benchmarks`' scan comparison). With more queries BLAS's matrix product
-wins (its cost per query falls with the batch: 0.40 ms at 16), so the index takes this pass only for
-chunks of at most `QUANTIZED_QUERIES`.
+A flat scan of one query streams every float32 embedding once (100k rows of N = 100: 40 MB a query).
+Each row here is also kept as int8 codes with a scale of its own (ẽ = scale · c, scale = max |e| / 127,
+so nothing clips), 10 MB for those 100k rows; `scores` takes a query's products with the codes in one
+compiled pass. On 100k Wikispeedia passages (N = 100), one thread, ms a query, int8 against BLAS's float32
+product: 0.77 / 1.45 for one query, 0.71 / 0.86 for 8, 0.71 / 0.50 for 16 (`python -m
+benchmarks.scan_kinds --bundle B --corpus $W/docs.jsonl.gz --passages 100000`): BLAS's cost per query
+falls with the batch and the pass's does not, so the index takes the pass for chunks of at most
+`QUANTIZED_QUERIES`.
 
 Exactness is kept by a bound, not hoped for: |q·e − q·ẽ| ≤ ‖q‖₁ · max_j |e_j − ẽ_j|, and the pass's
 float32 sums (any order: it is compiled with fastmath) add at most (d + 1)·2⁻²⁴·127·scale·‖q‖₁ more, so
 each row stores `radius` = its largest residual plus twice that rounding term, and a row's score is
 within ‖q‖₁ · radius of its exact value. The top-k pass (service.topk) keeps every row whose upper end
 can reach the k-th best lower end, and those rows are rescored exactly from the float32 embeddings
-(service.rerank.every_row_top): on 100k Wikispeedia passages and the bench's random-words queries,
-12 rows at the median, 31 at most.
+(service.rerank.every_row_top): on those passages and the bench's random-words queries, k = 10, 12 rows at
+the median, 29 at the 99th percentile (the same command).
 """
 
 from __future__ import annotations

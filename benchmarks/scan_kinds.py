@@ -1,0 +1,143 @@
+"""The two every-row scans of a flat index, side by side: BLAS's float32 product and the int8 pass.
+
+For each batch size, one thread, median wall ms per query of `VectorIndex.every_score`'s two kinds of work
+over the same rows (service.quantized; QUANTIZED_QUERIES sets where the index switches), measured in this
+process, alternating the two. With `--bundle` and `--corpus`, the vectors are a served collection's (built
+or read from the cache in `--work-dir`, as `ssi bench` does) and the report adds how many rows the int8
+pass's bound leaves to rescore exactly for the bench's random-words queries (`service.rerank.every_row_top`'s
+candidates); without, random normal vectors of the same shape.
+
+    python -m benchmarks.scan_kinds --bundle B --corpus $W/docs.jsonl.gz --passages 100000 --work-dir D
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+
+def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
+    fn()  # numba compiles, caches fill
+    spent = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        fn()
+        spent.append(time.perf_counter() - started)
+    return statistics.median(spent) * 1e3
+
+
+def compare(vectors: np.ndarray, batches: list[int], repeats: int, seed: int = 0) -> list[dict[str, Any]]:
+    """ms per query of each scan for each batch size (the queries random normal: the cost does not depend
+    on them)."""
+    from service import quantized
+
+    codes = quantized.quantize(vectors)
+    rng = np.random.default_rng(seed)
+    rows = []
+    for batch in batches:
+        queries = rng.standard_normal((batch, vectors.shape[1])).astype(np.float32)
+        out = np.empty((batch, vectors.shape[0]), dtype=np.float32)
+        blas, int8 = [], []
+        for _ in range(3):  # alternated, so that a neighbour's burst falls on both
+            blas.append(_median_ms(lambda q=queries, o=out: np.matmul(q, vectors.T, out=o), repeats))
+            int8.append(_median_ms(lambda q=queries, o=out: quantized.scores(codes, q, o), repeats))
+        rows.append(
+            {
+                "queries": batch,
+                "blas_ms_per_query": round(min(blas) / batch, 3),
+                "int8_ms_per_query": round(min(int8) / batch, 3),
+                "index_takes": "int8" if batch <= quantized.QUANTIZED_QUERIES else "blas",
+            }
+        )
+    return rows
+
+
+def rescored(bundle: Path, corpus: Path, work_dir: Path, n_queries: int, k: int) -> tuple[np.ndarray, dict[str, Any]]:
+    """The served collection's vectors, and the rows each query's int8 bound leaves to rescore exactly."""
+    from service.bench.queries import keyword_queries
+    from service.collection import Collection
+    from service.metrics import Metrics
+    from service.rerank import every_row_top
+    from service.settings import CollectionSpec, Settings
+
+    settings = Settings(bundle=bundle, corpus=corpus, cache_dir=work_dir / "flat", threads=1)
+    collection = Collection("documents", CollectionSpec(bundle=bundle, corpus=corpus), settings, Metrics())
+    collection.load()
+    try:
+        state = collection.ready_state()
+        queries = keyword_queries(corpus, n_queries, 5, sampler="positions")
+        tfidf = state.embedder.featurize_queries(queries)
+        embedded = state.embedder.embed_queries(tfidf)
+        counts = []
+        for i in range(len(queries)):
+            a, b = tfidf.indptr[i], tfidf.indptr[i + 1]
+            if a == b:
+                continue
+            lexical_all = state.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]).everywhere()
+            scanned = state.index.every_score(embedded[i : i + 1])
+            uq = embedded[i].astype(np.float64)
+            ranked = every_row_top(uq, k, scanned, 0, lexical_all, state.index.vectors, state.table.live)
+            counts.append(ranked.candidates)
+        vectors = np.array(state.index.all_vectors())
+    finally:
+        collection.close()
+    found = np.asarray(counts)
+    summary = {
+        "queries": int(found.shape[0]),
+        "k": k,
+        "rescored_p50": float(np.percentile(found, 50)),
+        "rescored_p90": float(np.percentile(found, 90)),
+        "rescored_p99": float(np.percentile(found, 99)),
+        "rescored_max": int(found.max()),
+    }
+    return vectors, summary
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bundle", type=Path, help="a served model (with --corpus): its collection's vectors")
+    parser.add_argument("--corpus", type=Path, help="JSONL corpus (cut into 60-word passages with --passages)")
+    parser.add_argument("--passages", type=int, default=100_000)
+    parser.add_argument("--work-dir", type=Path, default=Path("/tmp/scan-kinds"))
+    parser.add_argument("--rows", type=int, default=100_000, help="random vectors' rows (without --bundle)")
+    parser.add_argument("--dim", type=int, default=100, help="random vectors' dimension (without --bundle)")
+    parser.add_argument("--batches", default="1,2,4,8,16,32")
+    parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--out", type=Path)
+    args = parser.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    from service.threads import limit_blas_threads
+
+    limit_blas_threads()
+    report: dict[str, Any] = {}
+    if args.bundle is not None:
+        from service.bench.queries import passage_corpus
+
+        args.work_dir.mkdir(parents=True, exist_ok=True)
+        corpus = passage_corpus(args.corpus, args.work_dir / f"passages-{args.passages}.jsonl", limit=args.passages)
+        vectors, report["rescored"] = rescored(args.bundle, corpus, args.work_dir, args.queries, 10)
+        print(f"rows rescored exactly (k = 10, {report['rescored']['queries']} queries): {report['rescored']}")
+    else:
+        vectors = np.random.default_rng(1).standard_normal((args.rows, args.dim)).astype(np.float32)
+    report["rows"], report["dim"] = vectors.shape
+    report["scans"] = compare(np.ascontiguousarray(vectors), [int(b) for b in args.batches.split(",")], args.repeats)
+    for row in report["scans"]:
+        print(
+            f"{row['queries']:>3} queries: BLAS {row['blas_ms_per_query']:.3f} ms/query, "
+            f"int8 {row['int8_ms_per_query']:.3f} ms/query (the index takes {row['index_takes']})"
+        )
+    if args.out is not None:
+        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
