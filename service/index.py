@@ -236,13 +236,14 @@ class VectorIndex:
         return _f32(np.hstack([queries, np.zeros((queries.shape[0], 1), dtype=np.float32)]))
 
     @classmethod
-    def build(cls, config: IndexConfig, dim: int, vectors: np.ndarray) -> VectorIndex:
+    def build(cls, config: IndexConfig, dim: int, vectors: np.ndarray, codes: Codes | None = None) -> VectorIndex:
         """A new index holding `vectors` as rows 0 … n − 1; an IVF index trains its coarse quantizer on them.
-        A flat index keeps float32 C-order `vectors` as they are, uncopied: the caller hands them over."""
+        A flat index keeps float32 C-order `vectors` as they are, uncopied: the caller hands them over, with
+        their int8 `codes` where it has them (a snapshot's, mapped), else they are computed."""
         vectors = _f32(vectors).reshape(-1, dim)
         faiss.omp_set_num_threads(config.threads)
         if config.index_type == "flat":
-            return cls(config, dim, rows=EmbeddingRows(vectors, dim))
+            return cls(config, dim, rows=EmbeddingRows(vectors, dim, codes))
         if config.index_type == "hnsw":
             if config.hnsw_metric == "ip":
                 index = faiss.IndexHNSWFlat(dim, config.hnsw_m, faiss.METRIC_INNER_PRODUCT)
@@ -380,6 +381,12 @@ class VectorIndex:
         if self._rows is None:
             return None
         return [piece for piece, _ in self._rows.parts()]
+
+    def code_parts(self) -> list[Codes] | None:
+        """A flat index's int8 codes (service.quantized) in the blocks of `vector_parts`; None for HNSW and IVF."""
+        if self._rows is None:
+            return None
+        return [codes for codes, _ in self._rows.coded_parts()]
 
     @property
     def shared_vectors(self) -> bool:

@@ -42,7 +42,8 @@ class Codes:
 def quantize(vectors: np.ndarray) -> Codes:
     """Each row's int8 codes, scale (largest |value| / 127: no clipping) and error radius (see the module)."""
     vectors = np.ascontiguousarray(vectors, dtype=np.float32)
-    vectors = vectors.reshape(vectors.shape[0], -1)
+    if vectors.ndim != 2:
+        raise ValueError(f"quantize takes rows of vectors (2 dimensions), not an array of shape {vectors.shape}")
     n, dim = vectors.shape
     out = Codes(np.empty((n, dim), dtype=np.int8), np.empty(n, dtype=np.float32), np.empty(n, dtype=np.float32))
     _quantize(vectors, out.codes, out.scales, out.radius)

@@ -24,17 +24,20 @@ class EmbeddingRows:
     appended later go to a private array with room to grow. Rows never change once filled, so the
     arrays `parts` returns stay valid while a writer appends (growing copies the tail into a new array).
 
-    Each row also has int8 codes (service.quantized, a quarter of the bytes, this process's own memory),
-    made when the rows arrive, for the scan of a few queries (`coded_parts`).
+    Each row also has int8 codes (service.quantized, a quarter of the bytes), for the scan of a few queries
+    (`coded_parts`): the first rows' given with them (a snapshot's, mapped and shared like the embeddings)
+    or computed, the appended rows' computed as they come.
     """
 
-    def __init__(self, initial: np.ndarray, dim: int) -> None:
+    def __init__(self, initial: np.ndarray, dim: int, codes: Codes | None = None) -> None:
         initial = np.asarray(initial).reshape(-1, dim)
         if initial.dtype != np.float32 or not initial.flags.c_contiguous:
             initial = np.ascontiguousarray(initial, dtype=np.float32)
         self.dim = dim
         self._base = initial
-        self._base_codes = quantize(initial)
+        if codes is not None and (codes.codes.shape != initial.shape or codes.radius.shape != initial.shape[:1]):
+            raise ValueError(f"codes of {codes.codes.shape} rows given for embeddings of {initial.shape}")
+        self._base_codes = quantize(initial) if codes is None else codes
         self._tail = np.empty((1024, dim), dtype=np.float32)
         self._tail_codes = _empty_codes(1024, dim)
         self._tail_rows = 0

@@ -17,6 +17,9 @@ cannot be used is removed with a warning (`discard`), never kept to be retried o
     embeddings.npy      float32 rows × M: every row's embedding (the form's embed_documents); only
                         for a flat index since format 3 (HNSW and IVF hold their vectors, and the
                         service reads them back from the index)
+    codes.npy, code_scales.npy, code_radius.npy   a flat index's int8 copy of the embeddings (rows × M),
+                        each row's scale and error radius (float32 rows; service.quantized), mapped
+                        like the embeddings; a snapshot without them (older ones) has them computed
     tfidf_data.npy, tfidf_indices.npy, tfidf_indptr.npy   the rows' tf-idf vectors (CSC, rows × D)
     doc_ids.json        the document id of every row
     live.npy            bool per row: false for replaced or deleted documents
@@ -36,6 +39,8 @@ from pathlib import Path
 
 import numpy as np
 import scipy.sparse as sp
+
+from service.quantized import Codes
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +70,9 @@ class SnapshotData:
     doc_ids: list[str]
     live: np.ndarray
     path: Path | None = None
+    # A flat index's int8 codes (service.quantized), like `embeddings`: read, one Codes (mapped) or None where the
+    # snapshot has none; to write, its row blocks in order.
+    codes: Codes | list[Codes] | None = None
 
     @property
     def rows(self) -> int:
@@ -105,19 +113,42 @@ def _free_name(folder: Path, seq: int) -> Path:
     return final
 
 
-def _save_rows(path: Path, blocks: np.ndarray | list[np.ndarray], dims: int) -> None:
-    """Row blocks written one after another as one float32 .npy (rows × dims), never joined in memory.
+def _save_rows(path: Path, blocks: np.ndarray | list[np.ndarray], dims: int, dtype: type = np.float32) -> None:
+    """Row blocks written one after another as one .npy (rows × dims; dims 0: one value a row), never joined
+    in memory.
 
     Written through the file, not a writable mapping: a full disk is then an OSError the snapshot's
     retry handles, where writing into mapped pages would kill the process with SIGBUS."""
     pieces = [blocks] if isinstance(blocks, np.ndarray) else blocks
     rows = sum(piece.shape[0] for piece in pieces)
-    descr = np.lib.format.dtype_to_descr(np.dtype(np.float32))
-    header = {"descr": descr, "fortran_order": False, "shape": (rows, dims)}
+    descr = np.lib.format.dtype_to_descr(np.dtype(dtype))
+    header = {"descr": descr, "fortran_order": False, "shape": (rows, dims) if dims else (rows,)}
     with path.open("wb") as out:
         np.lib.format.write_array_header_1_0(out, header)
         for piece in pieces:
-            out.write(np.ascontiguousarray(piece, dtype=np.float32).data)
+            out.write(np.ascontiguousarray(piece, dtype=dtype).data)
+
+
+_CODE_FILES = ("codes.npy", "code_scales.npy", "code_radius.npy")
+
+
+def _save_codes(folder: Path, codes: Codes | list[Codes], dims: int) -> None:
+    pieces = [codes] if isinstance(codes, Codes) else codes
+    _save_rows(folder / "codes.npy", [piece.codes for piece in pieces], dims, np.int8)
+    _save_rows(folder / "code_scales.npy", [piece.scales for piece in pieces], 0)
+    _save_rows(folder / "code_radius.npy", [piece.radius for piece in pieces], 0)
+
+
+def _read_codes(folder: Path, rows: int, dims: int) -> Codes | None:
+    """The saved int8 codes, mapped, or None where the snapshot has none (they are then computed)."""
+    if not all((folder / name).exists() for name in _CODE_FILES):
+        return None
+    codes, scales, radius = (np.load(folder / name, mmap_mode="r", allow_pickle=False) for name in _CODE_FILES)
+    if codes.shape != (rows, dims) or codes.dtype != np.int8 or scales.shape != (rows,) or radius.shape != (rows,):
+        raise SnapshotError(f"{folder}: the int8 codes disagree with the embeddings' {rows} rows × {dims}")
+    if scales.dtype != np.float32 or radius.dtype != np.float32:
+        raise SnapshotError(f"{folder}: the int8 codes' scales and radius must be float32")
+    return Codes(codes, scales, radius)
 
 
 def write_snapshot(folder: Path, data: SnapshotData) -> Path:
@@ -129,6 +160,8 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
             data.index_blob.tofile(tmp / "index.faiss")
         if data.embeddings is not None:
             _save_rows(tmp / "embeddings.npy", data.embeddings, data.dims)
+        if data.codes is not None:
+            _save_codes(tmp, data.codes, data.dims)
         np.save(tmp / "tfidf_data.npy", data.tfidf.data.astype(np.float32, copy=False))
         np.save(tmp / "tfidf_indices.npy", data.tfidf.indices.astype(np.int32, copy=False))
         np.save(tmp / "tfidf_indptr.npy", data.tfidf.indptr.astype(np.int64, copy=False))
@@ -243,9 +276,10 @@ def read_snapshot(
             raise SnapshotError(f"{path}: {key} is {meta.get(key)!r}, expected {value!r}")
     rows = int(meta["rows"])
     try:
-        embeddings = None
+        embeddings = codes = None
         if not (path / "index.faiss").exists():  # a saved index holds the vectors (older ones saved both)
             embeddings = np.load(path / "embeddings.npy", mmap_mode="r", allow_pickle=False)
+            codes = _read_codes(path, rows, index_dims)
         # Memory-mapped: the pages are the page cache's, shared by the workers of a server that load the same
         # snapshot (service.workers), until writes merge the matrix into a private one. A snapshot's files are
         # never rewritten in place (written to a new folder, then renamed; old ones unlinked), so a mapping
@@ -275,4 +309,5 @@ def read_snapshot(
         doc_ids=doc_ids,
         live=live,
         path=path,
+        codes=codes,
     )

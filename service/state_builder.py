@@ -26,6 +26,7 @@ from service.index import IndexConfig, IndexLoadError, VectorIndex
 from service.lexical import LexicalIndex
 from service.model_state import LoadReport, ModelState
 from service.progress import progress
+from service.quantized import Codes
 from service.rows import RowTable
 from service.settings import Settings
 from service.snapshot import SnapshotError, cache_folder, discard, read_snapshot, snapshots
@@ -115,7 +116,8 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
         if index.ntotal != data.rows:
             raise SnapshotError(f"{path}: index.faiss holds {index.ntotal} vectors for {data.rows} rows")
     elif config.index_type == "flat" and data.embeddings is not None:  # the flat index is its vectors: mapped
-        index = VectorIndex.build(config, index_dims, data.embeddings)
+        codes = data.codes if isinstance(data.codes, Codes) else None
+        index = VectorIndex.build(config, index_dims, data.embeddings, codes)
     else:
         raise SnapshotError(f"{path}: no index.faiss for a {config.index_type} index")
     return ModelState(

@@ -22,6 +22,7 @@ import numpy as np
 from service.embedding import Prepared
 from service.lexical import LexicalIndex
 from service.model_state import ModelState
+from service.quantized import Codes
 from service.snapshot import SnapshotData
 from service.store import StoreView
 
@@ -76,6 +77,7 @@ class Capture:
     index_tag: str
     index_blob: np.ndarray | None  # None for a flat index (rebuilt from the embeddings)
     embeddings: list[np.ndarray] | None  # a flat index's vectors, in its row blocks (None for HNSW and IVF)
+    codes: list[Codes] | None  # and their int8 codes (service.quantized), in the same blocks
     dims: int
     lexical: LexicalIndex
     doc_ids: list[str]
@@ -89,6 +91,7 @@ class Capture:
             index_tag=self.index_tag,
             index_blob=self.index_blob,
             embeddings=self.embeddings,
+            codes=self.codes,
             dims=self.dims,
             tfidf=self.lexical.matrix(),
             doc_ids=self.doc_ids,
@@ -108,6 +111,7 @@ def capture(state: ModelState) -> Capture:
             index_blob=state.index.serialize(),
             # A flat index's filled rows are never written again, so its arrays are a stable copy as they are.
             embeddings=state.index.vector_parts(),
+            codes=state.index.code_parts(),
             dims=state.index.dim,
             lexical=state.lexical,
             doc_ids=list(state.table.doc_ids),

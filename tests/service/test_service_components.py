@@ -25,6 +25,7 @@ from service.index import (
     auto_nprobe,
 )
 from service.lexical import LexicalIndex
+from service.quantized import Codes, quantize
 from service.rows import RowTable
 from service.settings import Settings
 from service.snapshot import SnapshotData, SnapshotError, read_snapshot, snapshots, write_snapshot
@@ -359,11 +360,39 @@ def test_a_flat_index_saved_in_blocks_reads_back_as_one_mapped_array(tmp_path: P
     expected = whole.embeddings
     starts = np.cumsum([0, *blocks])
     whole.embeddings = [expected[a:b] for a, b in zip(starts[:-1], starts[1:], strict=True)]
+    whole.codes = [quantize(block) for block in whole.embeddings]
     saved = write_snapshot(tmp_path / "cache", whole)
     args = dict(bundle_hash="hash", store_uuid="store", index_tag="flat", index_dims=4, vocab_size=7)
     data = read_snapshot(saved, **args)
     assert isinstance(data.embeddings, np.memmap) or isinstance(data.embeddings.base, np.memmap)
     np.testing.assert_array_equal(data.embeddings, expected)
+    # The int8 codes come back mapped too (one copy for every worker), equal to the codes of the whole.
+    assert isinstance(data.codes, Codes)
+    fresh = quantize(expected)
+    for got, want in zip(
+        (data.codes.codes, data.codes.scales, data.codes.radius), (fresh.codes, fresh.scales, fresh.radius), strict=True
+    ):
+        assert isinstance(got, np.memmap) or isinstance(got.base, np.memmap)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_a_snapshot_without_int8_codes_has_them_computed(tmp_path: Path) -> None:
+    """Snapshots written before the int8 codes load as they are: the index computes the codes; codes that
+    disagree with the rows are refused as damage."""
+    written = _snapshot(6, rows=40)
+    saved = write_snapshot(tmp_path / "cache", written)
+    args = dict(bundle_hash="hash", store_uuid="store", index_tag="flat", index_dims=4, vocab_size=7)
+    data = read_snapshot(saved, **args)
+    assert data.codes is None
+    index = VectorIndex.build(IndexConfig("flat"), 4, data.embeddings, data.codes)
+    (codes,) = index.code_parts()
+    np.testing.assert_array_equal(codes.codes, quantize(written.embeddings).codes)
+    written.codes = quantize(written.embeddings[:39])
+    with pytest.raises(ValueError, match="codes of"):
+        VectorIndex.build(IndexConfig("flat"), 4, written.embeddings, written.codes)
+    saved = write_snapshot(tmp_path / "other", written)
+    with pytest.raises(SnapshotError, match="int8 codes disagree"):
+        read_snapshot(saved, **args)
 
 
 def test_bits_from_takes_any_rows_of_a_bitmap() -> None:
