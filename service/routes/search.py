@@ -13,7 +13,7 @@ from fastapi import APIRouter, Response
 from service.batching import BatchKey, QueryBatcher
 from service.bounds import check_search
 from service.collection import Collection
-from service.deps import CollectionDep, SearchLimiterDep, SettingsDep
+from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
 from service.model_state import QueryResult
 from service.schemas import (
@@ -127,9 +127,8 @@ def to_results(
     ),
     responses=error_responses(*SEARCH_ERRORS),
 )
-async def search(
-    body: SearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
-) -> Response:
+async def search(body: SearchRequest, searching: SearchingDep) -> Response:
+    collection, settings, limiter = searching.collection, searching.settings, searching.limiter
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
     key = (body.k, body.offset, body.ef_search, body.nprobe)
@@ -157,9 +156,8 @@ async def search(
     ),
     responses=error_responses(*SEARCH_ERRORS),
 )
-async def search_batch(
-    body: BatchSearchRequest, collection: CollectionDep, settings: SettingsDep, limiter: SearchLimiterDep
-) -> Response:
+async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Response:
+    collection, settings, limiter = searching.collection, searching.settings, searching.limiter
     check_search(settings, body, body.queries, batch=True)
     started = time.perf_counter()
 
