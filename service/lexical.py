@@ -509,8 +509,15 @@ class LexicalQuery:
 
     def everywhere(self) -> np.ndarray:
         """l of every row, float64 [rows] (0 where no query word occurs), from one dense pass over the query
-        words' posting lists."""
-        return self._dense()[0]
+        words' posting lists (l alone: with weights of both signs, `_dense` sums l⁺ in a second pass)."""
+        return self._summed(self.words, self.weight, self._parts)
+
+    def _summed(self, words: np.ndarray, weights: np.ndarray, parts: list[tuple[sp.csc_matrix, int]]) -> np.ndarray:
+        """Σ_j weights[j] · X[row, words[j]] for every row, float64 [rows], from the postings of `parts`."""
+        out = np.zeros(self.n_rows, dtype=np.float64)
+        for matrix, first in parts:
+            _add_postings(matrix.indptr, matrix.indices, matrix.data, words, weights, first, out)
+        return out
 
     def _dense(self, positions: np.ndarray | None = None, base_only: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """(l, l⁺) of every row over the query words at `positions` (all by default), summed into arrays of all
@@ -518,15 +525,10 @@ class LexicalQuery:
         chosen = np.arange(self.words.shape[0]) if positions is None else positions
         words = self.words[chosen]
         parts = self._parts[:1] if base_only else self._parts
-        lexical = np.zeros(self.n_rows, dtype=np.float64)
-        for matrix, first in parts:
-            _add_postings(matrix.indptr, matrix.indices, matrix.data, words, self.weight[chosen], first, lexical)
+        lexical = self._summed(words, self.weight[chosen], parts)
         if self.nonnegative:
             return lexical, lexical
-        upper = np.zeros(self.n_rows, dtype=np.float64)
-        for matrix, first in parts:
-            _add_postings(matrix.indptr, matrix.indices, matrix.data, words, self.positive[chosen], first, upper)
-        return lexical, upper
+        return lexical, self._summed(words, self.positive[chosen], parts)
 
     def _dense_above(self, threshold: float) -> Scored:
         """The rows sharing a word with q whose l⁺ exceeds `threshold`, from one dense pass."""
@@ -534,9 +536,6 @@ class LexicalQuery:
         if threshold >= 0:  # a row sharing no word has l⁺ = 0: not above
             hit = np.flatnonzero(upper > threshold)
         else:  # every row sharing a word: count each row's postings
-            present = np.zeros(self.n_rows, dtype=np.float64)
-            ones = np.ones(self.words.shape[0], dtype=np.float64)
-            for matrix, first in self._parts:
-                _add_postings(matrix.indptr, matrix.indices, matrix.data, self.words, ones, first, present)
+            present = self._summed(self.words, np.ones(self.words.shape[0], dtype=np.float64), self._parts)
             hit = np.flatnonzero((present > 0) & (upper > threshold))
         return hit, lexical[hit], upper[hit]
