@@ -510,9 +510,11 @@ class LexicalQuery:
     def everywhere(self) -> np.ndarray:
         """l of every row, float64 [rows] (0 where no query word occurs), from one dense pass over the query
         words' posting lists (l alone: with weights of both signs, `_dense` sums l⁺ in a second pass)."""
-        return self._summed(self.words, self.weight, self._parts)
+        return self._every_row_sum(self.words, self.weight, self._parts)
 
-    def _summed(self, words: np.ndarray, weights: np.ndarray, parts: list[tuple[sp.csc_matrix, int]]) -> np.ndarray:
+    def _every_row_sum(
+        self, words: np.ndarray, weights: np.ndarray, parts: list[tuple[sp.csc_matrix, int]]
+    ) -> np.ndarray:
         """Σ_j weights[j] · X[row, words[j]] for every row, float64 [rows], from the postings of `parts`."""
         out = np.zeros(self.n_rows, dtype=np.float64)
         for matrix, first in parts:
@@ -525,10 +527,10 @@ class LexicalQuery:
         chosen = np.arange(self.words.shape[0]) if positions is None else positions
         words = self.words[chosen]
         parts = self._parts[:1] if base_only else self._parts
-        lexical = self._summed(words, self.weight[chosen], parts)
+        lexical = self._every_row_sum(words, self.weight[chosen], parts)
         if self.nonnegative:
             return lexical, lexical
-        return lexical, self._summed(words, self.positive[chosen], parts)
+        return lexical, self._every_row_sum(words, self.positive[chosen], parts)
 
     def _dense_above(self, threshold: float) -> Scored:
         """The rows sharing a word with q whose l⁺ exceeds `threshold`, from one dense pass."""
@@ -536,6 +538,6 @@ class LexicalQuery:
         if threshold >= 0:  # a row sharing no word has l⁺ = 0: not above
             hit = np.flatnonzero(upper > threshold)
         else:  # every row sharing a word: count each row's postings
-            present = self._summed(self.words, np.ones(self.words.shape[0], dtype=np.float64), self._parts)
+            present = self._every_row_sum(self.words, np.ones(self.words.shape[0], dtype=np.float64), self._parts)
             hit = np.flatnonzero((present > 0) & (upper > threshold))
         return hit, lexical[hit], upper[hit]
