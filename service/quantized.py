@@ -109,8 +109,12 @@ def query_factor(queries: np.ndarray) -> np.ndarray:
 
 
 def warm() -> None:
-    """Compile the pass for the arrays the index passes, before a request needs it."""
-    part = quantize(np.ones((2, 2), dtype=np.float32))
-    # One query's slice of the output is contiguous, a few queries' a strided view: numba compiles each.
-    scores(part, np.ones((1, 2), dtype=np.float32), np.empty((1, 2), dtype=np.float32))
-    scores(part, np.ones((2, 2), dtype=np.float32), np.empty((2, 4), dtype=np.float32)[:, :2])
+    """Compile the pass for every kind of array the index passes, before a request needs it: numba compiles
+    one version per signature, and a snapshot's codes are read-only (mapped) where computed ones are not."""
+    for writeable in (True, False):
+        part = quantize(np.ones((2, 2), dtype=np.float32))
+        for array in (part.codes, part.scales, part.radius):
+            array.flags.writeable = writeable
+        # One query's slice of the output is contiguous, a few queries' a strided view.
+        scores(part, np.ones((1, 2), dtype=np.float32), np.empty((1, 2), dtype=np.float32))
+        scores(part, np.ones((2, 2), dtype=np.float32), np.empty((2, 4), dtype=np.float32)[:, :2])

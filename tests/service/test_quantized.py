@@ -65,3 +65,22 @@ def test_appended_rows_are_coded_in_step_with_the_rows() -> None:
         np.testing.assert_array_equal(codes.scales, expected.scales)
     assert rows.radius().shape == (rows.rows,)
     np.testing.assert_array_equal(rows.radius(), quantized.quantize(rows.whole()).radius)
+
+
+def test_warming_compiles_the_pass_for_a_snapshots_mapped_codes(tmp_path) -> None:  # noqa: ANN001
+    """A snapshot's codes are read-only (mapped): a signature numba would otherwise compile on the first
+    request after a restart (a pause of a second on the request path)."""
+    quantized.warm()
+    compiled = len(quantized._scores.signatures)
+    vectors = np.random.default_rng(3).standard_normal((50, 8)).astype(np.float32)
+    part = quantized.quantize(vectors)
+    np.save(tmp_path / "codes.npy", part.codes)
+    np.save(tmp_path / "scales.npy", part.scales)
+    mapped = quantized.Codes(
+        np.load(tmp_path / "codes.npy", mmap_mode="r"), np.load(tmp_path / "scales.npy", mmap_mode="r"), part.radius
+    )
+    for queries in (1, 3):
+        out = np.empty((queries, 60), dtype=np.float32)[:, 5:55]
+        quantized.scores(mapped, np.ones((queries, 8), dtype=np.float32), out)
+        quantized.scores(part, np.ones((queries, 8), dtype=np.float32), out)
+    assert len(quantized._scores.signatures) == compiled
