@@ -49,6 +49,11 @@ POSTING_NS = 1.8
 ROW_NS = 0.5
 # Above rows / DENSE_SHARE postings, summing the lists in one dense pass beats sorting them (1 M rows).
 DENSE_SHARE = 8
+# A query word in at least this share of the rows is common (a stop word, mostly): its postings are the most
+# and its weight among the least, so the every-row sum leaves it out and bounds what it can add instead
+# (`RareSum`), when the common words' lists hold at least COMMON_POSTINGS_PER_ROW postings a row together.
+COMMON_SHARE = 0.05
+COMMON_POSTINGS_PER_ROW = 1.0
 HEAD_MIN = 2048  # a base posting list at least this long keeps a head
 HEAD_SHARE = 64  # of about 1/HEAD_SHARE of its postings
 
@@ -319,6 +324,7 @@ class LexicalQuery:
         q = np.asarray(values, dtype=np.float64)
         self.weight = index.weights[self.words].astype(np.float64) * q  # w_i q_i
         self.positive = np.maximum(self.weight, 0.0)
+        self.reach = self.weight * index.column_max[self.words]  # what word i adds to the row holding most of it
         self.bound = self.positive * index.column_max[self.words]  # m_i: the most word i can add
         self.tail_bound = self.positive * index.cut[self.words]  # what word i adds outside its head
         # The most l⁺ can be for any row: Σ m_i, and (Cauchy–Schwarz) max_i w_i⁺ · ‖q‖ · max_d ‖d‖,
@@ -512,6 +518,21 @@ class LexicalQuery:
         words' posting lists (l alone: with weights of both signs, `_dense` sums l⁺ in a second pass)."""
         return self._every_row_sum(self.words, self.weight, self._parts)
 
+    def everywhere_but_common(self) -> RareSum:
+        """l of every row over the query's rarer words, with a bound on what its common words (in at least
+        COMMON_SHARE of the rows) add to any row: their long lists are read only for the rows the bound leaves
+        (`RareSum.exact`). All words are summed where the common ones hold fewer postings than there are rows."""
+        lengths = self._list_lengths()
+        common = np.flatnonzero(lengths >= COMMON_SHARE * self.n_rows)
+        if int(lengths[common].sum()) < COMMON_POSTINGS_PER_ROW * self.n_rows:
+            common = common[:0]
+        rare = np.setdiff1d(np.arange(self.words.shape[0]), common)
+        return RareSum(self, self.summed_over(rare), common, int(lengths[common].sum()))
+
+    def summed_over(self, positions: np.ndarray) -> np.ndarray:
+        """l of every row over the query words at `positions` alone, float64 [rows]."""
+        return self._every_row_sum(self.words[positions], self.weight[positions], self._parts)
+
     def _every_row_sum(
         self, words: np.ndarray, weights: np.ndarray, parts: list[tuple[sp.csc_matrix, int]]
     ) -> np.ndarray:
@@ -541,3 +562,40 @@ class LexicalQuery:
             present = self._every_row_sum(self.words, np.ones(self.words.shape[0], dtype=np.float64), self._parts)
             hit = np.flatnonzero((present > 0) & (upper > threshold))
         return hit, lexical[hit], upper[hit]
+
+
+class RareSum:
+    """A query's l of every row over its rarer words (`summed`); its common words (positions `common`) add
+    between `below` (≤ 0) and `above` (≥ 0) to any row's l: each word i at most w_i q_i · max_d X[d, i]
+    (X ≥ 0), so a row's l lies in [summed + below, summed + above]."""
+
+    def __init__(self, query: LexicalQuery, summed: np.ndarray, common: np.ndarray, common_postings: int) -> None:
+        self._query = query
+        self.summed = summed
+        self.common = common
+        self._common_postings = common_postings
+        reach = query.reach[common]
+        self.below = float(np.minimum(reach, 0.0).sum())
+        self.above = float(np.maximum(reach, 0.0).sum())
+
+    @property
+    def complete(self) -> bool:
+        """Whether `summed` is l itself (no common word left out)."""
+        return self.common.shape[0] == 0
+
+    def exact(self, rows: np.ndarray) -> np.ndarray:
+        """The exact l of `rows`: the common words looked up for those rows alone."""
+        if self.complete:
+            return self.summed[rows]
+        return self.summed[rows] + self._query.for_rows(rows, self.common)[0]
+
+    def lookups_pay(self, rows: int) -> bool:
+        """Whether looking the common words up for `rows` rows costs less than summing their lists for every row."""
+        lookups = float(rows) * self.common.shape[0] * SEARCH_NS
+        return lookups <= self._common_postings * POSTING_NS + self._query.n_rows * ROW_NS
+
+    def whole(self) -> np.ndarray:
+        """l of every row, the common words' lists summed too."""
+        if self.complete:
+            return self.summed
+        return self.summed + self._query.summed_over(self.common)

@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from service import quantized, topk
 from service.embedding import Embedder
 from service.index import IndexConfig, VectorIndex
-from service.lexical import LexicalIndex, LexicalQuery
+from service.lexical import LexicalIndex, LexicalQuery, RareSum
 from service.rerank import Ranked, SemanticSearch, every_row_top, exact_top, prefers_dense
 from service.rows import RowTable
 from service.rwlock import ReadWriteLock
@@ -76,7 +76,7 @@ class _Chunk:
     lexical: list[LexicalQuery]  # each query's lexical term
     # query number → (the scan's every-row s, that query's number in it, l or None: not summed yet) for the
     # queries ranked from them
-    every: dict[int, tuple[EveryScore, int, np.ndarray | None]]
+    every: dict[int, tuple[EveryScore, int, RareSum | None]]
     pools: dict[int, tuple[np.ndarray, np.ndarray]]  # query number → the first pool (scores, rows) of the others
 
     def holds(self, query: int, version: int, first_k: int) -> bool:
@@ -213,10 +213,10 @@ class ModelState:
                 every = chunk.every.get(i)
                 if every is not None:  # s and l of every row: no pool (service.rerank.every_row_top)
                     uq = np.asarray(query_embeddings[i], dtype=np.float64)
-                    scanned, at, lexical_all = every
-                    if lexical_all is None:
-                        lexical_all = lexical.everywhere()
-                    ranked = every_row_top(uq, asks[i], scanned, at, lexical_all, self.index.vectors, self.table.live)
+                    scanned, at, summed = every
+                    if summed is None:
+                        summed = lexical.everywhere_but_common()
+                    ranked = every_row_top(uq, asks[i], scanned, at, summed, self.index.vectors, self.table.live)
                 else:
                     first = (first_k, *chunk.pools[i])
                     semantic = self._semantic(query_embeddings[i : i + 1], first, chunk.bits, knobs)
@@ -242,15 +242,15 @@ class ModelState:
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
         lexical = [self.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]) for a, b in spans]
         dense = [flat and b > a and prefers_dense(q, first_k) for (a, b), q in zip(spans, lexical, strict=True)]
-        every: dict[int, tuple[EveryScore, int, np.ndarray | None]] = {}
+        every: dict[int, tuple[EveryScore, int, RareSum | None]] = {}
         if any(dense):
             chosen = [start + j for j, d in enumerate(dense) if d]
             # A few queries' l of every row are summed beside the scan, on the cores it leaves idle (service.busy);
             # a larger chunk's one at a time when ranked (an array of every row each).
-            summed: dict[int, np.ndarray] = {}
+            summed: dict[int, RareSum] = {}
 
             def sum_lexical(i: int) -> None:
-                summed[i] = lexical[i - start].everywhere()
+                summed[i] = lexical[i - start].everywhere_but_common()
 
             beside = [partial(sum_lexical, i) for i in chosen] if len(chosen) <= LEXICAL_BESIDE_SCAN else []
             scanned = self.index.every_score(query_embeddings[chosen], beside)

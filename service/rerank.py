@@ -89,6 +89,23 @@ class LexicalTerm(Protocol):
     def lookup_cost_ns(self, rows: int) -> float: ...
 
 
+class EveryRowLexical(Protocol):
+    """A query's l of every row, perhaps without its common words (service.lexical.RareSum)."""
+
+    summed: np.ndarray  # l of every row over the words summed
+    below: float  # what the words left out can add to a row's l: at least this (≤ 0)
+    above: float  # and at most this (≥ 0)
+
+    @property
+    def complete(self) -> bool: ...
+
+    def exact(self, rows: np.ndarray) -> np.ndarray: ...
+
+    def lookups_pay(self, rows: int) -> bool: ...
+
+    def whole(self) -> np.ndarray: ...
+
+
 @dataclass(frozen=True, slots=True)
 class Ranked:
     """The best rows in order with their exact scores; `candidates` counts the rows scored exactly."""
@@ -224,23 +241,36 @@ def every_row_top(
     want: int,
     every: EveryScore,
     query: int,
-    lexical_all: np.ndarray,
+    lexical: EveryRowLexical,
     vectors: RowVectors,
     live: np.ndarray,
 ) -> Ranked:
     """The exact top `want` when s and l are known for every row (`every`, a flat index's scan, of which this
-    is query number `query`, and the dense lexical pass): no pool, no bound and no rows beyond it, so any
-    weights, negative ones included.
+    is query number `query`, and the dense lexical pass): no pool, no bound on the weights and no rows beyond
+    it, so any weights, negative ones included.
 
-    s came from float32 sums, and from the rows' int8 codes for a few queries, so every row whose f may
-    reach the `want`-th best (its own error bound, and rounding, service.topk) is rescored in float64 from
-    its embedding, and those are ordered by that exact f (ties by row)."""
+    s came from float32 sums, and from the rows' int8 codes for a few queries; l may leave the query's common
+    words out (service.lexical.RareSum, within known bounds). So every row whose f may reach the `want`-th best
+    (service.topk) is kept, its l completed by looking its common words up, its s rescored in float64 from its
+    embedding, and those are ordered by that exact f (ties by row). Where the bounds keep so many rows that
+    the lookups would cost more than the common words' lists, those are summed for every row and the pass
+    runs again on the whole l."""
     factor = 0.0 if every.factor is None else float(every.factor[query])
-    rows, upper, cut = topk.best(every.scores[query], lexical_all, live, want, TOPK_MARGIN, every.radius, factor)
-    if np.isfinite(cut):
-        rows = rows[upper >= cut - 2 * _float_slack(cut)]
+    scores = every.scores[query]
+
+    def kept(l_all: np.ndarray, below: float, above: float) -> np.ndarray:
+        rows, upper, cut = topk.best(scores, l_all, live, want, TOPK_MARGIN, every.radius, factor, below, above)
+        return rows[upper >= cut - 2 * _float_slack(cut)] if np.isfinite(cut) else rows
+
+    rows = kept(lexical.summed, lexical.below, lexical.above)
+    if lexical.complete or lexical.lookups_pay(rows.shape[0]):
+        lexical_rows = lexical.exact(rows)
+    else:
+        whole = lexical.whole()
+        rows = kept(whole, 0.0, 0.0)
+        lexical_rows = whole[rows]
     semantic = vectors(rows).astype(np.float64) @ uq
-    return Ranked.best(rows, semantic, lexical_all[rows], want, int(rows.shape[0]), searches=1)
+    return Ranked.best(rows, semantic, lexical_rows, want, int(rows.shape[0]), searches=1)
 
 
 def _beyond_pool(

@@ -36,6 +36,8 @@ def _best(
     margin: float,
     radius: np.ndarray,
     factor: float,
+    below: float,
+    above: float,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     heap = np.empty(want, dtype=np.float64)  # a min-heap of the best `want` lower ends seen so far
     size = 0
@@ -49,12 +51,13 @@ def _best(
             continue
         f = np.float64(semantic[row]) + lexical[row]
         r = factor * np.float64(radius[row]) if bounded else 0.0
-        if f + r < bound:
+        high = f + r + above
+        if high < bound:
             continue
         rows[kept] = row
-        values[kept] = f + r
+        values[kept] = high
         kept += 1
-        low = f - r
+        low = f - r + below
         if size < want:
             at = size
             size += 1
@@ -95,19 +98,22 @@ def best(
     margin: float,
     radius: np.ndarray | None = None,
     factor: float = 0.0,
+    below: float = 0.0,
+    above: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(rows, their upper ends, cut) of f = s + l over the live rows, summed in float64 from float32 `semantic`
-    and float64 `lexical`, where row i's s may be off by `factor` × `radius[i]` (None: exact but for rounding).
+    and float64 `lexical`, where row i's s may be off by `factor` × `radius[i]` (None: exact but for rounding)
+    and its l by `below` ≤ 0 down and `above` ≥ 0 up (words left out of `lexical`, service.lexical.RareSum).
 
     `cut` is the `want`-th best lower end f − r (−inf when fewer rows are live): `want` rows have f at least
     that, so a row whose upper end f + r is below it cannot be among the best. `rows` (in row order) hold
     every live row with f + r ≥ cut − margin·(1 + |cut|), and some below it (those within the margin of the
     cut so far when they were seen), so the caller filters them by its own bound at or above that one."""
     radius = _UNBOUNDED if radius is None else radius
-    return _best(semantic, lexical, live, max(1, want), margin, radius, float(factor))
+    return _best(semantic, lexical, live, max(1, want), margin, radius, float(factor), float(below), float(above))
 
 
 def warm() -> None:
     """Compile the kernel for the arrays the service passes, before a request needs it."""
     for radius in (None, np.ones(2, dtype=np.float32)):
-        best(np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float64), np.ones(2, dtype=bool), 1, 1e-4, radius, 1.0)
+        best(np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float64), np.ones(2, dtype=bool), 1, 1e-4, radius)

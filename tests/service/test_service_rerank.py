@@ -253,17 +253,24 @@ def test_heads_let_a_common_word_be_skipped_without_losing_a_row(
     assert 7 in lexical.query(ids, vals).above(0.1)[0]  # l⁺ ≥ 0.7 · 0.2 · 0.9 from its head posting alone
 
 
+@pytest.mark.parametrize("common", ["none", "looked up", "summed after all"])
 @pytest.mark.parametrize("queries", [1, QUANTIZED_QUERIES + 1])
 @pytest.mark.parametrize("idle_cores", [0, 3])
 @pytest.mark.parametrize("negative_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_row_top_equals_brute_force(
-    seed: int, negative_weights: bool, idle_cores: int, queries: int, monkeypatch: pytest.MonkeyPatch
+    seed: int, negative_weights: bool, idle_cores: int, queries: int, common: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """s and l of every row (a flat index's every_score, the dense lexical pass), any weights, dead rows, exact
     ties broken by row, the rows appended after the first part; with idle cores the scan's pieces are spread
     over other threads (service.busy) and must come back in their places. A few queries' s come from the
-    rows' int8 codes, each within its stated bound; more queries' from BLAS's float32 product."""
+    rows' int8 codes, each within its stated bound; more queries' from BLAS's float32 product. The query's
+    common words are left out of the every-row l and bounded (service.lexical.RareSum), then looked up for
+    the rows kept, or summed for every row after all where the lookups would cost more."""
+    if common != "none":  # every word of more than 1 % of the rows is common here
+        monkeypatch.setattr(lexical_module, "COMMON_SHARE", 0.01)
+        monkeypatch.setattr(lexical_module, "COMMON_POSTINGS_PER_ROW", 0.0)
+        monkeypatch.setattr(lexical_module, "SEARCH_NS", 0.0 if common == "looked up" else 1e12)
     monkeypatch.setattr(index_module, "SCAN_PIECE_ROWS", 70)  # several pieces in each part
     monkeypatch.setattr(busy, "_board", busy.Board(cores=1 + idle_cores))  # this search counted below
     X, E = random_collection(seed, n_docs=700)
@@ -284,6 +291,7 @@ def test_every_row_top_equals_brute_force(
         original(board, tasks)
 
     monkeypatch.setattr(busy.Board, "spread", counted)
+    split: list[bool] = []
     for _ in range(20 // queries + 1):
         uqs = (rng.standard_normal((queries, E.shape[1])) * 0.3).astype(np.float32).astype(np.float64)
         with busy.board().searching():
@@ -299,14 +307,16 @@ def test_every_row_top_equals_brute_force(
             np.testing.assert_allclose(scanned.scores, exact, rtol=1e-5, atol=1e-5)
         for at, uq in enumerate(uqs[:3]):
             ids, vals = query_vector(rng, X.shape[1], int(rng.integers(1, 8)))
-            lexical_all = lexical.query(ids, vals).everywhere()
+            summed = lexical.query(ids, vals).everywhere_but_common()
+            split.append(not summed.complete)
             f = brute(E, X, w, uq, ids, vals, live)
             for want in (1, 10, 30, 800):
-                ranked = every_row_top(uq, want, scanned, at, lexical_all, index.vectors, live)
+                ranked = every_row_top(uq, want, scanned, at, summed, index.vectors, live)
                 expected = np.lexsort((np.arange(f.shape[0]), -f))[: min(want, int(live.sum()))]
                 np.testing.assert_array_equal(ranked.rows, expected)
                 np.testing.assert_allclose(ranked.scores, f[expected], atol=1e-6)
     assert set(spread) == {idle_cores}  # the scan went to the idle cores, and only to them
+    assert any(split) == (common != "none")  # the common words were left out where the case says
 
 
 def test_the_board_counts_the_searches_of_every_process_of_a_group() -> None:
