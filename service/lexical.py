@@ -53,7 +53,7 @@ DENSE_SHARE = 8
 # and its weight among the least, so the every-row sum leaves it out and bounds what it can add instead
 # (`RareSum`), when the common words' lists hold at least COMMON_POSTINGS_PER_ROW postings a row together.
 COMMON_SHARE = 0.05
-COMMON_POSTINGS_PER_ROW = 1.0
+COMMON_POSTINGS_PER_ROW = 4.0
 HEAD_MIN = 2048  # a base posting list at least this long keeps a head
 HEAD_SHARE = 64  # of about 1/HEAD_SHARE of its postings
 
