@@ -526,11 +526,12 @@ class LexicalQuery:
         COMMON_SHARE of the rows) add to any row: their long lists are read only for the rows the bound leaves
         (`RareSum.exact`). All words are summed where the common ones hold fewer postings than there are rows."""
         lengths = self._list_lengths()
-        common = np.flatnonzero(lengths >= COMMON_SHARE * self.n_rows)
-        if int(lengths[common].sum()) < COMMON_POSTINGS_PER_ROW * self.n_rows:
-            common = common[:0]
-        rare = np.setdiff1d(np.arange(self.words.shape[0]), common)
-        return RareSum(self, self.summed_over(rare), common, int(lengths[common].sum()))
+        is_common = lengths >= COMMON_SHARE * self.n_rows
+        common_postings = int(lengths[is_common].sum())
+        if common_postings < COMMON_POSTINGS_PER_ROW * self.n_rows:
+            return RareSum(self, self.everywhere())
+        common = np.flatnonzero(is_common)
+        return RareSum(self, self.summed_over(np.flatnonzero(~is_common)), common, common_postings)
 
     def summed_over(self, positions: np.ndarray) -> np.ndarray:
         """l of every row over the query words at `positions` alone, float64 [rows]."""
@@ -572,14 +573,18 @@ class RareSum:
     between `below` (≤ 0) and `above` (≥ 0) to any row's l: each word i at most w_i q_i · max_d X[d, i]
     (X ≥ 0), so a row's l lies in [summed + below, summed + above]."""
 
-    def __init__(self, query: LexicalQuery, summed: np.ndarray, common: np.ndarray, common_postings: int) -> None:
+    def __init__(
+        self, query: LexicalQuery, summed: np.ndarray, common: np.ndarray | None = None, common_postings: int = 0
+    ) -> None:
         self._query = query
         self.summed = summed
-        self.common = common
+        self.common = np.zeros(0, dtype=np.int64) if common is None else common
         self._common_postings = common_postings
-        reach = query.reach[common]
-        self.below = float(np.minimum(reach, 0.0).sum())
-        self.above = float(np.maximum(reach, 0.0).sum())
+        self.below = self.above = 0.0
+        if self.common.shape[0]:
+            reach = query.reach[self.common]
+            self.below = float(np.minimum(reach, 0.0).sum())
+            self.above = float(np.maximum(reach, 0.0).sum())
 
     @property
     def complete(self) -> bool:
