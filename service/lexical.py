@@ -57,6 +57,7 @@ DENSE_SHARE = 8
 # one client got slower by 0.1-0.3 ms: the sum runs beside the scan, the lookups after it.
 COMMON_SHARE = 0.05
 COMMON_POSTINGS_PER_ROW = 4.0
+COMMON_LOOKUP_ROWS = 64  # rows the bound leaves to look up, for the cost estimate (20-100 on 20 kB pages)
 HEAD_MIN = 2048  # a base posting list at least this long keeps a head
 HEAD_SHARE = 64  # of about 1/HEAD_SHARE of its postings
 
@@ -524,14 +525,29 @@ class LexicalQuery:
     def everywhere_but_common(self) -> RareSum:
         """l of every row over the query's rarer words, with a bound on what its common words (in at least
         COMMON_SHARE of the rows) add to any row: their long lists are read only for the rows the bound leaves
-        (`RareSum.exact`). All words are summed where the common ones hold fewer postings than there are rows."""
+        (`RareSum.exact`). All words are summed where the common ones hold too few postings to be worth it."""
+        is_common, common_postings = self._common_words()
+        if is_common is None:
+            return RareSum(self, self.everywhere())
+        return RareSum(self, self.summed_over(np.flatnonzero(~is_common)), np.flatnonzero(is_common), common_postings)
+
+    def every_row_cost_ns(self) -> float:
+        """About what `everywhere_but_common` costs, with its common words looked up for COMMON_LOOKUP_ROWS rows."""
+        is_common, common_postings = self._common_words()
+        if is_common is None:
+            return self.dense_cost_ns()
+        summed = float(np.sum(self._list_lengths())) - common_postings
+        lookups = COMMON_LOOKUP_ROWS * int(is_common.sum()) * SEARCH_NS
+        return summed * POSTING_NS + self.n_rows * ROW_NS + lookups
+
+    def _common_words(self) -> tuple[np.ndarray | None, int]:
+        """(which query words are common, their postings), or (None, 0) where they are too few to leave out."""
         lengths = self._list_lengths()
         is_common = lengths >= COMMON_SHARE * self.n_rows
         common_postings = int(lengths[is_common].sum())
         if common_postings < COMMON_POSTINGS_PER_ROW * self.n_rows:
-            return RareSum(self, self.everywhere())
-        common = np.flatnonzero(is_common)
-        return RareSum(self, self.summed_over(np.flatnonzero(~is_common)), common, common_postings)
+            return None, 0
+        return is_common, common_postings
 
     def summed_over(self, positions: np.ndarray) -> np.ndarray:
         """l of every row over the query words at `positions` alone, float64 [rows]."""

@@ -241,7 +241,10 @@ class ModelState:
         bits = self.table.live_bits()
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
         lexical = [self.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]) for a, b in spans]
-        dense = [flat and b > a and prefers_dense(q, first_k) for (a, b), q in zip(spans, lexical, strict=True)]
+        dense = [
+            flat and b > a and prefers_dense(query, first_k, every_row=True)
+            for (a, b), query in zip(spans, lexical, strict=True)
+        ]
         every: dict[int, tuple[EveryScore, int, RareSum | None]] = {}
         if any(dense):
             chosen = [start + j for j, d in enumerate(dense) if d]

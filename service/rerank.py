@@ -88,6 +88,8 @@ class LexicalTerm(Protocol):
 
     def dense_cost_ns(self) -> float: ...
 
+    def every_row_cost_ns(self) -> float: ...
+
     def lookup_cost_ns(self, rows: int) -> float: ...
 
 
@@ -232,10 +234,12 @@ DENSE_MAX_NS = 1.0e6
 LONG_QUERY_LOOKUPS = 2.0
 
 
-def prefers_dense(lexical: LexicalTerm, pool: int) -> bool:
+def prefers_dense(lexical: LexicalTerm, pool: int, every_row: bool = False) -> bool:
     """Whether the query's l is best summed for every row at once: cheap (DENSE_MAX_NS), or cheaper than the
-    pruned path's lookups of a `pool` for a long text (LONG_QUERY_LOOKUPS)."""
-    return lexical.dense_cost_ns() <= max(DENSE_MAX_NS, LONG_QUERY_LOOKUPS * lexical.lookup_cost_ns(pool))
+    pruned path's lookups of a `pool` for a long text (LONG_QUERY_LOOKUPS). `every_row`: for `every_row_top`,
+    whose sum leaves a long text's common words out (service.lexical.RareSum) and so costs less."""
+    cost = lexical.every_row_cost_ns() if every_row else lexical.dense_cost_ns()
+    return cost <= max(DENSE_MAX_NS, LONG_QUERY_LOOKUPS * lexical.lookup_cost_ns(pool))
 
 
 def every_row_top(

@@ -87,7 +87,7 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(
     Both routes of the exact ranking: s and l of every row (a flat index and a cheap dense lexical pass: a
     small collection), and the FAISS pool with the lexical rows beyond it (a large one)."""
     if route == "pool":
-        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool: False)
+        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool, every_row=False: False)
     docs: list[Document] = corpus["docs"]
     bundle = make_bundle(
         tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical,
@@ -125,7 +125,7 @@ def test_a_projection_alone_or_with_tfidf_is_served_exactly(
     every word, 0 (the cosine alone) or c > 0 (combined). The index holds B d/‖B d‖, the encoder A q/‖A q‖,
     and the rerank's bounds (s ∈ [−1, 1], l⁺ ≤ c·q·d) keep the top k exact."""
     if route == "pool":
-        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool: False)
+        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool, every_row=False: False)
     docs: list[Document] = corpus["docs"]
     random = load_bundle(make_bundle(tmp_path / "random", docs, form="projection", n_dims=12, seed=5), mmap=False)
     form = Projection({**random.form.values, "w": np.full_like(random.form.values["w"], weight)})

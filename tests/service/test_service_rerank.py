@@ -10,6 +10,7 @@ import scipy.sparse as sp
 
 import service.index as index_module
 import service.lexical as lexical_module
+import service.rerank as rerank_module
 from service import busy
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex
@@ -335,3 +336,24 @@ def test_the_board_counts_the_searches_of_every_process_of_a_group() -> None:
         with first.borrowing(1):
             assert second.idle_cores() == 0
     assert first.idle_cores() == 2 and list(slots) == [0, 0]
+
+
+def test_a_long_texts_every_row_sum_is_priced_without_its_common_words(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The every-row path reads a long text's common words only for the rows their bound keeps, so its cost
+    estimate leaves their postings out, and a page the pool path would take goes every-row (service.rerank.
+    prefers_dense); a short query with few common postings is priced as the plain dense pass."""
+    monkeypatch.setattr(lexical_module, "COMMON_POSTINGS_PER_ROW", 4.0)
+    rare, _ = random_collection(0, n_docs=5000, n_words=280)
+    X = sp.hstack([sp.csr_matrix(np.full((5000, 20), 0.5, dtype=np.float32)), rare], format="csr")  # 20 stop words
+    lexical = LexicalIndex(np.ones(300), X)
+    page = lexical.query(np.arange(0, 300, 2), np.full(150, 0.1))  # 150 words, 10 stop words among them
+    assert page.every_row_cost_ns() < 0.7 * page.dense_cost_ns()  # 90,000 of its ~143,000 ns left out
+    split = page.everywhere_but_common()
+    assert not split.complete and set(page.words[split.common].tolist()) == set(range(0, 20, 2))
+    monkeypatch.setattr(rerank_module, "DENSE_MAX_NS", 0.0)
+    pool = int(page.every_row_cost_ns() / (rerank_module.LONG_QUERY_LOOKUPS * 150 * lexical_module.SEARCH_NS)) + 1
+    assert rerank_module.prefers_dense(page, pool, every_row=True)
+    assert not rerank_module.prefers_dense(page, pool)
+    short = lexical.query(np.array([0, 101, 203]), np.array([0.3, 0.5, 0.2]))  # one stop word: 5,000 postings
+    assert short.everywhere_but_common().complete
+    assert short.every_row_cost_ns() == short.dense_cost_ns()
