@@ -81,10 +81,10 @@ def rescored(bundle: Path, corpus: Path, work_dir: Path, n_queries: int, k: int)
             a, b = tfidf.indptr[i], tfidf.indptr[i + 1]
             if a == b:
                 continue
-            lexical_all = state.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]).everywhere_but_common()
+            summed = state.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]).everywhere_but_common()
             scanned = state.index.every_score(embedded[i : i + 1])
             uq = embedded[i].astype(np.float64)
-            ranked = every_row_top(uq, k, scanned, 0, lexical_all, state.index.vectors, state.table.live)
+            ranked = every_row_top(uq, k, scanned, 0, summed, state.index.vectors, state.table.live)
             counts.append(ranked.candidates)
         vectors = np.array(state.index.all_vectors())
     finally:

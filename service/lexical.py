@@ -31,6 +31,7 @@ the old object is never disturbed and the costly merge runs outside the writers'
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numba
 import numpy as np
@@ -526,22 +527,24 @@ class LexicalQuery:
         """l of every row over the query's rarer words, with a bound on what its common words (in at least
         COMMON_SHARE of the rows) add to any row: their long lists are read only for the rows the bound leaves
         (`RareSum.exact`). All words are summed where the common ones hold too few postings to be worth it."""
-        is_common, common_postings = self._common_words()
+        is_common, common_postings = self._common_words
         if is_common is None:
             return RareSum(self, self.everywhere())
         return RareSum(self, self.summed_over(np.flatnonzero(~is_common)), np.flatnonzero(is_common), common_postings)
 
     def every_row_cost_ns(self) -> float:
         """About what `everywhere_but_common` costs, with its common words looked up for COMMON_LOOKUP_ROWS rows."""
-        is_common, common_postings = self._common_words()
+        is_common, common_postings = self._common_words
         if is_common is None:
             return self.dense_cost_ns()
         summed = float(np.sum(self._list_lengths())) - common_postings
         lookups = COMMON_LOOKUP_ROWS * int(is_common.sum()) * SEARCH_NS
         return summed * POSTING_NS + self.n_rows * ROW_NS + lookups
 
+    @cached_property
     def _common_words(self) -> tuple[np.ndarray | None, int]:
-        """(which query words are common, their postings), or (None, 0) where they are too few to leave out."""
+        """(which query words are common, their postings), or (None, 0) where they are too few to leave out:
+        asked when the path is chosen (`every_row_cost_ns`) and again when it is taken, so worked out once."""
         lengths = self._list_lengths()
         is_common = lengths >= COMMON_SHARE * self.n_rows
         common_postings = int(lengths[is_common].sum())

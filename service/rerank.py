@@ -32,15 +32,16 @@ A cosine form (`projection`, paper 003) fits the same split: e(d) = B d/‖B d�
 A q/‖A q‖, so s(d) = cos(A q, B d) ∈ [−1, 1], and w = c ≥ 0 for every word (0 alone, the tf-idf weight
 combined); nothing above depends on how s is scaled, so both bounds hold as they are.
 
-Where s and l are both known for every row (a flat index's scan kept whole, `VectorIndex.every_score`, and
-the dense lexical pass), no pool or bound is needed: `every_row_top` takes the top `want` of f over all live
-rows in one compiled pass (service.topk) and rescores the rows within float32 rounding of the cut (or within
-their error bound of it, where s came from int8 codes, service.quantized). A long page's l of every row leaves
-its common words out (service.lexical.RareSum: their lists are most of its postings, their weights small),
-widening each row's interval by what they can add, and they are looked up for the rows kept. The
-service takes it for every query whose l it would sum densely anyway (`prefers_dense`, service.model_state):
-on 100k passages a pool of K = 1,024 cost 0.3 ms of FAISS heap over k = 10, and queries of stop words brought
-~1,300 rows beyond it to fetch and rescore (docs/performance/search.md, "Every row's score").
+Where s and l are both known for every row (a flat index's scan kept whole, `VectorIndex.every_score`, and the
+dense lexical pass), no pool and no bound on the weights is needed: `every_row_top` takes the top `want` of f
+over all live rows in one compiled pass (service.topk) and rescores the rows within float32 rounding of the
+cut (or within their error bound of it, where s came from int8 codes, service.quantized). A long page's l of
+every row leaves its common words out (service.lexical.RareSum: their lists are most of its postings, their
+weights small), widening each row's interval by what they can add, and they are looked up for the rows kept.
+The service takes it for every query whose l it would sum densely anyway (`prefers_dense`,
+service.model_state): on 100k passages a pool of K = 1,024 cost 0.3 ms of FAISS heap over k = 10, and queries
+of stop words brought ~1,300 rows beyond it to fetch and rescore (docs/performance/search.md, "Every row's
+score").
 
 With an approximate index (HNSW, IVF) s_K is not a true bound and the result is approximate; its
 recall against this exact ranking is what `ssi bench` reports.

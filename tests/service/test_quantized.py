@@ -3,6 +3,8 @@ rows hold, and the codes of appended rows kept in step with the float32 rows."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -67,7 +69,7 @@ def test_appended_rows_are_coded_in_step_with_the_rows() -> None:
     np.testing.assert_array_equal(rows.radius(), quantized.quantize(rows.whole()).radius)
 
 
-def test_warming_compiles_the_pass_for_a_snapshots_mapped_codes(tmp_path) -> None:  # noqa: ANN001
+def test_warming_compiles_the_pass_for_a_snapshots_mapped_codes(tmp_path: Path) -> None:
     """A snapshot's codes are read-only (mapped): a signature numba would otherwise compile on the first
     request after a restart (a pause of a second on the request path)."""
     quantized.warm()
