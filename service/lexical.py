@@ -31,7 +31,6 @@ the old object is never disturbed and the costly merge runs outside the writers'
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 
 import numba
 import numpy as np
@@ -54,8 +53,8 @@ DENSE_SHARE = 8
 # and its weight among the least, so the every-row sum leaves it out and bounds what it can add instead
 # (`RareSum`), when the common words' lists hold at least COMMON_POSTINGS_PER_ROW postings a row together:
 # a long page's (20 kB against 100k adverts: ~1.3 M of its 2.2 M postings, bound ~0.2, 20-100 rows left to
-# look up). At 1 a row, 126 of 300 five-word queries split (their stop words' ~100k postings) and /search at
-# one client got slower by 0.1-0.3 ms: the sum runs beside the scan, the lookups after it.
+# look up). At 1 a row, five-word queries with stop words split too (their ~100k postings) and /search at one
+# client got slower by 0.1-0.3 ms (`ssi bench`, alternated): the sum runs beside the scan, the lookups after it.
 COMMON_SHARE = 0.05
 COMMON_POSTINGS_PER_ROW = 4.0
 COMMON_LOOKUP_ROWS = 64  # rows the bound leaves to look up, for the cost estimate (20-100 on 20 kB pages)
@@ -343,6 +342,7 @@ class LexicalQuery:
         self._head = index.head
         # The first scan of posting lists, reused when the caller raises the threshold (a wider pool).
         self._scanned: tuple[float, np.ndarray, tuple[np.ndarray, ...]] | None = None
+        self._common: tuple[np.ndarray | None, int] | None = None  # `_common_words`, once asked
 
     def for_rows(
         self, rows: np.ndarray, words: np.ndarray | None = None, base_only: bool = False
@@ -527,30 +527,30 @@ class LexicalQuery:
         """l of every row over the query's rarer words, with a bound on what its common words (in at least
         COMMON_SHARE of the rows) add to any row: their long lists are read only for the rows the bound leaves
         (`RareSum.exact`). All words are summed where the common ones hold too few postings to be worth it."""
-        is_common, common_postings = self._common_words
+        is_common, common_postings = self._common_words()
         if is_common is None:
             return RareSum(self, self.everywhere())
         return RareSum(self, self.summed_over(np.flatnonzero(~is_common)), np.flatnonzero(is_common), common_postings)
 
     def every_row_cost_ns(self) -> float:
         """About what `everywhere_but_common` costs, with its common words looked up for COMMON_LOOKUP_ROWS rows."""
-        is_common, common_postings = self._common_words
+        is_common, common_postings = self._common_words()
         if is_common is None:
             return self.dense_cost_ns()
         summed = float(np.sum(self._list_lengths())) - common_postings
         lookups = COMMON_LOOKUP_ROWS * int(is_common.sum()) * SEARCH_NS
         return summed * POSTING_NS + self.n_rows * ROW_NS + lookups
 
-    @cached_property
     def _common_words(self) -> tuple[np.ndarray | None, int]:
         """(which query words are common, their postings), or (None, 0) where they are too few to leave out:
         asked when the path is chosen (`every_row_cost_ns`) and again when it is taken, so worked out once."""
-        lengths = self._list_lengths()
-        is_common = lengths >= COMMON_SHARE * self.n_rows
-        common_postings = int(lengths[is_common].sum())
-        if common_postings < COMMON_POSTINGS_PER_ROW * self.n_rows:
-            return None, 0
-        return is_common, common_postings
+        if self._common is None:
+            lengths = self._list_lengths()
+            is_common = lengths >= COMMON_SHARE * self.n_rows
+            common_postings = int(lengths[is_common].sum())
+            split = common_postings >= COMMON_POSTINGS_PER_ROW * self.n_rows
+            self._common = (is_common, common_postings) if split else (None, 0)
+        return self._common
 
     def summed_over(self, positions: np.ndarray) -> np.ndarray:
         """l of every row over the query words at `positions` alone, float64 [rows]."""
