@@ -53,6 +53,9 @@ class PageMatchOut(BaseModel):
     ads: list[AdMatch]
     page_words: int = Field(description="distinct page words the model knows (after the cut)")
     ranked: int = Field(description="adverts scored exactly for this page")
+    impression: str | None = Field(
+        default=None, description="names this answer in the traffic log: report an advert's click with POST /clicks"
+    )
 
 
 class MatchResponse(BaseModel):

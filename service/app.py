@@ -30,10 +30,11 @@ from service.bounds import body_limits
 from service.catalog import Catalog
 from service.deps import CollectionPathDep, ReadKeyDep
 from service.errors import ServiceError
+from service.events.traffic import Traffic
 from service.metrics import KNOWN_METHODS, Metrics, MetricsMiddleware
 from service.openapi import install_exact_schema
 from service.request_body import BodyLimitMiddleware
-from service.routes import admin, documents, health, match, metrics, model, pages, search, words
+from service.routes import admin, documents, events, health, match, metrics, model, pages, search, words
 from service.routes.pages import STATIC_DIR
 from service.settings import Settings
 from service.threads import limit_blas_threads
@@ -148,6 +149,7 @@ def create_app(
             yield
         finally:
             app.state.adverts.close()
+            app.state.traffic.close()
             catalog.close()
 
     app = FastAPI(
@@ -159,12 +161,14 @@ def create_app(
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
+    app.state.traffic = Traffic(settings)  # impressions and clicks (service.events)
     install_error_handlers(app)
 
     # With SSI_READ_KEY set, the read routes need a key; without, they declare none (the schema says which).
     read = [ReadKeyDep] if settings.read_key is not None else []
     for router, needs in (
         (search.router, read),
+        (events.router, read),
         (documents.read_router, read),
         (documents.write_router, []),
         (model.router, read),

@@ -23,6 +23,7 @@ from service.admission import Limiter
 from service.catalog import Catalog
 from service.collection import Collection
 from service.errors import Forbidden, InvalidInput, Unauthorized
+from service.events.traffic import Traffic
 from service.metrics import Metrics
 from service.settings import COLLECTION_NAME, Settings
 
@@ -97,11 +98,12 @@ class Searching:
     collection: Collection
     settings: Settings
     limiter: Limiter
+    traffic: Traffic
 
 
 async def get_searching(request: Request) -> Searching:
     state = request.app.state
-    return Searching(_collection_of(request), state.settings, state.search_limiter)
+    return Searching(_collection_of(request), state.settings, state.search_limiter, state.traffic)
 
 
 SearchingDep = Annotated[Searching, Depends(get_searching)]

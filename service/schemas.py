@@ -170,6 +170,11 @@ class SearchResult(BaseModel):
     hits: list[Hit]
     query_words: int = Field(description="distinct query words found in the model's vocabulary")
     candidates: int = Field(description="documents scored exactly for this query")
+    impression: str | None = Field(
+        default=None,
+        description="names this answer in the traffic log: report a click with POST /clicks and it "
+        "(null when the server records no traffic, SSI_EVENTS=false)",
+    )
 
 
 class SearchResponse(SearchResult):

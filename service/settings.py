@@ -180,6 +180,18 @@ class Settings(BaseSettings):
     # changed (new ids, documents never written through the API), or refuse to start.
     corpus_change: Literal["merge", "refuse"] = "merge"
 
+    # The traffic log (service.events): what each answer showed and the clicks reported on it, the click
+    # log the trainer learns from. events_text: what is kept of query and page texts (plain; hash: a salted
+    # hash that groups equal texts; none). events_explore: the share of first-page answers whose first
+    # events_explore_depth results are shuffled, so position bias can be measured (0: none). Bounds: by age
+    # and by the file's size (the oldest impressions go first).
+    events: bool = True
+    events_text: Literal["plain", "hash", "none"] = "plain"
+    events_explore: float = Field(default=0.0, ge=0, le=1)
+    events_explore_depth: int = Field(default=10, ge=2, le=1000)
+    events_max_age_days: float = Field(default=30.0, gt=0, le=36_500)
+    events_max_mb: float = Field(default=512.0, ge=1, le=1 << 30)
+
     embed_batch: int = Field(default=2048, ge=1, le=1 << 20)
     # Worker processes that featurize an index build's batches beside the main one (service.featurize_pool);
     # 0: all in one process. A build of fewer than 20,000 documents never starts them.

@@ -36,6 +36,7 @@ from service.catalog import Catalog
 from service.collection import Collection
 from service.deps import ApiKeyDep, CatalogDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
 from service.errors import InvalidInput, NotFound, Unavailable, error_responses
+from service.events.traffic import Traffic
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
 from service.schemas import DeleteResponse, DocumentIn, WriteResponse
@@ -147,6 +148,10 @@ def match_batcher_for(collection: Collection, books: AdvertBooks, settings: Sett
         return batcher
 
 
+def _ad_id(ad: AdMatch) -> str:
+    return ad.id
+
+
 def page_match_out(match: PageMatch) -> PageMatchOut:
     """A page's matches as the response body; a shard of the sharded router answers with it too."""
     return PageMatchOut(
@@ -191,6 +196,7 @@ async def match(
     catalog: CatalogDep,
     settings: SettingsDep,
     limiter: SearchLimiterDep,
+    request: Request,
 ) -> MatchResponse:
     texts = check_match(body, settings)
     started = time.perf_counter()
@@ -202,6 +208,9 @@ async def match(
         results: list[PageMatch] = [await asyncio.wrap_future(future) for future in futures]
     took = (time.perf_counter() - started) * 1000
     results_out = [page_match_out(r) for r in results]
+    traffic: Traffic = request.app.state.traffic
+    for page, out in zip(pages, results_out, strict=True):
+        out.impression, out.ads = traffic.show(collection, "match", page, out.ads, _ad_id)
     return MatchResponse(collection=collection.name, results=results_out, took_ms=round(took, 3))
 
 

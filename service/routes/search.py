@@ -68,6 +68,10 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
         return batcher
 
 
+def _hit_id(hit: Hit) -> str:
+    return hit.id
+
+
 def scan_chars(settings: Settings, hits: int) -> int:
     """Characters of each hit's text a snippet scans when a request returns `hits` hits in all."""
     return min(settings.snippet_scan_chars, settings.snippet_scan_budget // max(1, hits))
@@ -134,12 +138,14 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     key = (body.k, body.offset, body.ef_search, body.nprobe)
     async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
         result: SearchResult = await asyncio.wrap_future(batcher_for(collection, settings).submit(body.query, key))
+    impression, hits = searching.traffic.show(collection, "search", body.query, result.hits, _hit_id, body.offset + 1)
     took = (time.perf_counter() - started) * 1000
     return json_response(
         SearchResponse(
-            hits=result.hits,
+            hits=hits,
             query_words=result.query_words,
             candidates=result.candidates,
+            impression=impression,
             collection=collection.name,
             took_ms=round(took, 3),
         )
@@ -168,5 +174,9 @@ async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Res
         )
 
     results = await limiter.run(work)
+    for query, result in zip(body.queries, results, strict=True):
+        result.impression, result.hits = searching.traffic.show(
+            collection, "search", query, result.hits, _hit_id, body.offset + 1
+        )
     took = (time.perf_counter() - started) * 1000
     return json_response(BatchSearchResponse(collection=collection.name, results=results, took_ms=round(took, 3)))

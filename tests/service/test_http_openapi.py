@@ -34,8 +34,9 @@ def _operations(spec: dict) -> list[tuple[str, str, dict]]:
 
 def test_the_collection_routes_declare_their_path_parameter(spec: dict) -> None:
     prefixed = [(p, m, op) for p, m, op in _operations(spec) if p.startswith("/collections/{collection}/")]
-    # search, batch, similar, document get/put/delete, documents post, model, words; match, advert get/put/patch/delete
-    assert len(prefixed) == 14
+    # search, batch, clicks, similar, document get/put/delete, documents post, model, words; match, advert
+    # get/put/patch/delete
+    assert len(prefixed) == 15
     for path, _, op in prefixed:
         params = {p["name"]: p for p in op.get("parameters", []) if p["in"] == "path"}
         assert params["collection"]["required"] and params["collection"]["schema"]["enum"] == ["documents"], path
@@ -45,6 +46,7 @@ def test_every_error_response_is_declared_with_its_body(spec: dict) -> None:
     expected = {
         ("/search", "post"): {400, 401, 404, 409, 413, 422, 429, 503},
         ("/search/batch", "post"): {400, 401, 404, 409, 413, 422, 429, 503},
+        ("/clicks", "post"): {400, 401, 403, 404, 413, 422, 429, 503, 507},
         ("/documents", "post"): {400, 401, 403, 404, 409, 413, 422, 429, 503, 507},
         ("/documents/{doc_id}", "put"): {400, 401, 403, 404, 413, 422, 429, 503, 507},
         ("/documents/{doc_id}", "delete"): {401, 403, 404, 422, 429, 503, 507},

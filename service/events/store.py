@@ -1,0 +1,347 @@
+"""One collection's traffic log: the impressions it answered with and the clicks reported on them.
+
+Why two speeds. A search must not wait for a disk: an impression is put on an in-memory queue and a writer
+thread commits the queue every `FLUSH_SECONDS` (or every `FLUSH_BATCH` impressions) in one transaction, with
+`synchronous=NORMAL`; a crash loses at most the last fraction of a second of impressions, never a search. A
+click is the label the trainer learns from and is acknowledged only once committed with `synchronous=FULL`
+(like a document write), so an acknowledged click survives `kill -9`.
+
+A click on an impression this process has not yet committed commits the queue first; one on an impression of
+another worker process of the group that is younger than the flush interval waits for that worker's commit
+(the id carries its time, so a stale or forged id is answered at once).
+
+Bounds: impressions older than `max_age` are deleted with their clicks, and when the file's live pages pass
+`max_bytes` the oldest impressions go until it is below 90 % of that; pages freed are returned to the file
+system (incremental vacuum), so the file itself stays within the bound. Texts (queries, pages) are kept once
+per hash and only as the text setting allows: `plain` (the text), `hash` (a salted hash: equal queries stay
+grouped, the text is gone), `none` (neither).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import sqlite3
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from service.errors import NotFound
+from service.store import write_transaction
+from ssi.traffic import EVENTS_FILE, EVENTS_SCHEMA, EVENTS_SCHEMA_VERSION
+
+log = logging.getLogger(__name__)
+
+TextMode = Literal["plain", "hash", "none"]
+
+FLUSH_SECONDS = 0.1
+FLUSH_BATCH = 512
+MAX_PENDING = 100_000  # impressions queued for the writer; beyond, new ones are dropped (and counted)
+PRUNE_EVERY = 30.0  # seconds between two checks of the bounds
+WAIT_FOR_PEER = 0.5  # seconds a click waits for another worker's commit of a young impression
+_ID_TIME_BYTES = 6
+
+
+@dataclass(frozen=True, slots=True)
+class Impression:
+    """What one answer showed: kept as given until the writer commits it."""
+
+    id: str
+    at: float
+    kind: str
+    text: str | None
+    model: str
+    randomized: bool
+    first_position: int
+    shown: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ClickOutcome:
+    recorded: bool  # False: this (impression, id) was reported before; the click counts once
+    position: int
+
+
+@dataclass(frozen=True, slots=True)
+class EventStats:
+    impressions: int
+    clicks: int
+    dropped: int
+    bytes: int
+
+
+def new_impression_id(now: float) -> str:
+    """An unguessable id (96 random bits) that also tells when it was issued (its first 6 bytes: milliseconds)."""
+    stamp = int(now * 1000).to_bytes(_ID_TIME_BYTES, "big")
+    return base64.urlsafe_b64encode(stamp + secrets.token_bytes(12)).decode("ascii")
+
+
+def issued_at(impression_id: str) -> float | None:
+    """When an id of `new_impression_id` was issued; None for anything that is not one."""
+    if len(impression_id) != 24:
+        return None
+    try:
+        raw = base64.urlsafe_b64decode(impression_id.encode("ascii"))
+    except (ValueError, UnicodeEncodeError):
+        return None
+    return int.from_bytes(raw[:_ID_TIME_BYTES], "big") / 1000.0
+
+
+def _connect(path: Path, synchronous: str) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False, timeout=60)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute(f"PRAGMA synchronous={synchronous}")
+    return conn
+
+
+class EventStore:
+    """The impressions and clicks of one collection in `<folder>/events.sqlite`, shared by a worker group."""
+
+    def __init__(
+        self, folder: Path, *, text_mode: TextMode, max_age: float, max_bytes: int, start_writer: bool = True
+    ) -> None:
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / EVENTS_FILE
+        self.text_mode: TextMode = text_mode
+        self.max_age = max_age
+        self.max_bytes = max_bytes
+        self._create()
+        self._writer = _connect(self.path, "NORMAL")  # impressions and pruning: the writer thread's
+        self._clicks = _connect(self.path, "FULL")  # clicks: durable before acknowledged
+        self._click_lock = threading.Lock()
+        self._salt = self._meta("salt")
+        self._pending: deque[Impression] = deque()
+        self._wake = threading.Event()
+        self._flush_lock = threading.Lock()  # one commit of the queue at a time (the writer's, a click's)
+        self.dropped = 0
+        self._closing = False
+        self._last_prune = 0.0
+        self._thread: threading.Thread | None = None
+        if start_writer:
+            self._thread = threading.Thread(target=self._run, name=f"events-{folder.name}", daemon=True)
+            self._thread.start()
+
+    # --- schema -------------------------------------------------------------------------------------------
+
+    def _create(self) -> None:
+        # auto_vacuum must be chosen before the file's first page is written (before WAL mode too): pages
+        # freed by pruning then go back to the file system.
+        first = sqlite3.connect(self.path, isolation_level=None)
+        first.execute("PRAGMA auto_vacuum=INCREMENTAL")
+        first.close()
+        conn = _connect(self.path, "FULL")
+        try:
+            with write_transaction(conn, self.path, "BEGIN IMMEDIATE"):
+                for statement in EVENTS_SCHEMA.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (EVENTS_SCHEMA_VERSION,))
+                conn.execute("INSERT OR IGNORE INTO meta VALUES ('salt', ?)", (secrets.token_hex(16),))
+            version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()[0]
+            if version != EVENTS_SCHEMA_VERSION:
+                raise RuntimeError(
+                    f"{self.path}: event store schema {version}, this service writes {EVENTS_SCHEMA_VERSION}"
+                )
+        finally:
+            conn.close()
+
+    def _meta(self, key: str) -> str:
+        return str(self._writer.execute("SELECT value FROM meta WHERE key=?", (key,)).fetchone()[0])
+
+    def text_key(self, text: str) -> tuple[str | None, str | None]:
+        """(hash, stored text) of a query or page under the text setting."""
+        if self.text_mode == "none":
+            return None, None
+        data = text.encode("utf-8", "surrogatepass")
+        if self.text_mode == "hash":
+            return hmac.new(self._salt.encode(), data, hashlib.sha256).hexdigest()[:32], None
+        return hashlib.sha256(data).hexdigest()[:32], text
+
+    # --- impressions: queued, committed by the writer thread ----------------------------------------------
+
+    def record(
+        self, kind: str, text: str, model: str, shown: list[str], first_position: int, randomized: bool
+    ) -> str | None:
+        """Queue an impression; returns its id (None when the queue is full and it was dropped)."""
+        now = time.time()
+        if len(self._pending) >= MAX_PENDING:
+            self.dropped += 1
+            return None
+        impression = Impression(
+            new_impression_id(now), now, kind, text, model, randomized, first_position, tuple(shown)
+        )
+        self._pending.append(impression)
+        if len(self._pending) >= FLUSH_BATCH:
+            self._wake.set()
+        return impression.id
+
+    def _run(self) -> None:
+        while not self._closing:
+            self._wake.wait(FLUSH_SECONDS)
+            self._wake.clear()
+            try:
+                self.flush()
+                if time.monotonic() - self._last_prune >= PRUNE_EVERY:
+                    self.prune()
+            except Exception:  # a full disk, a locked file: keep the queue, try again next round
+                log.exception("could not write the traffic log %s", self.path)
+                time.sleep(1.0)
+
+    def flush(self) -> int:
+        """Commit every queued impression (in one transaction); returns how many."""
+        with self._flush_lock:
+            batch: list[Impression] = []
+            while self._pending:
+                batch.append(self._pending.popleft())
+            if not batch:
+                return 0
+            try:
+                self._write(batch)
+            except BaseException:
+                self._pending.extendleft(reversed(batch))
+                raise
+            return len(batch)
+
+    def _write(self, batch: list[Impression]) -> None:
+        texts: dict[str, str | None] = {}
+        rows = []
+        for imp in batch:
+            key, stored = self.text_key(imp.text or "")
+            if key is not None:
+                texts[key] = stored
+            rows.append(
+                (
+                    imp.id,
+                    imp.at,
+                    imp.kind,
+                    key,
+                    imp.model,
+                    int(imp.randomized),
+                    imp.first_position,
+                    json.dumps(imp.shown),
+                )
+            )
+        with write_transaction(self._writer, self.path, "BEGIN IMMEDIATE"):
+            self._writer.executemany("INSERT OR IGNORE INTO texts VALUES (?, ?)", list(texts.items()))
+            self._writer.executemany("INSERT OR IGNORE INTO impressions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+
+    # --- clicks: durable before acknowledged ---------------------------------------------------------------
+
+    def _shown(self, impression_id: str) -> tuple[float, int, list[str]] | None:
+        row = self._clicks.execute(
+            "SELECT at, first_position, shown FROM impressions WHERE id = ?", (impression_id,)
+        ).fetchone()
+        return None if row is None else (float(row[0]), int(row[1]), json.loads(row[2]))
+
+    def _find(self, impression_id: str) -> tuple[float, int, list[str]]:
+        found = self._shown(impression_id)
+        if found is None and any(imp.id == impression_id for imp in list(self._pending)):
+            self.flush()
+            found = self._shown(impression_id)
+        issued = issued_at(impression_id)
+        if found is None and issued is not None and time.time() - issued < FLUSH_SECONDS + WAIT_FOR_PEER:
+            deadline = time.monotonic() + FLUSH_SECONDS + WAIT_FOR_PEER
+            while found is None and time.monotonic() < deadline:  # another worker's queue: its next commit
+                time.sleep(0.02)
+                found = self._shown(impression_id)
+        if found is None:
+            raise NotFound("unknown or expired impression: report a click with the impression id of a recent answer")
+        at, first, shown = found
+        if time.time() - at > self.max_age:
+            raise NotFound("expired impression: it is older than SSI_EVENTS_MAX_AGE_DAYS")
+        return found
+
+    def click(self, impression_id: str, doc_id: str, dwell_ms: float | None) -> ClickOutcome:
+        """Record a click on `doc_id` of the impression; a repeat counts once (a later dwell fills a missing one)."""
+        _, first, shown = self._find(impression_id)
+        try:
+            position = first + shown.index(doc_id)
+        except ValueError:
+            # 404, not 422: the body is well formed; what it names (this result of this answer) does not exist.
+            raise NotFound(f"id {doc_id[:80]!r} was not shown in this impression") from None
+        with self._click_lock, write_transaction(self._clicks, self.path, "BEGIN IMMEDIATE"):
+            before = self._clicks.total_changes
+            self._clicks.execute(
+                "INSERT OR IGNORE INTO clicks VALUES (?, ?, ?, ?, ?)",
+                (impression_id, doc_id, position, time.time(), dwell_ms),
+            )
+            recorded = self._clicks.total_changes > before
+            if not recorded and dwell_ms is not None:
+                self._clicks.execute(
+                    "UPDATE clicks SET dwell_ms = ? WHERE impression = ? AND doc_id = ? AND dwell_ms IS NULL",
+                    (dwell_ms, impression_id, doc_id),
+                )
+        return ClickOutcome(recorded=recorded, position=position)
+
+    # --- bounds --------------------------------------------------------------------------------------------
+
+    def used_bytes(self) -> int:
+        page_size, pages, free = (
+            self._writer.execute(f"PRAGMA {name}").fetchone()[0]
+            for name in ("page_size", "page_count", "freelist_count")
+        )
+        return int(page_size) * (int(pages) - int(free))
+
+    def file_bytes(self) -> int:
+        return sum(os.path.getsize(p) for p in (self.path, self.path.with_name(self.path.name + "-wal")) if p.exists())
+
+    def prune(self, now: float | None = None) -> int:
+        """Delete what is past the age or size bound (with its clicks and unused texts); returns impressions deleted."""
+        self._last_prune = time.monotonic()
+        now = time.time() if now is None else now
+        deleted = self._delete("SELECT id FROM impressions WHERE at < ?", (now - self.max_age,))
+        used = self.used_bytes()
+        while used > self.max_bytes:
+            # The oldest impressions go, about as many as bring the file to 90 % of its bound (rows are alike).
+            total = int(self._writer.execute("SELECT COUNT(*) FROM impressions").fetchone()[0])
+            share = 1.0 - 0.9 * self.max_bytes / used
+            gone = self._delete("SELECT id FROM impressions ORDER BY at LIMIT ?", (max(1, int(total * share)),))
+            deleted += gone
+            if gone == 0:
+                break
+            used = self.used_bytes()
+        if deleted:
+            # executescript steps the pragma to its end (execute stops after its first freed page).
+            self._writer.executescript("PRAGMA incremental_vacuum;")
+            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        return deleted
+
+    def _delete(self, select: str, args: tuple[object, ...]) -> int:
+        with write_transaction(self._writer, self.path, "BEGIN IMMEDIATE"):
+            self._writer.execute("CREATE TEMP TABLE IF NOT EXISTS doomed (id TEXT PRIMARY KEY)")
+            self._writer.execute("DELETE FROM doomed")
+            self._writer.execute(f"INSERT INTO doomed {select}", args)
+            count = int(self._writer.execute("SELECT COUNT(*) FROM doomed").fetchone()[0])
+            if count:
+                self._writer.execute("DELETE FROM clicks WHERE impression IN (SELECT id FROM doomed)")
+                self._writer.execute("DELETE FROM impressions WHERE id IN (SELECT id FROM doomed)")
+                self._writer.execute(
+                    "DELETE FROM texts WHERE NOT EXISTS (SELECT 1 FROM impressions i WHERE i.text_hash = texts.hash)"
+                )
+        return count
+
+    def stats(self) -> EventStats:
+        impressions = int(self._writer.execute("SELECT COUNT(*) FROM impressions").fetchone()[0])
+        clicks = int(self._writer.execute("SELECT COUNT(*) FROM clicks").fetchone()[0])
+        return EventStats(impressions, clicks, self.dropped, self.file_bytes())
+
+    def close(self) -> None:
+        """Commit what is queued and stop the writer."""
+        self._closing = True
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+        try:
+            self.flush()
+        except Exception:
+            log.exception("could not write the last impressions to %s", self.path)
+        self._writer.close()
+        self._clicks.close()

@@ -1,0 +1,38 @@
+"""`POST /clicks`: a user clicked a result of an answer; the trainer learns from these (docs: learning from users).
+
+Who may report: whoever may search. A public search page has no key, so a click is trusted only as far as
+its impression: it must name an impression this service issued (an unguessable id, recent: within
+SSI_EVENTS_MAX_AGE_DAYS) and an id that impression showed, and a repeat counts once; with SSI_READ_KEY set, a
+click needs a read key like a search. Clicks go through the search admission limits (429/503 under floods).
+"""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request
+
+from service.deps import SearchingDep
+from service.errors import Forbidden, error_responses
+from service.events.schemas import ClickRequest, ClickResponse
+from service.events.traffic import Traffic
+
+router = APIRouter(tags=["events"])
+
+
+@router.post(
+    "/clicks",
+    response_model=ClickResponse,
+    summary="Report a click on a result of an answer",
+    description=(
+        "Names the answer's `impression` and the clicked `id` (a document, or an advert of a /match answer), "
+        "optionally with `dwell_ms`. Durable once acknowledged. 404: an unknown or expired impression, or an "
+        "id the impression did not show; 403: recording is off (SSI_EVENTS=false); 507: the disk is full."
+    ),
+    responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503, 507),
+)
+async def click(body: ClickRequest, request: Request, searching: SearchingDep) -> ClickResponse:
+    traffic: Traffic = request.app.state.traffic
+    store = traffic.store(searching.collection)
+    if store is None:
+        raise Forbidden("this server records no traffic (SSI_EVENTS=false): clicks are not kept")
+    outcome = await searching.limiter.run(store.click, body.impression, body.id, body.dwell_ms)
+    return ClickResponse(recorded=outcome.recorded, position=outcome.position)

@@ -1,0 +1,158 @@
+"""The traffic log's contract: what the service records of its answers and clicks, and how it is read back.
+
+The service (service/events) writes one SQLite file per collection, `events.sqlite` beside the document store;
+the trainer reads it, or a JSONL file exported from it, as training pairs with positions. Both halves use the
+tables and the record defined here, so a log written by one version of the service is read the same way by
+the trainer.
+
+An *impression* is one ranked list the service answered with: the query (or page) text, the ids it showed
+in order, where the list starts (`first_position`: 1 + the request's offset), the model that ranked it
+(the bundle's content hash), and whether its top was shuffled on purpose (`randomized`: a small share of
+answers have their first results in uniformly random order, so that how much users look at each position
+can be measured apart from what is shown there). A *click* names an impression and one of its shown ids.
+
+Exported, the log is the click-log JSONL that `ssi train --clicks` reads (training/clicks.py): one line per
+shown result, `{"impression", "time", "model", "randomized", "position", "query" | "page_text", "doc" | "ad",
+"clicked", "dwell_ms"}`; the query's text is absent (and `query_hash` present) where the service kept no text.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+EVENTS_FILE = "events.sqlite"
+EVENTS_SCHEMA_VERSION = "1"
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+# Texts are stored once by their hash (a query asked a thousand times is one row); with the text setting
+# "hash" or "none" the `text` column is NULL (and with "none" no hash is kept either).
+EVENTS_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS texts (hash TEXT PRIMARY KEY, text TEXT);
+CREATE TABLE IF NOT EXISTS impressions (
+    id TEXT PRIMARY KEY,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    text_hash TEXT,
+    model TEXT NOT NULL,
+    randomized INTEGER NOT NULL,
+    first_position INTEGER NOT NULL,
+    shown TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS impressions_by_time ON impressions(at);
+CREATE INDEX IF NOT EXISTS impressions_by_text ON impressions(text_hash);
+CREATE TABLE IF NOT EXISTS clicks (
+    impression TEXT NOT NULL,
+    doc_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    at REAL NOT NULL,
+    dwell_ms REAL,
+    PRIMARY KEY (impression, doc_id)
+);
+"""
+
+ImpressionKind = str  # "search" (a documents collection) or "match" (an adverts collection: the text is a page)
+
+
+@dataclass(frozen=True, slots=True)
+class ShownResult:
+    """One result of one impression, as exported: where it was shown and whether it was clicked."""
+
+    impression: str
+    time: float
+    kind: ImpressionKind
+    model: str
+    randomized: bool
+    position: int
+    doc: str
+    clicked: bool
+    dwell_ms: float | None
+    text: str | None
+    text_hash: str | None
+
+    def to_json(self) -> str:
+        """The exported line: search impressions name `query`/`doc`, page matches `page_text`/`ad`."""
+        record = asdict(self)
+        text, text_hash, kind = record.pop("text"), record.pop("text_hash"), record.pop("kind")
+        doc = record.pop("doc")
+        if kind == "match":
+            record["ad"] = doc
+            text_key, hash_key = "page_text", "page_hash"
+        else:
+            record["doc"] = doc
+            text_key, hash_key = "query", "query_hash"
+        if text is not None:
+            record[text_key] = text
+        elif text_hash is not None:
+            record[hash_key] = text_hash
+        return json.dumps(record, ensure_ascii=False, separators=(",", ":"))
+
+
+def is_event_store(path: Path) -> bool:
+    """Whether `path` is a SQLite file (the service's event store) rather than an exported JSONL log."""
+    try:
+        with Path(path).open("rb") as handle:
+            return handle.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def open_read_only(path: Path) -> sqlite3.Connection:
+    """The event store opened read-only (a running service may be writing it: WAL readers never block it)."""
+    conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=30)
+    version = conn.execute("SELECT value FROM meta WHERE key='schema_version'").fetchone()
+    if version is None or version[0] != EVENTS_SCHEMA_VERSION:
+        conn.close()
+        raise ValueError(f"{path}: not an event store of schema version {EVENTS_SCHEMA_VERSION}")
+    return conn
+
+
+def read_events(path: Path, since: float | None = None, until: float | None = None) -> Iterator[ShownResult]:
+    """Every shown result of the impressions recorded in [since, until), in time order, with its click."""
+    conn = open_read_only(path)
+    try:
+        lo = float("-inf") if since is None else since
+        hi = float("inf") if until is None else until
+        rows = conn.execute(
+            "SELECT i.id, i.at, i.kind, i.text_hash, t.text, i.model, i.randomized, i.first_position, i.shown "
+            "FROM impressions i LEFT JOIN texts t ON t.hash = i.text_hash "
+            "WHERE i.at >= ? AND i.at < ? ORDER BY i.at, i.id",
+            (lo, hi),
+        )
+        for imp_id, at, kind, text_hash, text, model, randomized, first, shown in rows:
+            clicks = {
+                doc: dwell
+                for doc, dwell in conn.execute("SELECT doc_id, dwell_ms FROM clicks WHERE impression = ?", (imp_id,))
+            }
+            for offset, doc in enumerate(json.loads(shown)):
+                yield ShownResult(
+                    impression=imp_id,
+                    time=at,
+                    kind=kind,
+                    model=model,
+                    randomized=bool(randomized),
+                    position=first + offset,
+                    doc=doc,
+                    clicked=doc in clicks,
+                    dwell_ms=clicks.get(doc),
+                    text=text,
+                    text_hash=None if text is not None else text_hash,
+                )
+    finally:
+        conn.close()
+
+
+def export_events(path: Path, out: Path, since: float | None = None, until: float | None = None) -> int:
+    """Write the store's shown results as a JSONL click log (training/clicks.py reads it); returns the lines."""
+    lines = 0
+    tmp = out.with_name(out.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as handle:
+        for result in read_events(path, since, until):
+            handle.write(result.to_json() + "\n")
+            lines += 1
+    tmp.replace(out)
+    return lines
