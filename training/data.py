@@ -4,6 +4,8 @@ Two sources give the same `TrainingData`:
 - document–document pairs (`query_id<TAB>doc_id`, both corpus documents): queries *are* documents,
   so the query matrix is the document matrix;
 - BEIR queries + qrels: queries are separate texts.
+A click log (training.clicks) gives query texts too, alone or beside BEIR queries and qrels; its pairs may
+carry weights (training.debias), which the sampler and the loss apply.
 Pairs that name an unknown id are counted and reported, never silently dropped.
 """
 
@@ -11,7 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,11 +26,13 @@ from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
+from training.debias import DEFAULT_CLIP, DebiasMode
 from training.dice import HashingPlan
 from training.self_pairs import SelfPairMode, build_self_pairs
 from training.splits import split_by_query, unseen_documents
 
 if TYPE_CHECKING:
+    from training.clicks import ClickPairs
     from training.pair_stream import PairStream, StreamCount
 
 log = logging.getLogger(__name__)
@@ -36,7 +40,12 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class PairIndex:
-    """Pairs as (query row, document row) index arrays, with what was dropped and why."""
+    """Pairs as (query row, document row) index arrays, with what was dropped and why.
+
+    `weights`: one per pair (a click log's debiased weight, training.debias), or None: every pair counts
+    once and the trainer runs exactly as without weights. Weighted duplicates are merged, their weights
+    summed (`n_merged`), not dropped.
+    """
 
     query_rows: np.ndarray
     doc_rows: np.ndarray
@@ -44,6 +53,8 @@ class PairIndex:
     n_unknown_doc: int = 0
     n_self: int = 0
     n_duplicate: int = 0
+    weights: np.ndarray | None = None
+    n_merged: int = 0
 
     @property
     def size(self) -> int:
@@ -89,6 +100,10 @@ class TrainingData:
     # no pairs, only what the counting pass dropped and why, and `stream_count` what it kept.
     stream: PairStream | None = None
     stream_count: StreamCount | None = None
+    # What loading has to tell the user (a click log's skipped lines, propensities and weights: training.debias),
+    # and the click log's debiasing as the bundle records it.
+    notes: list[str] = field(default_factory=list)
+    clicks_info: dict[str, object] | None = None
 
     @property
     def doc_ids(self) -> list[str]:
@@ -100,13 +115,25 @@ class TrainingData:
         return self.stream_count.pairs if self.stream_count is not None else self.train.size
 
 
-def index_pairs(pairs: list[Pair], query_row: dict[str, int], doc_row: dict[str, int], doc_doc: bool) -> PairIndex:
-    """Map id pairs to row pairs, counting (not hiding) what cannot be used."""
+def index_pairs(
+    pairs: list[Pair],
+    query_row: dict[str, int],
+    doc_row: dict[str, int],
+    doc_doc: bool,
+    weights: Sequence[float] | None = None,
+) -> PairIndex:
+    """Map id pairs to row pairs, counting (not hiding) what cannot be used.
+
+    With `weights` (one per pair), a duplicate adds its weight to the first occurrence's instead of being dropped.
+    """
     q_rows: list[int] = []
     d_rows: list[int] = []
-    seen: set[tuple[int, int]] = set()
-    unknown_q = unknown_d = self_pairs = duplicates = 0
-    for pair in pairs:
+    seen: dict[tuple[int, int], int] = {}
+    kept_weights: list[float] = []
+    unknown_q = unknown_d = self_pairs = duplicates = merged = 0
+    if weights is not None and len(weights) != len(pairs):
+        raise ValueError(f"{len(weights)} weights for {len(pairs)} pairs")
+    for n, pair in enumerate(pairs):
         q = query_row.get(pair.query_id)
         d = doc_row.get(pair.doc_id)
         if q is None:
@@ -119,11 +146,17 @@ def index_pairs(pairs: list[Pair], query_row: dict[str, int], doc_row: dict[str,
             self_pairs += 1
             continue
         if (q, d) in seen:
-            duplicates += 1
+            if weights is None:
+                duplicates += 1
+            else:
+                kept_weights[seen[(q, d)]] += float(weights[n])
+                merged += 1
             continue
-        seen.add((q, d))
+        seen[(q, d)] = len(q_rows)
         q_rows.append(q)
         d_rows.append(d)
+        if weights is not None:
+            kept_weights.append(float(weights[n]))
     return PairIndex(
         np.asarray(q_rows, dtype=np.int64),
         np.asarray(d_rows, dtype=np.int64),
@@ -131,6 +164,8 @@ def index_pairs(pairs: list[Pair], query_row: dict[str, int], doc_row: dict[str,
         unknown_d,
         self_pairs,
         duplicates,
+        weights=None if weights is None else np.asarray(kept_weights, dtype=np.float64),
+        n_merged=merged,
     )
 
 
@@ -162,6 +197,8 @@ def load_training_data(
     valid_clicks: Path | None = None,
     pages: Path | None = None,
     clicked_position: int | None = None,
+    debias: DebiasMode | None = None,
+    propensity_clip: float = DEFAULT_CLIP,
     self_pairs: SelfPairMode | None = None,
     self_pair_words: int = 30,
     self_pair_unshared: bool = False,
@@ -175,7 +212,9 @@ def load_training_data(
     BEIR data without `valid_qrels` holds out `valid_share` of the training queries (by query id,
     with the evaluation harness's `split_by_query`, so `ssi eval` can rebuild the same split).
     A click log (`clicks`, training.clicks) makes the adverts the corpus and the pages the queries;
-    its one vocabulary is built on adverts and pages together, so page words have weights too.
+    its one vocabulary is built on adverts and pages together, so page words have weights too. `debias`
+    weighs its clicks (training.debias); with `queries` and `qrels` too, both train: labelled pairs weigh 1
+    each and the click pairs their weights scaled to a mean of 1, so a labelled pair counts as an average click.
     `self_pairs` (training.self_pairs) makes pairs from the corpus itself, with no labels: the vocabulary
     comes from the full documents, the trainer's document rows from their texts without the query part.
     `query_vocab_size` (two languages, with `queries`) adds the queries' own top words to the vocabulary.
@@ -200,7 +239,8 @@ def load_training_data(
 
         click_pairs = load_click_pairs(
             clicks, pages=pages, valid_clicks=valid_clicks, clicked_position=clicked_position,
-            valid_share=valid_share, split_seed=split_seed,
+            valid_share=valid_share, split_seed=split_seed, debias=debias, propensity_clip=propensity_clip,
+            require_texts=queries is None,
         )  # fmt: skip
     if vocab is None:
         page_tokens = [tokenize(q.text) for q in click_pairs.pages] if click_pairs is not None else []
@@ -246,6 +286,12 @@ def load_training_data(
     fingerprint = {"corpus": file_fingerprint(corpus)}
     stream: PairStream | None = None
     stream_count: StreamCount | None = None
+    train_weights: list[float] | None = None
+    if pairs is not None and click_pairs is not None:
+        raise ValueError(
+            "--clicks with --pairs is not supported: document-document pairs make the documents the queries, "
+            "click-log pages are texts of their own (train on --clicks with --queries/--qrels instead)"
+        )
     if pairs is not None:
         doc_doc = True
         query_list = [Query(d.id, d.full_text) for d in docs]
@@ -263,12 +309,13 @@ def load_training_data(
         fingerprint["pairs"] = file_fingerprint(pairs)
         if valid_pairs:
             fingerprint["valid_pairs"] = file_fingerprint(valid_pairs)
-    elif click_pairs is not None:
+    elif click_pairs is not None and queries is None:
         doc_doc = False
         query_list = click_pairs.pages
         query_row = {q.id: i for i, q in enumerate(query_list)}
         X_queries = vocab.featurize_queries([q.text for q in query_list])
         train_list, valid_list = click_pairs.train, click_pairs.valid
+        train_weights = click_pairs.train_weights
         fingerprint.update(click_pairs.fingerprint)
     elif made is not None:
         doc_doc = False
@@ -283,6 +330,9 @@ def load_training_data(
     elif queries is not None and qrels is not None:
         doc_doc = False
         query_list = read_beir_queries(queries)
+        if click_pairs is not None:  # click pages beside the queries (a page may name a query by its id)
+            known = {q.id for q in query_list}
+            query_list = query_list + [p for p in click_pairs.pages if p.id not in known]
         query_row = {q.id: i for i, q in enumerate(query_list)}
         X_queries = vocab.featurize_queries([q.text for q in query_list])
         train_list = read_qrels(qrels)
@@ -294,6 +344,11 @@ def load_training_data(
             valid_list = []
         fingerprint["queries"] = file_fingerprint(queries)
         fingerprint["qrels"] = file_fingerprint(qrels)
+        if click_pairs is not None:
+            train_weights = [1.0] * len(train_list) + _mean_one(click_pairs.train_weights, len(click_pairs.train))
+            train_list = train_list + click_pairs.train
+            valid_list = valid_list + click_pairs.valid
+            fingerprint.update(click_pairs.fingerprint)
     else:
         raise ValueError(
             "give --pairs (document-document), --queries with --qrels (BEIR), --clicks (adverts) or --self-pairs"
@@ -314,9 +369,11 @@ def load_training_data(
     if unseen:
         touches = (lambda p: p.doc_id in unseen or p.query_id in unseen) if doc_doc else (lambda p: p.doc_id in unseen)
         unseen_pairs = sum(touches(p) for p in train_list)
+        if train_weights is not None:
+            train_weights = [w for p, w in zip(train_list, train_weights, strict=True) if not touches(p)]
         train_list = [p for p in train_list if not touches(p)]
         valid_list = [p for p in valid_list if not touches(p)]
-    train = index_pairs(train_list, query_row, doc_row, doc_doc)
+    train = index_pairs(train_list, query_row, doc_row, doc_doc, train_weights)
     valid_row = doc_row if valid_docs is None else {d.id: i for i, d in enumerate(valid_docs)}
     valid = index_pairs(valid_list, query_row, valid_row, doc_doc) if valid_list else None
     if train.size == 0:
@@ -337,4 +394,28 @@ def load_training_data(
         unseen_pairs=unseen_pairs,
         valid_docs=valid_docs,
         X_valid_docs=X_valid_docs,
+        notes=click_pairs.notes if click_pairs is not None else [],
+        clicks_info=_clicks_info(click_pairs, debias, propensity_clip) if click_pairs is not None else None,
     )
+
+
+def _mean_one(weights: list[float] | None, n: int) -> list[float]:
+    """Click-pair weights scaled to a mean of 1 (1 each where unweighted), to sit beside labelled pairs of weight 1."""
+    if weights is None or not weights:
+        return [1.0] * n
+    mean = sum(weights) / len(weights)
+    return [w / mean for w in weights]
+
+
+def _clicks_info(made: ClickPairs, debias: str | None, clip: float) -> dict[str, object]:
+    """What the bundle records of a click log's debiasing (training.debias)."""
+    info: dict[str, object] = {"debias": debias or "top", "counts": made.counts}
+    if made.propensities is not None:
+        info["propensity"] = {
+            "eta": round(made.propensities.eta, 4),
+            "estimated": made.propensities.estimated,
+            "randomized_results": made.propensities.randomized_results,
+            "randomized_clicks": made.propensities.randomized_clicks,
+            "clip": clip,
+        }
+    return info

@@ -98,6 +98,8 @@ def load_data(settings: TrainSettings, init: Bundle | None) -> TrainingData:
         valid_clicks=settings.valid_clicks,
         pages=settings.pages,
         clicked_position=settings.clicked_position,
+        debias=settings.debias,
+        propensity_clip=settings.propensity_clip,
         self_pairs=settings.self_pairs,
         self_pair_words=settings.self_pair_words,
         self_pair_unshared=settings.self_pair_unshared,
@@ -192,7 +194,26 @@ def lexical_choice(settings: TrainSettings) -> Bm25 | None:
     return Bm25(k1=settings.bm25_k1, b=settings.bm25_b) if settings.lexical == "bm25" else None
 
 
-def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[str, Any]:
+def no_gain_note(settings: TrainSettings, result: TrainResult) -> str:
+    """What `ssi train --self-pairs` says when its pairs taught nothing over step 0 (training.trainer)."""
+    base = (settings.lexical or DEFAULT_LEXICAL).upper() if settings.lexical != "tfidf" else "tf-idf"
+    metric = result.best_metrics.get("map")
+    at_start = f" (MAP {metric:.4f})" if metric is not None else ""
+    return (
+        f"no gain: validation never beat step 0{at_start} in {settings.base_patience} validations and "
+        f"{settings.base_patience_minutes:g} minutes, so training stopped at step {result.steps} and exported the "
+        f"step-0 model. Without labelled pairs the model equals its {base} base; the way up is the service's "
+        "click log: ssi train --clicks <data-dir>/stores/<collection>/events.sqlite"
+    )
+
+
+def run_training(
+    settings: TrainSettings, show_progress: bool = True, echo: Callable[[str], None] | None = None
+) -> dict[str, Any]:
+    """Train and export; `echo` hears what the run has to say on the way (click debiasing, an early stop).
+
+    The same lines are in the summary's "notes".
+    """
     if settings.ray is not None:  # data-parallel on Ray Train: the only path that imports Ray
         from training.ray_train import train_on_ray
 
@@ -201,6 +222,14 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
     init = load_bundle(settings.init_from) if settings.init_from is not None else None
     settings = resolve_recipe(resolve_lexical(settings, init))
     data = load_data(settings, init)
+    notes = list(data.notes)
+    for note in notes:
+        if echo is not None:
+            echo(note)
+    if data.train.weights is not None and fitted_kind(settings.kind) is not None:
+        notes.append(f"--kind {settings.kind} fits its pairs unweighted: the click weights are not used")
+        if echo is not None:
+            echo(notes[-1])
     loaded = time.perf_counter()
     docs = data.vocab.doc_matrix(data.X_docs, ids=data.doc_ids)
     fitted = fitted_kind(settings.kind)
@@ -222,9 +251,14 @@ def run_training(settings: TrainSettings, show_progress: bool = True) -> dict[st
         prepared = time.perf_counter()
         result = trainer.run(show_progress=show_progress)
         stream_info = stream_summary(trainer)
-    return finish_training(
+        if result.stopped_without_gain:
+            notes.append(no_gain_note(settings, result))
+            if echo is not None:
+                echo(notes[-1])
+    summary = finish_training(
         settings, data, result, init, stream_info, seconds=(loaded - started, prepared - loaded), started=started
     )
+    return {**summary, "notes": notes} if notes else summary
 
 
 def stream_summary(trainer: Trainer) -> dict[str, Any]:
@@ -233,6 +267,14 @@ def stream_summary(trainer: Trainer) -> dict[str, Any]:
     if buffer is None:
         return {}
     return {"shuffle_buffer": buffer.stream.capacity, "passes": buffer.passes, "pairs_held_peak": buffer.peak}
+
+
+def _task_name(settings: TrainSettings, data: TrainingData) -> str:
+    if data.doc_doc:
+        return "document-document"
+    if settings.clicks is not None:
+        return "queries and clicks" if settings.queries is not None else "adverts"
+    return "queries"
 
 
 def finish_training(
@@ -270,7 +312,7 @@ def finish_training(
         "train_pairs": data.train_size,
         "train_pairs_dropped": data.train.dropped_summary(),
         "valid_pairs": data.valid.size if data.valid is not None else 0,
-        "task": "document-document" if data.doc_doc else ("adverts" if settings.clicks else "queries"),
+        "task": _task_name(settings, data),
         "unseen": {
             "share": settings.unseen_docs,
             "seed": settings.seed,
@@ -280,6 +322,10 @@ def finish_training(
     }
     if stream_info:
         data_info["stream"] = stream_info
+    if data.clicks_info is not None:
+        data_info["clicks"] = data.clicks_info
+    if data.train.weights is not None:
+        data_info["train_pairs_merged"] = data.train.n_merged
     manifest = export_bundle(
         settings.out,
         vocab=data.vocab,

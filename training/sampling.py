@@ -6,6 +6,11 @@ against one pool of documents: the whole corpus when it fits (`pool_size`), else
 positives plus a uniform sample. Negatives are uniform over the pool (so uniform over the corpus),
 never the query itself or one of its positives; with `hard_fraction` > 0 that share of them is drawn
 instead from the `hard_pool` best-scoring non-relevant pool documents under the current model.
+
+Weighted pairs (a debiased click log, training.debias) are sampled as unweighted ones; each triple carries
+the weight of its positive pair, scaled so that the mean pair weight is 1, and the loss multiplies its hinge
+by it (training.loss): the expected gradient is that of the weighted loss, at the step size of an
+unweighted run. Without weights the plans, and the random draws behind them, are exactly as before.
 """
 
 from __future__ import annotations
@@ -28,12 +33,16 @@ class StepPlan:
     triple_query: np.ndarray  # T, index into `queries`
     triple_pos: np.ndarray  # T, index into the pool
     n_pool: int
+    weights: np.ndarray | None = None  # T, the weight of each triple's positive pair (mean pair weight 1)
 
     def pool_rows(self) -> np.ndarray:
         return np.arange(self.n_pool) if self.pool is None else self.pool
 
 
 class TripleSampler:
+    # Per sorted positive, its pair's weight / the mean pair weight; None: unweighted (the streamed sampler's).
+    pos_weight: np.ndarray | None = None
+
     def __init__(
         self,
         pairs: PairIndex,
@@ -51,6 +60,11 @@ class TripleSampler:
         order = np.lexsort((pairs.doc_rows, pairs.query_rows))
         self.pos_query = pairs.query_rows[order]
         self.pos_doc = pairs.doc_rows[order]
+        if pairs.weights is not None:
+            mean = float(pairs.weights.mean())
+            if not mean > 0:
+                raise ValueError("pair weights must have a positive mean")
+            self.pos_weight = pairs.weights[order] / mean
         self.n_docs = n_docs
         self.doc_doc = doc_doc
         n_query_rows = int(self.pos_query.max()) + 1
@@ -97,11 +111,14 @@ class TripleSampler:
         )
         pos_docs = np.repeat(self.pos_doc[picks].ravel(), self.negatives_per_positive)
         triple_query = np.repeat(np.arange(queries.size), self.positives_per_query * self.negatives_per_positive)
+        weights = (
+            None if self.pos_weight is None else np.repeat(self.pos_weight[picks].ravel(), self.negatives_per_positive)
+        )
         if self.n_docs <= self.pool_size:
-            return StepPlan(queries, None, triple_query, pos_docs, self.n_docs)
+            return StepPlan(queries, None, triple_query, pos_docs, self.n_docs, weights)
         extra = self.rng.integers(0, self.n_docs, size=self.pool_size)
         pool, inverse = np.unique(np.concatenate([pos_docs, extra]), return_inverse=True)
-        return StepPlan(queries, pool, triple_query, inverse[: pos_docs.size], pool.size)
+        return StepPlan(queries, pool, triple_query, inverse[: pos_docs.size], pool.size, weights)
 
     def _is_excluded(self, plan: StepPlan, neg: np.ndarray) -> np.ndarray:
         """Negatives that are the query itself (document–document) or one of its positives."""

@@ -31,6 +31,9 @@ class TrainSettings(BaseSettings):
     valid_clicks: Path | None = None
     pages: Path | None = None
     clicked_position: int | None = Field(None, ge=1)
+    # Position bias of --clicks (training.debias): None = ips, or top where --clicked-position is given.
+    debias: Literal["ips", "naive", "top"] | None = None
+    propensity_clip: float = Field(20.0, ge=1.0)  # ips: each click's 1/p(position) is cut here (variance)
     self_pairs: Literal["title", "split"] | None = None  # no labels: pairs cut from the corpus (training.self_pairs)
     self_pair_words: int = Field(30, ge=1)
     self_pair_unshared: bool = False  # the query keeps only the words its document lacks (training.self_pairs)
@@ -102,17 +105,42 @@ class TrainSettings(BaseSettings):
     max_minutes: float | None = Field(None, gt=0)
     eval_every: int = Field(50, ge=1)
     patience: int = Field(0, ge=0)
+    # --self-pairs: stop when validation has not beaten step 0 after this many validations and this many minutes
+    # (both), and export the step-0 model (training.trainer); 0 validations: never.
+    base_patience: int = Field(5, ge=0)
+    base_patience_minutes: float = Field(2.0, ge=0.0)
     seed: int = 0
     threads: int = Field(2, ge=1)
 
     @model_validator(mode="after")
     def _one_source(self) -> TrainSettings:
-        if sum(source is not None for source in (self.pairs, self.queries, self.clicks, self.self_pairs)) != 1:
+        sources = sum(source is not None for source in (self.pairs, self.queries, self.clicks, self.self_pairs))
+        mixed = sources == 2 and self.clicks is not None and self.queries is not None  # clicks beside qrels
+        if sources != 1 and not mixed:
             raise ValueError(
-                "give one of --pairs (document-document), --queries with --qrels (BEIR), --clicks, --self-pairs"
+                "give one of --pairs (document-document), --queries with --qrels (BEIR), --clicks, --self-pairs "
+                "(--clicks may go with --queries/--qrels)"
             )
-        if self.clicks is None and (self.valid_clicks or self.pages or self.clicked_position):
-            raise ValueError("--valid-clicks, --pages and --clicked-position go with --clicks")
+        if self.clicks is None and (
+            self.valid_clicks
+            or self.pages
+            or self.clicked_position
+            or self.debias
+            or "propensity_clip" in self.model_fields_set
+        ):
+            raise ValueError(
+                "--valid-clicks, --pages, --clicked-position, --debias and --propensity-clip go with --clicks"
+            )
+        if self.clicks is not None:
+            if self.clicked_position is not None and self.debias not in (None, "top"):
+                raise ValueError(
+                    "--clicked-position keeps the clicks of one position (--debias top): "
+                    f"not with --debias {self.debias}"
+                )
+            if self.debias is None:
+                self.debias = "top" if self.clicked_position is not None else "ips"
+            if self.debias == "top" and self.clicked_position is None:
+                self.clicked_position = 1
         if self.self_pairs is None and (self.self_pair_unshared or self.self_pair_valid_among != "held-out"):
             raise ValueError("--self-pair-unshared and --self-pair-valid-among shape --self-pairs: give it")
         if self.queries is not None and self.qrels is None:

@@ -78,8 +78,10 @@ def train_command(
         Path | None,
         _opt(
             "clicks",
-            "Click log (JSONL or TSV: page, ad, position, clicked; see training/clicks.py): adverts are the "
-            "--corpus, pages the queries; each clicked (page, ad) is a training pair, every other ad a negative.",
+            "Click log (JSONL or TSV: page, ad, position, clicked; the service's exported traffic log, query/doc; "
+            "or the service's event store, <data-dir>/stores/<collection>/events.sqlite; see training/clicks.py): "
+            "documents (adverts) are the --corpus, pages (queries) the queries; each clicked pair is a training "
+            "pair, weighted by --debias, every other document a negative. May go with --queries/--qrels: both train.",
             DATA,
         ),
     ] = None,
@@ -95,7 +97,27 @@ def train_command(
         _opt(
             "clicked_position",
             "Train only on clicks at this slate position (1: the paper's guard against position bias; "
-            "a lower slot is seen less often, so its clicks say less about the match). Default: every click.",
+            "a lower slot is seen less often, so its clicks say less about the match); the same as --debias top.",
+            DATA,
+        ),
+    ] = None,
+    debias: Annotated[
+        str | None,
+        _opt(
+            "debias",
+            "Position bias of --clicks (training/debias.py): 'ips' weighs each click 1/p(position), p(r) = r^-eta "
+            "estimated on the log's randomized impressions (eta 1 with fewer than 50 randomized clicks); 'naive' "
+            "weighs a pair by its clicks; 'top' keeps only clicks at --clicked-position (1). Default: ips (top with "
+            "--clicked-position).",
+            DATA,
+        ),
+    ] = None,
+    propensity_clip: Annotated[
+        float | None,
+        _opt(
+            "propensity_clip",
+            "--debias ips: each click's 1/p(position) is cut at this value, so a few deep clicks cannot dominate "
+            "(bounded variance for a little bias).",
             DATA,
         ),
     ] = None,
@@ -368,6 +390,19 @@ def train_command(
     patience: Annotated[
         int | None, _opt("patience", "Stop after this many validations without improvement (0: never).", BUDGET)
     ] = None,
+    base_patience: Annotated[
+        int | None,
+        _opt(
+            "base_patience",
+            "--self-pairs: stop when validation has not beaten step 0 after this many validations (and "
+            "--base-patience-minutes), exporting the step-0 model (0: never).",
+            BUDGET,
+        ),
+    ] = None,
+    base_patience_minutes: Annotated[
+        float | None,
+        _opt("base_patience_minutes", "--self-pairs: the least training time before that stop.", BUDGET),
+    ] = None,
     seed: Annotated[
         int | None, _opt("seed", "Random seed (initialisation, sampling, validation split).", BUDGET)
     ] = None,
@@ -379,7 +414,8 @@ def train_command(
         "corpus": corpus, "out": out, "pairs": pairs, "valid_pairs": valid_pairs, "queries": queries,
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
         "query_words": query_words, "unseen_docs": unseen_docs, "clicks": clicks, "valid_clicks": valid_clicks,
-        "pages": pages, "clicked_position": clicked_position, "self_pairs": self_pairs,
+        "pages": pages, "clicked_position": clicked_position, "debias": debias, "propensity_clip": propensity_clip,
+        "base_patience": base_patience, "base_patience_minutes": base_patience_minutes, "self_pairs": self_pairs,
         "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared,
         "self_pair_valid_among": self_pair_valid_among, "kind": kind,
         "init_from": init_from,
@@ -405,7 +441,7 @@ def train_command(
     try:
         from training.run import run_training
 
-        summary = run_training(settings, show_progress=progress)
+        summary = run_training(settings, show_progress=progress, echo=lambda line: typer.echo(line, err=True))
     except (DataFileError, BundleError, ValueError) as exc:
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None

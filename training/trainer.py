@@ -4,6 +4,11 @@ Validation runs every `eval_every` steps and at the end; the best-scoring export
 "best checkpoint"), and with `patience` > 0 training stops after that many validations without
 improvement. The budget is `epochs` (each training query visited once per epoch) and/or
 `max_minutes` of training-loop wall time, whichever comes first.
+
+Pairs cut from the corpus (`--self-pairs`) often teach nothing a BM25 base does not already know: validation
+never beats step 0 and the whole budget buys the starting model. So with self-made pairs training also stops
+once `base_patience` validations and `base_patience_minutes` (both) have gone by without beating step 0; the
+step-0 model is exported and the result says so (`stopped_without_gain`).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class TrainResult:
     triples: int
     seconds: float
     history: list[dict[str, float]] = field(default_factory=list)
+    stopped_without_gain: bool = False  # self-made pairs never beat step 0 in the base-patience window
 
     @property
     def triples_per_second(self) -> float:
@@ -137,7 +143,7 @@ class Trainer:
         t3 = time.perf_counter()
         neg, valid = self.sampler.negatives(plan, scores)
         loss, coeff, violated = margin_ranking(
-            scores, plan.triple_query, plan.triple_pos, neg, valid, self.settings.margin
+            scores, plan.triple_query, plan.triple_pos, neg, valid, self.settings.margin, plan.weights
         )
         t4 = time.perf_counter()
         block.triples = Triples(plan.triple_query, plan.triple_pos, neg, valid, self.settings.margin)
@@ -163,7 +169,10 @@ class Trainer:
         history: list[dict[str, float]] = []
         best_metrics = self._validate()
         best_model = self.model.export() if self.validator is not None else None
-        best_step, stale = 0, 0
+        best_step, stale, validations = 0, 0, 0
+        stopped_without_gain = False
+        # Self-made pairs: stop once validation has not beaten step 0 for the window (both counts must pass).
+        base_window = self.validator is not None and s.self_pairs is not None and s.base_patience > 0
         history.append({"step": 0, "seconds": 0.0, "triples": 0, **best_metrics})
         columns = (
             TextColumn("[bold]training[/]"),
@@ -192,6 +201,7 @@ class Trainer:
                 progress.update(task, rate=triples / elapsed, loss=loss)
                 if steps % s.eval_every == 0:
                     metrics = self._validate()
+                    validations += 1
                     history.append({"step": steps, "seconds": elapsed, "triples": triples, "loss": loss, **metrics})
                     progress.update(task, valid=_fmt(metrics))
                     if self._better(metrics, best_metrics):
@@ -200,6 +210,14 @@ class Trainer:
                         stale += 1
                         if s.patience and stale >= s.patience:
                             break
+                    if (
+                        base_window
+                        and best_step == 0
+                        and validations >= s.base_patience
+                        and elapsed >= 60.0 * s.base_patience_minutes
+                    ):
+                        stopped_without_gain = True
+                        break
         seconds = time.perf_counter() - start
         if steps % s.eval_every != 0 or best_model is None:
             metrics = self._validate()
@@ -215,6 +233,7 @@ class Trainer:
             triples=triples,
             seconds=seconds,
             history=history,
+            stopped_without_gain=stopped_without_gain,
         )
 
     def _out_of_budget(self, steps: int, max_steps: int | None, elapsed: float, deadline: float | None) -> bool:
