@@ -10,6 +10,7 @@ online compactions. After every restart it checks:
 - the index loads (/readyz answers 200) and its document count equals the expected one;
 - every acknowledged write is there with its exact text, every acknowledged delete is absent (a
   write whose answer the kill cut off may have landed or not: it must read as one or the other);
+- every acknowledged click (a searcher clicks one hit of each answer) is in the traffic log;
 - search equals a brute-force ranking of what survived: for sampled queries, the served top 10 has
   the scores of `bundle.form.reference_scores(Q, DocMatrix(X))` over every surviving document.
 
@@ -47,6 +48,7 @@ import typer
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import form_class
 from ssi.records import Document
+from ssi.traffic import EVENTS_FILE, read_events
 from ssi.vocab import Vocabulary
 from training.encoder import build_encoder
 
@@ -82,6 +84,7 @@ class Round:
     burst_seconds: float
     acked_puts: int
     acked_deletes: int
+    acked_clicks: int
     uncertain: int
     restart_seconds: float
     loaded_from: str
@@ -104,6 +107,7 @@ class Result:
             "restarts_checked": len(self.rounds),
             "acknowledged_puts": sum(r.acked_puts for r in self.rounds),
             "acknowledged_deletes": sum(r.acked_deletes for r in self.rounds),
+            "acknowledged_clicks": sum(r.acked_clicks for r in self.rounds),
             "uncertain_at_kill": sum(r.uncertain for r in self.rounds),
             "lost": 0,  # any loss, resurrection or wrong ranking raises instead
             "resurrected": 0,
@@ -296,13 +300,15 @@ class Writer(threading.Thread):
 
 
 class Searcher(threading.Thread):
-    """Searches during the burst: reads must keep working while writes and snapshots run."""
+    """Searches during the burst (reads must keep working while writes and snapshots run) and clicks one hit of
+    each answer: a click acknowledged before the kill must be in the traffic log after it."""
 
-    def __init__(self, url: str, queries: list[str]) -> None:
+    def __init__(self, url: str, queries: list[str], rng: random.Random) -> None:
         super().__init__(daemon=True, name="searcher")
-        self.url, self.queries = url, queries
+        self.url, self.queries, self.rng = url, queries, rng
         self.stop = threading.Event()
         self.errors: list[str] = []
+        self.acked_clicks: list[tuple[str, str]] = []  # (impression, clicked id)
 
     def run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60) as client:
@@ -311,10 +317,19 @@ class Searcher(threading.Thread):
                 i += 1
                 try:
                     response = client.post("/search", json={"query": self.queries[i % len(self.queries)], "k": 10})
+                    if response.status_code not in (200, 429, 503):
+                        self.errors.append(f"{response.status_code} {response.text[:200]}")
+                    if response.status_code != 200 or not response.json()["hits"]:
+                        continue
+                    answer = response.json()
+                    clicked = self.rng.choice(answer["hits"])["id"]
+                    click = client.post("/clicks", json={"impression": answer["impression"], "id": clicked})
                 except httpx.TransportError:
                     return
-                if response.status_code not in (200, 429, 503):
-                    self.errors.append(f"{response.status_code} {response.text[:200]}")
+                if click.status_code == 200:
+                    self.acked_clicks.append((answer["impression"], clicked))
+                elif click.status_code not in (429, 503):
+                    self.errors.append(f"click: {click.status_code} {click.text[:200]}")
 
 
 # -- checks -------------------------------------------------------------------------------------
@@ -330,6 +345,18 @@ def _resolve(
         if found.status_code not in (200, 404) or now not in (before, after):
             raise CrashLoopFailure(f"{where}: {doc_id!r} reads {found.status_code} {now}, neither {before} nor {after}")
         expected[doc_id] = now
+
+
+def _check_clicks(events: Path, acked: list[tuple[str, str]], where: str) -> None:
+    """Every acknowledged click is in the traffic log, as a click on the result its impression showed."""
+    if not acked:
+        return
+    logged = {(r.impression, r.doc) for r in read_events(events) if r.clicked}
+    lost = [pair for pair in acked if pair not in logged]
+    if lost:
+        raise CrashLoopFailure(
+            f"{where}: {len(lost)} of {len(acked)} acknowledged clicks are not logged, e.g. {lost[0]}"
+        )
 
 
 def _check_documents(client: httpx.Client, expected: Expected, touched: set[str], where: str) -> None:
@@ -393,6 +420,7 @@ def run_crash_loop(
     for doc in docs:
         owned[_owner(doc.id, config.writers)][doc.id] = doc
     touched: set[str] = set()  # ids written at least once through the API: checked after every restart
+    acked_clicks: list[tuple[str, str]] = []  # every click acknowledged so far: checked after every restart
     result = Result(config={k: str(v) if isinstance(v, Path) else v for k, v in asdict(config).items()})
     server = Server(config, corpus, bundle)
     started = time.perf_counter()
@@ -408,7 +436,9 @@ def run_crash_loop(
             writers = [
                 Writer(w, server.url, owned[w], vocabulary, random.Random(rng.random())) for w in range(config.writers)
             ]
-            searcher = Searcher(server.url, [" ".join(rng.sample(vocabulary, 3)) for _ in range(20)])
+            searcher = Searcher(
+                server.url, [" ".join(rng.sample(vocabulary, 3)) for _ in range(20)], random.Random(rng.random())
+            )
             for thread in [*writers, searcher]:
                 thread.start()
             burst = rng.uniform(config.burst_min, config.burst_max)
@@ -454,12 +484,15 @@ def run_crash_loop(
                 sample += rng.sample([d for d in expected.values() if d is not None], config.queries - len(sample))
                 queries = [" ".join(doc.text.split()[:6]) for doc in sample]
                 _check_ranking(client, bundle, expected, queries, where)
+            acked_clicks += searcher.acked_clicks
+            _check_clicks(config.work_dir / "data" / "stores" / "documents" / EVENTS_FILE, acked_clicks, where)
             round_ = Round(
                 number=number,
                 killed_while_loading=while_loading,
                 burst_seconds=round(burst, 3),
                 acked_puts=sum(w.acked_puts for w in writers),
                 acked_deletes=sum(w.acked_deletes for w in writers),
+                acked_clicks=len(searcher.acked_clicks),
                 uncertain=len(uncertain),
                 restart_seconds=round(restart, 3),
                 loaded_from=info["loaded_from"],
@@ -470,7 +503,8 @@ def run_crash_loop(
             result.rounds.append(round_)
             log(
                 f"kill {kills}/{config.kills}{' (+1 while loading)' if while_loading else ''}: "
-                f"{round_.acked_puts} puts + {round_.acked_deletes} deletes acknowledged, {round_.uncertain} cut off; "
+                f"{round_.acked_puts} puts + {round_.acked_deletes} deletes + {round_.acked_clicks} clicks "
+                f"acknowledged, {round_.uncertain} cut off; "
                 f"restart {restart:.2f}s from {round_.loaded_from} (replayed {round_.replayed_on_load}); "
                 f"{round_.documents} documents in {round_.rows} rows, all as acknowledged; ranking exact"
             )

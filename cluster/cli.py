@@ -132,6 +132,12 @@ Retry = Annotated[float, typer.Option(min=0, help="Seconds the router retries a 
 ShardTimeout = Annotated[
     float, typer.Option(min=0.1, help="Seconds one shard call may take, retries included, before a 503 naming it")
 ]
+RouterData = Annotated[
+    Path | None,
+    typer.Option(
+        help="The router's data folder: its traffic log (impressions, clicks) in stores/. Default: INDEX/router"
+    ),
+]
 
 
 @cluster_app.command("serve")
@@ -148,6 +154,7 @@ def serve_command(
     retry_seconds: Retry = 30.0,
     shard_timeout: ShardTimeout = 60.0,
     insecure_writes: Insecure = False,
+    router_data_dir: RouterData = None,
 ) -> None:
     """Serve a sharded index on a running Ray cluster: one Serve deployment per shard and a router."""
     require_ray()
@@ -159,6 +166,7 @@ def serve_command(
         threads=threads,
         retry_seconds=retry_seconds,
         shard_timeout_seconds=shard_timeout,
+        router_data_dir=router_data_dir,
     )
     _serve_forever(index_dir, _settings(host, port, insecure_writes), options, address, None)
 

@@ -10,7 +10,9 @@ replica comes back with every acknowledged write: the store is the truth and its
 replayed over the snapshot (service.state_builder). One process serves a folder
 (service.instance_lock), so with `replicas` > 1 each replica serves a private copy of its shard's
 folder, read-only (more query throughput; writes answer 403): replicas share no store, and
-replicating writes between them is not done here. Imported only by the `ssi cluster` commands.
+replicating writes between them is not done here. The router keeps the traffic log (cluster.events) in a
+data folder of its own, `<index>/router` unless `router_data_dir` says otherwise; its replicas share it.
+Imported only by the `ssi cluster` commands.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
+from cluster.events import ROUTER_FOLDER
 from cluster.fanout import Fanout, retrying
 from cluster.http import build_app
 from cluster.manifest import ClusterIndexError, read_manifest
@@ -48,6 +51,9 @@ class ClusterOptions:
     # call while a shard has no live replica, so without it a shard that cannot come back holds requests.
     shard_timeout_seconds: float = 60.0
     max_ongoing_requests: int = 16
+    # The router's data folder (its traffic log, cluster.events); None: `<index>/router`, on the volume every
+    # node mounts, so every router replica writes the one log.
+    router_data_dir: Path | None = None
 
 
 class RayShards:
@@ -77,13 +83,15 @@ class Router:
         about: dict[str, Any],
         retry_seconds: float,
         timeout_seconds: float | None = None,
+        data_dir: str | None = None,
     ) -> None:
         self.app_settings = settings
         self.fanout = Fanout(RayShards(handles, retry_seconds, timeout_seconds))
         self.about = about
+        self.data_dir = None if data_dir is None else Path(data_dir)
 
     def __serve_build_asgi_app__(self) -> Any:
-        return build_app(self.app_settings, self.fanout, self.about)
+        return build_app(self.app_settings, self.fanout, self.about, self.data_dir)
 
 
 def application(index: Path, settings: Settings, options: ClusterOptions) -> Any:
@@ -109,7 +117,10 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
         ray_actor_options={"num_cpus": options.router_cpus},
         max_ongoing_requests=256,
     )
-    return router.bind(handles, settings, about, options.retry_seconds, options.shard_timeout_seconds)
+    data_dir = options.router_data_dir or index / ROUTER_FOLDER
+    return router.bind(
+        handles, settings, about, options.retry_seconds, options.shard_timeout_seconds, str(data_dir.resolve())
+    )
 
 
 def start(
@@ -132,12 +143,12 @@ def build(args: dict[str, str]) -> Any:
     """Serve's config-file entry (`import_path: cluster.deploy:build`, as KubeRay's RayService uses it).
 
     `args`: `index` (the sharded index folder on a volume every node mounts), and optionally
-    `replicas`, `shard_cpus`, `threads`, `retry_seconds`, `shard_timeout_seconds`; keys, bounds and the
-    rest come from the `SSI_*` environment as for `ssi serve`.
+    `replicas`, `shard_cpus`, `threads`, `retry_seconds`, `shard_timeout_seconds`, `router_data_dir`; keys,
+    bounds and the rest come from the `SSI_*` environment as for `ssi serve`.
     """
     from service.settings import Settings
 
-    known = {"index", "replicas", "shard_cpus", "threads", "retry_seconds", "shard_timeout_seconds"}
+    known = {"index", "replicas", "shard_cpus", "threads", "retry_seconds", "shard_timeout_seconds", "router_data_dir"}
     unknown = sorted(set(args) - known)
     if unknown or "index" not in args:
         raise ClusterIndexError(
@@ -149,5 +160,6 @@ def build(args: dict[str, str]) -> Any:
         threads=int(args.get("threads", 1)),
         retry_seconds=float(args.get("retry_seconds", 30.0)),
         shard_timeout_seconds=float(args.get("shard_timeout_seconds", 60.0)),
+        router_data_dir=Path(args["router_data_dir"]) if args.get("router_data_dir") else None,
     )
     return application(Path(args["index"]), Settings(), options)

@@ -2,28 +2,32 @@
 
 `POST /search`, `POST /search/batch`, `GET /documents/{id}`, `GET /documents/{id}/similar`,
 `PUT /documents/{id}`, `POST /documents`, `DELETE /documents/{id}`, `GET /model`,
-`GET /words/{word}/nearest`, `GET /metrics`, `POST /admin/reload` and, on an adverts index, `POST /match`
-(service.routes.match's checks and bodies; `page_id` excepted: no documents collection is served beside
-the adverts, so a page is sent as text) take the same requests and give the
+`GET /words/{word}/nearest`, `GET /metrics`, `POST /admin/reload`, `POST /clicks` and, on an adverts index,
+`POST /match` (service.routes.match's checks and bodies; `page_id` excepted: no documents collection is served
+beside the adverts, so a page is sent as text) take the same requests and give the
 same responses as `ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
 SSI_READ_KEY for reads), admission limits (SSI_MAX_CONCURRENCY fan-outs at once, SSI_MAX_QUEUE
 waiting: 429/503 beyond), body and host checks, request metrics (service.app.install_guards) and
 error bodies (service.app's handlers); `GET /model` adds every shard's index, `GET /cluster` lists
-the shards. The app is built per process (`build_app`), so the Ray Serve router (cluster.deploy) and
-an in-process router (cluster.fanout.LocalShards) serve the very same routes.
+the shards. Ranked answers name their `impression`, and clicks are recorded by the router in its own traffic
+log (cluster.events), not by the shards. The app is built per process (`build_app`), so the Ray Serve router
+(cluster.deploy) and an in-process router (cluster.fanout.LocalShards) serve the very same routes.
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path as PathLib
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 
+from cluster.events import ShardedCollection, router_traffic
 from cluster.fanout import Fanout
-from service.advert_schemas import MatchRequest, MatchResponse
+from service.advert_schemas import AdMatch, MatchRequest, MatchResponse
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
 from service.deps import (
@@ -37,6 +41,7 @@ from service.deps import (
     WriteLimiterDep,
 )
 from service.errors import Forbidden, NotFound, error_responses
+from service.events.schemas import ClickRequest, ClickResponse
 from service.metrics import Metrics
 from service.routes import metrics
 from service.routes.documents import OFFSET, K, LookupId, WrittenId
@@ -50,6 +55,7 @@ from service.schemas import (
     DocumentIn,
     DocumentOut,
     DocumentsIn,
+    Hit,
     ModelResponse,
     NearestWordsResponse,
     ReloadRequest,
@@ -71,14 +77,37 @@ def took_ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
 
-def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None = None) -> FastAPI:
-    """The router app over `fanout`; `about` (the manifest's summary) is shown by GET /cluster."""
-    app = FastAPI(title="ssi-search (sharded)", description=__doc__)
+def hit_id(hit: Hit) -> str:
+    return hit.id
+
+
+def ad_id(ad: AdMatch) -> str:
+    return ad.id
+
+
+def build_app(
+    settings: Settings, fanout: Fanout, about: dict[str, Any] | None = None, data_dir: PathLib | None = None
+) -> FastAPI:
+    """The router app over `fanout`; `about` (the manifest's summary) is shown by GET /cluster; `data_dir` holds
+    the router's traffic log (cluster.events: cluster.deploy passes `<index>/router`; None keeps no log)."""
+    about = {} if about is None else about  # one dict: a reload's update reaches GET /cluster and the log's model
+    traffic = router_traffic(settings, data_dir)
+
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            traffic.close()  # the impressions still queued are committed
+
+    app = FastAPI(title="ssi-search (sharded)", description=__doc__, lifespan=lifespan)
     app.state.settings = settings
     app.state.fanout = fanout
+    app.state.traffic = traffic
     install_error_handlers(app)
     reads = [ReadKeyDep] if settings.read_key is not None else []
     name = settings.collection
+    served = ShardedCollection(name, about).as_collection()
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -94,7 +123,7 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
 
     @app.get("/cluster", dependencies=reads)
     async def cluster() -> dict[str, Any]:
-        return {"index": about or {}, "shards": await fanout.describe()}
+        return {"index": about, "shards": await fanout.describe()}
 
     @app.post("/search", response_model=SearchResponse, dependencies=reads)
     async def search(body: SearchRequest, settings: SettingsDep, limiter: SearchLimiterDep) -> SearchResponse:
@@ -102,6 +131,9 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
         started = time.perf_counter()
         async with limiter.slot():
             (result,) = await fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
+        result.impression, result.hits = traffic.show(
+            served, "search", body.query, result.hits, hit_id, body.offset + 1
+        )
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
     @app.post("/search/batch", response_model=BatchSearchResponse, dependencies=reads)
@@ -112,6 +144,8 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
         started = time.perf_counter()
         async with limiter.slot():
             results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
+        for query, result in zip(body.queries, results, strict=True):
+            result.impression, result.hits = traffic.show(served, "search", query, result.hits, hit_id, body.offset + 1)
         return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
 
     @app.get(
@@ -129,7 +163,7 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
     def adverts_index() -> None:
         """/match needs an adverts index (`ssi index --type adverts`): a documents index answers as a single node
         that hosts no adverts collection does (404), from a dependency as there."""
-        if (about or {}).get("type") != "adverts":
+        if about.get("type") != "adverts":
             raise NotFound("this service hosts no adverts collection (build one with `ssi index --type adverts`)")
 
     @app.post(
@@ -149,7 +183,26 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
         started = time.perf_counter()
         async with limiter.slot():
             results = await fanout.match(texts, body.k, body.filters)
+        for page, result in zip(texts, results, strict=True):
+            result.impression, result.ads = traffic.show(served, "match", page, result.ads, ad_id)
         return MatchResponse(collection=name, results=results, took_ms=took_ms(started))
+
+    @app.post(
+        "/clicks",
+        response_model=ClickResponse,
+        dependencies=reads,
+        tags=["events"],
+        summary="Report a click on a result of an answer",
+        responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503, 507),
+    )
+    async def click(body: ClickRequest, limiter: SearchLimiterDep) -> ClickResponse:
+        """A click on a merged answer the router named (service.routes.events' rules: a recent impression of this
+        router's log, an id it showed; a repeat counts once); durable once acknowledged."""
+        store = traffic.store(served)
+        if store is None:
+            raise Forbidden("this server records no traffic (SSI_EVENTS=false): clicks are not kept")
+        outcome = await limiter.run(store.click, body.impression, body.id, body.dwell_ms)
+        return ClickResponse(recorded=outcome.recorded, position=outcome.position)
 
     @app.get("/model", response_model=ModelResponse, dependencies=reads)
     async def model() -> ModelResponse:
@@ -201,12 +254,11 @@ def build_app(settings: Settings, fanout: Fanout, about: dict[str, Any] | None =
         body = body or ReloadRequest()
         if body.collection not in (None, name):
             raise NotFound(f"no collection '{body.collection}' on this cluster (it serves '{name}')")
-        current = str((about or {}).get("bundle", ""))
+        current = str(about.get("bundle", ""))
         bundle = allowed_bundle(settings, current, body.bundle)
         started = time.perf_counter()
         answer = await fanout.reload(str(bundle))
-        if about is not None:
-            about.update(bundle=answer["bundle"], bundle_hash=answer["content_hash"], form=answer["form"])
+        about.update(bundle=answer["bundle"], bundle_hash=answer["content_hash"], form=answer["form"])
         seconds = round(time.perf_counter() - started, 4)
         return ReloadResponse(collection=name, seconds=seconds, **answer)
 

@@ -2,6 +2,8 @@
 // and a document view. The state lives in the URL fragment so links, reloads and Back work:
 //   #/search?q=...   hits for a query          #/doc/ID       one document
 //   #/similar/ID     documents like document ID
+// A click on a search result is reported to the service (POST /clicks, with the answer's impression), and
+// how long the user read it when they come back: the traffic log the model learns from.
 // Every text that comes from the server (titles, snippets, document text, ids, error messages) is
 // inserted with textContent or as text nodes, never as HTML: documents are untrusted input.
 "use strict";
@@ -15,7 +17,9 @@
     similar: (id, k, offset) => `documents/${encodeURIComponent(id)}/similar?k=${k}&offset=${offset}`,
     model: "model",
     match: "match",
+    clicks: "clicks",
   };
+  const MAX_DWELL_MS = 86_400_000; // the service's bound on dwell_ms (one day)
 
   const $ = (id) => document.getElementById(id);
   const form = $("search-form");
@@ -174,10 +178,13 @@
       const body = await nextPage(offset);
       if (token !== renderToken) return; // a newer view replaced this one meanwhile
       const hits = Array.isArray(body.hits) ? body.hits : [];
+      // Each page of a list is its own answer with its own impression (null: the service records no traffic).
+      const impression = typeof body.impression === "string" && body.impression ? body.impression : null;
       const maxScore = Math.max(0, ...hits.map((h) => h.score), ...Array.from(hitList.children, (li) => Number(li.dataset.score) || 0));
       for (const hit of hits) {
         const item = renderHit(hit, queryWords, maxScore);
         item.dataset.score = String(hit.score);
+        if (impression) item.dataset.impression = impression;
         hitList.append(item);
       }
       offset += hits.length;
@@ -287,6 +294,82 @@
     }
   }
 
+  // --- Clicks: the answer's impression and the clicked id go back to the service --------------------------
+  // Sent with fetch keepalive (a report outlives the page if it is left or closed, and carries headers,
+  // which navigator.sendBeacon cannot), never awaited: a report that fails changes nothing on the page.
+  function reportClick(impression, id, dwellMs) {
+    const report = { impression, id };
+    if (typeof dwellMs === "number" && Number.isFinite(dwellMs)) {
+      report.dwell_ms = Math.min(MAX_DWELL_MS, Math.max(0, Math.round(dwellMs)));
+    }
+    try {
+      fetch(API.clicks, {
+        method: "POST",
+        keepalive: true,
+        headers: { "Content-Type": "application/json", Accept: "application/json" },
+        body: JSON.stringify(report),
+      }).catch(() => {});
+    } catch {
+      // A browser without fetch keepalive: the click is not reported, the link still works.
+    }
+  }
+
+  // The result being read: opened from a list at `since`; `away` once the user is on it (its document view
+  // here, or another tab or window). Its dwell time is reported when they come back.
+  let reading = null;
+
+  function readingHere() {
+    const path = location.hash.replace(/^#/, "");
+    if (reading === null || !path.startsWith("/doc/")) return false;
+    try {
+      return decodeURIComponent(path.slice("/doc/".length)) === reading.id;
+    } catch {
+      return false; // a malformed %-escape: not this document's view
+    }
+  }
+
+  function endReading() {
+    if (reading && reading.away) reportClick(reading.impression, reading.id, performance.now() - reading.since);
+    reading = null;
+  }
+
+  // A click (or a middle click: a new tab) on a link of a result that an impression named: the title opens the
+  // document, "Similar documents" asks for more like it; both say the result looked worth opening.
+  function onResultClick(event) {
+    if (event.type === "auxclick" && event.button !== 1) return;
+    const link = event.target instanceof Element ? event.target.closest("a") : null;
+    const item = link ? link.closest("li.hit") : null;
+    if (!item || !hitList.contains(item) || !item.dataset.impression) return;
+    endReading();
+    reportClick(item.dataset.impression, item.dataset.id);
+    const opens = link.classList.contains("hit-title");
+    reading = opens ? { impression: item.dataset.impression, id: item.dataset.id, since: performance.now(), away: false } : null;
+  }
+  hitList.addEventListener("click", onResultClick);
+  hitList.addEventListener("auxclick", onResultClick);
+
+  // In this tab: the document view opens (reading), then any other view ends the reading.
+  function followReading() {
+    if (!reading) return;
+    if (readingHere()) reading.away = true;
+    else endReading();
+  }
+  // In another tab or window (a result opened with a middle click): away while this page is hidden or
+  // unfocused, back when it is shown again on the list.
+  function leftPage() {
+    if (reading) reading.away = true;
+  }
+  function cameBack() {
+    if (reading && reading.away && !readingHere()) endReading();
+  }
+  document.addEventListener("visibilitychange", () => (document.visibilityState === "hidden" ? leftPage() : cameBack()));
+  window.addEventListener("blur", leftPage);
+  window.addEventListener("focus", cameBack);
+  // Closed or navigated away while reading: that was the whole visit.
+  window.addEventListener("pagehide", () => {
+    if (reading && readingHere()) endReading();
+  });
+
   function home() {
     renderToken++;
     input.value = "";
@@ -352,6 +435,7 @@
   });
   window.addEventListener("hashchange", () => {
     viewsVisited++;
+    followReading();
     route();
   });
   route();

@@ -215,3 +215,22 @@ def written(client: httpx.Client) -> list[Document]:
         return []
     body = found.json()
     return [Document(id=body["id"], title=body["title"], text=body["text"])]
+
+
+def test_the_serve_router_logs_its_answers_and_clicks_under_the_index(world: dict, cluster: dict) -> None:
+    """The deployed router names each merged answer's impression and records clicks in its own log, by default
+    `<index>/router/stores/documents/events.sqlite` (cluster.events), read back as the trainer reads it."""
+    from service.events.store import new_impression_id
+    from ssi.traffic import EVENTS_FILE, read_events
+
+    client = cluster["client"]
+    answer = client.post("/search", json={"query": world["docs"][60].title, "k": 4}).json()
+    impression, ids = answer["impression"], [h["id"] for h in answer["hits"]]
+    assert impression and len(ids) == 4
+    click = client.post("/clicks", json={"impression": impression, "id": ids[1]})
+    assert click.status_code == 200, click.text
+    assert click.json() == {"recorded": True, "position": 2}
+    unknown = client.post("/clicks", json={"impression": new_impression_id(time.time() - 60), "id": ids[1]})
+    assert unknown.status_code == 404
+    rows = list(read_events(cluster["index"] / "router" / "stores" / "documents" / EVENTS_FILE))
+    assert [(r.position, r.doc) for r in rows if r.impression == impression and r.clicked] == [(2, ids[1])]

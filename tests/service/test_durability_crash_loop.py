@@ -1,5 +1,5 @@
-"""The crash loop, short: five SIGKILLs of the real server during write bursts (scripts/crash-loop.sh runs 50+),
-served by one process and by a group of two workers (whose writes reach each other through the store)."""
+"""The crash loop, short: five SIGKILLs of the real server during write bursts and clicks (scripts/crash-loop.sh
+runs 50+), served by one process and by a group of two workers (whose writes reach each other through the store)."""
 
 from __future__ import annotations
 
@@ -21,4 +21,5 @@ def test_sigkill_loop_loses_nothing_acknowledged_and_keeps_the_ranking_exact(tmp
     summary = result.summary()
     assert summary["kills"] >= 5, lines
     assert summary["acknowledged_puts"] > 50 and summary["acknowledged_deletes"] > 5, summary
+    assert summary["acknowledged_clicks"] > 5, summary  # each checked in the traffic log after every restart
     assert len(result.rounds) >= 3

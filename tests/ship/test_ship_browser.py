@@ -3,7 +3,8 @@
 A small demo collection (plus one hostile document) is trained into a bundle, `ssi serve` runs it on
 a free loopback port, and headless Debian Chromium, driven by Playwright, uses the page as a person
 would: types a query, reads the hits and their semantic/lexical parts, follows "Similar documents",
-opens a document. Screenshots go to artifacts/ (gitignored) and their paths are printed.
+opens a document, and its clicks on results reach the service's traffic log. Screenshots go to
+artifacts/ (gitignored) and their paths are printed.
 """
 
 from __future__ import annotations
@@ -14,13 +15,14 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from urllib.parse import quote, unquote
 
 import httpx
 import pytest
 
+from ssi.traffic import EVENTS_FILE, ShownResult, read_events
 from training.demo_corpus import DemoConfig, generate, write
 
 REPO = Path(__file__).resolve().parents[2]
@@ -106,9 +108,15 @@ def _build_bundle(data: Path) -> None:
 
 
 @pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def served_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The server's folder: input, bundle, corpus and its cache (whose stores/ hold the traffic log)."""
+    return tmp_path_factory.mktemp("served")
+
+
+@pytest.fixture(scope="module")
+def server(served_dir: Path) -> Iterator[str]:
     _require_browser()
-    data = tmp_path_factory.mktemp("served")
+    data = served_dir
     _build_bundle(data)
     port = _free_port()
     log_path = data / "serve.log"
@@ -305,3 +313,86 @@ def test_errors_are_reported_on_the_page(server: str, page: object) -> None:
     assert page.text_content("#status").startswith("Error 404")
     # The console error of the failed fetch is expected here; nothing else may break.
     assert all("404" in problem for problem in page.problems), page.problems
+
+
+def _logged(
+    log: Path, impression: str, settled: Callable[[list[ShownResult]], bool], timeout: float = 10.0
+) -> list[ShownResult]:
+    """The impression's shown results in the server's traffic log, once `settled(rows)` holds (the click is
+    committed before the page's request is answered; its impression within the writer's 0.1 s)."""
+    deadline = time.monotonic() + timeout
+    rows: list[ShownResult] = []
+    while time.monotonic() < deadline:
+        rows = [r for r in read_events(log) if r.impression == impression] if log.exists() else []
+        if settled(rows):
+            break
+        time.sleep(0.1)
+    return rows
+
+
+def test_a_click_on_a_result_reaches_the_traffic_log_at_its_position(
+    server: str, served_dir: Path, page: object
+) -> None:
+    page.goto(f"{server}/")
+    page.fill("#q", "spyglass")
+    page.press("#q", "Enter")
+    page.wait_for_function("document.querySelectorAll('#hits .hit').length >= 3")
+    items = page.locator("#hits .hit")
+    impression = items.first.get_attribute("data-impression")
+    assert impression, "the page keeps the answer's impression on each result"
+    shown = [h["id"] for h in _hits(page)]
+
+    # The third result's title: the page reports the click, then opens the document as before.
+    target = items.nth(2)
+    with page.expect_response(lambda r: r.url.endswith("/clicks") and r.request.method == "POST") as answer:
+        target.locator("a.hit-title").click()
+    assert answer.value.status == 200, answer.value.text()
+    assert answer.value.json() == {"recorded": True, "position": 3}
+    assert json.loads(answer.value.request.post_data) == {"impression": impression, "id": shown[2]}
+    page.wait_for_selector("#document:not([hidden])")
+    assert page.text_content("#doc-id") == shown[2]
+
+    log = served_dir / "cache" / "stores" / "documents" / EVENTS_FILE
+    rows = _logged(log, impression, lambda rows: any(r.clicked for r in rows))
+    assert [r.doc for r in rows] == shown[: len(rows)] and rows[0].text == "spyglass"
+    assert [(r.position, r.doc) for r in rows if r.clicked] == [(3, shown[2])]
+
+    # Back on the list, the page reports how long the document was read (the same click: it counts once).
+    page.wait_for_timeout(300)
+    with page.expect_response(lambda r: r.url.endswith("/clicks")) as dwell:
+        page.click("#doc-back")
+    assert dwell.value.json() == {"recorded": False, "position": 3}
+    page.wait_for_selector("#results:not([hidden]) #hits .hit")
+    rows = _logged(log, impression, lambda rows: any(r.dwell_ms for r in rows))
+    (clicked,) = [r for r in rows if r.clicked]
+    assert clicked.position == 3 and clicked.dwell_ms is not None and clicked.dwell_ms >= 250
+    assert not page.problems, page.problems
+
+
+def test_results_without_an_impression_stay_usable_and_report_nothing(server: str, page: object) -> None:
+    """An answer that names no impression (a server with SSI_EVENTS=false): no report, the links work as before."""
+
+    def no_impression(route: object) -> None:
+        answer = route.fetch()
+        body = answer.json()
+        body["impression"] = None
+        route.fulfill(response=answer, json=body)
+
+    clicks: list[str] = []
+    page.on("request", lambda request: clicks.append(request.url) if request.url.endswith("/clicks") else None)
+    page.route("**/search", no_impression)
+    page.goto(f"{server}/#/search?q=spyglass")
+    page.wait_for_selector("#hits .hit")
+    first = page.locator("#hits .hit").first
+    assert first.get_attribute("data-impression") is None
+    doc_id = first.get_attribute("data-id")
+    first.locator("a.hit-title").click()
+    page.wait_for_selector("#document:not([hidden])")
+    assert page.text_content("#doc-id") == doc_id
+    page.click("#doc-back")
+    page.wait_for_selector("#results:not([hidden]) #hits .hit")
+    page.locator("#hits .hit").first.locator("a.similar-link").click()
+    page.wait_for_function("document.querySelector('#results-heading').textContent.startsWith('Documents similar to')")
+    page.wait_for_timeout(300)
+    assert clicks == []
+    assert not page.problems, page.problems
