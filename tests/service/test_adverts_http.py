@@ -13,12 +13,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from service_testing import API_KEY, Oracle, ThreadServer, syllable_words, write_corpus
+from typer.testing import CliRunner
 
 from service.settings import CollectionSpec
 from ssi.bundle import write_bundle
 from ssi.forms import form_class
 from ssi.records import Document
+from ssi.traffic import EVENTS_FILE, read_events
 from ssi.vocab import Vocabulary
+from ssi_cli.main import build_app
+from training.clicks import read_click_log
 from training.encoder import build_encoder
 
 KEY = {"X-API-Key": API_KEY}
@@ -230,3 +234,33 @@ def test_advert_metadata_survives_a_restart(ad_world: dict, tmp_path: Path) -> N
         assert server.client.get(f"/adverts/{best}").json()["active"] is False
         ids = [a["id"] for a in server.client.post("/match", json={"page": page, "k": 32}).json()["results"][0]["ads"]]
         assert best not in ids and len(ids) == 31
+
+
+def test_advert_clicks_on_match_answers_reach_an_adverts_model(ad_world: dict, tmp_path: Path) -> None:
+    """/match names each page's impression; advert clicks on it are logged and `ssi train --clicks` learns from the
+    event store itself (pages are the queries, adverts the documents)."""
+    with serve(ad_world, tmp_path) as server:
+        clicked = []
+        for round_ in range(3):
+            for t, page in enumerate(ad_world["pages"]):
+                text = f"{page.text} visit {round_}"
+                (result,) = server.client.post("/collections/ads/match", json={"page": text, "k": 4}).json()["results"]
+                assert result["impression"]
+                ad = result["ads"][(t + round_) % 4]["id"]
+                answer = server.client.post(
+                    "/collections/ads/clicks", json={"impression": result["impression"], "id": ad}
+                )
+                assert answer.status_code == 200 and answer.json()["recorded"], answer.text
+                clicked.append((text, ad))
+        for store in server.app.state.traffic._stores.values():
+            store.flush()
+        events = server.settings.store_dir / "ads" / EVENTS_FILE
+    logged = [(r.text, r.doc) for r in read_events(events) if r.clicked]
+    assert sorted(logged) == sorted(clicked) and {r.kind for r in read_events(events)} == {"match"}
+    log = read_click_log(events)
+    assert sum(i.clicked for i in log.impressions) == len(clicked)
+    out = tmp_path / "retrained"
+    args = ["train", "--corpus", str(ad_world["ads_corpus"]), "--clicks", str(events), "--out", str(out)]
+    result = CliRunner().invoke(build_app(), [*args, "--dims", "4", "--epochs", "2", "--valid-share", "0"])
+    assert result.exit_code == 0, result.output
+    assert (out / "manifest.json").is_file() and "click pairs (ips)" in result.output
