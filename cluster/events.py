@@ -11,46 +11,19 @@ workers of a single node do (on a network file system, one whose locks SQLite ca
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from service.events.traffic import Traffic
 from service.settings import Settings
 
-if TYPE_CHECKING:
-    from service.collection import Collection
-
 ROUTER_FOLDER = "router"  # the router's data folder inside the sharded index folder (cluster.deploy's default)
 
 
-@dataclass(frozen=True, slots=True)
-class ServedBundle:
-    content_hash: str
-
-
-@dataclass(frozen=True, slots=True)
-class ServedState:
-    bundle: ServedBundle
-
-
-class ShardedCollection:
-    """What Traffic asks of a collection, answered for the sharded index: its name and the served bundle's hash.
-
-    The hash is read from `about` (the manifest's summary) at each answer, so impressions after an
-    /admin/reload name the new model, as a single node's do.
-    """
-
-    def __init__(self, name: str, about: dict[str, Any]) -> None:
-        self.name = name
-        self.about = about
-
-    def ready_state(self) -> ServedState:
-        return ServedState(ServedBundle(str(self.about.get("bundle_hash", ""))))
-
-    def as_collection(self) -> Collection:
-        """This object where Traffic's signature names a Collection (it reads nothing else of one)."""
-        return cast("Collection", self)
+def served_model(about: dict[str, Any]) -> str:
+    """The hash of the bundle the shards serve, read from `about` (the manifest's summary) at each answer, so
+    impressions after an /admin/reload name the new model, as a single node's do."""
+    return str(about.get("bundle_hash", ""))
 
 
 def router_traffic(settings: Settings, data_dir: Path | None) -> Traffic:

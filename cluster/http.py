@@ -25,7 +25,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, FastAPI, Path, Query, Request
 from fastapi.responses import JSONResponse
 
-from cluster.events import ShardedCollection, router_traffic
+from cluster.events import router_traffic, served_model
 from cluster.fanout import Fanout
 from service.advert_schemas import AdMatch, MatchRequest, MatchResponse
 from service.app import install_error_handlers, install_guards
@@ -107,7 +107,6 @@ def build_app(
     install_error_handlers(app)
     reads = [ReadKeyDep] if settings.read_key is not None else []
     name = settings.collection
-    served = ShardedCollection(name, about).as_collection()
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -132,7 +131,7 @@ def build_app(
         async with limiter.slot():
             (result,) = await fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
         result.impression, result.hits = traffic.show(
-            served, "search", body.query, result.hits, hit_id, body.offset + 1
+            name, served_model(about), "search", body.query, result.hits, hit_id, body.offset + 1
         )
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
@@ -145,7 +144,9 @@ def build_app(
         async with limiter.slot():
             results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
         for query, result in zip(body.queries, results, strict=True):
-            result.impression, result.hits = traffic.show(served, "search", query, result.hits, hit_id, body.offset + 1)
+            result.impression, result.hits = traffic.show(
+                name, served_model(about), "search", query, result.hits, hit_id, body.offset + 1
+            )
         return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
 
     @app.get(
@@ -184,7 +185,7 @@ def build_app(
         async with limiter.slot():
             results = await fanout.match(texts, body.k, body.filters)
         for page, result in zip(texts, results, strict=True):
-            result.impression, result.ads = traffic.show(served, "match", page, result.ads, ad_id)
+            result.impression, result.ads = traffic.show(name, served_model(about), "match", page, result.ads, ad_id)
         return MatchResponse(collection=name, results=results, took_ms=took_ms(started))
 
     @app.post(
@@ -198,10 +199,7 @@ def build_app(
     async def click(body: ClickRequest, limiter: SearchLimiterDep) -> ClickResponse:
         """A click on a merged answer the router named (service.routes.events' rules: a recent impression of this
         router's log, an id it showed; a repeat counts once); durable once acknowledged."""
-        store = traffic.store(served)
-        if store is None:
-            raise Forbidden("this server records no traffic (SSI_EVENTS=false): clicks are not kept")
-        outcome = await limiter.run(store.click, body.impression, body.id, body.dwell_ms)
+        outcome = await limiter.run(traffic.click, name, body.impression, body.id, body.dwell_ms)
         return ClickResponse(recorded=outcome.recorded, position=outcome.position)
 
     @app.get("/model", response_model=ModelResponse, dependencies=reads)

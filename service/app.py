@@ -161,7 +161,7 @@ def create_app(
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
-    app.state.traffic = Traffic(settings)  # impressions and clicks (service.events)
+    app.state.traffic = Traffic(settings, metrics_registry)  # impressions and clicks (service.events)
     install_error_handlers(app)
 
     # With SSI_READ_KEY set, the read routes need a key; without, they declare none (the schema says which).

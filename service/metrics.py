@@ -87,6 +87,19 @@ class Metrics:
         self.compactions = Counter(
             "ssi_index_compactions", "Online compactions (dead rows dropped, index rebuilt)", ["collection"], registry=r
         )
+        # The traffic log (service.events): answers named, clicks reported, the file's size.
+        self.impressions = Counter(
+            "ssi_impressions",
+            "Answers logged (recorded) or not (dropped: writer queue full)",
+            ["collection", "outcome"],
+            registry=r,
+        )
+        self.clicks = Counter(
+            "ssi_clicks", "Clicks reported (recorded, or a repeat counted once)", ["collection", "outcome"], registry=r
+        )
+        self.traffic_bytes = Gauge(
+            "ssi_traffic_log_bytes", "Bytes of the traffic log (SQLite file, WAL)", ["collection"], registry=r
+        )
         self.candidates = Histogram(
             "ssi_search_candidates",
             "Documents scored exactly per query",

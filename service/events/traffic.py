@@ -16,7 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from service.collection import Collection
-from service.events.store import EventStats, EventStore
+from service.errors import Forbidden
+from service.events.store import ClickOutcome, EventStore
+from service.metrics import Metrics
 from service.settings import Settings
 
 T = TypeVar("T")
@@ -24,46 +26,55 @@ T = TypeVar("T")
 DAY = 86_400.0
 
 
-class Traffic:
-    """The event stores of a service's collections (None everywhere when SSI_EVENTS is off)."""
+def served_model(collection: Collection) -> str:
+    """The content hash of the bundle a collection serves now: what an impression says ranked it."""
+    return collection.ready_state().bundle.content_hash
 
-    def __init__(self, settings: Settings) -> None:
+
+class Traffic:
+    """The event stores of a service's collections by name (none when SSI_EVENTS is off); also the router's."""
+
+    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
         self.settings = settings
+        self.metrics = metrics
         self._stores: dict[str, EventStore] = {}
         self._lock = threading.Lock()
         self._rng = random.Random()
 
-    def store(self, collection: Collection) -> EventStore | None:
+    def store(self, name: str) -> EventStore | None:
+        """The collection's event store, opened on first use; None when this server records no traffic."""
         if not self.settings.events:
             return None
-        found = self._stores.get(collection.name)
+        found = self._stores.get(name)
         if found is not None:
             return found
-        collection.ready_state()  # its store folder exists and is this process's
         with self._lock:
-            found = self._stores.get(collection.name)
+            found = self._stores.get(name)
             if found is None:
                 found = EventStore(
-                    self.settings.store_dir / collection.name,
+                    self.settings.store_dir / name,
                     text_mode=self.settings.events_text,
                     max_age=self.settings.events_max_age_days * DAY,
                     max_bytes=int(self.settings.events_max_mb * (1 << 20)),
                 )
-                self._stores[collection.name] = found
+                if self.metrics is not None:
+                    self.metrics.traffic_bytes.labels(name).set_function(found.file_bytes)
+                self._stores[name] = found
             return found
 
     def show(
         self,
-        collection: Collection,
+        name: str,
+        model: str,
         kind: str,
         text: str,
         results: Sequence[T],
         id_of: Callable[[T], str],
         first_position: int = 1,
     ) -> tuple[str | None, list[T]]:
-        """(impression id or None, the results in the order to answer with) for one ranked answer."""
+        """(impression id or None, the results in the order to answer with) for one ranked answer of `model`."""
         shown = list(results)
-        store = self.store(collection)
+        store = self.store(name)
         if store is None:
             return None, shown
         randomized = False
@@ -73,12 +84,25 @@ class Traffic:
             self._rng.shuffle(top)
             shown[:depth] = top
             randomized = True
-        model = collection.ready_state().bundle.content_hash
         impression = store.record(kind, text, model, [id_of(r) for r in shown], first_position, randomized)
+        if self.metrics is not None:
+            self.metrics.impressions.labels(name, "recorded" if impression else "dropped").inc()
         return impression, shown
 
-    def stats(self) -> dict[str, EventStats]:
-        return {name: store.stats() for name, store in list(self._stores.items())}
+    def click(self, name: str, impression: str, doc_id: str, dwell_ms: float | None) -> ClickOutcome:
+        """Record a click (blocking: a durable commit); Forbidden when this server records no traffic."""
+        store = self.store(name)
+        if store is None:
+            raise Forbidden("this server records no traffic (SSI_EVENTS=false): clicks are not kept")
+        outcome = store.click(impression, doc_id, dwell_ms)
+        if self.metrics is not None:
+            self.metrics.clicks.labels(name, "recorded" if outcome.recorded else "repeat").inc()
+        return outcome
+
+    def flush(self) -> None:
+        """Commit every queued impression now (tests, shutdown)."""
+        for store in list(self._stores.values()):
+            store.flush()
 
     def close(self) -> None:
         with self._lock:

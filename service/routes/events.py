@@ -11,7 +11,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Request
 
 from service.deps import SearchingDep
-from service.errors import Forbidden, error_responses
+from service.errors import error_responses
 from service.events.schemas import ClickRequest, ClickResponse
 from service.events.traffic import Traffic
 
@@ -30,9 +30,8 @@ router = APIRouter(tags=["events"])
     responses=error_responses(400, 401, 403, 404, 413, 422, 429, 503, 507),
 )
 async def click(body: ClickRequest, request: Request, searching: SearchingDep) -> ClickResponse:
+    collection = searching.collection
+    collection.ready_state()  # a loading collection answers 503 like its searches
     traffic: Traffic = request.app.state.traffic
-    store = traffic.store(searching.collection)
-    if store is None:
-        raise Forbidden("this server records no traffic (SSI_EVENTS=false): clicks are not kept")
-    outcome = await searching.limiter.run(store.click, body.impression, body.id, body.dwell_ms)
+    outcome = await searching.limiter.run(traffic.click, collection.name, body.impression, body.id, body.dwell_ms)
     return ClickResponse(recorded=outcome.recorded, position=outcome.position)

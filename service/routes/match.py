@@ -36,7 +36,7 @@ from service.catalog import Catalog
 from service.collection import Collection
 from service.deps import ApiKeyDep, CatalogDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
 from service.errors import InvalidInput, NotFound, Unavailable, error_responses
-from service.events.traffic import Traffic
+from service.events.traffic import Traffic, served_model
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
 from service.schemas import DeleteResponse, DocumentIn, WriteResponse
@@ -209,8 +209,9 @@ async def match(
     took = (time.perf_counter() - started) * 1000
     results_out = [page_match_out(r) for r in results]
     traffic: Traffic = request.app.state.traffic
+    model = served_model(collection)
     for page, out in zip(pages, results_out, strict=True):
-        out.impression, out.ads = traffic.show(collection, "match", page, out.ads, _ad_id)
+        out.impression, out.ads = traffic.show(collection.name, model, "match", page, out.ads, _ad_id)
     return MatchResponse(collection=collection.name, results=results_out, took_ms=round(took, 3))
 
 

@@ -15,6 +15,7 @@ from service.bounds import check_search
 from service.collection import Collection
 from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
+from service.events.traffic import served_model
 from service.model_state import QueryResult
 from service.schemas import (
     BatchSearchRequest,
@@ -138,7 +139,9 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     key = (body.k, body.offset, body.ef_search, body.nprobe)
     async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
         result: SearchResult = await asyncio.wrap_future(batcher_for(collection, settings).submit(body.query, key))
-    impression, hits = searching.traffic.show(collection, "search", body.query, result.hits, _hit_id, body.offset + 1)
+    impression, hits = searching.traffic.show(
+        collection.name, served_model(collection), "search", body.query, result.hits, _hit_id, body.offset + 1
+    )
     took = (time.perf_counter() - started) * 1000
     return json_response(
         SearchResponse(
@@ -174,9 +177,10 @@ async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Res
         )
 
     results = await limiter.run(work)
+    model = served_model(collection)
     for query, result in zip(body.queries, results, strict=True):
         result.impression, result.hits = searching.traffic.show(
-            collection, "search", query, result.hits, _hit_id, body.offset + 1
+            collection.name, model, "search", query, result.hits, _hit_id, body.offset + 1
         )
     took = (time.perf_counter() - started) * 1000
     return json_response(BatchSearchResponse(collection=collection.name, results=results, took_ms=round(took, 3)))

@@ -252,8 +252,7 @@ def test_advert_clicks_on_match_answers_reach_an_adverts_model(ad_world: dict, t
                 )
                 assert answer.status_code == 200 and answer.json()["recorded"], answer.text
                 clicked.append((text, ad))
-        for store in server.app.state.traffic._stores.values():
-            store.flush()
+        server.app.state.traffic.flush()
         events = server.settings.store_dir / "ads" / EVENTS_FILE
     logged = [(r.text, r.doc) for r in read_events(events) if r.clicked]
     assert sorted(logged) == sorted(clicked) and {r.kind for r in read_events(events)} == {"match"}

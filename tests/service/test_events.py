@@ -23,8 +23,7 @@ def server(small_world: dict, tmp_path_factory: pytest.TempPathFactory):
 
 def events_path(server: ThreadServer, collection: str = "documents") -> Path:
     """The collection's event store, with what the writer thread has queued committed (it commits every 0.1 s)."""
-    for store in server.app.state.traffic._stores.values():
-        store.flush()
+    server.app.state.traffic.flush()
     return server.settings.store_dir / collection / EVENTS_FILE
 
 
@@ -153,3 +152,13 @@ def test_ids_carry_their_time_and_export_writes_the_click_log(tmp_path: Path) ->
     conn = sqlite3.connect(store.path)
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental: pruning gives pages back
     conn.close()
+
+
+def test_metrics_count_answers_clicks_and_the_logs_size(server: ThreadServer, small_world: dict) -> None:
+    answer = server.client.post("/search", json={"query": small_world["docs"][40].title, "k": 2}).json()
+    server.client.post("/clicks", json={"impression": answer["impression"], "id": answer["hits"][0]["id"]})
+    text = server.client.get("/metrics").text
+    assert 'ssi_impressions_total{collection="documents",outcome="recorded"}' in text
+    assert 'ssi_clicks_total{collection="documents",outcome="recorded"}' in text
+    size = [line for line in text.splitlines() if line.startswith('ssi_traffic_log_bytes{collection="documents"}')]
+    assert size and float(size[0].split()[-1]) > 0
