@@ -1,4 +1,4 @@
-"""`ssi train`, `ssi eval`, `ssi rank`, `ssi clicks`, `ssi crosslang`: the offline commands."""
+"""`ssi train`, `ssi eval`, `ssi rank`, `ssi clicks`, `ssi crosslang`, `ssi learn`: the offline commands."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ def register(app: typer.Typer) -> None:
     from training.click_logs.cli import clicks_app
     from training.crosslang_cli import crosslang_command
     from training.evaluate.cli import eval_command, rank_command
+    from training.feedback.cli import learn_command
     from training.train_cli import train_command
 
     app.command("train", help="Train a model from pairs and export a bundle.")(train_command)
@@ -18,3 +19,7 @@ def register(app: typer.Typer) -> None:
     app.command("crosslang", help="Write a cross-language task: pseudo-language queries for a linked corpus.")(
         crosslang_command
     )
+    app.command(
+        "learn",
+        help="One round of learning from the service's traffic: train on its log, promote if held-out clicks agree.",
+    )(learn_command)

@@ -33,7 +33,15 @@ from ssi.corpus import DataFileError, iter_corpus, numbered_lines
 from ssi.records import Pair, Query
 from ssi.traffic import is_event_store, read_events
 from training.data import file_fingerprint
-from training.debias import DEFAULT_CLIP, DebiasMode, Propensities, click_weights, estimate_propensities
+from training.debias import (
+    DEFAULT_CLIP,
+    DEFAULT_RELEVANCE_FLOOR,
+    WEIGHTED_MODES,
+    DebiasMode,
+    Propensities,
+    click_weights,
+    estimate_propensities,
+)
 from training.splits import split_by_query
 
 
@@ -235,6 +243,7 @@ def load_click_pairs(
     debias: DebiasMode | None = None,
     propensity_clip: float = DEFAULT_CLIP,
     require_texts: bool = True,
+    relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
 ) -> ClickPairs:
     """Pages and pairs from click logs; without `valid_clicks`, `valid_share` of the pages are held out.
 
@@ -243,7 +252,7 @@ def load_click_pairs(
     once, weighted (training.debias). `require_texts=False`: the pages may be named by ids another source
     (BEIR --queries) gives texts for.
     """
-    if debias in ("naive", "ips") and clicked_position is not None:
+    if debias in WEIGHTED_MODES and clicked_position is not None:
         raise ValueError(
             f"--clicked-position keeps the clicks of one position: it goes with --debias top, not {debias}"
         )
@@ -269,11 +278,11 @@ def load_click_pairs(
     ]
     propensities = None
     weights: list[float] | None = None
-    if debias in ("naive", "ips"):
-        if debias == "ips":
+    if debias in WEIGHTED_MODES:
+        if debias in ("ips", "pbm"):
             propensities = estimate_propensities(train_log.impressions)
             notes.append(propensities.describe())
-        weighted = click_weights(train_log.impressions, debias, propensities, propensity_clip)
+        weighted = click_weights(train_log.impressions, debias, propensities, propensity_clip, relevance_floor)
         notes.append(weighted.describe(debias, propensity_clip))
         train, weights = weighted.pairs, weighted.weights
     else:

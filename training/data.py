@@ -26,7 +26,7 @@ from ssi.records import Document, Pair, Query
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
-from training.debias import DEFAULT_CLIP, DebiasMode
+from training.debias import DEFAULT_CLIP, DEFAULT_RELEVANCE_FLOOR, DebiasMode
 from training.dice import HashingPlan
 from training.self_pairs import SelfPairMode, build_self_pairs
 from training.splits import split_by_query, unseen_documents
@@ -199,6 +199,7 @@ def load_training_data(
     clicked_position: int | None = None,
     debias: DebiasMode | None = None,
     propensity_clip: float = DEFAULT_CLIP,
+    relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
     self_pairs: SelfPairMode | None = None,
     self_pair_words: int = 30,
     self_pair_unshared: bool = False,
@@ -240,7 +241,7 @@ def load_training_data(
         click_pairs = load_click_pairs(
             clicks, pages=pages, valid_clicks=valid_clicks, clicked_position=clicked_position,
             valid_share=valid_share, split_seed=split_seed, debias=debias, propensity_clip=propensity_clip,
-            require_texts=queries is None,
+            require_texts=queries is None, relevance_floor=relevance_floor,
         )  # fmt: skip
     if vocab is None:
         page_tokens = [tokenize(q.text) for q in click_pairs.pages] if click_pairs is not None else []

@@ -1,7 +1,7 @@
 """Position bias in click logs: how likely each position is to be looked at, and what a click is worth.
 
 A click says "relevant" only where the user looked, and users look at the top more than at the bottom, so
-raw click counts mostly measure where a document was shown. Three ways to turn clicks into weighted pairs
+raw click counts mostly measure where a document was shown. Four ways to turn clicks into weighted pairs
 (`ssi train --debias`):
 
 - `naive`: every click is evidence; a (query, doc) pair weighs its number of clicks;
@@ -11,6 +11,19 @@ raw click counts mostly measure where a document was shown. Three ways to turn c
   with Biased Feedback", WSDM): a click at position r counts 1/p(r), where p(r) is the probability that
   position r is examined, so in expectation a relevant document collects the same weight wherever it was
   shown. A pair weighs the sum over its clicks.
+
+- `pbm` (the default): the position-based click model (the examination hypothesis of Richardson, Dominowska
+  & Ragno 2007 and Craswell, Zoeter, Taylor & Ramsey 2008; Chuklin, Markov & de Rijke 2015, "Click Models
+  for Web Search", ch. 3): P(click on d at r) = p(r) · γ(q, d), with γ the probability that an examined
+  result is clicked. With p known, γ's estimate is clicks / expected examinations, C / Σ p(r) over every time
+  d was shown for q; a Beta prior of mean μ (the log's own clicks per examination, all pairs together) and
+  weight PRIOR_EXAMINATIONS keeps a pair seen once or twice near μ. A pair weighs max(0, γ̂ − floor)
+  (`relevance_floor`, default 0.5): what users click when they look at it, beyond what they click anyway.
+  Why not plain IPS: users also click results that are not relevant (a tenth of the time in the simulated
+  loop), and a query shows many of those: IPS weighs each such click 1/p(r) too, so the non-relevant results
+  of a query together weigh about as much as its relevant one however large the log, and the model learns
+  "like what the old ranker showed" (measured: docs/guides/learn.md). γ̂ against a floor sets them apart,
+  and the more often a pair is shown the surer the estimate.
 
 The propensities come from the log's randomized impressions (Wang, Bendersky, Metzler & Najork 2016,
 "Learning to Rank with Selection Bias in Personal Search", SIGIR): their top results were shown in
@@ -36,8 +49,11 @@ from typing import Literal, Protocol
 
 from ssi.records import Pair
 
-DebiasMode = Literal["ips", "naive", "top"]
-DEBIAS_MODES: tuple[str, ...] = ("ips", "naive", "top")
+DebiasMode = Literal["pbm", "ips", "naive", "top"]
+DEBIAS_MODES: tuple[str, ...] = ("pbm", "ips", "naive", "top")
+WEIGHTED_MODES: tuple[str, ...] = ("pbm", "ips", "naive")  # the modes that weigh pairs (top filters clicks)
+DEFAULT_RELEVANCE_FLOOR = 0.5
+PRIOR_EXAMINATIONS = 2.0  # the Beta prior's weight, in examinations
 MIN_RANDOMIZED_CLICKS = 50
 RANDOMIZED_DEPTH = 10  # the service shuffles at most its first 10 results
 FALLBACK_ETA = 1.0
@@ -138,6 +154,8 @@ class ClickWeights:
             return f"click pairs ({mode}): none"
         mean = sum(self.weights) / len(self.weights)
         clipped = f", {self.clipped} clicks clipped at 1/p = {clip:g}" if mode == "ips" else ""
+        if mode == "pbm":
+            clipped = f" (examined-click rate above the floor; {self.clicks} clicks in all)"
         return (
             f"click pairs ({mode}): {self.clicks} clicks -> {len(self.pairs)} pairs, "
             f"weight mean {mean:.3f} max {max(self.weights):.3f}{clipped}"
@@ -145,17 +163,25 @@ class ClickWeights:
 
 
 def click_weights(
-    lines: Iterable[ShownClick], mode: DebiasMode, propensities: Propensities | None = None, clip: float = DEFAULT_CLIP
+    lines: Iterable[ShownClick],
+    mode: DebiasMode,
+    propensities: Propensities | None = None,
+    clip: float = DEFAULT_CLIP,
+    relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
 ) -> ClickWeights:
-    """Every clicked pair with its weight: clicks (`naive`) or Σ min(1/p(position), clip) (`ips`).
+    """Every clicked pair with its weight: clicks (`naive`), Σ min(1/p(position), clip) (`ips`) or the position-based
+    model's γ̂ above `relevance_floor` (`pbm`; pairs at or below it are left out).
 
     `top` is the position filter of training.clicks (one unweighted pair per click at that position), not a
     weighting: it is refused here.
     """
-    if mode not in ("ips", "naive"):
-        raise ValueError(f"click weights are 'ips' or 'naive', not {mode!r}")
-    if mode == "ips" and propensities is None:
-        raise ValueError("ips weights need propensities")
+    if mode not in WEIGHTED_MODES:
+        raise ValueError(f"click weights are 'pbm', 'ips' or 'naive', not {mode!r}")
+    if mode in ("ips", "pbm") and propensities is None:
+        raise ValueError(f"{mode} weights need propensities")
+    if mode == "pbm":
+        assert propensities is not None
+        return _click_model_weights(lines, propensities, relevance_floor)
     weight_of: dict[Pair, float] = {}
     clicks = clipped = 0
     for line in lines:
@@ -172,3 +198,25 @@ def click_weights(
             clipped += inverse > clip
         weight_of[pair] = weight_of.get(pair, 0.0) + weight
     return ClickWeights(list(weight_of), list(weight_of.values()), clicks, clipped)
+
+
+def _click_model_weights(lines: Iterable[ShownClick], propensities: Propensities, floor: float) -> ClickWeights:
+    """γ̂(q, d) = (C + m·μ) / (E + m) of the position-based model (module docstring); weight max(0, γ̂ − floor)."""
+    clicked: dict[Pair, float] = {}
+    examined: dict[Pair, float] = {}
+    clicks = 0
+    for line in lines:
+        pair = Pair(line.page_id, line.ad_id)
+        examined[pair] = examined.get(pair, 0.0) + propensities.at(line.position)
+        if line.clicked:
+            clicks += 1
+            clicked[pair] = clicked.get(pair, 0.0) + 1.0
+    total_examined = sum(examined.values())
+    prior = clicks / total_examined if total_examined > 0 else 0.0
+    pairs, weights = [], []
+    for pair, count in clicked.items():
+        gamma = (count + PRIOR_EXAMINATIONS * prior) / (examined[pair] + PRIOR_EXAMINATIONS)
+        if gamma > floor:
+            pairs.append(pair)
+            weights.append(gamma - floor)
+    return ClickWeights(pairs, weights, clicks, 0)

@@ -100,6 +100,7 @@ def load_data(settings: TrainSettings, init: Bundle | None) -> TrainingData:
         clicked_position=settings.clicked_position,
         debias=settings.debias,
         propensity_clip=settings.propensity_clip,
+        relevance_floor=settings.relevance_floor,
         self_pairs=settings.self_pairs,
         self_pair_words=settings.self_pair_words,
         self_pair_unshared=settings.self_pair_unshared,

@@ -31,9 +31,10 @@ class TrainSettings(BaseSettings):
     valid_clicks: Path | None = None
     pages: Path | None = None
     clicked_position: int | None = Field(None, ge=1)
-    # Position bias of --clicks (training.debias): None = ips, or top where --clicked-position is given.
-    debias: Literal["ips", "naive", "top"] | None = None
+    # Position bias of --clicks (training.debias): None = pbm, or top where --clicked-position is given.
+    debias: Literal["pbm", "ips", "naive", "top"] | None = None
     propensity_clip: float = Field(20.0, ge=1.0)  # ips: each click's 1/p(position) is cut here (variance)
+    relevance_floor: float = Field(0.5, ge=0.0, lt=1.0)  # pbm: a pair weighs its examined-click rate beyond this
     self_pairs: Literal["title", "split"] | None = None  # no labels: pairs cut from the corpus (training.self_pairs)
     self_pair_words: int = Field(30, ge=1)
     self_pair_unshared: bool = False  # the query keeps only the words its document lacks (training.self_pairs)
@@ -127,9 +128,11 @@ class TrainSettings(BaseSettings):
             or self.clicked_position
             or self.debias
             or "propensity_clip" in self.model_fields_set
+            or "relevance_floor" in self.model_fields_set
         ):
             raise ValueError(
-                "--valid-clicks, --pages, --clicked-position, --debias and --propensity-clip go with --clicks"
+                "--valid-clicks, --pages, --clicked-position, --debias, --propensity-clip and --relevance-floor "
+                "go with --clicks"
             )
         if self.clicks is not None:
             if self.clicked_position is not None and self.debias not in (None, "top"):
@@ -138,7 +141,7 @@ class TrainSettings(BaseSettings):
                     f"not with --debias {self.debias}"
                 )
             if self.debias is None:
-                self.debias = "top" if self.clicked_position is not None else "ips"
+                self.debias = "top" if self.clicked_position is not None else "pbm"
             if self.debias == "top" and self.clicked_position is None:
                 self.clicked_position = 1
         if self.self_pairs is None and (self.self_pair_unshared or self.self_pair_valid_among != "held-out"):

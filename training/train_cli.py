@@ -105,10 +105,11 @@ def train_command(
         str | None,
         _opt(
             "debias",
-            "Position bias of --clicks (training/debias.py): 'ips' weighs each click 1/p(position), p(r) = r^-eta "
-            "estimated on the log's randomized impressions (eta 1 with fewer than 50 randomized clicks); 'naive' "
-            "weighs a pair by its clicks; 'top' keeps only clicks at --clicked-position (1). Default: ips (top with "
-            "--clicked-position).",
+            "Position bias of --clicks (training/debias.py): 'pbm' (the position-based click model) weighs a pair "
+            "by its clicks per expected examination beyond --relevance-floor, p(r) = r^-eta estimated on the log's "
+            "randomized impressions (eta 1 with fewer than 50 randomized clicks); 'ips' weighs each click "
+            "1/p(position); 'naive' weighs a pair by its clicks; 'top' keeps only clicks at --clicked-position (1). "
+            "Default: pbm (top with --clicked-position).",
             DATA,
         ),
     ] = None,
@@ -118,6 +119,16 @@ def train_command(
             "propensity_clip",
             "--debias ips: each click's 1/p(position) is cut at this value, so a few deep clicks cannot dominate "
             "(bounded variance for a little bias).",
+            DATA,
+        ),
+    ] = None,
+    relevance_floor: Annotated[
+        float | None,
+        _opt(
+            "relevance_floor",
+            "--debias pbm: a clicked pair counts by how far its estimated click rate when looked at exceeds this "
+            "(0.5: clicked more often than not); pairs at or below it are left out, as users click some results "
+            "they find useless.",
             DATA,
         ),
     ] = None,
@@ -415,6 +426,7 @@ def train_command(
         "qrels": qrels, "valid_qrels": valid_qrels, "valid_share": valid_share,
         "query_words": query_words, "unseen_docs": unseen_docs, "clicks": clicks, "valid_clicks": valid_clicks,
         "pages": pages, "clicked_position": clicked_position, "debias": debias, "propensity_clip": propensity_clip,
+        "relevance_floor": relevance_floor,
         "base_patience": base_patience, "base_patience_minutes": base_patience_minutes, "self_pairs": self_pairs,
         "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared,
         "self_pair_valid_among": self_pair_valid_among, "kind": kind,

@@ -101,6 +101,34 @@ def test_ips_recovers_relevant_documents_that_naive_underweights() -> None:
     assert rel_above_noise("naive") <= 0.3
 
 
+def test_the_click_model_sets_relevant_results_apart_from_the_clicks_users_give_anything() -> None:
+    """Each query shows one relevant result at a random one of 10 positions among 9 others; users examine r with
+    p = 1/r and click 0.9 / 0.1. IPS gives the 9 non-relevant results of a query together about the weight of the
+    relevant one (each 0.1 per examination, 9 of them); the position-based model's γ̂ above its floor keeps the
+    relevant pairs alone."""
+    rng = np.random.default_rng(11)
+    lines: list[Impression] = []
+    for q in range(30):
+        rel = int(rng.integers(1, 11))
+        for i in range(200):
+            for r in range(1, 11):
+                examined = rng.random() < 1.0 / r
+                clicked = bool(examined and rng.random() < (0.9 if r == rel else 0.1))
+                lines.append(Impression(f"q{q}", f"q{q}:{'rel' if r == rel else r}", r, clicked, False, f"{q}-{i}"))
+    eta_one = Propensities(1.0, False, 0, 0, {})
+
+    def relevant_share(mode: str) -> float:
+        made = click_weights(lines, mode, eta_one)  # type: ignore[arg-type]
+        total = sum(made.weights)
+        return sum(w for p, w in zip(made.pairs, made.weights, strict=True) if p.doc_id.endswith(":rel")) / total
+
+    assert relevant_share("ips") < 0.65  # about half: the noise of 9 results weighs as much as the relevant one
+    assert relevant_share("pbm") > 0.99
+    pbm = click_weights(lines, "pbm", eta_one)
+    assert {p.doc_id.split(":")[1] for p in pbm.pairs} == {"rel"} and len(pbm.pairs) == 30
+    assert all(0.2 < w <= 0.6 for w in pbm.weights)  # γ̂ ≈ 0.9 over the 0.5 floor
+
+
 def test_weighted_duplicates_are_merged_and_unweighted_ones_dropped() -> None:
     pairs = [Pair("q", "a"), Pair("q", "b"), Pair("q", "a"), Pair("x", "a")]
     rows = {"q": 0, "a": 0, "b": 1}

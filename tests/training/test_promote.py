@@ -1,0 +1,169 @@
+"""Safe promotion (training.feedback.promote): the counterfactual estimate goes the right way, its standard
+error matches the spread of the estimate over repeated logs, and identical rankers differ by exactly zero."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from ssi.traffic import ShownResult
+from ssi.vocab import Vocabulary
+from training.feedback.promote import (
+    HeldOutImpression,
+    Ranker,
+    dcg_gain,
+    estimate,
+    fixed_propensities,
+    held_out_impressions,
+    propensities_of,
+    split_by_time,
+)
+
+N_DOCS = 20
+TEXTS = [f"topic{i} shared words here" for i in range(N_DOCS)]
+QUERIES = [f"topic{i}" for i in range(N_DOCS)]  # query i's one relevant document is doc i
+
+
+@dataclass
+class FixedModel:
+    """What Ranker reads of an `ssi.load` model, with the relevant document put at a chosen rank."""
+
+    ids: list[str]
+    bundle: SimpleNamespace
+    rank_of_relevant: dict[str, int]
+
+    def scores(self, texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), len(self.ids)), dtype=np.float32)
+        for row, text in enumerate(texts):
+            if self.rank_of_relevant.get(text, 0) == 0:
+                continue  # every document tied at 0
+            target = QUERIES.index(text)
+            others = [c for c in range(len(self.ids)) if c != target]
+            order = others[: self.rank_of_relevant[text] - 1] + [target] + others[self.rank_of_relevant[text] - 1 :]
+            out[row, order] = np.arange(len(self.ids), 0, -1, dtype=np.float32)
+        return out
+
+
+@pytest.fixture(scope="module")
+def vocab() -> Vocabulary:
+    return Vocabulary.build(TEXTS, min_df=1)
+
+
+def model(vocab: Vocabulary, ranks: dict[str, int]) -> FixedModel:
+    return FixedModel([f"d{i}" for i in range(N_DOCS)], SimpleNamespace(vocab=vocab), ranks)
+
+
+def simulate_log(
+    rng: np.random.Generator, n_impressions: int, eta: float = 1.0, noise: float = 0.1
+) -> list[ShownResult]:
+    """Every document shown in uniformly random order (all randomized); position r examined with p = r^-eta;
+    an examined relevant document clicked, an examined other one with probability `noise`."""
+    out: list[ShownResult] = []
+    for n in range(n_impressions):
+        q = int(rng.integers(N_DOCS))
+        order = rng.permutation(N_DOCS)
+        for offset, doc in enumerate(order.tolist()):
+            position = offset + 1
+            examined = rng.random() < position**-eta
+            clicked = examined and (doc == q or rng.random() < noise)
+            out.append(
+                ShownResult(
+                    impression=f"i{n:05d}",
+                    time=float(n),
+                    kind="search",
+                    model="m",
+                    randomized=True,
+                    position=position,
+                    doc=f"d{doc}",
+                    clicked=clicked,
+                    dwell_ms=None,
+                    text=QUERIES[q],
+                    text_hash=None,
+                )  # fmt: skip
+            )
+    return out
+
+
+def test_ranker_ranks_with_ties_by_corpus_position(vocab: Vocabulary) -> None:
+    ranks = {q: 3 for q in QUERIES} | {"topic5": 0}
+    ranker = Ranker(model(vocab, ranks))
+    assert ranker.ranks(["topic4", "unknownword"], [["d4", "nope"], ["d4"]]) == [[3.0, math.inf], [math.inf]]
+    assert ranker.ranks(["topic5"], [["d5", "d0"]]) == [[6.0, 1.0]]  # all tied: corpus order
+    assert dcg_gain(1.0) == 1.0 and dcg_gain(3.0) == pytest.approx(0.5) and dcg_gain(11.0, cutoff=10) == 0.0
+
+
+def test_better_candidate_is_promoted_and_worse_refused(vocab: Vocabulary) -> None:
+    good = model(vocab, {q: 1 for q in QUERIES})
+    bad = model(vocab, {q: 6 for q in QUERIES})
+    log = simulate_log(np.random.default_rng(1), 400)
+    impressions, skipped = held_out_impressions(log)
+    assert len(impressions) == 400 and skipped.no_text == 0
+    p = fixed_propensities(1.0)
+    up = estimate(bad, good, impressions, p)
+    down = estimate(good, bad, impressions, p)
+    truth = dcg_gain(1) - dcg_gain(6)  # the relevant document's DCG moves this much on every query
+    assert up.promote and not down.promote
+    assert up.mean == pytest.approx(-down.mean) and up.stderr == pytest.approx(down.stderr)
+    assert abs(up.mean - truth) < 4 * up.stderr
+    assert up.ci95[0] < up.mean < up.ci95[1] and up.queries == N_DOCS
+    assert up.candidate > up.served
+
+
+def test_identical_candidate_gives_exactly_zero(vocab: Vocabulary) -> None:
+    ranks = {q: 1 + i % 7 for i, q in enumerate(QUERIES)}
+    log = simulate_log(np.random.default_rng(2), 200)
+    impressions, _ = held_out_impressions(log)
+    result = estimate(model(vocab, ranks), model(vocab, dict(ranks)), impressions, fixed_propensities(1.0))
+    assert result.mean == 0.0 and result.stderr == 0.0 and not result.promote  # nothing to gain from a swap
+    assert result.served == result.candidate > 0
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_stderr_matches_the_spread_over_repeated_logs(vocab: Vocabulary, mixed: bool) -> None:
+    """The SE one log reports is close to the standard deviation of the estimate over independent logs where
+    every query gains the same; where queries gain differently it is wider (queries count as sampled too)."""
+    if mixed:
+        served = model(vocab, {q: 1 + i % 5 for i, q in enumerate(QUERIES)})
+        candidate = model(vocab, {q: 1 + (i + 2) % 5 for i, q in enumerate(QUERIES)})
+    else:
+        served, candidate = model(vocab, dict.fromkeys(QUERIES, 4)), model(vocab, dict.fromkeys(QUERIES, 2))
+    rng = np.random.default_rng(3)
+    means, errors = [], []
+    for _ in range(40):  # no noisy clicks: the estimand is then the relevant documents' DCG difference
+        impressions, _ = held_out_impressions(simulate_log(rng, 200, noise=0.0))
+        result = estimate(served, candidate, impressions, fixed_propensities(1.0))
+        means.append(result.mean)
+        errors.append(result.stderr)
+    spread = float(np.std(means, ddof=1))
+    ratio = float(np.mean(errors)) / spread
+    assert (1.0 < ratio < 2.5) if mixed else (0.7 < ratio < 1.4)
+    truth = float(
+        np.mean([dcg_gain(candidate.rank_of_relevant[q]) - dcg_gain(served.rank_of_relevant[q]) for q in QUERIES])
+    )
+    assert abs(float(np.mean(means)) - truth) < 4 * spread / math.sqrt(len(means))  # unbiased (no clip reached)
+
+
+def test_no_clicks_is_no_evidence(vocab: Vocabulary) -> None:
+    impressions = [HeldOutImpression("a", 0.0, "topic1", "topic1", ())]
+    same = model(vocab, {q: 1 for q in QUERIES})
+    result = estimate(same, same, impressions, fixed_propensities(1.0))
+    assert result.clicks == 0 and not result.promote
+
+
+def test_split_by_time_holds_out_the_newest_impressions() -> None:
+    log = simulate_log(np.random.default_rng(4), 50)
+    split = split_by_time(list(reversed(log)), 0.2)
+    assert split.impressions == (40, 10)
+    assert max(r.time for r in split.train) < split.cutoff == min(r.time for r in split.held_out) == 40.0
+    with pytest.raises(ValueError):
+        split_by_time(log[:N_DOCS], 0.2)  # one impression: nothing left to train on
+
+
+def test_propensities_are_estimated_from_randomized_impressions() -> None:
+    log = simulate_log(np.random.default_rng(5), 1500, eta=1.0, noise=0.0)
+    p = propensities_of(log)
+    assert p.estimated and 0.8 < p.eta < 1.2

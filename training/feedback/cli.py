@@ -1,0 +1,148 @@
+"""`ssi learn`: one round of learning from the service's own traffic (training.feedback.round)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from training.debias import DEBIAS_MODES, DEFAULT_CLIP
+from training.feedback.promote import DEFAULT_HOLDOUT, DEFAULT_TOLERANCE, DEFAULT_Z
+from training.feedback.round import RoundSettings, run_round
+
+DATA = "Data"
+DECISION = "Estimate and decision"
+TRAIN = "Training the candidate"
+SERVER = "Server"
+
+
+def learn_command(
+    log: Annotated[
+        Path,
+        typer.Option(
+            "--log", help="The service's event store (events.sqlite) or a log exported from it.", rich_help_panel=DATA
+        ),
+    ],
+    served: Annotated[Path, typer.Option(help="The bundle the service serves now.", rich_help_panel=DATA)],
+    corpus: Annotated[Path, typer.Option(help="The served corpus JSONL.", rich_help_panel=DATA)],
+    bundles: Annotated[
+        Path | None,
+        typer.Option(
+            help="Folder for the candidate bundle (default: beside the served one, where the server may reload from).",
+            rich_help_panel=DATA,
+        ),
+    ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The candidate's folder name (default: learn-<UTC time>).", rich_help_panel=DATA)
+    ] = None,
+    queries: Annotated[
+        Path | None,
+        typer.Option(help="Labelled queries (BEIR JSONL) to train on beside the clicks.", rich_help_panel=DATA),
+    ] = None,
+    qrels: Annotated[Path | None, typer.Option(help="Their qrels (BEIR TSV).", rich_help_panel=DATA)] = None,
+    report: Annotated[
+        Path | None, typer.Option(help="Write the round's JSON report here.", rich_help_panel=DATA)
+    ] = None,
+    debias: Annotated[
+        str,
+        typer.Option(help="How clicks train: pbm, ips, naive or top (ssi train --debias).", rich_help_panel=TRAIN),
+    ] = "pbm",
+    warm: Annotated[
+        bool,
+        typer.Option(
+            "--warm/--cold",
+            help="Warm-start from the served bundle (when it is lowrank with a non-zero U) or train from scratch "
+            "(the default: in the simulated loop, candidates warm-started from a promoted model ranked worse).",
+            rich_help_panel=TRAIN,
+        ),
+    ] = False,
+    dims: Annotated[
+        int | None, typer.Option(help="N of a cold start (default: the served N).", rich_help_panel=TRAIN)
+    ] = None,
+    epochs: Annotated[float | None, typer.Option(help="ssi train --epochs.", rich_help_panel=TRAIN)] = None,
+    max_minutes: Annotated[float | None, typer.Option(help="ssi train --max-minutes.", rich_help_panel=TRAIN)] = None,
+    lr: Annotated[float | None, typer.Option(help="ssi train --lr.", rich_help_panel=TRAIN)] = None,
+    warm_lr_scale: Annotated[
+        float | None,
+        typer.Option(help="ssi train --warm-lr-scale (a warm start's rate factor).", rich_help_panel=TRAIN),
+    ] = None,
+    seed: Annotated[int, typer.Option(help="ssi train --seed.", rich_help_panel=TRAIN)] = 0,
+    threads: Annotated[int, typer.Option(help="ssi train --threads.", rich_help_panel=TRAIN)] = 2,
+    train_args: Annotated[
+        str, typer.Option(help="More `ssi train` flags, as one shell-quoted string.", rich_help_panel=TRAIN)
+    ] = "",
+    holdout: Annotated[
+        float,
+        typer.Option(help="Newest share of impressions held out of training, to decide on.", rich_help_panel=DECISION),
+    ] = DEFAULT_HOLDOUT,
+    z: Annotated[
+        float,
+        typer.Option(
+            help="Promote when mean - z·SE >= -tolerance (training/feedback/promote.py).", rich_help_panel=DECISION
+        ),
+    ] = DEFAULT_Z,
+    tolerance: Annotated[
+        float,
+        typer.Option(help="How much worse (IPS-weighted DCG per query) a candidate may be.", rich_help_panel=DECISION),
+    ] = DEFAULT_TOLERANCE,
+    eta: Annotated[
+        float | None,
+        typer.Option(
+            help="Examination p(r) = r^-eta; default: estimated from randomized impressions.", rich_help_panel=DECISION
+        ),
+    ] = None,
+    clip: Annotated[
+        float, typer.Option(help="Largest 1/p(r) weight of a click.", rich_help_panel=DECISION)
+    ] = DEFAULT_CLIP,
+    cutoff: Annotated[
+        int | None, typer.Option(help="DCG counts ranks up to this (default: every rank).", rich_help_panel=DECISION)
+    ] = None,
+    server: Annotated[
+        str | None,
+        typer.Option(help="A running `ssi serve` to reload when promoted (http://host:port).", rich_help_panel=SERVER),
+    ] = None,
+    admin_key: Annotated[
+        str | None, typer.Option(envvar="SSI_ADMIN_KEY", help="Its admin key (SSI_ADMIN_KEY).", rich_help_panel=SERVER)
+    ] = None,
+    collection: Annotated[
+        str | None, typer.Option(help="The collection to reload (default: the default one).", rich_help_panel=SERVER)
+    ] = None,
+) -> None:
+    """Split the traffic log by time, train a candidate on the older part, compare it with the served bundle on the
+    newest part (propensity-weighted DCG of the clicked documents), and reload the server if it is no worse."""
+    if debias not in DEBIAS_MODES:
+        raise typer.BadParameter(f"--debias is one of {', '.join(DEBIAS_MODES)}, not {debias!r}")
+    if (queries is None) != (qrels is None):
+        raise typer.BadParameter("--queries and --qrels go together")
+    settings = RoundSettings(
+        log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout, z=z,
+        tolerance=tolerance, eta=eta, clip=clip, cutoff=cutoff, queries=queries, qrels=qrels, warm=warm, dims=dims,
+        epochs=epochs, max_minutes=max_minutes, lr=lr, warm_lr_scale=warm_lr_scale, seed=seed, threads=threads,
+        train_args=shlex.split(train_args), server=server, admin_key=admin_key, collection=collection,
+    )  # fmt: skip
+    try:
+        outcome = run_round(settings)
+    except (ValueError, OSError, RuntimeError) as exc:
+        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    result = outcome.report
+    if report is not None:
+        report.parent.mkdir(parents=True, exist_ok=True)
+        report.write_text(json.dumps(result, indent=2))
+    if "error" in result:
+        typer.secho(f"error: {result['error']}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(1)
+    typer.echo(
+        f"held out {result['impressions']['held_out']} of "
+        f"{result['impressions']['train'] + result['impressions']['held_out']} impressions; "
+        f"candidate {result['candidate']} ({result['start']}, {result['train_seconds']} s)"
+    )
+    typer.echo(result["propensities"])
+    typer.echo(result["estimate_text"])
+    if result["promoted"] and "reload" in result:
+        typer.echo(f"reloaded {server}: {json.dumps(result['reload'])}")
+    elif result["promoted"]:
+        typer.echo("no --server given: nothing reloaded")

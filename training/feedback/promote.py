@@ -1,0 +1,357 @@
+"""Safe promotion: is a candidate bundle at least as good as the served one on held-out recent traffic?
+
+A new bundle is trained on the older part of the service's log; the newest share of impressions (by time)
+is held out and never trained on. On those impressions the two bundles are compared counterfactually, with
+the propensity-weighted ranking metric of Joachims, Swaminathan & Schnabel (2017, "Unbiased Learning-to-Rank
+with Biased Feedback", WSDM, section 4): a click on document d shown at position r is evidence of relevance
+seen through the examination probability p(r), so
+
+    Δ(x) = Σ_{clicked d} [λ(rank_cand(d | x)) − λ(rank_served(d | x))] / p(r_shown(d)),   λ(k) = 1/log2(1 + k)
+
+is, per impression x, an unbiased estimate (under the examination model, up to the clip below) of the
+difference in DCG over relevant documents between the two rankings, whichever ranker logged the impression.
+Both rankings are computed in process over the whole corpus (the evaluation harness's exact ranking, what the
+service serves), so a document the served model showed low or not at all still counts where the candidate
+ranks it.
+
+p(r) = r^(−η) comes from the randomized impressions (training.debias.estimate_propensities, the trainer's own
+estimate) or is given; 1/p(r) is clipped as the trainer clips it (bounded variance for a little bias).
+
+The mean is taken per query (a query's impressions are averaged first, then the queries), and its standard
+error is over queries: repeated impressions of one query are not independent samples of the traffic, and the
+SE over queries is the honest (wider) one.
+
+The decision: promote when mean − z·SE ≥ −tolerance (z = 1, tolerance = 0 by default). With tolerance 0 the
+candidate must show an improvement of at least one standard error: a candidate that looks the same as the
+served one within noise is not worth a swap (a reload costs, and an unproven model is a risk), and a worse
+one is kept out. z = 1 rather than 1.96 because the cost of a wrong refusal is only a round's delay (the
+next round has more traffic), while a strict z would refuse real but small gains for many rounds. A positive
+tolerance turns it into a non-inferiority test (accept a candidate up to `tolerance` worse). A candidate that
+ranks every held-out click exactly where the served one does (Δ = 0 on every impression, SE 0: an identical
+bundle, or a trainer that kept its starting point) is not promoted: the swap would change nothing measurable.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ssi.traffic import ShownResult, is_event_store, read_events
+from training.debias import DEFAULT_CLIP, Propensities, estimate_propensities
+from training.evaluate.features import TextFeatures
+
+DEFAULT_HOLDOUT = 0.2
+DEFAULT_Z = 1.0
+DEFAULT_TOLERANCE = 0.0
+Z_95 = 1.959963984540054
+_BLOCK = 256  # queries scored at once: 256 × n_docs float32
+
+
+# --- reading the log ------------------------------------------------------------------------------------------
+
+
+def _exported_result(line: str, where: str) -> ShownResult:
+    record = json.loads(line)
+    kind = "match" if "ad" in record else "search"
+    text = record.get("page_text" if kind == "match" else "query")
+    text_hash = record.get("page_hash" if kind == "match" else "query_hash")
+    return ShownResult(
+        impression=str(record["impression"]),
+        time=float(record["time"]),
+        kind=kind,
+        model=str(record.get("model", "")),
+        randomized=bool(record.get("randomized", False)),
+        position=int(record["position"]),
+        doc=str(record["ad"] if kind == "match" else record["doc"]),
+        clicked=bool(record.get("clicked", False)),
+        dwell_ms=record.get("dwell_ms"),
+        text=text,
+        text_hash=text_hash,
+    )
+
+
+def read_log(path: Path) -> list[ShownResult]:
+    """Every shown result of the service's event store, or of a log exported from it (ssi.traffic), in time order."""
+    path = Path(path)
+    if is_event_store(path):
+        return list(read_events(path))
+    results: list[ShownResult] = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line.strip():
+                try:
+                    results.append(_exported_result(line, f"{path}:{number}"))
+                except (KeyError, ValueError, TypeError) as exc:
+                    raise ValueError(f"{path}:{number}: not a line of an exported traffic log ({exc})") from None
+    results.sort(key=lambda r: (r.time, r.impression, r.position))
+    return results
+
+
+@dataclass(frozen=True, slots=True)
+class TimeSplit:
+    """The log cut by time: the older impressions train, the newest `holdout` share is held out."""
+
+    train: list[ShownResult]
+    held_out: list[ShownResult]
+    cutoff: float  # time of the first held-out impression
+    impressions: tuple[int, int]  # (train, held out)
+
+
+def split_by_time(results: Sequence[ShownResult], holdout: float = DEFAULT_HOLDOUT) -> TimeSplit:
+    """The newest round(holdout · n) impressions (at least one, and one left to train on) held out, by time.
+
+    Impressions are ordered by (time, id), so equal times split the same way every time.
+    """
+    if not 0.0 < holdout < 1.0:
+        raise ValueError(f"the held-out share must be in (0, 1), got {holdout}")
+    first_seen: dict[str, float] = {}
+    for r in results:
+        first_seen.setdefault(r.impression, r.time)
+    order = sorted(first_seen, key=lambda imp: (first_seen[imp], imp))
+    if len(order) < 2:
+        raise ValueError(f"need at least two impressions to hold some out, the log has {len(order)}")
+    n_held = min(max(1, round(holdout * len(order))), len(order) - 1)
+    held = set(order[len(order) - n_held :])
+    return TimeSplit(
+        train=[r for r in results if r.impression not in held],
+        held_out=[r for r in results if r.impression in held],
+        cutoff=first_seen[order[len(order) - n_held]],
+        impressions=(len(order) - n_held, n_held),
+    )
+
+
+def write_log(results: Iterable[ShownResult], out: Path) -> int:
+    """Results as an exported traffic log (the lines ssi.traffic.export_events writes); returns the lines."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp")
+    lines = 0
+    with tmp.open("w", encoding="utf-8") as handle:
+        for result in results:
+            handle.write(result.to_json() + "\n")
+            lines += 1
+    tmp.replace(out)
+    return lines
+
+
+@dataclass(frozen=True, slots=True)
+class _Line:
+    """A shown result as training.debias reads it (the query text stands for the page id)."""
+
+    page_id: str
+    ad_id: str
+    position: int
+    clicked: bool
+    randomized: bool
+
+
+def propensities_of(results: Iterable[ShownResult]) -> Propensities:
+    """η of p(r) = r^(−η) from the log's randomized impressions, exactly as `ssi train --debias ips` estimates it."""
+    return estimate_propensities(
+        _Line(r.text or r.text_hash or r.impression, r.doc, r.position, r.clicked, r.randomized) for r in results
+    )
+
+
+def fixed_propensities(eta: float) -> Propensities:
+    """p(r) = r^(−η) with η given (no randomized traffic to estimate it from)."""
+    return Propensities(eta=eta, estimated=False, randomized_results=0, randomized_clicks=0, ctr={})
+
+
+# --- the estimate ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HeldOutImpression:
+    """One held-out impression: its query, and each clicked document with the position it was shown at."""
+
+    impression: str
+    time: float
+    query: str  # the text ranked by both models
+    key: str  # what identifies the query across impressions (its text)
+    clicks: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """Held-out impressions left out of the estimate, and why."""
+
+    no_text: int = 0  # the service kept no query text: nothing to rank
+    other_kind: int = 0  # not the kind asked for (search vs match)
+
+
+def held_out_impressions(
+    results: Iterable[ShownResult], kind: str = "search"
+) -> tuple[list[HeldOutImpression], Skipped]:
+    """The held-out results grouped by impression (with or without clicks), in time order."""
+    grouped: dict[str, list[ShownResult]] = {}
+    for r in results:
+        grouped.setdefault(r.impression, []).append(r)
+    kept: list[HeldOutImpression] = []
+    no_text = other = 0
+    for imp, shown in grouped.items():
+        first = shown[0]
+        if first.kind != kind:
+            other += 1
+            continue
+        if not first.text or not first.text.strip():
+            no_text += 1
+            continue
+        clicks = tuple((r.doc, r.position) for r in shown if r.clicked)
+        kept.append(HeldOutImpression(imp, first.time, first.text, first.text, clicks))
+    kept.sort(key=lambda h: (h.time, h.impression))
+    return kept, Skipped(no_text=no_text, other_kind=other)
+
+
+class Ranker:
+    """Ranks of given documents in a model's exact ranking of the whole corpus (ties by corpus position)."""
+
+    def __init__(self, model: Any) -> None:
+        """`model`: an `ssi.load(bundle, corpus=...)` model (ssi.api.model.Model)."""
+        self.model = model
+        self.position = {doc_id: i for i, doc_id in enumerate(model.ids)}
+        self.features = TextFeatures(model.bundle.vocab)
+
+    def ranks(self, queries: Sequence[str], docs: Sequence[Sequence[str]]) -> list[list[float]]:
+        """1-based rank of each `docs[i]` for `queries[i]`; inf where the model cannot rank it.
+
+        A document outside the corpus, or a query none of whose words the model knows (the service
+        answers it with nothing), has no rank.
+        """
+        out: list[list[float]] = []
+        for start in range(0, len(queries), _BLOCK):
+            block = list(queries[start : start + _BLOCK])
+            known = np.diff(self.features(block).indptr) > 0
+            scores = self.model.scores(block)
+            for row, asked in enumerate(known.tolist()):
+                wanted = docs[start + row]
+                if not asked:
+                    out.append([math.inf] * len(wanted))
+                    continue
+                s = scores[row]
+                ranks = []
+                for doc in wanted:
+                    col = self.position.get(doc)
+                    if col is None:
+                        ranks.append(math.inf)
+                        continue
+                    value = s[col]
+                    ahead = int(np.count_nonzero(s > value)) + int(np.count_nonzero(s[:col] == value))
+                    ranks.append(float(ahead + 1))
+                out.append(ranks)
+        return out
+
+
+def dcg_gain(rank: float, cutoff: int | None = None) -> float:
+    """λ(k) = 1/log2(1 + k), 0 past the cutoff or for an unranked document."""
+    if math.isinf(rank) or (cutoff is not None and rank > cutoff):
+        return 0.0
+    return 1.0 / math.log2(1.0 + rank)
+
+
+@dataclass
+class PromotionEstimate:
+    """The counterfactual comparison of a candidate with the served bundle, and the decision it leads to."""
+
+    mean: float  # mean over queries of the per-query mean Δ (candidate − served), IPS-weighted DCG
+    stderr: float  # over queries
+    ci95: tuple[float, float]
+    lower: float  # mean − z·SE, what the decision reads
+    z: float
+    tolerance: float
+    promote: bool
+    served: float  # the served bundle's own IPS-weighted DCG, same averaging (for scale)
+    candidate: float
+    queries: int
+    impressions: int
+    clicks: int
+    eta: float
+    eta_estimated: bool
+    clip: float
+    clipped_clicks: int
+    cutoff: int | None
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        verdict = "promote" if self.promote else "keep the served bundle"
+        return (
+            f"IPS-DCG difference (candidate - served): {self.mean:+.4f} ± {self.stderr:.4f} "
+            f"(95% CI {self.ci95[0]:+.4f} .. {self.ci95[1]:+.4f}; served {self.served:.4f}, candidate "
+            f"{self.candidate:.4f}) over {self.queries} queries, {self.impressions} impressions, {self.clicks} "
+            f"clicks; eta {self.eta:.3f}{'' if self.eta_estimated else ' (not estimated)'}, clip {self.clip:g}\n"
+            f"decision: {verdict} (mean - {self.z:g}·SE = {self.lower:+.4f} "
+            f"{'>=' if self.promote else '<'} -{self.tolerance:g})"
+        )
+
+
+def estimate(
+    served: Any,
+    candidate: Any,
+    impressions: Sequence[HeldOutImpression],
+    propensities: Propensities,
+    *,
+    clip: float = DEFAULT_CLIP,
+    z: float = DEFAULT_Z,
+    tolerance: float = DEFAULT_TOLERANCE,
+    cutoff: int | None = None,
+    skipped: Skipped | None = None,
+    served_ranker: Ranker | None = None,
+) -> PromotionEstimate:
+    """Δ per impression (module docstring), averaged per query, then over queries; the decision.
+
+    `served`, `candidate`: `ssi.load(bundle, corpus=...)` models over the same corpus. `cutoff`: λ is 0 past
+    this rank (None: full depth, as the paper's DCG). With no clicked held-out impression, or none ranked
+    differently, the estimate is 0 ± 0 and the candidate is not promoted: there is no evidence for it.
+    """
+    texts = [h.query for h in impressions]
+    docs = [[doc for doc, _ in h.clicks] for h in impressions]
+    ranks_s = (served_ranker or Ranker(served)).ranks(texts, docs)
+    ranks_c = Ranker(candidate).ranks(texts, docs)
+    per_query: dict[str, list[tuple[float, float, float]]] = {}
+    n_clicks = clipped = 0
+    moved = False  # some held-out click ranked differently by the two models
+    for h, rs, rc in zip(impressions, ranks_s, ranks_c, strict=True):
+        diff = value_s = value_c = 0.0
+        for (_, position), a, b in zip(h.clicks, rs, rc, strict=True):
+            inverse = 1.0 / propensities.at(position)
+            weight = min(inverse, clip)
+            clipped += inverse > clip
+            n_clicks += 1
+            gain_s, gain_c = dcg_gain(a, cutoff), dcg_gain(b, cutoff)
+            moved |= gain_s != gain_c
+            value_s += weight * gain_s
+            value_c += weight * gain_c
+            diff += weight * (gain_c - gain_s)
+        per_query.setdefault(h.key, []).append((diff, value_s, value_c))
+    means = np.array([np.mean(v, axis=0) for v in per_query.values()]).reshape(-1, 3)
+    n = means.shape[0]
+    mean = float(means[:, 0].mean()) if n else 0.0
+    stderr = float(means[:, 0].std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    lower = mean - z * stderr
+    return PromotionEstimate(
+        mean=mean,
+        stderr=stderr,
+        ci95=(mean - Z_95 * stderr, mean + Z_95 * stderr),
+        lower=lower,
+        z=z,
+        tolerance=tolerance,
+        promote=n_clicks > 0 and moved and lower >= -tolerance,
+        served=float(means[:, 1].mean()) if n else 0.0,
+        candidate=float(means[:, 2].mean()) if n else 0.0,
+        queries=n,
+        impressions=len(impressions),
+        clicks=n_clicks,
+        eta=propensities.eta,
+        eta_estimated=propensities.estimated,
+        clip=clip,
+        clipped_clicks=clipped,
+        cutoff=cutoff,
+        skipped=asdict(skipped) if skipped is not None else {},
+    )

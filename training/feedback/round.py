@@ -1,0 +1,228 @@
+"""One `ssi learn` round: split the service's log by time, train a candidate, estimate it, promote it or not.
+
+The older impressions train the candidate (`ssi train --clicks ... --debias`, warm-started from the served
+bundle where that can learn); the newest share is held out, never trained on, and decides whether the
+candidate replaces the served bundle (training.feedback.promote). With a server given, a promoted bundle
+is swapped in with POST /admin/reload; the bundle is written beside the served one, under the folder the
+server allows reloads from (SSI_BUNDLE_ROOT, or by default the served bundle's parent).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+import ssi
+from ssi.bundle import load_bundle
+from training.debias import DEFAULT_CLIP
+from training.feedback.promote import (
+    DEFAULT_HOLDOUT,
+    DEFAULT_TOLERANCE,
+    DEFAULT_Z,
+    PromotionEstimate,
+    Ranker,
+    estimate,
+    fixed_propensities,
+    held_out_impressions,
+    propensities_of,
+    read_log,
+    split_by_time,
+    write_log,
+)
+
+
+@dataclass
+class RoundSettings:
+    """What one round needs; the `ssi learn` flags map onto these."""
+
+    log: Path  # the service's events.sqlite, or a log exported from it
+    served: Path  # the bundle the service serves now
+    corpus: Path
+    bundles: Path | None = None  # where the candidate goes (default: beside the served bundle)
+    name: str | None = None  # the candidate's folder name (default: learn-<UTC time>)
+    debias: str = "pbm"
+    holdout: float = DEFAULT_HOLDOUT
+    z: float = DEFAULT_Z
+    tolerance: float = DEFAULT_TOLERANCE
+    eta: float | None = None  # None: estimated from the randomized impressions
+    clip: float = DEFAULT_CLIP
+    cutoff: int | None = None
+    kind: str = "search"
+    queries: Path | None = None  # labelled pairs mixed in (BEIR queries + qrels)
+    qrels: Path | None = None
+    warm: bool = False
+    dims: int | None = None  # cold start only (a warm start keeps the served N)
+    epochs: float | None = None
+    max_minutes: float | None = None
+    lr: float | None = None
+    warm_lr_scale: float | None = None
+    seed: int = 0
+    threads: int = 2
+    train_args: list[str] = field(default_factory=list)
+    server: str | None = None
+    admin_key: str | None = None
+    collection: str | None = None
+
+
+def candidate_folder(settings: RoundSettings) -> Path:
+    """Where the candidate bundle is written: a new folder (the server reloads only from a new one)."""
+    root = settings.bundles or settings.served.resolve().parent
+    name = settings.name or time.strftime("learn-%Y%m%dT%H%M%S", time.gmtime())
+    out, n = root / name, 1
+    while out.exists():
+        n += 1
+        out = root / f"{name}-{n}"
+    return out
+
+
+def warm_startable(bundle_path: Path) -> tuple[bool, int | None, str]:
+    """(can the trainer warm-start from it, its N, why): a lowrank bundle whose U and V are not both zero.
+
+    A bundle with U = V = 0 (a trainer's step 0 exported as is) has no gradient to start from.
+    """
+    bundle = load_bundle(bundle_path)
+    form = bundle.form
+    if form.name != "lowrank":
+        return False, None, f"the served bundle is '{form.name}': the trainer warm-starts lowrank bundles only"
+    n_dims = int(form.n_dims)
+    if not np.any(form.values["U"]) and not np.any(form.values["V"]):
+        return False, n_dims, "the served bundle's U and V are all zero: no gradient to warm-start from"
+    return True, n_dims, "warm start from the served bundle"
+
+
+def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[list[str], str]:
+    """The `ssi train` command line of the candidate, and how it starts (warm or cold, and why)."""
+    args = [
+        sys.executable, "-m", "training", "train", "--corpus", str(settings.corpus), "--clicks", str(clicks),
+        "--debias", settings.debias, "--out", str(out), "--seed", str(settings.seed),
+        "--threads", str(settings.threads), "--no-progress",
+    ]  # fmt: skip
+    warm, n_dims, why = warm_startable(settings.served)
+    if settings.warm and warm:
+        args += ["--init-from", str(settings.served), "--dims", str(n_dims)]
+        if settings.warm_lr_scale is not None:
+            args += ["--warm-lr-scale", str(settings.warm_lr_scale)]
+        start = why
+    else:
+        start = "cold start" + ("" if not settings.warm else f" ({why})")
+        dims = settings.dims or n_dims
+        if dims is not None:
+            args += ["--dims", str(dims)]
+    if settings.queries is not None and settings.qrels is not None:
+        args += ["--queries", str(settings.queries), "--qrels", str(settings.qrels)]
+    if settings.debias == "ips":
+        args += ["--propensity-clip", str(settings.clip)] if "--propensity-clip" in _train_flags() else []
+    for flag, value in (("--epochs", settings.epochs), ("--max-minutes", settings.max_minutes), ("--lr", settings.lr)):
+        if value is not None:
+            args += [flag, str(value)]
+    return args + list(settings.train_args), start
+
+
+def _train_flags() -> str:
+    """`ssi train --help` (which flags this trainer has), asked once per process."""
+    global _HELP
+    if _HELP is None:
+        done = subprocess.run(
+            [sys.executable, "-m", "training", "train", "--help"], capture_output=True, text=True, check=False
+        )
+        _HELP = done.stdout
+    return _HELP
+
+
+_HELP: str | None = None
+
+
+def _summary(stdout: str) -> dict[str, Any]:
+    """The JSON summary `ssi train` prints last."""
+    start = stdout.rfind("\n{")
+    text = stdout[start + 1 :] if start >= 0 else stdout[stdout.find("{") :]
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return {"stdout_tail": stdout[-2000:]}
+
+
+def reload_server(server: str, admin_key: str | None, bundle: Path, collection: str | None) -> dict[str, Any]:
+    """POST /admin/reload with the candidate's folder; the server's answer (raises on an error status)."""
+    body: dict[str, Any] = {"bundle": str(bundle.resolve())}
+    if collection is not None:
+        body["collection"] = collection
+    headers = {"X-API-Key": admin_key} if admin_key else {}
+    response = httpx.post(f"{server.rstrip('/')}/admin/reload", json=body, headers=headers, timeout=600)
+    if response.status_code != 200:
+        raise RuntimeError(f"POST /admin/reload answered {response.status_code}: {response.text[:500]}")
+    return response.json()
+
+
+@dataclass
+class RoundOutcome:
+    """A round's JSON-ready report, and the candidate as loaded for the estimate (None if training failed)."""
+
+    report: dict[str, Any]
+    candidate: Any | None = None
+
+    @property
+    def promoted(self) -> bool:
+        return bool(self.report.get("promoted"))
+
+
+def run_round(
+    settings: RoundSettings, served_model: Any | None = None, served_ranker: Ranker | None = None
+) -> RoundOutcome:
+    """One round (module docstring). `served_model`, `served_ranker`: the served bundle already loaded."""
+    started = time.perf_counter()
+    results = read_log(settings.log)
+    split = split_by_time(results, settings.holdout)
+    out = candidate_folder(settings)
+    report: dict[str, Any] = {
+        "log": str(settings.log),
+        "served": str(settings.served),
+        "candidate": str(out),
+        "debias": settings.debias,
+        "holdout": settings.holdout,
+        "impressions": {"train": split.impressions[0], "held_out": split.impressions[1]},
+        "cutoff_time": split.cutoff,
+        "train_clicks": sum(r.clicked for r in split.train),
+    }
+    with tempfile.TemporaryDirectory(prefix="ssi-learn-") as work:
+        clicks = Path(work) / "clicks.train.jsonl"
+        write_log(split.train, clicks)
+        args, start = train_command(settings, clicks, out)
+        report["start"] = start
+        report["train_command"] = shlex.join(args)
+        t0 = time.perf_counter()
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+        report["train_seconds"] = round(time.perf_counter() - t0, 1)
+    if done.returncode != 0:
+        report["error"] = f"ssi train failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+        report["promoted"] = False
+        return RoundOutcome(report)
+    summary = _summary(done.stdout)
+    report["train"] = {k: summary.get(k) for k in ("content_hash", "valid", "best_step", "steps", "seconds")}
+    report["train_messages"] = done.stderr.strip()[-2000:]
+    served = served_model if served_model is not None else ssi.load(settings.served, corpus=settings.corpus)
+    candidate = ssi.load(out, corpus=settings.corpus)
+    propensities = fixed_propensities(settings.eta) if settings.eta is not None else propensities_of(results)
+    report["propensities"] = propensities.describe()
+    impressions, skipped = held_out_impressions(split.held_out, settings.kind)
+    result: PromotionEstimate = estimate(
+        served, candidate, impressions, propensities, clip=settings.clip, z=settings.z,
+        tolerance=settings.tolerance, cutoff=settings.cutoff, skipped=skipped, served_ranker=served_ranker,
+    )  # fmt: skip
+    report["estimate"] = result.to_dict()
+    report["estimate_text"] = result.describe()
+    report["promoted"] = result.promote
+    if result.promote and settings.server is not None:
+        report["reload"] = reload_server(settings.server, settings.admin_key, out, settings.collection)
+    report["seconds"] = round(time.perf_counter() - started, 1)
+    return RoundOutcome(report, candidate)
