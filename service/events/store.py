@@ -45,7 +45,8 @@ TextMode = Literal["plain", "hash", "none"]
 FLUSH_SECONDS = 0.1
 FLUSH_BATCH = 512
 MAX_PENDING = 100_000  # impressions queued for the writer; beyond, new ones are dropped (and counted)
-PRUNE_EVERY = 30.0  # seconds between two checks of the bounds
+PRUNE_EVERY = 30.0  # seconds between two checks of the bounds...
+PRUNE_SHARE = 0.05  # ...or sooner, once about this share of max_bytes was written since the last check
 WAIT_FOR_PEER = 0.5  # seconds a click waits for another worker's commit of a young impression
 _ID_TIME_BYTES = 6
 
@@ -115,6 +116,11 @@ class EventStore:
         self.max_bytes = max_bytes
         self._create()
         self._writer = _connect(self.path, "NORMAL")  # impressions and pruning: the writer thread's
+        # The WAL counts against the bound too: checkpointed every tenth of it (SQLite's default is 4 MB of
+        # pages) and cut back to that size after each checkpoint.
+        wal_pages = max(16, min(1000, max_bytes // 10 // 4096))
+        self._writer.execute(f"PRAGMA wal_autocheckpoint={wal_pages}")
+        self._writer.execute(f"PRAGMA journal_size_limit={wal_pages * 4096}")
         self._clicks = _connect(self.path, "FULL")  # clicks: durable before acknowledged
         self._click_lock = threading.Lock()
         self._salt = self._meta("salt")
@@ -124,6 +130,7 @@ class EventStore:
         self.dropped = 0
         self._closing = False
         self._last_prune = 0.0
+        self._written = 0  # bytes of rows committed since the last check of the bounds (an estimate)
         self._thread: threading.Thread | None = None
         if start_writer:
             self._thread = threading.Thread(target=self._run, name=f"events-{folder.name}", daemon=True)
@@ -189,7 +196,7 @@ class EventStore:
             self._wake.clear()
             try:
                 self.flush()
-                if time.monotonic() - self._last_prune >= PRUNE_EVERY:
+                if self.prune_due():
                     self.prune()
             except Exception:  # a full disk, a locked file: keep the queue, try again next round
                 log.exception("could not write the traffic log %s", self.path)
@@ -209,6 +216,11 @@ class EventStore:
                 self._pending.extendleft(reversed(batch))
                 raise
             return len(batch)
+
+    def prune_due(self) -> bool:
+        """Whether to check the bounds now: every PRUNE_EVERY seconds, and under heavy traffic as often as a
+        twentieth of the size bound has been written, so the file overshoots its bound by that much at most."""
+        return time.monotonic() - self._last_prune >= PRUNE_EVERY or self._written >= PRUNE_SHARE * self.max_bytes
 
     def _write(self, batch: list[Impression]) -> None:
         texts: dict[str, str | None] = {}
@@ -232,6 +244,8 @@ class EventStore:
         with write_transaction(self._writer, self.path, "BEGIN IMMEDIATE"):
             self._writer.executemany("INSERT OR IGNORE INTO texts VALUES (?, ?)", list(texts.items()))
             self._writer.executemany("INSERT OR IGNORE INTO impressions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+        # Row bytes as written, and an index entry or two each: what the bounds' check is paced by.
+        self._written += sum(len(r[7]) + len(r[4]) + 96 for r in rows) + sum(len(t or "") for t in texts.values())
 
     # --- clicks: durable before acknowledged ---------------------------------------------------------------
 
@@ -296,6 +310,7 @@ class EventStore:
     def prune(self, now: float | None = None) -> int:
         """Delete what is past the age or size bound (with its clicks and unused texts); returns impressions deleted."""
         self._last_prune = time.monotonic()
+        self._written = 0
         now = time.time() if now is None else now
         deleted = self._delete("SELECT id FROM impressions WHERE at < ?", (now - self.max_age,))
         used = self.used_bytes()

@@ -162,3 +162,22 @@ def test_metrics_count_answers_clicks_and_the_logs_size(server: ThreadServer, sm
     assert 'ssi_clicks_total{collection="documents",outcome="recorded"}' in text
     size = [line for line in text.splitlines() if line.startswith('ssi_traffic_log_bytes{collection="documents"}')]
     assert size and float(size[0].split()[-1]) > 0
+
+
+def test_the_log_stays_within_its_size_bound_over_a_long_run(tmp_path: Path) -> None:
+    """60,000 answers through the writer thread into a 1 MB bound: the bounds are checked as traffic flows, so the
+    file never grows far past its bound, and the newest impressions are the ones kept."""
+    bound = 1 << 20
+    store = EventStore(tmp_path, text_mode="plain", max_age=3600, max_bytes=bound)
+    sizes = []
+    last = None
+    for i in range(60_000):
+        last = store.record("search", f"query {i % 7000} about things", "m", [f"doc-{j}" for j in range(10)], 1, False)
+        if i % 5000 == 4999:
+            time.sleep(0.3)  # the writer commits (every 0.1 s) and checks the bound
+            sizes.append(store.file_bytes())
+    store.close()
+    assert max(sizes) <= 1.5 * bound, sizes
+    kept = list(read_events(store.path))
+    assert kept and kept[-1].impression == last
+    assert len({r.impression for r in kept}) < 60_000  # the oldest went

@@ -1,0 +1,134 @@
+"""What recording the traffic log costs a search: `/search` at one client with SSI_EVENTS on against off.
+
+Two `ssi serve` processes over the same bundle and corpus (each its own cache; SSI_EVENTS=true in one, false in
+the other) answer the same queries, 5 random words of random passages (stop words included: the `ssi bench`
+workload), one client, in alternating blocks (on, off, on, off, ...) so that the machine's drift and its
+neighbours fall on both alike. Reported: each arm's p50 and p99 over all its requests, the median of the
+per-block differences of p50 with a bootstrap 95 % interval, and, in process, what `Traffic.show` itself costs
+(the recording's only work on the request path: an id and a queue append).
+
+    python -m benchmarks.traffic_cost --bundle BUNDLE --corpus ../shared/data/wikispeedia/docs.jsonl.gz \
+        --passages 100000 --blocks 12 --block-queries 300
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
+import httpx
+import typer
+
+from service.bench.queries import keyword_queries, passage_corpus
+from service.bench.server import ServedProcess
+from service.events.traffic import Traffic
+from service.settings import Settings
+
+
+def _block(client: httpx.Client, queries: list[str]) -> list[float]:
+    """Milliseconds of each request of one block, one after another."""
+    times = []
+    for query in queries:
+        started = time.perf_counter()
+        response = client.post("/search", json={"query": query, "k": 10})
+        times.append((time.perf_counter() - started) * 1000)
+        response.raise_for_status()
+    return times
+
+
+def _show_cost(work: Path, calls: int) -> float:
+    """Microseconds per `Traffic.show` of a 10-hit answer (the writer thread commits meanwhile, as in service)."""
+    traffic = Traffic(Settings(cache_dir=work / "show", events=True))
+    hits = [f"doc-{i}" for i in range(10)]
+    try:
+        traffic.show("documents", "model", "search", "warm up", hits, str)
+        started = time.perf_counter()
+        for i in range(calls):
+            traffic.show("documents", "model", "search", f"query {i % 500}", hits, str)
+        return (time.perf_counter() - started) / calls * 1e6
+    finally:
+        traffic.close()
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main(
+    bundle: Annotated[Path, typer.Option(help="Model bundle folder to serve.")],
+    corpus: Annotated[Path, typer.Option(help="JSONL corpus (cut into 60-word passages with --passages).")],
+    passages: Annotated[int, typer.Option(help="Passages to serve (0: the corpus as it is).")] = 100_000,
+    blocks: Annotated[int, typer.Option(help="Blocks per arm, alternating.")] = 12,
+    block_queries: Annotated[int, typer.Option(help="Searches per block.")] = 300,
+    seed: Annotated[int, typer.Option(help="Query sampling seed.")] = 0,
+    work_dir: Annotated[Path | None, typer.Option(help="Caches and logs (default: a new temp folder).")] = None,
+    out: Annotated[Path, typer.Option(help="JSON result.")] = Path("bench-results/traffic_cost.json"),
+) -> None:
+    work = work_dir or Path(tempfile.mkdtemp(prefix="traffic-cost-"))
+    work.mkdir(parents=True, exist_ok=True)
+    served = passage_corpus(corpus, work / "passages.jsonl", limit=passages) if passages else corpus
+    queries = keyword_queries(served, block_queries * 2, 5, seed=seed, sampler="positions")
+    arms = {"on": "true", "off": "false"}
+    servers = {
+        arm: ServedProcess(
+            bundle, served, work, {"SSI_CACHE_DIR": str(work / arm), "SSI_EVENTS": flag, "SSI_WORKERS": "1"}
+        )
+        for arm, flag in arms.items()
+    }
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    block_p50: dict[str, list[float]] = {arm: [] for arm in arms}
+    try:
+        for server in servers.values():
+            server.start()
+        clients = {arm: httpx.Client(base_url=s.url, timeout=60) for arm, s in servers.items()}
+        for client in clients.values():  # warm both: first requests compile and fill caches
+            _block(client, queries[:100])
+        rng = random.Random(seed)
+        for b in range(blocks):
+            order = ["on", "off"] if b % 2 == 0 else ["off", "on"]
+            sample = rng.sample(queries, block_queries)
+            for arm in order:
+                found = _block(clients[arm], sample)
+                times[arm] += found
+                block_p50[arm].append(statistics.median(found))
+        for client in clients.values():
+            client.close()
+        logged = servers["on"].cpu_seconds()
+    finally:
+        for server in servers.values():
+            server.stop()
+    diffs = [a - b for a, b in zip(block_p50["on"], block_p50["off"], strict=True)]
+    boot = random.Random(1)
+    medians = sorted(statistics.median(boot.choices(diffs, k=len(diffs))) for _ in range(2000))
+    result: dict[str, Any] = {
+        "documents": sum(1 for _ in served.open(encoding="utf-8")),
+        "queries": len(queries),
+        "blocks": blocks,
+        "block_queries": block_queries,
+        "p50_ms": {arm: round(statistics.median(v), 3) for arm, v in times.items()},
+        "p99_ms": {arm: round(_percentile(v, 0.99), 3) for arm, v in times.items()},
+        "p50_difference_ms": round(statistics.median(diffs), 3),
+        "p50_difference_ci95_ms": [round(medians[50], 3), round(medians[1949], 3)],
+        "ratio_p50_on_off": round(statistics.median(times["on"]) / statistics.median(times["off"]), 4),
+        "show_us": round(_show_cost(work, 20_000), 2),
+        "server_cpu_seconds_on": round(logged, 1),
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    typer.echo(
+        f"/search, 1 client, {result['documents']} documents, {blocks} blocks × {block_queries} per arm: "
+        f"p50 on {result['p50_ms']['on']} ms, off {result['p50_ms']['off']} ms (ratio {result['ratio_p50_on_off']}); "
+        f"median block difference {result['p50_difference_ms']:+.3f} ms, 95 % interval "
+        f"[{result['p50_difference_ci95_ms'][0]:+.3f}, {result['p50_difference_ci95_ms'][1]:+.3f}]; "
+        f"p99 on {result['p99_ms']['on']} ms, off {result['p99_ms']['off']} ms; Traffic.show {result['show_us']} µs"
+    )
+
+
+if __name__ == "__main__":
+    typer.run(main)
