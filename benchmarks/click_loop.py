@@ -237,7 +237,7 @@ def main(
     ] = 0.03,
     warm: Annotated[bool, typer.Option("--warm/--cold", help="Warm-start each round from the served bundle.")] = False,
     warm_lr_scale: Annotated[float, typer.Option(help="ssi train --warm-lr-scale of a warm start.")] = 1.0,
-    z: Annotated[float, typer.Option(help="Promotion: mean - z·SE >= 0.")] = 1.0,
+    z: Annotated[float, typer.Option(help="Promotion: mean >= 0 and mean - z·SE >= -1 % of served.")] = 1.0,
     valid_share: Annotated[
         float,
         typer.Option(

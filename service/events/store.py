@@ -43,7 +43,8 @@ log = logging.getLogger(__name__)
 TextMode = Literal["plain", "hash", "none"]
 
 FLUSH_SECONDS = 0.1
-FLUSH_BATCH = 512
+FLUSH_BATCH = 512  # queued impressions that wake the writer before its interval
+FLUSH_CHUNK = 2048  # impressions committed in one transaction at most
 MAX_PENDING = 100_000  # impressions queued for the writer; beyond, new ones are dropped (and counted)
 PRUNE_EVERY = 30.0  # seconds between two checks of the bounds...
 PRUNE_SHARE = 0.05  # ...or sooner, once about this share of max_bytes was written since the last check
@@ -203,19 +204,24 @@ class EventStore:
                 time.sleep(1.0)
 
     def flush(self) -> int:
-        """Commit every queued impression (in one transaction); returns how many."""
+        """Commit every queued impression, FLUSH_CHUNK to a transaction (a backlog after a stall must not become
+        one transaction the size of the bound: the WAL holds a transaction whole), checking the bounds between
+        chunks as they fall due; returns how many were committed."""
+        committed = 0
         with self._flush_lock:
-            batch: list[Impression] = []
             while self._pending:
-                batch.append(self._pending.popleft())
-            if not batch:
-                return 0
-            try:
-                self._write(batch)
-            except BaseException:
-                self._pending.extendleft(reversed(batch))
-                raise
-            return len(batch)
+                batch: list[Impression] = []
+                while self._pending and len(batch) < FLUSH_CHUNK:
+                    batch.append(self._pending.popleft())
+                try:
+                    self._write(batch)
+                except BaseException:
+                    self._pending.extendleft(reversed(batch))
+                    raise
+                committed += len(batch)
+                if self._pending and self.prune_due():
+                    self._prune()
+        return committed
 
     def prune_due(self) -> bool:
         """Whether to check the bounds now: every PRUNE_EVERY seconds, and under heavy traffic as often as a
@@ -309,6 +315,10 @@ class EventStore:
 
     def prune(self, now: float | None = None) -> int:
         """Delete what is past the age or size bound (with its clicks and unused texts); returns impressions deleted."""
+        with self._flush_lock:  # the writer connection is used by one thread at a time
+            return self._prune(now)
+
+    def _prune(self, now: float | None = None) -> int:
         self._last_prune = time.monotonic()
         self._written = 0
         now = time.time() if now is None else now

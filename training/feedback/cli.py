@@ -81,12 +81,17 @@ def learn_command(
     z: Annotated[
         float,
         typer.Option(
-            help="Promote when mean - z·SE >= -tolerance (training/feedback/promote.py).", rich_help_panel=DECISION
+            help="Promote when mean >= 0 and mean - z·SE >= -tolerance × served (training/feedback/promote.py).",
+            rich_help_panel=DECISION,
         ),
     ] = DEFAULT_Z,
     tolerance: Annotated[
         float,
-        typer.Option(help="How much worse (IPS-weighted DCG per query) a candidate may be.", rich_help_panel=DECISION),
+        typer.Option(
+            help="The non-inferiority margin: how far below the served model's value (a share of it) the lower "
+            "end of the estimate may reach.",
+            rich_help_panel=DECISION,
+        ),
     ] = DEFAULT_TOLERANCE,
     eta: Annotated[
         float | None,

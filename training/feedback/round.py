@@ -218,6 +218,7 @@ def run_round(
     result: PromotionEstimate = estimate(
         served, candidate, impressions, propensities, clip=settings.clip, z=settings.z,
         tolerance=settings.tolerance, cutoff=settings.cutoff, skipped=skipped, served_ranker=served_ranker,
+        labels="pbm" if settings.debias == "pbm" else "ips",
     )  # fmt: skip
     report["estimate"] = result.to_dict()
     report["estimate_text"] = result.describe()
