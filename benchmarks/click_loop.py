@@ -111,15 +111,21 @@ class Users:
             raise RuntimeError("the server answered without an impression: is traffic recording on (SSI_EVENTS)?")
         self.counts["sessions"] += 1
         relevant = self.world.relevant[claim.id]
-        for r, hit in enumerate(body["hits"], start=1):
+        for doc_id in self.clicked([hit["id"] for hit in body["hits"]], relevant):
+            click = client.post("/clicks", json={"impression": impression, "id": doc_id})
+            click.raise_for_status()
+            self.counts["clicks"] += 1
+            self.counts["relevant_clicks"] += int(doc_id in relevant)
+
+    def clicked(self, shown: list[str], relevant: frozenset[str]) -> list[str]:
+        """What this user clicks of a shown list: position r examined with (1/r)^η, then by relevance."""
+        clicks = []
+        for r, doc_id in enumerate(shown, start=1):
             if self.rng.random() >= r**-self.eta:
                 continue  # not examined
-            is_relevant = hit["id"] in relevant
-            if self.rng.random() < (self.p_relevant if is_relevant else self.p_other):
-                click = client.post("/clicks", json={"impression": impression, "id": hit["id"]})
-                click.raise_for_status()
-                self.counts["clicks"] += 1
-                self.counts["relevant_clicks"] += int(is_relevant)
+            if self.rng.random() < (self.p_relevant if doc_id in relevant else self.p_other):
+                clicks.append(doc_id)
+        return clicks
 
 
 def fmt(s: MetricSummary) -> str:
@@ -144,7 +150,10 @@ def run_arm(
     server = ServedProcess(served_path, world.corpus, root, settings)
     server.start(timeout=600)
     users = Users(world, opts["eta"], opts["p_relevant"], opts["p_other"], 10, random.Random(opts["seed"]))
-    served_model, served_ranker = start_model, start_ranker
+    served_model = start_model
+    # The judge: what candidates are compared with (the bundle the served one was refit from: it never saw the
+    # held-out queries either); at the start, the start bundle itself.
+    judge_path, judge_model, judge_ranker = served_path, start_model, start_ranker
     rounds: list[dict[str, Any]] = []
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -156,13 +165,14 @@ def run_arm(
                 store = next((root / "data" / "stores").glob("*/events.sqlite"))
                 outcome = run_round(
                     RoundSettings(
-                        log=store, served=served_path, corpus=world.corpus, bundles=bundles, name=f"round-{n}",
+                        log=store, served=served_path, judge=judge_path, corpus=world.corpus, bundles=bundles,
+                        name=f"round-{n}",
                         debias=arm, warm=opts["warm"], warm_lr_scale=opts["warm_lr_scale"], epochs=opts["epochs"],
                         lr=opts["lr"], seed=opts["seed"], threads=opts["threads"], z=opts["z"],
                         train_args=["--hard-fraction", "0", "--valid-share", str(opts["valid_share"])],
                         server=server.url, admin_key=ADMIN_KEY,
                     ),
-                    served_model=served_model, served_ranker=served_ranker,
+                    served_model=judge_model, served_ranker=judge_ranker,
                 )  # fmt: skip
                 report = outcome.report
                 row: dict[str, Any] = {
@@ -180,15 +190,16 @@ def run_arm(
                         estimate={k: est[k] for k in ("mean", "stderr", "ci95", "lower", "queries", "clicks", "eta")},
                         candidate_ndcg=[candidate.mean, candidate.stderr],
                         promoted=outcome.promoted,
-                        promotion_hurt=outcome.promoted and candidate.mean < before.mean,
                     )
                     if outcome.promoted:
-                        served_path, served_model = Path(report["candidate"]), outcome.candidate
-                        served_ranker = Ranker(served_model)
+                        judge_path, judge_model = Path(report["candidate"]), outcome.candidate
+                        judge_ranker = Ranker(judge_model)
+                        served_path, served_model = Path(report["serving"]), outcome.serving
                 else:
                     row["promoted"] = False
                 after = model_ndcg(served_model, world.valid_task)
                 row["served_ndcg"] = [after.mean, after.stderr]
+                row["promotion_hurt"] = bool(row["promoted"]) and after.mean < before.mean
                 rounds.append(row)
                 est_text = (
                     f"Δ {row['estimate']['mean']:+.4f} ± {row['estimate']['stderr']:.4f}" if "estimate" in row else "—"

@@ -81,7 +81,7 @@ def test_learn_round_trains_estimates_and_reports(world: dict[str, Path]) -> Non
     report = world["root"] / "round.json"
     args = ["learn", "--log", str(world["store"]), "--served", str(world["served"]), "--corpus", str(world["corpus"])]
     args += ["--name", "cand", "--report", str(report), "--epochs", "200", "--lr", "0.1", "--eta", "0.5"]
-    args += ["--warm", "--warm-lr-scale", "1", "--threads", "1", "--train-args", "--valid-share 0"]
+    args += ["--split", "time", "--warm", "--warm-lr-scale", "1", "--threads", "1", "--train-args", "--valid-share 0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "decision:" in result.output

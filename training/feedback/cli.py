@@ -76,8 +76,36 @@ def learn_command(
     ] = "",
     holdout: Annotated[
         float,
-        typer.Option(help="Newest share of impressions held out of training, to decide on.", rich_help_panel=DECISION),
+        typer.Option(
+            help="Share held out of training, to decide on: of the distinct queries (--split query) or of the "
+            "newest impressions (--split time).",
+            rich_help_panel=DECISION,
+        ),
     ] = DEFAULT_HOLDOUT,
+    split: Annotated[
+        str,
+        typer.Option(
+            help="query: a fixed share of the queries (by a hash of their text) never trains and is judged on; "
+            "time: the newest impressions (the same queries a candidate trained on: it favours overfitting).",
+            rich_help_panel=DECISION,
+        ),
+    ] = "query",
+    judge: Annotated[
+        Path | None,
+        typer.Option(
+            help="The bundle to compare the candidate with (default: --served): the bundle the served one was "
+            "refit from, which never saw the held-out queries (the last round's report names it 'candidate').",
+            rich_help_panel=DECISION,
+        ),
+    ] = None,
+    refit: Annotated[
+        bool,
+        typer.Option(
+            "--refit/--no-refit",
+            help="With --split query: a promoted candidate is trained again on the whole log and that is served.",
+            rich_help_panel=DECISION,
+        ),
+    ] = True,
     z: Annotated[
         float,
         typer.Option(
@@ -120,11 +148,14 @@ def learn_command(
     newest part (propensity-weighted DCG of the clicked documents), and reload the server if it is no worse."""
     if debias not in DEBIAS_MODES:
         raise typer.BadParameter(f"--debias is one of {', '.join(DEBIAS_MODES)}, not {debias!r}")
+    if split not in ("query", "time"):
+        raise typer.BadParameter(f"--split is query or time, not {split!r}")
     if (queries is None) != (qrels is None):
         raise typer.BadParameter("--queries and --qrels go together")
     settings = RoundSettings(
         log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout, z=z,
-        tolerance=tolerance, eta=eta, clip=clip, cutoff=cutoff, queries=queries, qrels=qrels, warm=warm, dims=dims,
+        split=split, judge=judge, refit=refit, tolerance=tolerance, eta=eta, clip=clip, cutoff=cutoff,
+        queries=queries, qrels=qrels, warm=warm, dims=dims,
         epochs=epochs, max_minutes=max_minutes, lr=lr, warm_lr_scale=warm_lr_scale, seed=seed, threads=threads,
         train_args=shlex.split(train_args), server=server, admin_key=admin_key, collection=collection,
     )  # fmt: skip

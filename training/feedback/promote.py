@@ -36,6 +36,7 @@ bundle, or a trainer that kept its starting point) is not promoted: the swap wou
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -127,6 +128,35 @@ def split_by_time(results: Sequence[ShownResult], holdout: float = DEFAULT_HOLDO
         held_out=[r for r in results if r.impression in held],
         cutoff=first_seen[order[len(order) - n_held]],
         impressions=(len(order) - n_held, n_held),
+    )
+
+
+def split_by_query(results: Sequence[ShownResult], holdout: float = DEFAULT_HOLDOUT) -> TimeSplit:
+    """A `holdout` share of the distinct queries (by a hash of their text, so the same ones every round) held out
+    whole: none of their impressions trains a candidate, and the estimate is taken on all of them.
+
+    Why by query: a split by time alone holds out later impressions of the same queries the candidate trained
+    on, and a candidate that learned those queries' clicked results looks better there while it ranks queries
+    no one has asked yet worse. In the simulated loop a time split promoted a candidate at +0.0022 ± 0.0015
+    whose validation NDCG@10 was 0.013 below the served model's; held-out queries measure what validation does.
+    The price: those queries never train a model (a fifth of the distinct queries at the default share).
+    """
+    if not 0.0 < holdout < 1.0:
+        raise ValueError(f"the held-out share must be in (0, 1), got {holdout}")
+
+    def held(r: ShownResult) -> bool:
+        key = (r.text if r.text is not None else r.text_hash or r.impression).encode("utf-8", "surrogatepass")
+        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2.0**64 < holdout
+
+    train = [r for r in results if not held(r)]
+    held_out = [r for r in results if held(r)]
+    if not train or not held_out:
+        raise ValueError(f"holding out {holdout:.0%} of the queries leaves nothing to train on or to judge by")
+    return TimeSplit(
+        train=train,
+        held_out=held_out,
+        cutoff=min(r.time for r in held_out),
+        impressions=(len({r.impression for r in train}), len({r.impression for r in held_out})),
     )
 
 

@@ -1,9 +1,13 @@
-"""One `ssi learn` round: split the service's log by time, train a candidate, estimate it, promote it or not.
+"""One `ssi learn` round: split the service's log, train a candidate, estimate it, promote it or not.
 
-The older impressions train the candidate (`ssi train --clicks ... --debias`, warm-started from the served
-bundle where that can learn); the newest share is held out, never trained on, and decides whether the
-candidate replaces the served bundle (training.feedback.promote). With a server given, a promoted bundle
-is swapped in with POST /admin/reload; the bundle is written beside the served one, under the folder the
+The log is split by query (a fixed share of the queries held out whole, training.feedback.promote.split_by_query)
+or by time. The rest trains the candidate (`ssi train --clicks ... --debias`, from scratch or warm-started from
+the served bundle); the held-out part, never trained on, decides whether the candidate is at least as good as
+the *judge*: the served bundle, or, when that was refit, the bundle it was refit from (which never saw the
+held-out queries either, so the two are compared on equal terms). A promoted candidate is refit (`refit`, the
+default with the query split): the same training on the whole log, so that the held-out queries are learned
+too; the refit is what is served, the candidate is the next round's judge. With a server given, the served
+bundle is swapped in with POST /admin/reload; bundles are written beside the served one, under the folder the
 server allows reloads from (SSI_BUNDLE_ROOT, or by default the served bundle's parent).
 """
 
@@ -36,6 +40,7 @@ from training.feedback.promote import (
     held_out_impressions,
     propensities_of,
     read_log,
+    split_by_query,
     split_by_time,
     write_log,
 )
@@ -52,6 +57,9 @@ class RoundSettings:
     name: str | None = None  # the candidate's folder name (default: learn-<UTC time>)
     debias: str = "pbm"
     holdout: float = DEFAULT_HOLDOUT
+    split: str = "query"  # query: a share of the queries held out whole; time: the newest impressions
+    judge: Path | None = None  # what the candidate is compared with (default: the served bundle)
+    refit: bool = True  # a promoted candidate is trained again on the whole log, and that is served
     z: float = DEFAULT_Z
     tolerance: float = DEFAULT_TOLERANCE
     eta: float | None = None  # None: estimated from the randomized impressions
@@ -170,6 +178,7 @@ class RoundOutcome:
 
     report: dict[str, Any]
     candidate: Any | None = None
+    serving: Any | None = None  # what is served after the round when promoted: the refit, or the candidate
 
     @property
     def promoted(self) -> bool:
@@ -182,7 +191,7 @@ def run_round(
     """One round (module docstring). `served_model`, `served_ranker`: the served bundle already loaded."""
     started = time.perf_counter()
     results = read_log(settings.log)
-    split = split_by_time(results, settings.holdout)
+    split = (split_by_query if settings.split == "query" else split_by_time)(results, settings.holdout)
     out = candidate_folder(settings)
     report: dict[str, Any] = {
         "log": str(settings.log),
@@ -210,7 +219,9 @@ def run_round(
     summary = _summary(done.stdout)
     report["train"] = {k: summary.get(k) for k in ("content_hash", "valid", "best_step", "steps", "seconds")}
     report["train_messages"] = done.stderr.strip()[-2000:]
-    served = served_model if served_model is not None else ssi.load(settings.served, corpus=settings.corpus)
+    judge = settings.judge or settings.served
+    report["judge"] = str(judge)
+    served = served_model if served_model is not None else ssi.load(judge, corpus=settings.corpus)
     candidate = ssi.load(out, corpus=settings.corpus)
     propensities = fixed_propensities(settings.eta) if settings.eta is not None else propensities_of(results)
     report["propensities"] = propensities.describe()
@@ -223,7 +234,22 @@ def run_round(
     report["estimate"] = result.to_dict()
     report["estimate_text"] = result.describe()
     report["promoted"] = result.promote
+    serving, serving_path = candidate, out
+    if result.promote and settings.refit and settings.split == "query":
+        serving_path = out.with_name(out.name + "-refit")
+        with tempfile.TemporaryDirectory(prefix="ssi-learn-") as work:
+            everything = Path(work) / "clicks.all.jsonl"
+            write_log(results, everything)
+            args, _ = train_command(settings, everything, serving_path)
+            done = subprocess.run(args, capture_output=True, text=True, check=False)
+        if done.returncode != 0:
+            report["error"] = f"the refit failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+            report["promoted"] = False
+            return RoundOutcome(report, candidate)
+        serving = ssi.load(serving_path, corpus=settings.corpus)
+    if result.promote:
+        report["serving"] = str(serving_path)
     if result.promote and settings.server is not None:
-        report["reload"] = reload_server(settings.server, settings.admin_key, out, settings.collection)
+        report["reload"] = reload_server(settings.server, settings.admin_key, serving_path, settings.collection)
     report["seconds"] = round(time.perf_counter() - started, 1)
-    return RoundOutcome(report, candidate)
+    return RoundOutcome(report, candidate, serving if result.promote else None)
