@@ -76,11 +76,7 @@ def main(
         for claim in world.train_claims:
             for doc in world.relevant[claim.id] & set(shown[claim.id]):
                 handle.write(json.dumps({"query": claim.text, "doc": doc, "position": 1, "clicked": True}) + "\n")
-    result: dict[str, Any] = {
-        "sessions": sessions,
-        "clicks": clicks,
-        "start": list(model_ndcg(start, world.valid_task)),
-    }
+    result: dict[str, Any] = {"sessions": sessions, "clicks": clicks}
     rows = [("BM25 start (no training)", model_ndcg(start, world.valid_task))]
     for mode in [m.strip() for m in modes.split(",") if m.strip()]:
         _train(world.corpus, log, work / mode, mode, seed)
