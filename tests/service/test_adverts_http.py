@@ -262,4 +262,4 @@ def test_advert_clicks_on_match_answers_reach_an_adverts_model(ad_world: dict, t
     args = ["train", "--corpus", str(ad_world["ads_corpus"]), "--clicks", str(events), "--out", str(out)]
     result = CliRunner().invoke(build_app(), [*args, "--dims", "4", "--epochs", "2", "--valid-share", "0"])
     assert result.exit_code == 0, result.output
-    assert (out / "manifest.json").is_file() and "click pairs (ips)" in result.output
+    assert (out / "manifest.json").is_file() and "click pairs (pbm)" in result.output

@@ -287,6 +287,17 @@ def _no_worse(mean: float, lower: float, tolerance: float, served: float) -> boo
     return mean >= 0.0 and lower >= -tolerance * abs(served)
 
 
+def _ranks_among(ranker: Ranker, query: str, docs: Sequence[str], among: Sequence[str]) -> list[float]:
+    """1-based rank of each of `docs` among the documents `among` (a query's shown results), by the model's score
+    (ties by corpus position); inf for a document the model cannot rank."""
+    order = dict(zip(among, ranker.ranks([query], [list(among)])[0], strict=True)) if among else {}
+    out = []
+    for doc in docs:
+        mine = order.get(doc, math.inf)
+        out.append(math.inf if math.isinf(mine) else float(1 + sum(other < mine for other in order.values())))
+    return out
+
+
 def dcg_gain(rank: float, cutoff: int | None = None) -> float:
     """λ(k) = 1/log2(1 + k), 0 past the cutoff or for an unranked document."""
     if math.isinf(rank) or (cutoff is not None and rank > cutoff):
@@ -423,7 +434,13 @@ def _click_model_dcg(
     served_ranker: Ranker | None,
     floor: float,
 ) -> PromotionEstimate:
-    """Δ per query of Σ_d ℓ(q, d) λ(rank(d)), ℓ the position-based model's max(0, γ̂ − floor) from the held-out lines.
+    """Δ per query of Σ_d ℓ(q, d) λ(rank(d)), ℓ the position-based model's max(0, γ̂ − floor) from the held-out lines,
+    rank(d) the rank of d among the results the query was shown (each model reorders the logged results).
+
+    Why among the shown results: only they have labels, and a candidate that brings up a relevant document the
+    served model never showed would lose the labelled ones' places to it and be scored down for finding it (in
+    the loop, over the whole corpus, a candidate 0.02 better on unseen claims measured −0.004 ± 0.003). Reordering
+    the same logged results compares the two on equal terms; what it cannot credit is a result never shown.
 
     Why beside the IPS estimate: users also click results they find useless, and IPS credits each such click
     1/p(r), so a query's many shown non-relevant results weigh together about as much as its relevant one, and
@@ -441,14 +458,19 @@ def _click_model_dcg(
     for pair, weight in zip(made.pairs, made.weights, strict=True):
         labelled.setdefault(pair.query_id, {})[pair.doc_id] = weight
     keys = sorted(labelled)
-    texts = [next(h.query for h in impressions if h.key == key) for key in keys]
-    docs = [list(labelled[key]) for key in keys]
-    ranks_s = (served_ranker or Ranker(served)).ranks(texts, docs)
-    ranks_c = Ranker(candidate).ranks(texts, docs)
+    shown: dict[str, dict[str, None]] = {}
+    text_of: dict[str, str] = {}
+    for h in impressions:
+        text_of.setdefault(h.key, h.query)
+        shown.setdefault(h.key, {}).update(dict.fromkeys(doc for doc, _ in h.shown))
+    rank_s, rank_c = served_ranker or Ranker(served), Ranker(candidate)
     rows = []
     moved = False
-    for key, rs, rc in zip(keys, ranks_s, ranks_c, strict=True):
+    for key in keys:
         gains = labelled[key]
+        among = list(shown[key])
+        rs = _ranks_among(rank_s, text_of[key], list(gains), among)
+        rc = _ranks_among(rank_c, text_of[key], list(gains), among)
         value_s = sum(g * dcg_gain(a, cutoff) for g, a in zip(gains.values(), rs, strict=True))
         value_c = sum(g * dcg_gain(b, cutoff) for g, b in zip(gains.values(), rc, strict=True))
         moved |= value_s != value_c
