@@ -189,6 +189,11 @@ class Vocabulary:
         """The id of a word as the tokenizer gives it (stemmed here when the vocabulary stems)."""
         return self._index.get(word if self._stems is None else self._stems.stem(word))
 
+    def spelled(self, tokens: list[str]) -> list[str]:
+        """Tokens as this vocabulary spells its words (stemmed where it stems): how a word it lacks is named in
+        the open vocabulary (ssi.open_vocab)."""
+        return list(tokens) if self._stems is None else self._stems.stems(list(tokens))
+
     def ids_of(self, tokens: list[str]) -> np.ndarray:
         """int64 ids of tokens as the tokenizer gives them (−1: not in the vocabulary), in one pass (dict.get
         mapped in C). A stemming vocabulary stems each word once and remembers its id (`_token_ids`)."""

@@ -38,8 +38,10 @@ import numpy as np
 
 from ssi.bundle import Bundle, load_bundle
 from ssi.corpus import read_corpus
+from ssi.open_vocab import OpenPostings, OpenRule, build_postings
 from ssi.products import DocMatrix
 from ssi.records import Document
+from ssi.tokenize import tokenize
 from training.evaluate.features import TextFeatures
 from training.evaluate.form_scorer import FormScorer
 from training.evaluate.rank import top_k
@@ -64,9 +66,11 @@ class Model:
         self.documents: list[Document] = list(documents) if documents is not None else []
         self.ids = [d.id for d in self.documents]
         self._doc_matrix: DocMatrix | None = None
+        self._open: OpenPostings | None = None
         if self.documents:
             # The rows carry their ids: a keyed form (halftrans) uses its own vector for a document it was trained on.
-            self._doc_matrix = FormScorer(bundle.vocab, bundle.form, self.documents).docs
+            scorer = FormScorer(bundle.vocab, bundle.form, self.documents)
+            self._doc_matrix, self._open = scorer.docs, scorer.open
 
     @property
     def form(self) -> str:
@@ -76,15 +80,15 @@ class Model:
     def __repr__(self) -> str:
         return f"Model(form={self.form!r}, bundle={str(self.bundle.path)!r}, documents={len(self.documents)})"
 
-    def _scorer(self, doc_matrix: DocMatrix) -> FormScorer:
+    def _scorer(self, doc_matrix: DocMatrix, open_postings: OpenPostings | None = None) -> FormScorer:
         # Fresh features per call: TextFeatures memoizes every text it sees, which a long-lived model must not.
         vocab, form = self.bundle.vocab, self.bundle.form
-        return FormScorer(vocab, form, features=TextFeatures(vocab), doc_matrix=doc_matrix)
+        return FormScorer(vocab, form, features=TextFeatures(vocab), doc_matrix=doc_matrix, open_postings=open_postings)
 
     def _corpus_scorer(self) -> FormScorer:
         if self._doc_matrix is None:
             raise ValueError("this model has no corpus to rank: load it with corpus=... (or use score())")
-        return self._scorer(self._doc_matrix)
+        return self._scorer(self._doc_matrix, self._open)
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
         """f(q, d) of each query text against every corpus document: float32 [len(texts), len(documents)]."""
@@ -100,7 +104,8 @@ class Model:
         """The k best corpus documents for a query text (a list of hits), or for each of several (a list of lists).
 
         Exact: every document is scored; ties are broken by corpus position, as `ssi rank` and the service do.
-        A query none of whose words the model knows gets no hits, as from the service: nothing ranks it.
+        A query with no word to rank by (none the model knows, and no new word a document holds: ssi.open_vocab)
+        gets no hits, as from the service.
         """
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
@@ -108,7 +113,7 @@ class Model:
         if not queries:
             return []
         scorer = self._corpus_scorer()
-        known = np.diff(scorer.features(queries).indptr) > 0  # memoized: score() featurizes them once
+        known = scorer.has_terms(queries)  # memoized: score() featurizes them once
         cols, values = top_k(scorer.score(queries), k)
         ranked = [
             [Hit(self.ids[c], float(v), c) for c, v in zip(row_cols.tolist(), row_values.tolist(), strict=True)]
@@ -129,11 +134,14 @@ class Model:
             return np.zeros((len(queries), 0), dtype=np.float32)
         vocab, form = self.bundle.vocab, self.bundle.form
         if all(isinstance(d, Document) for d in docs):
-            matrix = FormScorer(vocab, form, [d for d in docs if isinstance(d, Document)]).docs
+            scorer = FormScorer(vocab, form, [d for d in docs if isinstance(d, Document)])
+            matrix, postings = scorer.docs, scorer.open
         else:
             texts = [d.full_text if isinstance(d, Document) else d for d in docs]
             matrix = vocab.doc_matrix(TextFeatures(vocab).documents(texts))
-        return self._scorer(matrix).score(list(queries))
+            rule = OpenRule.of(vocab, form)
+            postings = None if rule is None else build_postings(rule, [tokenize(t) for t in texts])
+        return self._scorer(matrix, postings).score(list(queries))
 
 
 def _documents(corpus: StrPath | Sequence[Document] | Sequence[str]) -> list[Document]:

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from ssi.bundle import Bundle, load_bundle
 from ssi.forms import Form
+from ssi.open_vocab import OpenPostings, OpenRule, build_postings, open_scores
 from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.vocab import Vocabulary
@@ -43,11 +44,14 @@ class FormScorer(VectorScorer):
         features: TextFeatures | None = None,
         doc_matrix: sp.csr_matrix | DocMatrix | None = None,
         block_size: int = DEFAULT_BLOCK,
+        open_postings: OpenPostings | None = None,
     ) -> None:
         """Give `docs` (featurized here) or their tf-idf `doc_matrix` (reused as is).
 
         With `docs`, the form also gets their ids: a form with per-document vectors (halftrans) uses
-        them for the documents it was trained on and the functional map for any other.
+        them for the documents it was trained on and the functional map for any other. With `docs` (or
+        `open_postings`, the documents' new words), a BM25 bundle's lexical part covers the words it does not
+        know as well (ssi.open_vocab): without either, only its own words count.
         """
         if form.vocab_size != vocab.size:
             raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
@@ -66,6 +70,12 @@ class FormScorer(VectorScorer):
         if self.docs.n_features != vocab.size:
             raise ValueError(f"document matrix has {self.docs.n_features} features, vocabulary {vocab.size}")
         self.block_size = block_size
+        self.open_rule = OpenRule.of(vocab, form)
+        self.open = open_postings
+        if self.open_rule is not None and self.open is None and docs is not None:
+            token_lists = self.features.tokens.ids([d.full_text for d in docs])
+            words = self.features.tokens.words
+            self.open = build_postings(self.open_rule, [[words[i] for i in ids.tolist()] for ids in token_lists])
 
     @classmethod
     def from_bundle(
@@ -92,3 +102,32 @@ class FormScorer(VectorScorer):
 
     def score_vectors(self, Q: sp.csr_matrix) -> np.ndarray:
         return self.form.reference_scores(Q, self.docs)
+
+    def score(self, query_texts: Sequence[str]) -> np.ndarray:
+        """The form's reference scores plus the open vocabulary's term o(q, d) (ssi.open_vocab), added only to
+        queries with a new word that some document holds: every other score is the reference's, bit for bit."""
+        texts = list(query_texts)
+        scores = super().score(texts)
+        if self.open_rule is None or self.open is None or self.open.n_words == 0:
+            return scores
+        tokens = self.features.tokens
+        words = tokens.words
+        token_lists = [[words[i] for i in ids.tolist()] for ids in tokens.ids(texts)]
+        extra = open_scores(self.open_rule, self.open, token_lists, self.n_docs, self.n_docs)
+        if extra is not None:
+            touched = np.flatnonzero(extra.any(axis=1))
+            scores[touched] = (scores[touched].astype(np.float64) + extra[touched]).astype(np.float32)
+        return scores
+
+    def has_terms(self, query_texts: Sequence[str]) -> np.ndarray:
+        """Whether each query has a word to rank by: a bundle word, or a new word some document holds."""
+        texts = list(query_texts)
+        known = np.diff(self.features(texts).indptr) > 0
+        if self.open_rule is None or self.open is None or self.open.n_words == 0 or known.all():
+            return known
+        df = self.open.df()
+        words = self.features.tokens.words
+        for i, ids in enumerate(self.features.tokens.ids(texts)):
+            if not known[i]:
+                known[i] = bool(self.open_rule.query_weights([words[j] for j in ids.tolist()], df, self.n_docs))
+        return known

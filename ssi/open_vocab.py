@@ -1,0 +1,250 @@
+"""The open vocabulary: the lexical part over words the bundle does not know (issue 35), defined once.
+
+The learned part of f(q, d) = (U q)·(V d) + Σ w_i q_i d_i stays on the bundle's D words; the lexical part
+needs no training, so it also covers every word of every served document that the bundle lacks (a "new"
+word, spelled as the vocabulary spells words: same tokenizer, same stemmer). f becomes
+
+    f(q, d) = reference_score(q, d) + o(q, d),     o(q, d) = w_new · Σ_{t new} idf_t · qtf_t · d_t / Z(q)
+
+- d_t is BM25's saturated term frequency with the bundle's k1, b and avg_len, |d| counting every token
+  (ssi.weighting, `Bm25.document_values`): a document's values never depend on other documents.
+- idf_t = Lucene's BM25 idf (`bm25_idf`) from the *served collection's live* document frequency and size
+  at query time (a word no live document holds adds nothing).
+- Z(q) = ‖idf ∘ qtf‖ over the query's bundle words (the norm its bundle row was divided by), so with
+  w_new = 1 the whole lexical part is BM25(q, d)/Z(q) over every word; a query with no bundle word takes
+  the norm over its new words instead (any positive constant of the query keeps its order).
+- w_new: the form's diagonal weight for a word it never saw: the median of its lexical weights (1 for SSI,
+  the tf-idf weight c for a projection, the typical learned w for the diagonal forms), clamped at ≥ 0; 0 —
+  the open vocabulary off — for a form without a diagonal term (noidentity, halftrans, query likelihood).
+
+Known words keep the bundle's idf and rows, and o is 0 for a query with no new word found in the collection,
+so such a collection ranks exactly as with a closed vocabulary, bit for bit (o is never added then).
+
+A tf-idf bundle stays closed (`OpenRule.of` gives None): its rows are unit length over the known words, so a
+new word would change every stored value of its document and the bundle's ranking of known words; so does a
+correlated-hashing vocabulary (tf-idf only).
+
+Bounds: only documents bring words in (query words never enter); a word leaves when its last live document
+goes; at most `max_words` words are held: once full, a document's words not yet held are not indexed
+(`OpenPostings.dropped` counts them; a held word still takes every new posting), so a word only becomes
+findable once a slot is free and a later document brings it.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ssi.forms import Form
+from ssi.vocab import Vocabulary
+from ssi.weighting import Bm25, bm25_idf
+
+DEFAULT_MAX_WORDS = 1_000_000  # open words held per collection (each a dict of postings)
+
+DocEntries = dict[str, float]  # a document's new words and their d_t
+
+
+def new_counts(vocab: Vocabulary, tokens: Sequence[str]) -> Counter[str]:
+    """The tokens the vocabulary lacks, as it spells words (stemmed where it stems), with their counts."""
+    ids = vocab.ids_of(list(tokens))
+    unknown = [t for t, i in zip(tokens, ids.tolist(), strict=True) if i < 0]
+    return Counter(vocab.spelled(unknown)) if unknown else Counter()
+
+
+@dataclass(frozen=True, slots=True)
+class OpenRule:
+    """How new words count beside a bundle's words: its BM25 parameters and the form's weight for them."""
+
+    vocab: Vocabulary
+    bm25: Bm25
+    weight: float
+
+    @classmethod
+    def of(cls, vocab: Vocabulary, form: Form) -> OpenRule | None:
+        """The rule for a bundle, or None where its vocabulary stays closed (tf-idf, hashing, no diagonal)."""
+        if vocab.bm25 is None or vocab.hashing is not None:
+            return None
+        weights = np.asarray(form.lexical_weights(), dtype=np.float64)
+        weight = max(float(np.median(weights)), 0.0) if weights.size else 0.0
+        if weight == 0.0:
+            return None
+        return cls(vocab, vocab.bm25, weight)
+
+    def document_entries(self, tokens: Sequence[str]) -> DocEntries:
+        """d_t of each new word of a document given as its tokens (|d| = every token)."""
+        counts = new_counts(self.vocab, tokens)
+        if not counts:
+            return {}
+        words = list(counts)
+        tf = np.asarray([counts[w] for w in words], dtype=np.float64)
+        values = self.bm25.document_values(tf, np.full(tf.shape[0], len(tokens), dtype=np.int64))
+        return dict(zip(words, values.tolist(), strict=True))
+
+    def query_weights(self, tokens: Sequence[str], df: Mapping[str, int], n_docs: int) -> dict[str, float]:
+        """w_new · idf_t · qtf_t / Z(q) for each new query word some live document holds (empty: o = 0)."""
+        counts = new_counts(self.vocab, tokens)
+        present = {w: c for w, c in counts.items() if df.get(w, 0) > 0}
+        if not present:
+            return {}
+        words = list(present)
+        idf = bm25_idf(np.asarray([df[w] for w in words], dtype=np.float64), n_docs).astype(np.float64)
+        raw = idf * np.asarray([present[w] for w in words], dtype=np.float64)
+        ids = self.vocab.ids_of(list(tokens))
+        known, qtf = np.unique(ids[ids >= 0], return_counts=True)
+        z = float(np.linalg.norm(self.vocab.idf[known].astype(np.float64) * qtf)) if known.size else 0.0
+        if z <= 0.0:
+            z = float(np.linalg.norm(raw))
+        return dict(zip(words, (self.weight * raw / z).tolist(), strict=True))
+
+
+@dataclass
+class OpenPostings:
+    """The new words of a collection's rows: postings word → {row: d_t}, live document frequencies, and each
+    row's words (so a delete takes its postings out). Rows are the caller's numbering (corpus positions, or the
+    service's row table); a deleted row is `remove`d."""
+
+    max_words: int = DEFAULT_MAX_WORDS
+    postings: dict[str, dict[int, float]] = field(default_factory=dict)
+    row_words: dict[int, list[str]] = field(default_factory=dict)
+    dropped: int = 0  # new words of documents left out because the open vocabulary was full
+
+    @property
+    def n_words(self) -> int:
+        return len(self.postings)
+
+    @property
+    def n_postings(self) -> int:
+        return sum(len(p) for p in self.postings.values())
+
+    def df(self) -> Mapping[str, int]:
+        """Live document frequency of each held word (a view: len of its postings)."""
+        return _DfView(self.postings)
+
+    def add(self, row: int, entries: DocEntries) -> None:
+        """Index row `row`'s new words (replacing whatever the row held)."""
+        self.remove(row)
+        kept: list[str] = []
+        for word, value in entries.items():
+            lists = self.postings.get(word)
+            if lists is None:
+                if len(self.postings) >= self.max_words:
+                    self.dropped += 1
+                    continue
+                lists = self.postings[word] = {}
+            lists[row] = value
+            kept.append(word)
+        if kept:
+            self.row_words[row] = kept
+
+    def remove(self, row: int) -> None:
+        """Take row `row`'s postings out; a word with no live posting left leaves the open vocabulary."""
+        for word in self.row_words.pop(row, ()):
+            lists = self.postings[word]
+            del lists[row]
+            if not lists:
+                del self.postings[word]
+
+    def select(self, rows: np.ndarray) -> OpenPostings:
+        """A copy holding only `rows`, renumbered 0..len(rows)−1 (the service's compaction)."""
+        out = OpenPostings(self.max_words, dropped=self.dropped)
+        for new, old in enumerate(np.asarray(rows, dtype=np.int64).tolist()):
+            words = self.row_words.get(old)
+            if words:
+                out.add(new, {w: self.postings[w][old] for w in words})
+        return out
+
+    def copy(self) -> OpenPostings:
+        return OpenPostings(
+            self.max_words,
+            {w: dict(p) for w, p in self.postings.items()},
+            {r: list(w) for r, w in self.row_words.items()},
+            self.dropped,
+        )
+
+    def scores(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
+        """(rows sorted, o) of every row holding a weighted word: o = Σ weights[t] · d_t, float64."""
+        summed: dict[int, float] = {}
+        for word, weight in weights.items():
+            for row, value in self.postings.get(word, {}).items():
+                summed[row] = summed.get(row, 0.0) + weight * value
+        if not summed:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        rows = np.fromiter(summed, dtype=np.int64, count=len(summed))
+        values = np.fromiter(summed.values(), dtype=np.float64, count=len(summed))
+        order = np.argsort(rows)
+        return rows[order], values[order]
+
+    def bound(self, weights: Mapping[str, float]) -> float:
+        """The most o can be for any row: Σ_t weights[t] · max_d d_t."""
+        return float(sum(w * max(self.postings[t].values()) for t, w in weights.items() if t in self.postings))
+
+    def to_json(self) -> dict[str, object]:
+        """Rows and their entries, for a snapshot (restores with `from_json`)."""
+        rows = sorted(self.row_words)
+        return {
+            "max_words": self.max_words,
+            "dropped": self.dropped,
+            "rows": rows,
+            "entries": [{w: self.postings[w][r] for w in self.row_words[r]} for r in rows],
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, object]) -> OpenPostings:
+        out = cls(int(data["max_words"]))  # type: ignore[call-overload]
+        for row, entries in zip(data["rows"], data["entries"], strict=True):  # type: ignore[call-overload]
+            out.add(int(row), {str(w): float(v) for w, v in entries.items()})
+        out.dropped = int(data["dropped"])  # type: ignore[call-overload]
+        return out
+
+
+class _DfView(Mapping[str, int]):
+    """Document frequencies read from the postings without copying them."""
+
+    def __init__(self, postings: dict[str, dict[int, float]]) -> None:
+        self._postings = postings
+
+    def __getitem__(self, word: str) -> int:
+        return len(self._postings[word])
+
+    def get(self, word: str, default: int = 0) -> int:  # type: ignore[override]
+        lists = self._postings.get(word)
+        return default if lists is None else len(lists)
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._postings)
+
+    def __len__(self) -> int:
+        return len(self._postings)
+
+
+def build_postings(
+    rule: OpenRule, token_lists: Sequence[Sequence[str]], max_words: int = DEFAULT_MAX_WORDS
+) -> OpenPostings:
+    """The open postings of a corpus given as each document's tokens, rows numbered by position."""
+    postings = OpenPostings(max_words)
+    for row, tokens in enumerate(token_lists):
+        entries = rule.document_entries(tokens)
+        if entries:
+            postings.add(row, entries)
+    return postings
+
+
+def open_scores(
+    rule: OpenRule, postings: OpenPostings, query_tokens: Sequence[Sequence[str]], n_docs: int, n_rows: int
+) -> np.ndarray | None:
+    """o(q, d) of each query against rows 0..n_rows−1, float64 [queries, n_rows]; None where every query's o is
+    0 (nothing to add: the closed ranking stands bit for bit)."""
+    out: np.ndarray | None = None
+    df = postings.df()
+    for i, tokens in enumerate(query_tokens):
+        weights = rule.query_weights(tokens, df, n_docs)
+        if not weights:
+            continue
+        rows, values = postings.scores(weights)
+        if out is None:
+            out = np.zeros((len(query_tokens), n_rows), dtype=np.float64)
+        out[i, rows] = values
+    return out
