@@ -21,7 +21,9 @@ import scipy.sparse as sp
 from service.bulk_featurize import BulkFeaturizer
 from service.encoder import QueryEncoder
 from ssi.bundle import Bundle, BundleError
+from ssi.open_vocab import DocEntries, OpenRule
 from ssi.records import Document
+from ssi.tokenize import tokenize
 
 BULK_QUERY_CHARS = 4096  # texts at least this long in all are featurized with arrays (service.bulk_featurize)
 
@@ -33,6 +35,7 @@ class Prepared:
     ids: list[str]
     tfidf: sp.csr_matrix
     embeddings: np.ndarray
+    open_entries: list[DocEntries] | None = None  # each document's new words (ssi.open_vocab); None: closed
 
 
 def keep_top_words(tfidf: sp.csr_matrix, max_words: int) -> sp.csr_matrix:
@@ -70,6 +73,7 @@ class Embedder:
         self.index_dims = bundle.manifest.index_dims
         self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, self.index_dims, threads)
         self.encoder.check_against(self.form.query_map(), normalize=self.form.normalizes_query)
+        self.open_rule = OpenRule.of(bundle.vocab, self.form)  # None: the lexical part stays on the bundle's words
 
     def featurize_queries(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
         """Query rows (unit length); with `max_words`, a long text keeps only its most heavily weighted words.
@@ -107,6 +111,18 @@ class Embedder:
         return np.ascontiguousarray(self.form.embed_documents_of(semantic, doc_ids), dtype=np.float32)
 
     def prepare(self, docs: Sequence[Document]) -> Prepared:
-        tfidf = self.featurize_documents([doc.full_text for doc in docs])
+        texts = [doc.full_text for doc in docs]
+        tfidf = self.featurize_documents(texts)
         ids = [doc.id for doc in docs]
-        return Prepared(ids=ids, tfidf=tfidf, embeddings=self.embed_documents(tfidf, ids))
+        entries = self.open_entries(texts)
+        return Prepared(ids=ids, tfidf=tfidf, embeddings=self.embed_documents(tfidf, ids), open_entries=entries)
+
+    def open_entries(self, texts: Sequence[str]) -> list[DocEntries] | None:
+        """Each text's new words with their document values (ssi.open_vocab), or None for a closed vocabulary."""
+        if self.open_rule is None:
+            return None
+        return [self.open_rule.document_entries(tokenize(text)) for text in texts]
+
+    def query_tokens(self, texts: Sequence[str]) -> list[list[str]] | None:
+        """The query texts' tokens for the open term, or None for a closed vocabulary."""
+        return None if self.open_rule is None else [tokenize(text) for text in texts]

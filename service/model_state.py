@@ -37,11 +37,13 @@ from service import quantized, topk
 from service.embedding import Embedder
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex, LexicalQuery, RareSum
+from service.open_lexical import OpenLexicalQuery, with_open
 from service.rerank import Ranked, SemanticSearch, every_row_top, exact_top, prefers_dense
 from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
+from ssi.open_vocab import OpenPostings
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
 LEXICAL_BESIDE_SCAN = 4
@@ -73,7 +75,7 @@ class _Chunk:
     start: int
     stop: int
     bits: np.ndarray | None  # the live rows' bitmap FAISS searched with
-    lexical: list[LexicalQuery]  # each query's lexical term
+    lexical: list[LexicalQuery | OpenLexicalQuery]  # each query's lexical term
     # query number → (the scan's every-row s, that query's number in it, l or None: not summed yet) for the
     # queries ranked from them
     every: dict[int, tuple[EveryScore, int, RareSum | None]]
@@ -126,6 +128,7 @@ class ModelState:
         index: VectorIndex,
         lexical: LexicalIndex,
         table: RowTable,
+        open_postings: OpenPostings | None = None,
         seq: int,
         store_uuid: str,
         folder: Path,
@@ -138,6 +141,8 @@ class ModelState:
         self.config = config
         self.index = index
         self.lexical = lexical
+        # Rows' words the bundle lacks (ssi.open_vocab): mutated in place by writes, under the write lock.
+        self.open = open_postings if open_postings is not None else OpenPostings()
         self.table = table
         self.seq = seq
         self.store_uuid = store_uuid
@@ -178,7 +183,11 @@ class ModelState:
         of "more like this"); `max_words` keeps only a long text's most heavily weighted words.
         """
         tfidf = self.embedder.featurize_queries(queries, max_words)
-        return self.search_rows(tfidf, want, pool=pool, ef_search=ef_search, nprobe=nprobe, exclude=exclude)
+        # Tokens for the open vocabulary's term, only while the collection holds new words (else no cost at all).
+        tokens = self.embedder.query_tokens(queries) if self.open.n_words else None
+        return self.search_rows(
+            tfidf, want, pool=pool, ef_search=ef_search, nprobe=nprobe, exclude=exclude, query_tokens=tokens
+        )
 
     def search_rows(
         self,
@@ -189,9 +198,10 @@ class ModelState:
         ef_search: int | None = None,
         nprobe: int | None = None,
         exclude: Sequence[str | None] | None = None,
+        query_tokens: Sequence[list[str]] | None = None,
     ) -> list[QueryResult]:
         """`search` for queries already featurized (Embedder.featurize_queries): one ONNX call and one index
-        call per chunk of them, as for texts."""
+        call per chunk of them, as for texts. `query_tokens`: their tokens, for the open vocabulary's term."""
         n_queries = tfidf.shape[0]
         query_embeddings = self.embedder.embed_queries(tfidf)
         excluded = list(exclude) if exclude is not None else [None] * n_queries
@@ -203,12 +213,13 @@ class ModelState:
             words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
             with self.lock.read():
                 n_live = self.table.n_live
-                if words.shape[0] == 0 or n_live == 0:
+                opens = query_tokens is not None and self._has_open(query_tokens[i], n_live)
+                if (words.shape[0] == 0 and not opens) or n_live == 0:
                     results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
                     continue
                 first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
                 if chunk is None or not chunk.holds(i, self.version, first_k):
-                    chunk = self._search_chunk(tfidf, query_embeddings, i, first_k, knobs)
+                    chunk = self._search_chunk(tfidf, query_embeddings, i, first_k, knobs, query_tokens)
                 lexical = chunk.lexical[i - chunk.start]
                 every = chunk.every.get(i)
                 if every is not None:  # s and l of every row: no pool (service.rerank.every_row_top)
@@ -231,6 +242,7 @@ class ModelState:
         start: int,
         first_k: int,
         knobs: dict[str, int | None],
+        query_tokens: Sequence[list[str]] | None = None,
     ) -> _Chunk:
         """The index's answers for the queries start … start + SEARCH_CHUNK − 1 at once (under the read lock): for
         a flat index and a query whose l is summed for every row (service.rerank.prefers_dense), its s for every
@@ -241,8 +253,13 @@ class ModelState:
         bits = self.table.live_bits()
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
         lexical = [self.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]) for a, b in spans]
+        if query_tokens is not None:
+            rule, n_live = self.embedder.open_rule, self.table.n_live
+            lexical = [
+                with_open(query, rule, self.open, query_tokens[start + j], n_live) for j, query in enumerate(lexical)
+            ]
         dense = [
-            flat and b > a and prefers_dense(query, first_k, every_row=True)
+            flat and (b > a or isinstance(query, OpenLexicalQuery)) and prefers_dense(query, first_k, every_row=True)
             for (a, b), query in zip(spans, lexical, strict=True)
         ]
         every: dict[int, tuple[EveryScore, int, RareSum | None]] = {}
@@ -264,6 +281,11 @@ class ModelState:
             scores, rows = self.index.search(query_embeddings[others], first_k, live_bits=bits, **knobs)
             pools = {i: (scores[j], rows[j]) for j, i in enumerate(others)}
         return _Chunk(self.version, first_k, start, stop, bits, lexical, every, pools)
+
+    def _has_open(self, tokens: list[str], n_live: int) -> bool:
+        """Whether a query's tokens hold a new word some live document has (it ranks with no bundle word)."""
+        rule = self.embedder.open_rule
+        return rule is not None and bool(rule.query_weights(tokens, self.open.df(), n_live))
 
     def _semantic(
         self,
@@ -288,7 +310,7 @@ class ModelState:
         query_embedding: np.ndarray,
         want: int,
         semantic: SemanticSearch,
-        lexical: LexicalQuery,
+        lexical: LexicalQuery | OpenLexicalQuery,
         pool: int,
     ) -> Ranked:
         """One query's exact top `want` rows, from the index pool and the rows sharing its words."""
@@ -336,4 +358,11 @@ class ModelState:
             "embedded_on_load": self.report.embedded,
             "replayed_on_load": self.report.replayed,
             "compacted_on_load": self.report.compacted,
+            # The open vocabulary (ssi.open_vocab): words the bundle lacks, indexed from the served documents.
+            "open_vocab": {
+                "enabled": self.embedder.open_rule is not None,
+                "words": self.open.n_words,
+                "max_words": self.open.max_words,
+                "dropped": self.open.dropped,
+            },
         }

@@ -82,6 +82,10 @@ class Settings(BaseSettings):
     cache_dir: Path = Path("cache")
     data_dir: Path | None = None
 
+    # The open vocabulary (ssi.open_vocab): at most this many words a BM25 bundle does not know are indexed per
+    # collection, as documents bring them; once full, a document's words not yet held are left out (counted).
+    open_vocab_words: int = Field(default=1_000_000, ge=0)
+
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     log_level: Literal["critical", "error", "warning", "info", "debug"] = "info"

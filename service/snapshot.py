@@ -73,6 +73,8 @@ class SnapshotData:
     # A flat index's int8 codes (service.quantized), like `embeddings`: read, one Codes (mapped) or None where the
     # snapshot has none; to write, its row blocks in order.
     codes: Codes | list[Codes] | None = None
+    # The open vocabulary's postings (ssi.open_vocab.OpenPostings.to_json); None: closed, or not in the snapshot.
+    open_vocab: dict[str, object] | None = None
 
     @property
     def rows(self) -> int:
@@ -167,6 +169,8 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
         np.save(tmp / "tfidf_indptr.npy", data.tfidf.indptr.astype(np.int64, copy=False))
         np.save(tmp / "live.npy", np.asarray(data.live, dtype=bool))
         (tmp / "doc_ids.json").write_text(json.dumps(data.doc_ids, ensure_ascii=False), encoding="utf-8")
+        if data.open_vocab is not None:
+            (tmp / "open_vocab.json").write_text(json.dumps(data.open_vocab, ensure_ascii=False), encoding="utf-8")
         meta = {
             "format": FORMAT,
             "format_version": FORMAT_VERSION,
@@ -290,6 +294,8 @@ def read_snapshot(
         live = np.load(path / "live.npy", allow_pickle=False)
         doc_ids = json.loads((path / "doc_ids.json").read_text(encoding="utf-8"))
         tfidf = sp.csc_matrix((data, indices, indptr), shape=(rows, vocab_size))
+        open_path = path / "open_vocab.json"
+        open_vocab = json.loads(open_path.read_text(encoding="utf-8")) if open_path.exists() else None
     except (OSError, ValueError, TypeError) as exc:
         raise SnapshotError(f"{path}: damaged snapshot ({exc})") from None
     shape_ok = embeddings is None or embeddings.shape == (rows, index_dims)
@@ -310,4 +316,5 @@ def read_snapshot(
         live=live,
         path=path,
         codes=codes,
+        open_vocab=open_vocab,
     )

@@ -33,6 +33,7 @@ from service.snapshot import SnapshotError, cache_folder, discard, read_snapshot
 from service.store import DocumentStore, StoredDocument, StoreView
 from service.writes import replay
 from ssi.bundle import Bundle
+from ssi.open_vocab import OpenPostings
 
 log = logging.getLogger(__name__)
 
@@ -120,9 +121,14 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
         index = VectorIndex.build(config, index_dims, data.embeddings, codes)
     else:
         raise SnapshotError(f"{path}: no index.faiss for a {config.index_type} index")
+    embedder: Embedder = common["embedder"]
+    if embedder.open_rule is not None and data.open_vocab is None:
+        # written before the open vocabulary: its documents' new words were never saved
+        raise SnapshotError(f"{path}: no open_vocab.json (a snapshot older than the open vocabulary)")
     return ModelState(
         index=index,
         lexical=LexicalIndex(bundle.form.lexical_weights(), data.tfidf),
+        open_postings=OpenPostings.from_json(data.open_vocab) if data.open_vocab is not None else None,
         table=RowTable(data.doc_ids, data.live),
         seq=data.seq,
         report=LoadReport(source="cache", snapshot=str(path)),
@@ -146,6 +152,7 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     parts: list[sp.csr_matrix] = []
     doc_ids: list[str] = []
     row = 0
+    open_postings = OpenPostings(settings.open_vocab_words)
     featurizer = BulkFeaturizer(bundle.vocab)
     workers = pool_workers(settings.build_workers, total)
     if workers:
@@ -155,6 +162,9 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
         for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):
             embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch])
             parts.append(tfidf)
+            for offset, entries in enumerate(embedder.open_entries(_full_texts(batch)) or ()):
+                if entries:
+                    open_postings.add(row + offset, entries)
             doc_ids.extend(doc.id for doc in batch)
             row += len(batch)
             advance(len(batch))
@@ -170,6 +180,7 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     return ModelState(
         index=index,
         lexical=LexicalIndex(bundle.form.lexical_weights(), tfidf_all),
+        open_postings=open_postings,
         table=RowTable(doc_ids),
         seq=view.last_seq,
         report=LoadReport(source="computed", embedded=total),
@@ -193,6 +204,7 @@ def compacted(state: ModelState) -> ModelState:
         doc_ids = [state.table.doc_ids[r] for r in rows.tolist()]
         embeddings = state.index.vectors(rows)
         lexical = state.lexical
+        open_postings = state.open.select(rows)  # mutated by writes: copied under the lock
         seq = state.seq
         before = state.table.rows
     index = VectorIndex.build(state.config, state.index.dim, embeddings)
@@ -212,6 +224,7 @@ def compacted(state: ModelState) -> ModelState:
         config=state.config,
         index=index,
         lexical=lexical.select(rows),
+        open_postings=open_postings,
         table=RowTable(doc_ids),
         seq=seq,
         store_uuid=state.store_uuid,

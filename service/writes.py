@@ -37,19 +37,29 @@ def apply_writes(state: ModelState, prepared: Prepared | None, deleted: Sequence
     with state.lock.write():
         state.version += 1  # first: a search that reused an older pool must not survive a half-applied write
         for doc_id in deleted:
-            state.table.kill(doc_id)
+            _killed(state, doc_id)
         if prepared is not None and prepared.ids:
             for doc_id in prepared.ids:
-                state.table.kill(doc_id)
+                _killed(state, doc_id)
             first = state.table.append(prepared.ids)
             if state.index.add(prepared.embeddings) != first:
                 raise RuntimeError("index rows out of step with the row table")
             state.lexical = lexical
+            for offset, entries in enumerate(prepared.open_entries or ()):
+                if entries:
+                    state.open.add(first + offset, entries)
         state.seq = max(state.seq, seq)
     if state.lexical.needs_merge:
         merged = state.lexical.merged()
         with state.lock.write():
             state.lexical = merged
+
+
+def _killed(state: ModelState, doc_id: str) -> None:
+    """Mark a document's row dead and take its new words' postings out (their live document frequency drops)."""
+    row = state.table.kill(doc_id)
+    if row is not None:
+        state.open.remove(row)
 
 
 def replay(state: ModelState, view: StoreView) -> int:
@@ -82,6 +92,7 @@ class Capture:
     lexical: LexicalIndex
     doc_ids: list[str]
     live: np.ndarray
+    open_vocab: dict[str, object] | None = None  # the open postings (ssi.open_vocab), None for a closed vocabulary
 
     def materialize(self) -> SnapshotData:
         return SnapshotData(
@@ -96,6 +107,7 @@ class Capture:
             tfidf=self.lexical.matrix(),
             doc_ids=self.doc_ids,
             live=self.live,
+            open_vocab=self.open_vocab,
         )
 
 
@@ -116,4 +128,5 @@ def capture(state: ModelState) -> Capture:
             lexical=state.lexical,
             doc_ids=list(state.table.doc_ids),
             live=state.table.live.copy(),
+            open_vocab=state.open.to_json() if state.embedder.open_rule is not None else None,
         )

@@ -27,6 +27,7 @@ from service.server import http_protocol
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import DocumentKeys, Form, form_class
 from ssi.keywords import keyword_query
+from ssi.open_vocab import OpenRule, build_postings, open_scores
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
@@ -174,14 +175,23 @@ class Oracle:
         X = self.bundle.vocab.featurize_documents([d.full_text for d in self.docs])
         # a keyed form's training documents use their own vectors
         self.doc_matrix = self.bundle.vocab.doc_matrix(X, ids=self.ids)
+        # The open vocabulary's term (ssi.open_vocab): the documents' words the bundle lacks, live statistics.
+        self.open_rule = OpenRule.of(self.bundle.vocab, self.form)
+        texts = [tokenize(d.full_text) for d in self.docs]
+        self.open = build_postings(self.open_rule, texts) if self.open_rule is not None else None
         self._embedded: np.ndarray | None = None
 
     def featurize(self, query: str) -> sp.csr_matrix:
         return self.bundle.vocab.featurize_queries([query])
 
     def scores(self, query: str) -> np.ndarray:
-        """f(q, d) of every document, as the form defines it (float64 for comparisons)."""
-        return self.form.reference_scores(self.featurize(query), self.doc_matrix)[0].astype(np.float64)
+        """f(q, d) of every document, as the form defines it, plus the open vocabulary's term (float64)."""
+        f = self.form.reference_scores(self.featurize(query), self.doc_matrix)[0].astype(np.float64)
+        if self.open_rule is not None and self.open is not None:
+            extra = open_scores(self.open_rule, self.open, [tokenize(query)], len(self.docs), len(self.docs))
+            if extra is not None:
+                f = f + extra[0]
+        return f
 
     def top(self, query: str, k: int, exclude: str | None = None) -> tuple[list[str], np.ndarray]:
         """The k best documents (ties by collection order), leaving out `exclude` (the query document of /similar)."""

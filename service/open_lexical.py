@@ -1,0 +1,84 @@
+"""The lexical term of a query with new words (ssi.open_vocab): the bundle words' term plus o(q, d).
+
+`OpenLexicalQuery` wraps a `service.lexical.LexicalQuery` and adds, for the few rows holding one of the query's
+new words, o(q, d) ≥ 0 (ssi.open_vocab computes it: the one home of the rule). A query with no new word a live
+document holds is never wrapped, so its path (and its cost) is exactly the closed vocabulary's.
+
+Every bound service.rerank relies on still holds: o ≥ 0, so `nonnegative` is the wrapped term's; `max_gain`
+grows by the most o can be; `above(θ)` lists every row with l⁺ + o > θ: a row with o = 0 is in the wrapped
+`above(θ)`, and every row with o > 0 is added with its exact l.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from service.lexical import LexicalQuery, RareSum
+from ssi.open_vocab import OpenPostings, OpenRule
+
+
+class OpenLexicalQuery:
+    """l(d) + o(d) of one query: `rows` (sorted) hold o > 0, `values` their o."""
+
+    def __init__(self, inner: LexicalQuery, rows: np.ndarray, values: np.ndarray, bound: float) -> None:
+        self.inner = inner
+        self.rows = rows
+        self.values = values
+        self.nonnegative = inner.nonnegative
+        self.max_gain = inner.max_gain + bound
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def _open_of(self, rows: np.ndarray) -> np.ndarray:
+        at = np.minimum(np.searchsorted(self.rows, rows), self.rows.shape[0] - 1)
+        return np.where(self.rows[at] == rows, self.values[at], 0.0)
+
+    def for_rows(
+        self, rows: np.ndarray, words: np.ndarray | None = None, base_only: bool = False
+    ) -> tuple[np.ndarray, np.ndarray]:
+        lexical, upper = self.inner.for_rows(rows, words, base_only)
+        if words is not None or base_only:  # a part of the bundle words' term, asked by the pruning itself
+            return lexical, upper
+        extra = self._open_of(np.asarray(rows, dtype=np.int64))
+        return lexical + extra, upper + extra
+
+    def above(self, threshold: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        rows, lexical, upper = self.inner.above(threshold)
+        missing = np.setdiff1d(self.rows, rows, assume_unique=True)
+        if missing.shape[0]:
+            more_lexical, more_upper = self.inner.for_rows(missing)
+            rows = np.concatenate([rows, missing])
+            lexical = np.concatenate([lexical, more_lexical])
+            upper = np.concatenate([upper, more_upper])
+            order = np.argsort(rows, kind="stable")
+            rows, lexical, upper = rows[order], lexical[order], upper[order]
+        extra = self._open_of(rows) if rows.shape[0] else np.zeros(0, dtype=np.float64)
+        return rows, lexical + extra, upper + extra
+
+    def everywhere(self) -> np.ndarray:
+        out = self.inner.everywhere().copy()
+        out[self.rows] += self.values
+        return out
+
+    def everywhere_but_common(self) -> RareSum:
+        summed = self.inner.everywhere_but_common()
+        opened = summed.summed.copy()
+        opened[self.rows] += self.values
+        summed.summed = opened
+        return summed
+
+
+def with_open(
+    query: LexicalQuery, rule: OpenRule | None, postings: OpenPostings, tokens: list[str] | None, n_live: int
+) -> LexicalQuery | OpenLexicalQuery:
+    """`query` with the open term of its text's `tokens` added, or `query` itself where it has none."""
+    if rule is None or tokens is None or postings.n_words == 0:
+        return query
+    weights = rule.query_weights(tokens, postings.df(), n_live)
+    if not weights:
+        return query
+    rows, values = postings.scores(weights)
+    return OpenLexicalQuery(query, rows, values, postings.bound(weights))

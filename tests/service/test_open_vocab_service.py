@@ -1,0 +1,102 @@
+"""The open vocabulary served (ssi.open_vocab, service.open_lexical): a document written after training is found by
+a word only it holds, over HTTP; deleting it takes the word out; the served top-k is the brute force of the reference
+score plus the open term after writes, deletes, compaction, a snapshot and a restart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, make_bundle, make_corpus, write_corpus
+
+from service.collection import Collection
+from service.metrics import Metrics
+from service.settings import CollectionSpec, Settings
+from ssi.records import Document
+
+KEY = {"X-API-Key": API_KEY}
+POOL = 16
+NEW = Document("new-doc", "Quuxblarg zymurgical notes", "quuxblarg zymurgical fermentation of quuxblarg in barley")
+
+
+def _world(tmp_path: Path) -> tuple[list[Document], list[Document], Path, Path]:
+    """A BM25 bundle trained on the first 150 documents of a corpus whose other 50 bring words it never saw."""
+    docs = make_corpus(200, seed=9, vocab_words=400)
+    bundle = make_bundle(tmp_path / "bundle", docs[:150], n_dims=16, seed=3, lexical="bm25")
+    return docs[:150], docs[150:], write_corpus(tmp_path / "corpus.jsonl", docs[:150]), bundle
+
+
+def _queries(docs: list[Document]) -> list[str]:
+    """Queries mixing bundle words and new words (each later document's own needle is a new word)."""
+    out = ["zymurgical", "quuxblarg barley", "zymurgical " + docs[0].title]
+    for d in docs[150::7]:
+        words = d.text.split()
+        out += [" ".join(words[:3]), words[-1].strip(".") + " " + docs[1].title]
+    return out
+
+
+def test_a_new_word_is_found_over_http_and_leaves_with_its_document(tmp_path: Path) -> None:
+    known, _, corpus, bundle = _world(tmp_path)
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL
+    ) as server:
+        assert server.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"] == []
+        response = server.client.put(
+            "/documents/" + quote(NEW.id, safe=""), json={"title": NEW.title, "text": NEW.text}, headers=KEY
+        )
+        assert response.status_code == 200, response.text
+        for query in ("zymurgical", "quuxblarg", "zymurgical " + known[0].title):
+            hits = server.client.post("/search", json={"query": query, "k": 5}).json()["hits"]
+            assert hits and hits[0]["id"] == NEW.id, (query, hits)
+            assert_same_ranking(hits, Oracle(bundle, [*known, NEW]), query, 5)
+        described = server.client.get("/model").json()["index"]["open_vocab"]
+        assert described["enabled"] and described["words"] >= 2
+        assert server.client.delete("/documents/" + quote(NEW.id, safe=""), headers=KEY).status_code == 200
+        assert server.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"] == []
+        assert server.client.get("/model").json()["index"]["open_vocab"]["words"] == 0
+
+
+def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path) -> None:
+    """Writes, deletes, compaction, a snapshot and a restart: top-k = brute force of reference + open term."""
+    known, later, corpus, bundle = _world(tmp_path)
+    settings = Settings(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, scan_pool=POOL,
+        compact_dead_fraction=0.1,
+    )  # fmt: skip
+
+    def collection() -> Collection:
+        assert settings.bundle is not None
+        made = Collection(
+            "documents", CollectionSpec(bundle=settings.bundle, corpus=settings.corpus), settings, Metrics()
+        )
+        made.load()
+        return made
+
+    def check(live: list[Document], served: Collection) -> None:
+        oracle = Oracle(bundle, live)
+        for query in _queries([*known, *later]):
+            result = served.search([query], 10, 0)[0]
+            hits = [
+                {"id": i, "score": s, "semantic": a, "lexical": b}
+                for i, s, a, b in zip(result.doc_ids, result.scores, result.semantic, result.lexical, strict=True)
+            ]
+            if oracle.scores(query).any():
+                assert_same_ranking(hits, oracle, query, 10)
+
+    first = collection()
+    first.put([*later, NEW])
+    live = [*known, *later, NEW]
+    check(live, first)
+    gone = {d.id for d in later[::3]} | {d.id for d in known[:20]}
+    for doc_id in sorted(gone):
+        first.delete(doc_id)
+    live = [d for d in live if d.id not in gone]
+    check(live, first)
+    assert first.compact(), "expected a compaction"
+    check(live, first)
+    first.snapshot()
+    first.close()
+    again = collection()
+    assert again.ready_state().report.source == "cache"
+    check(live, again)
+    again.close()
