@@ -59,17 +59,24 @@ class Hit:
 
 
 class Model:
-    """A loaded bundle and the corpus it ranks (documents featurized once, when loaded)."""
+    """A loaded bundle and the corpus it ranks (documents featurized once, when loaded).
 
-    def __init__(self, bundle: Bundle, documents: Sequence[Document] | None = None) -> None:
+    `open_vocab` (off by default): a BM25 bundle's lexical part also covers the documents' words it does not
+    know (ssi.open_vocab, docs/guides/open-vocabulary.md); off, it ranks by the bundle's words only.
+    """
+
+    def __init__(
+        self, bundle: Bundle, documents: Sequence[Document] | None = None, *, open_vocab: bool = False
+    ) -> None:
         self.bundle = bundle
+        self.open_vocab = open_vocab
         self.documents: list[Document] = list(documents) if documents is not None else []
         self.ids = [d.id for d in self.documents]
         self._doc_matrix: DocMatrix | None = None
         self._open: OpenPostings | None = None
         if self.documents:
             # The rows carry their ids: a keyed form (halftrans) uses its own vector for a document it was trained on.
-            scorer = FormScorer(bundle.vocab, bundle.form, self.documents)
+            scorer = FormScorer(bundle.vocab, bundle.form, self.documents, open_vocab=open_vocab)
             self._doc_matrix, self._open = scorer.docs, scorer.open
 
     @property
@@ -83,7 +90,14 @@ class Model:
     def _scorer(self, doc_matrix: DocMatrix, open_postings: OpenPostings | None = None) -> FormScorer:
         # Fresh features per call: TextFeatures memoizes every text it sees, which a long-lived model must not.
         vocab, form = self.bundle.vocab, self.bundle.form
-        return FormScorer(vocab, form, features=TextFeatures(vocab), doc_matrix=doc_matrix, open_postings=open_postings)
+        return FormScorer(
+            vocab,
+            form,
+            features=TextFeatures(vocab),
+            doc_matrix=doc_matrix,
+            open_vocab=self.open_vocab,
+            open_postings=open_postings,
+        )
 
     def _corpus_scorer(self) -> FormScorer:
         if self._doc_matrix is None:
@@ -104,8 +118,8 @@ class Model:
         """The k best corpus documents for a query text (a list of hits), or for each of several (a list of lists).
 
         Exact: every document is scored; ties are broken by corpus position, as `ssi rank` and the service do.
-        A query with no word to rank by (none the model knows, and no new word a document holds: ssi.open_vocab)
-        gets no hits, as from the service.
+        A query with no word to rank by (none the model knows, nor, with `open_vocab`, a new word a document
+        holds: ssi.open_vocab) gets no hits, as from the service.
         """
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
@@ -134,12 +148,12 @@ class Model:
             return np.zeros((len(queries), 0), dtype=np.float32)
         vocab, form = self.bundle.vocab, self.bundle.form
         if all(isinstance(d, Document) for d in docs):
-            scorer = FormScorer(vocab, form, [d for d in docs if isinstance(d, Document)])
+            scorer = FormScorer(vocab, form, [d for d in docs if isinstance(d, Document)], open_vocab=self.open_vocab)
             matrix, postings = scorer.docs, scorer.open
         else:
             texts = [d.full_text if isinstance(d, Document) else d for d in docs]
             matrix = vocab.doc_matrix(TextFeatures(vocab).documents(texts))
-            rule = OpenRule.of(vocab, form)
+            rule = OpenRule.of(vocab, form) if self.open_vocab else None
             postings = None if rule is None else build_postings(rule, [tokenize(t) for t in texts])
         return self._scorer(matrix, postings).score(list(queries))
 
@@ -156,12 +170,14 @@ def load(
     corpus: StrPath | Sequence[Document] | Sequence[str] | None = None,
     *,
     verify_hashes: bool = True,
+    open_vocab: bool = False,
 ) -> Model:
     """Load a bundle (verified: `ssi.bundle.BundleError` names what is wrong) to rank `corpus` in process.
 
     `corpus`: a JSONL file as `ssi train` reads (id, title, text), a list of `Document`s, or a list of texts
     (their ids are their positions, "0", "1", ...); None for a model that only scores given pairs
-    (`Model.score`). `bundle` may be what `ssi.train` returned.
+    (`Model.score`). `bundle` may be what `ssi.train` returned. `open_vocab=True` (off by default) lets a BM25
+    bundle's lexical part count the corpus's words it never saw (ssi.open_vocab, docs/guides/open-vocabulary.md).
     """
     loaded = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle), verify_hashes=verify_hashes)
-    return Model(loaded, _documents(corpus) if corpus is not None else None)
+    return Model(loaded, _documents(corpus) if corpus is not None else None, open_vocab=open_vocab)

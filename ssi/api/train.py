@@ -55,11 +55,11 @@ class Trained:
     def __fspath__(self) -> str:
         return str(self.bundle)
 
-    def load(self, corpus: StrPath | list[Document] | list[str] | None = None) -> Model:
-        """The trained model, ready to rank `corpus` in this process (see `ssi.load`)."""
+    def load(self, corpus: StrPath | list[Document] | list[str] | None = None, *, open_vocab: bool = False) -> Model:
+        """The trained model, ready to rank `corpus` in this process (see `ssi.load`, and its `open_vocab`)."""
         from ssi.api.model import load
 
-        return load(self.bundle, corpus=corpus)
+        return load(self.bundle, corpus=corpus, open_vocab=open_vocab)
 
 
 def train(

@@ -1,5 +1,6 @@
 """The open vocabulary (ssi.open_vocab): a word the bundle never saw is found through the lexical part, in process;
-a collection without new words ranks bit for bit as before; deletes, the cap and a tf-idf bundle behave as stated."""
+a collection without new words ranks bit for bit as before; deletes, the cap and a tf-idf bundle behave as stated.
+It is off by default (`open_vocab=False`, `--closed-vocab`): these tests turn it on, and check that off is closed."""
 
 from __future__ import annotations
 
@@ -30,12 +31,12 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 
 def test_a_document_written_after_training_is_the_first_hit_for_its_new_words(world: dict) -> None:
-    model = ssi.load(world["bm25"], corpus=[*world["docs"], NEW])
+    model = ssi.load(world["bm25"], corpus=[*world["docs"], NEW], open_vocab=True)
     for query in ("zymurgical", "quuxblarg", "Quuxblarg notes"):
         hits = model.search(query, k=3)
         assert hits and hits[0].id == "new-doc", query
     assert model.search("neverwrittenword", k=3) == []  # a query word no document holds finds nothing
-    closed = ssi.load(world["bm25"], corpus=world["docs"])
+    closed = ssi.load(world["bm25"], corpus=world["docs"], open_vocab=True)
     assert closed.search("zymurgical", k=3) == []
     # Model.score over given texts covers them too
     assert model.score(["zymurgical"], ["a zymurgical text", "nothing here"])[0].argmax() == 0
@@ -44,7 +45,7 @@ def test_a_document_written_after_training_is_the_first_hit_for_its_new_words(wo
 def test_without_new_words_the_ranking_is_bit_identical(world: dict) -> None:
     """A collection of bundle words only: FormScorer's scores are the form's reference scores, bit for bit."""
     bundle = load_bundle(world["bm25"])
-    scorer = FormScorer(bundle.vocab, bundle.form, world["docs"])
+    scorer = FormScorer(bundle.vocab, bundle.form, world["docs"], open_vocab=True)
     assert scorer.open is not None and scorer.open.n_words == 0
     queries = [d.title for d in world["docs"][:20]] + ["zymurgical " + world["docs"][0].title]
     assert np.array_equal(scorer.score(queries), VectorScorer.score(scorer, queries))
@@ -53,7 +54,7 @@ def test_without_new_words_the_ranking_is_bit_identical(world: dict) -> None:
 def test_a_new_query_word_adds_only_where_a_document_holds_it(world: dict) -> None:
     bundle = load_bundle(world["bm25"])
     docs = [*world["docs"], NEW]
-    scorer = FormScorer(bundle.vocab, bundle.form, docs)
+    scorer = FormScorer(bundle.vocab, bundle.form, docs, open_vocab=True)
     base = VectorScorer.score(scorer, ["zymurgical " + docs[3].title])
     opened = scorer.score(["zymurgical " + docs[3].title])
     changed = np.flatnonzero(base[0] != opened[0])
@@ -98,12 +99,27 @@ def test_deletes_take_postings_out_and_the_cap_drops_new_words() -> None:
 def test_a_tfidf_bundle_keeps_its_vocabulary_closed(world: dict) -> None:
     bundle = load_bundle(world["tfidf"])
     assert OpenRule.of(bundle.vocab, bundle.form) is None
-    model = ssi.load(world["tfidf"], corpus=[*world["docs"], NEW])
+    model = ssi.load(world["tfidf"], corpus=[*world["docs"], NEW], open_vocab=True)
     assert model.search("zymurgical", k=3) == []
 
 
 def test_rank_and_eval_share_the_rule(world: dict, tmp_path: Path) -> None:
     """FormScorer (what `ssi rank` and `ssi eval` rank with) finds the new document too."""
-    scorer = FormScorer.from_bundle(world["bm25"], [*world["docs"], NEW])
+    scorer = FormScorer.from_bundle(world["bm25"], [*world["docs"], NEW], open_vocab=True)
     scores = scorer.score(["quuxblarg"])
     assert int(np.argmax(scores[0])) == len(world["docs"])
+
+
+def test_off_by_default_the_vocabulary_is_closed(world: dict) -> None:
+    """Without `open_vocab` (the default) nothing of the open term is built or added: the reference scores, bit
+    for bit, even for a query whose new word a document holds."""
+    docs = [*world["docs"], NEW]
+    model = ssi.load(world["bm25"], corpus=docs)
+    assert model.search("zymurgical", k=3) == []
+    assert all(hit.id != "new-doc" for hit in model.search("quuxblarg notes", k=3))
+    assert not model.score(["zymurgical"], ["a zymurgical text", "nothing here"]).any()
+    scorer = FormScorer.from_bundle(world["bm25"], docs)
+    assert scorer.open_rule is None and scorer.open is None
+    queries = ["zymurgical " + docs[3].title, "quuxblarg", docs[0].title]
+    assert np.array_equal(scorer.score(queries), VectorScorer.score(scorer, queries))
+    assert scorer.has_terms(queries).tolist() == [True, False, True]

@@ -37,6 +37,10 @@ DATA = "Data"
 TASK = "Task"
 SCORERS = "Scorers"
 RUN = "Run"
+OPEN_VOCAB_HELP = (
+    "Let a BM25 bundle's lexical part also count the corpus's words it never saw (docs/guides/open-vocabulary.md); "
+    "off by default: the bundle's words only."
+)
 SPLITS = ("all", "valid", "train")
 
 
@@ -228,6 +232,9 @@ def eval_command(
     block_size: Annotated[
         int, typer.Option(help="Queries scored at once (memory ≈ block × documents × 4 bytes).", rich_help_panel=RUN)
     ] = DEFAULT_BLOCK,
+    open_vocab: Annotated[
+        bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP, rich_help_panel=SCORERS)
+    ] = False,
 ) -> None:
     """Score a bundle and the classic baselines on one split, in one process, and save the table.
 
@@ -285,7 +292,9 @@ def eval_command(
                 own, shared = features, (ctx.tfidf.docs if names else None)
             else:
                 own, shared = TextFeatures(loaded.vocab, tokens), None
-            scorers[name] = FormScorer.from_bundle(loaded, docs, features=own, doc_matrix=shared, block_size=block_size)
+            scorers[name] = FormScorer.from_bundle(
+                loaded, docs, features=own, doc_matrix=shared, block_size=block_size, open_vocab=open_vocab
+            )
         tune_task = task.subset(tune_queries, seed) if tune else None
         tuning: dict[str, Any] = {}
         if names and "tfidf" not in names:
@@ -308,6 +317,8 @@ def eval_command(
                     "size": vocab.size,
                 },
                 "tuned_on": None if tune_task is None else {"queries": tune_task.n_queries, "seed": seed},
+                # only when asked: a closed-vocabulary run writes the notes it always wrote
+                **({"open_vocab": True} if open_vocab and models else {}),
                 "timings_seconds": {
                     "read": round(read_seconds, 2),
                     "fit_and_tune": round(fit_seconds, 2),
@@ -371,6 +382,7 @@ def rank_command(
     queries: Annotated[Path, typer.Option(help="Queries TSV: 'query_id<TAB>query text' per line.")],
     out: Annotated[Path, typer.Option(help="TREC run file to write: 'qid Q0 docid rank score tag'.")],
     k: Annotated[int, typer.Option("--k", help="Documents per query (ranks 1..k).")] = 1000,
+    open_vocab: Annotated[bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP)] = False,
 ) -> None:
     """Rank every query against the corpus by the exact SSI score and write a TREC run file.
 
@@ -389,6 +401,6 @@ def rank_command(
             if query.id in seen:
                 raise DataFileError(queries, None, f"query id {query.id!r} appears twice")
             seen.add(query.id)
-        scorer = FormScorer.from_bundle(model, docs)
+        scorer = FormScorer.from_bundle(model, docs, open_vocab=open_vocab)
         lines = write_trec_run(out, scorer, asked, [d.id for d in docs], k, tag=f"ssi-{model.manifest.form}")
         typer.echo(f"wrote {lines} lines for {len(asked)} queries to {out}", err=True)

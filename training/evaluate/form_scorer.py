@@ -44,14 +44,16 @@ class FormScorer(VectorScorer):
         features: TextFeatures | None = None,
         doc_matrix: sp.csr_matrix | DocMatrix | None = None,
         block_size: int = DEFAULT_BLOCK,
+        open_vocab: bool = False,
         open_postings: OpenPostings | None = None,
     ) -> None:
         """Give `docs` (featurized here) or their tf-idf `doc_matrix` (reused as is).
 
         With `docs`, the form also gets their ids: a form with per-document vectors (halftrans) uses
-        them for the documents it was trained on and the functional map for any other. With `docs` (or
-        `open_postings`, the documents' new words), a BM25 bundle's lexical part covers the words it does not
-        know as well (ssi.open_vocab): without either, only its own words count.
+        them for the documents it was trained on and the functional map for any other. With `open_vocab`
+        (off by default) and `docs` (or `open_postings`, the documents' new words), a BM25 bundle's lexical
+        part covers the words it does not know as well (ssi.open_vocab); otherwise only its own words count,
+        and the scores are the form's reference scores, bit for bit.
         """
         if form.vocab_size != vocab.size:
             raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
@@ -70,8 +72,8 @@ class FormScorer(VectorScorer):
         if self.docs.n_features != vocab.size:
             raise ValueError(f"document matrix has {self.docs.n_features} features, vocabulary {vocab.size}")
         self.block_size = block_size
-        self.open_rule = OpenRule.of(vocab, form)
-        self.open = open_postings
+        self.open_rule = OpenRule.of(vocab, form) if open_vocab else None
+        self.open = open_postings if self.open_rule is not None else None
         if self.open_rule is not None and self.open is None and docs is not None:
             token_lists = self.features.tokens.ids([d.full_text for d in docs])
             words = self.features.tokens.words
@@ -86,11 +88,20 @@ class FormScorer(VectorScorer):
         features: TextFeatures | None = None,
         doc_matrix: sp.csr_matrix | DocMatrix | None = None,
         block_size: int = DEFAULT_BLOCK,
+        open_vocab: bool = False,
     ) -> FormScorer:
         """A scorer for a saved bundle (a path is loaded and verified: `BundleError` if unusable)."""
         if not isinstance(bundle, Bundle):
             bundle = load_bundle(bundle)
-        return cls(bundle.vocab, bundle.form, docs, features=features, doc_matrix=doc_matrix, block_size=block_size)
+        return cls(
+            bundle.vocab,
+            bundle.form,
+            docs,
+            features=features,
+            doc_matrix=doc_matrix,
+            block_size=block_size,
+            open_vocab=open_vocab,
+        )
 
     @property
     def n_docs(self) -> int:
