@@ -27,4 +27,7 @@ def shard_settings(folder: Path, bundle: Path, index_type: IndexType = "flat", t
         insecure_writes=True,
         host="127.0.0.1",
         build_workers=0,  # a shard may run inside a Ray actor: no forked featurizing pool there
+        # Closed, whatever SSI_OPEN_VOCAB says: a shard would weigh new words by its own document frequencies,
+        # not the cluster's (docs/guides/open-vocabulary.md, "Not yet").
+        open_vocab=False,
     )

@@ -62,7 +62,7 @@ def keep_top_words(tfidf: sp.csr_matrix, max_words: int) -> sp.csr_matrix:
 class Embedder:
     """The bundle's text pipeline, query encoder and document embedding, in one place."""
 
-    def __init__(self, bundle: Bundle, threads: int) -> None:
+    def __init__(self, bundle: Bundle, threads: int, *, open_vocab: bool = False) -> None:
         if not bundle.form.served_exactly:
             raise BundleError(
                 f"{bundle.path}: form '{bundle.form.name}' cannot be ranked from an inner-product index "
@@ -73,7 +73,9 @@ class Embedder:
         self.index_dims = bundle.manifest.index_dims
         self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, self.index_dims, threads)
         self.encoder.check_against(self.form.query_map(), normalize=self.form.normalizes_query)
-        self.open_rule = OpenRule.of(bundle.vocab, self.form)  # None: the lexical part stays on the bundle's words
+        # None (always, unless `open_vocab`: SSI_OPEN_VOCAB): the lexical part stays on the bundle's words.
+        self.open_vocab = open_vocab
+        self.open_rule = OpenRule.of(bundle.vocab, self.form) if open_vocab else None
 
     def featurize_queries(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
         """Query rows (unit length); with `max_words`, a long text keeps only its most heavily weighted words.

@@ -343,7 +343,7 @@ class ModelState:
         )
 
     def describe(self) -> dict[str, Any]:
-        return {
+        described: dict[str, Any] = {
             "index_type": self.config.index_type,
             "documents": self.table.n_live,
             "rows": self.table.rows,
@@ -358,11 +358,14 @@ class ModelState:
             "embedded_on_load": self.report.embedded,
             "replayed_on_load": self.report.replayed,
             "compacted_on_load": self.report.compacted,
-            # The open vocabulary (ssi.open_vocab): words the bundle lacks, indexed from the served documents.
-            "open_vocab": {
+        }
+        if self.embedder.open_vocab:  # SSI_OPEN_VOCAB on (off: /model is what it always was)
+            # The open vocabulary (ssi.open_vocab): words the bundle lacks, indexed from the served documents;
+            # not enabled for a bundle whose vocabulary stays closed (tf-idf, or a form with no lexical diagonal).
+            described["open_vocab"] = {
                 "enabled": self.embedder.open_rule is not None,
                 "words": self.open.n_words,
                 "max_words": self.open.max_words,
                 "dropped": self.open.dropped,
-            },
-        }
+            }
+        return described

@@ -82,8 +82,12 @@ class Settings(BaseSettings):
     cache_dir: Path = Path("cache")
     data_dir: Path | None = None
 
-    # The open vocabulary (ssi.open_vocab): at most this many words a BM25 bundle does not know are indexed per
+    # The open vocabulary (ssi.open_vocab, docs/guides/open-vocabulary.md): with open_vocab, a BM25 bundle's
+    # lexical part also counts the served documents' words it does not know. Off by default (the published
+    # figures were measured without it; /match and the Ray cluster do not add it yet): off, nothing is indexed
+    # for it and snapshots hold no open_vocab.json. At most open_vocab_words such words are indexed per
     # collection, as documents bring them; once full, a document's words not yet held are left out (counted).
+    open_vocab: bool = False
     open_vocab_words: int = Field(default=1_000_000, ge=0)
 
     host: str = "127.0.0.1"

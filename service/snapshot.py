@@ -258,9 +258,17 @@ def prune_cache(collection_dir: Path, current: Path, store_uuid: str, log_floor:
 
 
 def read_snapshot(
-    path: Path, *, bundle_hash: str, store_uuid: str, index_tag: str, index_dims: int, vocab_size: int
+    path: Path,
+    *,
+    bundle_hash: str,
+    store_uuid: str,
+    index_tag: str,
+    index_dims: int,
+    vocab_size: int,
+    open_vocab: bool = False,
 ) -> SnapshotData:
-    """Load and check a snapshot (the FAISS index is read separately); raises SnapshotError."""
+    """Load and check a snapshot (the FAISS index is read separately); raises SnapshotError. `open_vocab`: read
+    its open_vocab.json too, where it has one (SSI_OPEN_VOCAB on); off, that file is left unread."""
     try:
         meta = json.loads((path / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -295,7 +303,11 @@ def read_snapshot(
         doc_ids = json.loads((path / "doc_ids.json").read_text(encoding="utf-8"))
         tfidf = sp.csc_matrix((data, indices, indptr), shape=(rows, vocab_size))
         open_path = path / "open_vocab.json"
-        open_vocab = json.loads(open_path.read_text(encoding="utf-8")) if open_path.exists() else None
+        open_postings = None
+        if open_vocab and open_path.exists():
+            open_postings = json.loads(open_path.read_text(encoding="utf-8"))
+            if not isinstance(open_postings, dict):
+                raise ValueError("open_vocab.json must be an object")
     except (OSError, ValueError, TypeError) as exc:
         raise SnapshotError(f"{path}: damaged snapshot ({exc})") from None
     shape_ok = embeddings is None or embeddings.shape == (rows, index_dims)
@@ -316,5 +328,5 @@ def read_snapshot(
         live=live,
         path=path,
         codes=codes,
-        open_vocab=open_vocab,
+        open_vocab=open_postings,
     )

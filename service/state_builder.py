@@ -54,7 +54,7 @@ def index_config(settings: Settings) -> IndexConfig:
 def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, settings: Settings) -> ModelState:
     """The state for `bundle` over `store`'s documents at their latest write, from cache when possible."""
     started = time.perf_counter()
-    embedder = Embedder(bundle, settings.threads)
+    embedder = Embedder(bundle, settings.threads, open_vocab=settings.open_vocab)
     config = index_config(settings)
     folder = cache_folder(settings.index_dir, collection, bundle.content_hash, store.uuid, config.tag())
     common = dict(bundle=bundle, embedder=embedder, config=config, store_uuid=store.uuid, folder=folder)
@@ -70,6 +70,7 @@ def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, setting
         if state is None:
             state = computed(view, settings, **common)
         else:
+            state.open.max_words = settings.open_vocab_words  # the cap set now, not the one the snapshot saved
             state.report.replayed = replay(state, view)
             if needs_compaction(state, settings):
                 state = compacted(state)
@@ -99,6 +100,7 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
     """The state saved in snapshot `path`, as of its write sequence (the caller replays what came after)."""
     bundle: Bundle = common["bundle"]
     config: IndexConfig = common["config"]
+    embedder: Embedder = common["embedder"]
     index_dims = bundle.manifest.index_dims
     data = read_snapshot(
         path,
@@ -107,6 +109,7 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
         index_tag=config.tag(),
         index_dims=index_dims,
         vocab_size=bundle.manifest.vocab_size,
+        open_vocab=embedder.open_rule is not None,
     )
     if data.seq > view.last_seq:
         raise SnapshotError(f"{path}: reflects write {data.seq}, but the store ends at {view.last_seq}")
@@ -121,14 +124,21 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
         index = VectorIndex.build(config, index_dims, data.embeddings, codes)
     else:
         raise SnapshotError(f"{path}: no index.faiss for a {config.index_type} index")
-    embedder: Embedder = common["embedder"]
-    if embedder.open_rule is not None and data.open_vocab is None:
-        # written before the open vocabulary: its documents' new words were never saved
-        raise SnapshotError(f"{path}: no open_vocab.json (a snapshot older than the open vocabulary)")
+    open_postings: OpenPostings | None = None
+    if embedder.open_rule is not None:  # SSI_OPEN_VOCAB on; off, an open_vocab.json is not even read
+        if data.open_vocab is None:
+            # written with the open vocabulary off (or before it existed): its documents' new words were never saved
+            raise SnapshotError(f"{path}: no open_vocab.json (written with the open vocabulary off)")
+        try:
+            open_postings = OpenPostings.from_json(data.open_vocab)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise SnapshotError(f"{path}: damaged open_vocab.json ({exc!r})") from None
+        if open_postings.row_words and max(open_postings.row_words) >= data.rows:
+            raise SnapshotError(f"{path}: open_vocab.json names rows beyond the snapshot's {data.rows}")
     return ModelState(
         index=index,
         lexical=LexicalIndex(bundle.form.lexical_weights(), data.tfidf),
-        open_postings=OpenPostings.from_json(data.open_vocab) if data.open_vocab is not None else None,
+        open_postings=open_postings,
         table=RowTable(data.doc_ids, data.live),
         seq=data.seq,
         report=LoadReport(source="cache", snapshot=str(path)),

@@ -150,6 +150,8 @@ class OpenPostings:
     def select(self, rows: np.ndarray) -> OpenPostings:
         """A copy holding only `rows`, renumbered 0..len(rows)−1 (the service's compaction)."""
         out = OpenPostings(self.max_words, dropped=self.dropped)
+        if not self.row_words:  # nothing held (always so with the open vocabulary off): no walk over the rows
+            return out
         for new, old in enumerate(np.asarray(rows, dtype=np.int64).tolist()):
             words = self.row_words.get(old)
             if words:

@@ -163,10 +163,12 @@ def make_bundle(
 
 @dataclass
 class Oracle:
-    """Brute force over the whole collection: the bundle's form's reference score f(q, d) for every document."""
+    """Brute force over the whole collection: the bundle's form's reference score f(q, d) for every document;
+    with `open_vocab` (as SSI_OPEN_VOCAB), plus the open vocabulary's term."""
 
     bundle_dir: Path
     docs: list[Document]
+    open_vocab: bool = False
 
     def __post_init__(self) -> None:
         self.bundle = load_bundle(self.bundle_dir, mmap=False)
@@ -176,16 +178,17 @@ class Oracle:
         # a keyed form's training documents use their own vectors
         self.doc_matrix = self.bundle.vocab.doc_matrix(X, ids=self.ids)
         # The open vocabulary's term (ssi.open_vocab): the documents' words the bundle lacks, live statistics.
-        self.open_rule = OpenRule.of(self.bundle.vocab, self.form)
-        texts = [tokenize(d.full_text) for d in self.docs]
-        self.open = build_postings(self.open_rule, texts) if self.open_rule is not None else None
+        self.open_rule = OpenRule.of(self.bundle.vocab, self.form) if self.open_vocab else None
+        self.open = None
+        if self.open_rule is not None:
+            self.open = build_postings(self.open_rule, [tokenize(d.full_text) for d in self.docs])
         self._embedded: np.ndarray | None = None
 
     def featurize(self, query: str) -> sp.csr_matrix:
         return self.bundle.vocab.featurize_queries([query])
 
     def scores(self, query: str) -> np.ndarray:
-        """f(q, d) of every document, as the form defines it, plus the open vocabulary's term (float64)."""
+        """f(q, d) of every document, as the form defines it (plus the open vocabulary's term if asked), float64."""
         f = self.form.reference_scores(self.featurize(query), self.doc_matrix)[0].astype(np.float64)
         if self.open_rule is not None and self.open is not None:
             extra = open_scores(self.open_rule, self.open, [tokenize(query)], len(self.docs), len(self.docs))

@@ -1,9 +1,12 @@
 """The open vocabulary served (ssi.open_vocab, service.open_lexical): a document written after training is found by
 a word only it holds, over HTTP; deleting it takes the word out; the served top-k is the brute force of the reference
-score plus the open term after writes, deletes, compaction, a snapshot and a restart."""
+score plus the open term after writes, deletes, compaction, a snapshot and a restart. The switch (SSI_OPEN_VOCAB) is
+off by default: these tests turn it on, check that off serves and saves exactly the closed vocabulary, and that a
+snapshot written on one side of the switch loads (or is rebuilt) on the other."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from urllib.parse import quote
 
@@ -12,6 +15,7 @@ from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, 
 from service.collection import Collection
 from service.metrics import Metrics
 from service.settings import CollectionSpec, Settings
+from service.snapshot import snapshots
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
@@ -38,7 +42,7 @@ def _queries(docs: list[Document]) -> list[str]:
 def test_a_new_word_is_found_over_http_and_leaves_with_its_document(tmp_path: Path) -> None:
     known, _, corpus, bundle = _world(tmp_path)
     with ThreadServer(
-        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL, open_vocab=True
     ) as server:
         assert server.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"] == []
         response = server.client.put(
@@ -48,7 +52,7 @@ def test_a_new_word_is_found_over_http_and_leaves_with_its_document(tmp_path: Pa
         for query in ("zymurgical", "quuxblarg", "zymurgical " + known[0].title):
             hits = server.client.post("/search", json={"query": query, "k": 5}).json()["hits"]
             assert hits and hits[0]["id"] == NEW.id, (query, hits)
-            assert_same_ranking(hits, Oracle(bundle, [*known, NEW]), query, 5)
+            assert_same_ranking(hits, Oracle(bundle, [*known, NEW], open_vocab=True), query, 5)
         described = server.client.get("/model").json()["index"]["open_vocab"]
         assert described["enabled"] and described["words"] >= 2
         assert server.client.delete("/documents/" + quote(NEW.id, safe=""), headers=KEY).status_code == 200
@@ -61,7 +65,7 @@ def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path
     known, later, corpus, bundle = _world(tmp_path)
     settings = Settings(
         bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, scan_pool=POOL,
-        compact_dead_fraction=0.1,
+        compact_dead_fraction=0.1, open_vocab=True,
     )  # fmt: skip
 
     def collection() -> Collection:
@@ -73,7 +77,7 @@ def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path
         return made
 
     def check(live: list[Document], served: Collection) -> None:
-        oracle = Oracle(bundle, live)
+        oracle = Oracle(bundle, live, open_vocab=True)
         for query in _queries([*known, *later]):
             result = served.search([query], 10, 0)[0]
             hits = [
@@ -100,3 +104,75 @@ def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path
     assert again.ready_state().report.source == "cache"
     check(live, again)
     again.close()
+
+
+def _collection(settings: Settings) -> Collection:
+    assert settings.bundle is not None
+    made = Collection("documents", CollectionSpec(bundle=settings.bundle, corpus=settings.corpus), settings, Metrics())
+    made.load()
+    return made
+
+
+def _check(served: Collection, oracle: Oracle, queries: list[str]) -> None:
+    for query in queries:
+        result = served.search([query], 10, 0)[0]
+        hits = [
+            {"id": i, "score": s, "semantic": a, "lexical": b}
+            for i, s, a, b in zip(result.doc_ids, result.scores, result.semantic, result.lexical, strict=True)
+        ]
+        if oracle.scores(query).any():
+            assert_same_ranking(hits, oracle, query, 10)
+        else:
+            assert hits == [], query
+
+
+def test_off_by_default_nothing_is_indexed_served_or_saved(tmp_path: Path) -> None:
+    """SSI_OPEN_VOCAB unset: a new word finds nothing, /model says nothing of it, a snapshot has no open_vocab.json."""
+    known, later, corpus, bundle = _world(tmp_path)
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL
+    ) as server:
+        assert not server.settings.open_vocab
+        response = server.client.put(
+            "/documents/" + quote(NEW.id, safe=""), json={"title": NEW.title, "text": NEW.text}, headers=KEY
+        )
+        assert response.status_code == 200, response.text
+        assert server.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"] == []
+        assert "open_vocab" not in server.client.get("/model").json()["index"]
+    settings = Settings(bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True)
+    served = _collection(settings)
+    served.put(later)
+    assert served.ready_state().open.n_words == 0
+    _check(served, Oracle(bundle, [*known, NEW, *later]), _queries([*known, *later]))
+    path = served.snapshot()
+    served.close()
+    assert path is not None and not (path / "open_vocab.json").exists()
+
+
+def test_a_snapshot_loads_or_is_rebuilt_across_the_switch(tmp_path: Path) -> None:
+    """Written on, read off: loaded from cache, closed. Written off, read on: refused and rebuilt, open."""
+    known, later, corpus, bundle = _world(tmp_path)
+    queries = _queries([*known, *later])
+    common = dict(bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, scan_pool=POOL)
+    opened = _collection(Settings(**common, open_vocab=True))  # type: ignore[arg-type]
+    opened.put(later)
+    written_on = opened.snapshot()
+    opened.close()
+    assert written_on is not None and (written_on / "open_vocab.json").exists()
+
+    closed = _collection(Settings(**common))  # type: ignore[arg-type]
+    assert closed.ready_state().report.source == "cache" and closed.ready_state().open.n_words == 0
+    _check(closed, Oracle(bundle, [*known, *later]), queries)
+    closed.put([NEW])
+    _check(closed, Oracle(bundle, [*known, *later, NEW]), queries)
+    written_off = closed.snapshot()
+    closed.close()
+    assert written_off is not None and not (written_off / "open_vocab.json").exists()
+    for older in list(snapshots(written_off.parent))[1:]:  # only the snapshot written with the switch off is left
+        shutil.rmtree(older)
+
+    reopened = _collection(Settings(**common, open_vocab=True))  # type: ignore[arg-type]
+    assert reopened.ready_state().report.source == "computed"
+    assert reopened.ready_state().open.n_words > 0
+    _check(reopened, Oracle(bundle, [*known, *later, NEW], open_vocab=True), queries)
+    reopened.close()
