@@ -127,8 +127,9 @@ class TrainSettings(BaseSettings):
             or self.pages
             or self.clicked_position
             or self.debias
-            or "propensity_clip" in self.model_fields_set
-            or "relevance_floor" in self.model_fields_set
+            # Told apart by value, not by being set: settings passed on whole (a Ray worker's) set every field.
+            or self.propensity_clip != type(self).model_fields["propensity_clip"].default
+            or self.relevance_floor != type(self).model_fields["relevance_floor"].default
         ):
             raise ValueError(
                 "--valid-clicks, --pages, --clicked-position, --debias, --propensity-clip and --relevance-floor "

@@ -256,9 +256,10 @@ class EventStore:
     # --- clicks: durable before acknowledged ---------------------------------------------------------------
 
     def _shown(self, impression_id: str) -> tuple[float, int, list[str]] | None:
-        row = self._clicks.execute(
-            "SELECT at, first_position, shown FROM impressions WHERE id = ?", (impression_id,)
-        ).fetchone()
+        with self._click_lock:  # the clicks' connection serves one thread at a time
+            row = self._clicks.execute(
+                "SELECT at, first_position, shown FROM impressions WHERE id = ?", (impression_id,)
+            ).fetchone()
         return None if row is None else (float(row[0]), int(row[1]), json.loads(row[2]))
 
     def _find(self, impression_id: str) -> tuple[float, int, list[str]]:

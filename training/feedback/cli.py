@@ -116,8 +116,8 @@ def learn_command(
     tolerance: Annotated[
         float,
         typer.Option(
-            help="The non-inferiority margin: how far below the served model's value (a share of it) the lower "
-            "end of the estimate may reach.",
+            help="How far below the served model's value (a share of it) the lower end of the estimate may reach: "
+            "0 (default), the candidate must be better by z standard errors; > 0, a non-inferiority margin.",
             rich_help_panel=DECISION,
         ),
     ] = DEFAULT_TOLERANCE,
