@@ -10,13 +10,16 @@ answered in the model's order.
 
 from __future__ import annotations
 
+import logging
 import random
+import sqlite3
 import threading
+import time
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from service.collection import Collection
-from service.errors import Forbidden
+from service.errors import Forbidden, ServiceError, Unavailable
 from service.events.store import ClickOutcome, EventStore
 from service.metrics import Metrics
 from service.settings import Settings
@@ -24,6 +27,9 @@ from service.settings import Settings
 T = TypeVar("T")
 
 DAY = 86_400.0
+OPEN_RETRY = 30.0  # seconds before a store that could not be opened is tried again
+
+log = logging.getLogger(__name__)
 
 
 def served_model(collection: Collection) -> str:
@@ -40,23 +46,32 @@ class Traffic:
         self._stores: dict[str, EventStore] = {}
         self._lock = threading.Lock()
         self._rng = random.Random()
+        self._retry_at: dict[str, float] = {}  # a store that could not be opened, and when to try again
 
     def store(self, name: str) -> EventStore | None:
-        """The collection's event store, opened on first use; None when this server records no traffic."""
+        """The collection's event store, opened on first use; None when this server records no traffic, or when
+        the store cannot be opened now (a full disk: tried again after OPEN_RETRY seconds; searches go on)."""
         if not self.settings.events:
             return None
         found = self._stores.get(name)
         if found is not None:
             return found
+        if time.monotonic() < self._retry_at.get(name, 0.0):
+            return None
         with self._lock:
             found = self._stores.get(name)
             if found is None:
-                found = EventStore(
-                    self.settings.store_dir / name,
-                    text_mode=self.settings.events_text,
-                    max_age=self.settings.events_max_age_days * DAY,
-                    max_bytes=int(self.settings.events_max_mb * (1 << 20)),
-                )
+                try:
+                    found = EventStore(
+                        self.settings.store_dir / name,
+                        text_mode=self.settings.events_text,
+                        max_age=self.settings.events_max_age_days * DAY,
+                        max_bytes=int(self.settings.events_max_mb * (1 << 20)),
+                    )
+                except (sqlite3.Error, OSError, ServiceError) as exc:
+                    log.warning("the traffic log of %r cannot be opened (%s); answers name no impression", name, exc)
+                    self._retry_at[name] = time.monotonic() + OPEN_RETRY
+                    return None
                 if self.metrics is not None:
                     self.metrics.traffic_bytes.labels(name).set_function(found.file_bytes)
                 self._stores[name] = found
@@ -92,6 +107,8 @@ class Traffic:
     def click(self, name: str, impression: str, doc_id: str, dwell_ms: float | None) -> ClickOutcome:
         """Record a click (blocking: a durable commit); Forbidden when this server records no traffic."""
         store = self.store(name)
+        if store is None and self.settings.events:
+            raise Unavailable("the traffic log cannot be written now (see the server log); retry later")
         if store is None:
             raise Forbidden("this server records no traffic (SSI_EVENTS=false): clicks are not kept")
         outcome = store.click(impression, doc_id, dwell_ms)
