@@ -67,6 +67,10 @@ def main(
     blocks: Annotated[int, typer.Option(help="Blocks per arm, alternating.")] = 12,
     block_queries: Annotated[int, typer.Option(help="Searches per block.")] = 300,
     seed: Annotated[int, typer.Option(help="Query sampling seed.")] = 0,
+    off_first: Annotated[bool, typer.Option(help="Start the server that records nothing first.")] = False,
+    control: Annotated[
+        bool, typer.Option(help="An A/A run: both servers record nothing (how far two like servers differ).")
+    ] = False,
     work_dir: Annotated[Path | None, typer.Option(help="Caches and logs (default: a new temp folder).")] = None,
     out: Annotated[Path, typer.Option(help="JSON result.")] = Path("bench-results/traffic_cost.json"),
 ) -> None:
@@ -74,7 +78,9 @@ def main(
     work.mkdir(parents=True, exist_ok=True)
     served = passage_corpus(corpus, work / "passages.jsonl", limit=passages) if passages else corpus
     queries = keyword_queries(served, block_queries * 2, 5, seed=seed, sampler="positions")
-    arms = {"on": "true", "off": "false"}
+    arms = {"on": "false" if control else "true", "off": "false"}
+    if off_first:  # which server starts first (and gets which cores' caches) shows in an A/A run: swap it
+        arms = {"off": arms["off"], "on": arms["on"]}
     servers = {
         arm: ServedProcess(
             bundle, served, work, {"SSI_CACHE_DIR": str(work / arm), "SSI_EVENTS": flag, "SSI_WORKERS": "1"}
@@ -110,6 +116,7 @@ def main(
         "documents": sum(1 for _ in served.open(encoding="utf-8")),
         "queries": len(queries),
         "blocks": blocks,
+        "control": control,
         "block_queries": block_queries,
         "p50_ms": {arm: round(statistics.median(v), 3) for arm, v in times.items()},
         "p99_ms": {arm: round(_percentile(v, 0.99), 3) for arm, v in times.items()},
