@@ -72,14 +72,6 @@ class ClickOutcome:
     position: int
 
 
-@dataclass(frozen=True, slots=True)
-class EventStats:
-    impressions: int
-    clicks: int
-    dropped: int
-    bytes: int
-
-
 def new_impression_id(now: float) -> str:
     """An unguessable id (96 random bits) that also tells when it was issued (its first 6 bytes: milliseconds)."""
     stamp = int(now * 1000).to_bytes(_ID_TIME_BYTES, "big")
@@ -353,11 +345,6 @@ class EventStore:
                     "DELETE FROM texts WHERE NOT EXISTS (SELECT 1 FROM impressions i WHERE i.text_hash = texts.hash)"
                 )
         return count
-
-    def stats(self) -> EventStats:
-        impressions = int(self._writer.execute("SELECT COUNT(*) FROM impressions").fetchone()[0])
-        clicks = int(self._writer.execute("SELECT COUNT(*) FROM clicks").fetchone()[0])
-        return EventStats(impressions, clicks, self.dropped, self.file_bytes())
 
     def close(self) -> None:
         """Commit what is queued and stop the writer."""

@@ -281,6 +281,29 @@ class Ranker:
         return out
 
 
+def _decided(per_query: np.ndarray, z: float, tolerance: float, evidence: bool, **about: Any) -> PromotionEstimate:
+    """The estimate from per-query rows (difference, served value, candidate value) and the decision (module
+    docstring); `evidence`: some held-out label and some difference between the two rankings."""
+    n = per_query.shape[0]
+    mean = float(per_query[:, 0].mean()) if n else 0.0
+    stderr = float(per_query[:, 0].std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    lower = mean - z * stderr
+    served = float(per_query[:, 1].mean()) if n else 0.0
+    return PromotionEstimate(
+        mean=mean,
+        stderr=stderr,
+        ci95=(mean - Z_95 * stderr, mean + Z_95 * stderr),
+        lower=lower,
+        z=z,
+        tolerance=tolerance,
+        promote=evidence and _no_worse(mean, lower, tolerance, served),
+        served=served,
+        candidate=float(per_query[:, 2].mean()) if n else 0.0,
+        queries=n,
+        **about,
+    )
+
+
 def _no_worse(mean: float, lower: float, tolerance: float, served: float) -> bool:
     """The promotion rule (module docstring): not negative, and not worse than the margin within z·SE."""
     return mean >= 0.0 and lower >= -tolerance * abs(served)
@@ -394,30 +417,11 @@ def estimate(
             diff += weight * (gain_c - gain_s)
         per_query.setdefault(h.key, []).append((diff, value_s, value_c))
     means = np.array([np.mean(v, axis=0) for v in per_query.values()]).reshape(-1, 3)
-    n = means.shape[0]
-    mean = float(means[:, 0].mean()) if n else 0.0
-    stderr = float(means[:, 0].std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
-    lower = mean - z * stderr
-    return PromotionEstimate(
-        mean=mean,
-        stderr=stderr,
-        ci95=(mean - Z_95 * stderr, mean + Z_95 * stderr),
-        lower=lower,
-        z=z,
-        tolerance=tolerance,
-        promote=n_clicks > 0 and moved and _no_worse(mean, lower, tolerance, float(means[:, 1].mean()) if n else 0.0),
-        served=float(means[:, 1].mean()) if n else 0.0,
-        candidate=float(means[:, 2].mean()) if n else 0.0,
-        queries=n,
-        impressions=len(impressions),
-        clicks=n_clicks,
-        eta=propensities.eta,
-        eta_estimated=propensities.estimated,
-        clip=clip,
-        clipped_clicks=clipped,
-        cutoff=cutoff,
-        skipped=asdict(skipped) if skipped is not None else {},
-    )
+    return _decided(
+        means, z, tolerance, n_clicks > 0 and moved,
+        impressions=len(impressions), clicks=n_clicks, eta=propensities.eta, eta_estimated=propensities.estimated,
+        clip=clip, clipped_clicks=clipped, cutoff=cutoff, skipped=asdict(skipped) if skipped is not None else {},
+    )  # fmt: skip
 
 
 def _click_model_dcg(
@@ -475,28 +479,9 @@ def _click_model_dcg(
         moved |= value_s != value_c
         rows.append((value_c - value_s, value_s, value_c))
     means = np.array(rows, dtype=np.float64).reshape(-1, 3)
-    n = means.shape[0]
-    mean = float(means[:, 0].mean()) if n else 0.0
-    stderr = float(means[:, 0].std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
-    lower = mean - z * stderr
-    return PromotionEstimate(
-        mean=mean,
-        stderr=stderr,
-        ci95=(mean - Z_95 * stderr, mean + Z_95 * stderr),
-        lower=lower,
-        z=z,
-        tolerance=tolerance,
-        promote=n > 0 and moved and _no_worse(mean, lower, tolerance, float(means[:, 1].mean()) if n else 0.0),
-        served=float(means[:, 1].mean()) if n else 0.0,
-        candidate=float(means[:, 2].mean()) if n else 0.0,
-        queries=n,
-        impressions=len(impressions),
-        clicks=made.clicks,
-        eta=propensities.eta,
-        eta_estimated=propensities.estimated,
-        clip=0.0,
-        clipped_clicks=0,
-        cutoff=cutoff,
-        skipped=asdict(skipped) if skipped is not None else {},
+    return _decided(
+        means, z, tolerance, bool(rows) and moved,
+        impressions=len(impressions), clicks=made.clicks, eta=propensities.eta, eta_estimated=propensities.estimated,
+        clip=0.0, clipped_clicks=0, cutoff=cutoff, skipped=asdict(skipped) if skipped is not None else {},
         labels="pbm",
-    )
+    )  # fmt: skip
