@@ -57,6 +57,7 @@ __all__ = [
     "load", "Model", "Hit",
     # ssi.api.client
     "Client", "ServiceError", "SearchHit", "SearchResult", "StoredDocument", "WriteResult", "DeleteResult",
+    "ClickResult",
     "AdFilter", "AdMatch", "PageMatch", "Advert",
     "__version__",
 ]  # fmt: skip
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
         AdFilter,
         AdMatch,
         Advert,
+        ClickResult,
         Client,
         DeleteResult,
         PageMatch,

@@ -82,6 +82,15 @@ class SearchResult:
     candidates: int
     collection: str
     took_ms: float  # for a batch: the whole batch's time
+    impression: str | None = None  # names this answer for `Client.click` (None: the server records no traffic)
+
+
+@dataclass(frozen=True, slots=True)
+class ClickResult:
+    """A reported click: `recorded` False when it was reported before (it counts once); where it was shown."""
+
+    recorded: bool
+    position: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,6 +143,7 @@ class PageMatch:
     ranked: int
     collection: str
     took_ms: float
+    impression: str | None = None  # names this answer for `Client.click`
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +180,7 @@ def _search_result(body: Mapping[str, Any], collection: str, took_ms: float) -> 
         candidates=body["candidates"],
         collection=collection,
         took_ms=took_ms,
+        impression=body.get("impression"),
     )
 
 
@@ -181,6 +192,7 @@ def _page_matches(body: Mapping[str, Any]) -> list[PageMatch]:
             ranked=result["ranked"],
             collection=body["collection"],
             took_ms=body["took_ms"],
+            impression=result.get("impression"),
         )
         for result in body["results"]
     ]
@@ -278,6 +290,14 @@ class Client:
         """The documents most like a stored one (it is the query, and is left out): `GET /documents/{id}/similar`."""
         body = self._request("GET", f"/documents/{_path_id(doc_id)}/similar", params={"k": k, "offset": offset})
         return _search_result(body, body["collection"], body["took_ms"])
+
+    def click(self, impression: str, doc_id: str, *, dwell_ms: float | None = None) -> ClickResult:
+        """Report that a user clicked `doc_id` of the answer named `impression` (`POST /clicks`): the traffic log
+        `ssi train --clicks` learns from. A 404 `ServiceError` for an unknown impression or an id it did not show."""
+        body: dict[str, Any] = {"impression": impression, "id": doc_id}
+        if dwell_ms is not None:
+            body["dwell_ms"] = dwell_ms
+        return ClickResult(**self._request("POST", "/clicks", json=body))
 
     # -- documents ---------------------------------------------------------------------------------------------
 

@@ -53,6 +53,17 @@ def test_search_is_the_in_process_ranking(client: ssi.Client, api_world: ApiWorl
     assert [[h.id for h in r.hits] for r in batch] == [[h.id for h in client.search(q, k=10).hits[5:]] for q in QUERIES]
 
 
+def test_a_click_on_an_answer_is_reported_once(client: ssi.Client) -> None:
+    result = client.search(QUERIES[0], k=5)
+    assert result.impression and len(result.hits) == 5
+    first = client.click(result.impression, result.hits[1].id)
+    assert isinstance(first, ssi.ClickResult) and first == ssi.ClickResult(recorded=True, position=2)
+    assert client.click(result.impression, result.hits[1].id, dwell_ms=800.0).recorded is False
+    with pytest.raises(ssi.ServiceError) as unknown:
+        client.click(result.impression, "not-shown")
+    assert unknown.value.status == 404 and "not shown" in str(unknown.value)
+
+
 def test_similar_leaves_the_document_out(client: ssi.Client, api_world: ApiWorld) -> None:
     result = client.similar("left-0-0", k=5)
     assert len(result.hits) == 5 and "left-0-0" not in [h.id for h in result.hits]
