@@ -68,26 +68,10 @@ def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path
         compact_dead_fraction=0.1, open_vocab=True,
     )  # fmt: skip
 
-    def collection() -> Collection:
-        assert settings.bundle is not None
-        made = Collection(
-            "documents", CollectionSpec(bundle=settings.bundle, corpus=settings.corpus), settings, Metrics()
-        )
-        made.load()
-        return made
-
     def check(live: list[Document], served: Collection) -> None:
-        oracle = Oracle(bundle, live, open_vocab=True)
-        for query in _queries([*known, *later]):
-            result = served.search([query], 10, 0)[0]
-            hits = [
-                {"id": i, "score": s, "semantic": a, "lexical": b}
-                for i, s, a, b in zip(result.doc_ids, result.scores, result.semantic, result.lexical, strict=True)
-            ]
-            if oracle.scores(query).any():
-                assert_same_ranking(hits, oracle, query, 10)
+        _check(served, Oracle(bundle, live, open_vocab=True), _queries([*known, *later]))
 
-    first = collection()
+    first = _collection(settings)
     first.put([*later, NEW])
     live = [*known, *later, NEW]
     check(live, first)
@@ -100,7 +84,7 @@ def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path
     check(live, first)
     first.snapshot()
     first.close()
-    again = collection()
+    again = _collection(settings)
     assert again.ready_state().report.source == "cache"
     check(live, again)
     again.close()

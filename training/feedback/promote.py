@@ -172,21 +172,10 @@ def write_log(results: Iterable[ShownResult], out: Path) -> int:
     return lines
 
 
-@dataclass(frozen=True, slots=True)
-class _Line:
-    """A shown result as training.debias reads it (the query text stands for the page id)."""
-
-    page_id: str
-    ad_id: str
-    position: int
-    clicked: bool
-    randomized: bool
-
-
 def propensities_of(results: Iterable[ShownResult]) -> Propensities:
     """η of p(r) = r^(−η) from the log's randomized impressions, exactly as `ssi train --debias ips` estimates it."""
     return estimate_propensities(
-        _Line(r.text or r.text_hash or r.impression, r.doc, r.position, r.clicked, r.randomized) for r in results
+        Impression(r.text or r.text_hash or r.impression, r.doc, r.position, r.clicked, r.randomized) for r in results
     )
 
 
@@ -451,11 +440,13 @@ def _click_model_dcg(
     simulated loop (docs/guides/learn.md) IPS-DCG kept candidates whose validation NDCG was 0.01 higher as "worse
     by 0.05 ± 0.01"; labels from the click model leave the noise out as the trainer does.
     """
-    lines = [
-        Impression(h.key, doc, position, (doc, position) in set(h.clicks), False, h.impression)
-        for h in impressions
-        for doc, position in h.shown
-    ]
+    lines = []
+    for h in impressions:
+        clicked = set(h.clicks)
+        lines += [
+            Impression(h.key, doc, position, (doc, position) in clicked, False, h.impression)
+            for doc, position in h.shown
+        ]
     made = click_weights(lines, "pbm", propensities, relevance_floor=floor)
     labelled: dict[str, dict[str, float]] = {}
     for pair, weight in zip(made.pairs, made.weights, strict=True):
