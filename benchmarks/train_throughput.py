@@ -55,14 +55,20 @@ def _bag(X: sp.csr_matrix, rows: np.ndarray) -> tuple[torch.Tensor, torch.Tensor
     )
 
 
+def _to(bag: tuple[torch.Tensor, ...], device: torch.device) -> tuple[torch.Tensor, ...]:
+    return tuple(t.to(device) for t in bag)
+
+
 def _pair_dots(X: sp.csr_matrix, a: np.ndarray, b: np.ndarray) -> torch.Tensor:
     return torch.from_numpy(np.asarray(X[a].multiply(X[b]).sum(axis=1), dtype=np.float32).ravel())
 
 
-def run_plain(data: TrainingData, n_dims: int, seconds: float, batch: int, seed: int) -> dict[str, float]:
+def run_plain(
+    data: TrainingData, n_dims: int, seconds: float, batch: int, seed: int, device: torch.device
+) -> dict[str, float]:
     X = data.X_docs
     rng = np.random.default_rng(seed)
-    model = PlainSSI(X.shape[1], n_dims, seed)
+    model = PlainSSI(X.shape[1], n_dims, seed).to(device)
     opt = torch.optim.Adagrad(model.parameters(), lr=0.05)
     q_rows, d_rows = data.train.query_rows, data.train.doc_rows
     n_docs = X.shape[0]
@@ -72,9 +78,9 @@ def run_plain(data: TrainingData, n_dims: int, seconds: float, batch: int, seed:
         pick = rng.integers(0, q_rows.size, size=batch)
         q, pos = q_rows[pick], d_rows[pick]
         neg = rng.integers(0, n_docs, size=batch)
-        bq = _bag(data.X_queries, q)
-        s_pos = model(bq, _bag(X, pos)) + _pair_dots(X, q, pos)
-        s_neg = model(bq, _bag(X, neg)) + _pair_dots(X, q, neg)
+        bq = _to(_bag(data.X_queries, q), device)
+        s_pos = model(bq, _to(_bag(X, pos), device)) + _pair_dots(X, q, pos).to(device)
+        s_neg = model(bq, _to(_bag(X, neg), device)) + _pair_dots(X, q, neg).to(device)
         loss = torch.relu(1.0 - s_pos + s_neg).mean()
         opt.zero_grad()
         loss.backward()
@@ -85,21 +91,38 @@ def run_plain(data: TrainingData, n_dims: int, seconds: float, batch: int, seed:
 
 
 def run_block(trainer: Trainer, seconds: float) -> dict[str, float]:
-    """The product's trainer, with the share of time each phase of its step took."""
+    """The product's trainer, with the share of time each phase of its step took.
+
+    On a GPU the steps run unsynchronised (as `ssi train` runs them) for the rate, then the phases are timed
+    over a tenth of the time again, each boundary waiting for the device.
+    """
     trainer.phase_seconds = dict.fromkeys(trainer.phase_seconds, 0.0)
-    triples = steps = 0
-    start = time.perf_counter()
-    while time.perf_counter() - start < seconds:
-        triples += trainer.step()[2]
-        steps += 1
-    elapsed = time.perf_counter() - start
+    triples, steps, elapsed = _steps(trainer, seconds)
+    if trainer.on_device:
+        trainer.measure_phases = True
+        _, _, phase_elapsed = _steps(trainer, seconds / 10)
+        trainer.measure_phases = False
+    else:
+        phase_elapsed = elapsed
     return {
         "triples": triples,
         "steps": steps,
         "seconds": elapsed,
         "triples_per_second": triples / elapsed,
-        "phase_share": {k: round(v / elapsed, 3) for k, v in trainer.phase_seconds.items()},
+        "phase_share": {k: round(v / phase_elapsed, 3) for k, v in trainer.phase_seconds.items()},
     }
+
+
+def _steps(trainer: Trainer, seconds: float) -> tuple[int, int, float]:
+    """(triples, steps, seconds) of steps for `seconds` of wall time, the device's last step finished."""
+    used: int | torch.Tensor = 0
+    steps = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        used += trainer.step()[2]
+        steps += 1
+    triples = int(used)  # waits for the device
+    return triples, steps, time.perf_counter() - start
 
 
 def main(
@@ -109,16 +132,20 @@ def main(
     dims: Annotated[int, typer.Option(help="N.")] = 100,
     vocab_size: Annotated[int, typer.Option(help="D.")] = 30000,
     threads: Annotated[int, typer.Option(help="torch threads for both.")] = 2,
+    device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N, for both (training.device).")] = "cpu",
     plain_batch: Annotated[int, typer.Option(help="Triples per step of the plain baseline.")] = 256,
     out: Annotated[Path, typer.Option(help="JSON result file.")] = Path("bench-results/train_throughput.json"),
 ) -> None:
     torch.set_num_threads(threads)
     data = load_training_data(corpus, pairs=pairs, vocab_size=vocab_size)
-    settings = TrainSettings(corpus=corpus, pairs=pairs, out=Path("unused"), n_dims=dims, threads=threads)
+    settings = TrainSettings(
+        corpus=corpus, pairs=pairs, out=Path("unused"), n_dims=dims, threads=threads, device=device
+    )
     trainer = Trainer(data, settings, docs=data.vocab.doc_matrix(data.X_docs))
-    trainer.step()  # warm-up (first-touch allocations)
+    for _ in range(3):  # warm-up (first-touch allocations, the GPU's kernels)
+        int(trainer.step()[2])
     block = run_block(trainer, seconds)
-    plain = run_plain(data, dims, seconds, plain_batch, seed=0)
+    plain = run_plain(data, dims, seconds, plain_batch, seed=0, device=trainer.device)
     result = {
         "corpus": str(corpus),
         "n_docs": data.X_docs.shape[0],
@@ -127,6 +154,7 @@ def main(
         "N": dims,
         "D": data.vocab.size,
         "threads": threads,
+        "device": trainer.device_name,
         "machine": platform.machine(),
         "torch": torch.__version__,
         "block_trainer": block,
@@ -136,7 +164,8 @@ def main(
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     typer.echo(
-        f"corpus {data.X_docs.shape[0]} docs, N={dims}, D={data.vocab.size}, threads={threads}\n"
+        f"corpus {data.X_docs.shape[0]} docs, N={dims}, D={data.vocab.size}, threads={threads}, "
+        f"device {trainer.device_name}\n"
         f"block trainer : {block['triples_per_second']:>10,.0f} triples/s  (phases {block['phase_share']})\n"
         f"plain PyTorch : {plain['triples_per_second']:>10,.0f} triples/s\n"
         f"speedup       : {result['speedup']:.1f}x   -> {out}"

@@ -8,40 +8,45 @@ With per-triple `weights` (debiased clicks: training.debias, inverse propensity 
 Swaminathan & Schnabel 2017) each triple's hinge and gradient are multiplied by its weight and still
 divided by T, the valid triples: weights of mean 1 (training.sampling scales them so) keep the step size
 of an unweighted run. Without weights the computation is the unweighted one, unchanged to the bit.
+
+Written in torch on the scores' device, so that a GPU step never waits on the host: the loss and the share
+of violated triples come back as 0-d tensors, read only when someone asks (training.trainer). The cells'
+sums run in float64 as the numpy `bincount` this replaced did, so a CPU run's gradients are unchanged.
 """
 
 from __future__ import annotations
 
-import numpy as np
+import torch
 
 
 def margin_ranking(
-    scores: np.ndarray,
-    triple_query: np.ndarray,
-    triple_pos: np.ndarray,
-    triple_neg: np.ndarray,
-    valid: np.ndarray,
+    scores: torch.Tensor,
+    triple_query: torch.Tensor,
+    triple_pos: torch.Tensor,
+    triple_neg: torch.Tensor,
+    valid: torch.Tensor,
     margin: float = 1.0,
-    weights: np.ndarray | None = None,
-) -> tuple[float, np.ndarray, float]:
-    """(mean loss, ∂loss/∂scores as float32 B × P, share of triples violating the margin).
+    weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(mean loss, ∂loss/∂scores as float32 B × P, share of triples violating the margin), all on the scores' device.
 
     `weights` (T): Σ weight · hinge / T instead of Σ hinge / T; the violated share stays a share of triples.
     """
     n_rows, n_cols = scores.shape
-    flat = scores.ravel()
+    flat = scores.reshape(-1)
     pos_cell = triple_query * n_cols + triple_pos
     neg_cell = triple_query * n_cols + triple_neg
     hinge = margin - flat[pos_cell] + flat[neg_cell]
     active = (hinge > 0) & valid
-    count = max(int(valid.sum()), 1)
-    if weights is None:
-        weight = active / count
-        loss = float(np.maximum(hinge, 0.0)[valid].sum() / count)
-    else:
-        weight = active * weights / count
-        loss = float((np.maximum(hinge, 0.0) * weights)[valid].sum() / count)
-    coeff = np.bincount(neg_cell, weights=weight, minlength=flat.size) - np.bincount(
-        pos_cell, weights=weight, minlength=flat.size
-    )
-    return loss, coeff.reshape(n_rows, n_cols).astype(np.float32), float(active.sum() / count)
+    count = valid.sum().clamp(min=1).to(torch.float64)
+    weight = active.to(torch.float64) / count
+    kept = hinge.clamp(min=0.0) * valid
+    if weights is not None:
+        weight = weight * weights
+        kept = kept * weights
+    loss = kept.sum(dtype=torch.float64) / count
+    cells = torch.zeros(2, flat.numel(), dtype=torch.float64, device=scores.device)
+    cells[0].index_add_(0, neg_cell, weight)
+    cells[1].index_add_(0, pos_cell, weight)
+    coeff = cells[0] - cells[1]
+    return loss, coeff.view(n_rows, n_cols).to(torch.float32), active.sum() / count

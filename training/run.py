@@ -302,6 +302,7 @@ def finish_training(
         "best_step": result.best_step,
         "init_from": None if init is None else {"bundle": str(init.path), "content_hash": init.content_hash},
         "threads": settings.threads,
+        "device": result.device,
         "torch": torch.__version__,
         "machine": platform.machine(),
         "history": result.history,
@@ -349,6 +350,7 @@ def finish_training(
         "steps": result.steps,
         "triples": result.triples,
         "triples_per_second": round(result.triples_per_second, 1),
+        "device": result.device,
         "seconds": {
             "load_and_featurize": round(seconds[0], 1),
             "prepare": round(seconds[1], 1),

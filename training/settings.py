@@ -10,6 +10,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ssi.stemming import NO_STEMMER, check_stemmer
 from ssi.weighting import DEFAULT_B, DEFAULT_K1
+from training.device import check_device
 from training.kinds import check_kind
 
 
@@ -112,6 +113,8 @@ class TrainSettings(BaseSettings):
     base_patience_minutes: float = Field(2.0, ge=0.0)
     seed: int = 0
     threads: int = Field(2, ge=1)
+    # Where a gradient-trained kind takes its steps (training.device): auto = a GPU when PyTorch sees one.
+    device: Annotated[str, AfterValidator(check_device)] = "auto"
 
     @model_validator(mode="after")
     def _one_source(self) -> TrainSettings:

@@ -418,6 +418,18 @@ def train_command(
         int | None, _opt("seed", "Random seed (initialisation, sampling, validation split).", BUDGET)
     ] = None,
     threads: Annotated[int | None, _opt("threads", "CPU threads for the sparse and dense products.", BUDGET)] = None,
+    device: Annotated[
+        str | None,
+        _opt(
+            "device",
+            "auto, cpu, cuda or cuda:N. auto: the GPU when PyTorch sees one. On a GPU the whole step runs there "
+            "(sampling, scores, loss, Adagrad) for the kinds lowrank, symmetric, noidentity, psi3 and fullw; the "
+            "other kinds, the EM kinds and the fitted projections, --stream-pairs, --ray and --query-words train "
+            "on the CPU (auto picks it; cuda refuses). The corpus, its queries and their q·d table must fit in the "
+            "GPU's memory.",
+            BUDGET,
+        ),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar.", rich_help_panel=BUDGET)] = True,
 ) -> None:
     """Train a model of the SSI family from pairs and export it as a bundle."""
@@ -438,7 +450,7 @@ def train_command(
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,
         "pool_size": pool_size, "epochs": epochs, "max_minutes": max_minutes, "eval_every": eval_every,
-        "patience": patience, "seed": seed, "threads": threads,
+        "patience": patience, "seed": seed, "threads": threads, "device": device,
         "em_iterations": em_iterations, "pair_words": pair_words, "lm_lambda": lm_lambda,
         "translations": translations, "cfh_top_k": cfh_top_k, "cfh_ngrams": cfh_ngrams, "cfh_min_df": cfh_min_df,
         "combine_tfidf": combine_tfidf, "s2net_gamma": s2net_gamma,

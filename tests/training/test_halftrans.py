@@ -58,11 +58,11 @@ def test_update_is_the_gradient_of_eq_6(monkeypatch: pytest.MonkeyPatch) -> None
     rng = np.random.default_rng(2)
     for _ in range(3):  # move v off zero first (each document then has a free vector)
         model.scores(block)
-        model.update(block, rng.normal(size=(3, len(TEXTS))).astype(np.float32))
+        model.update(block, torch.from_numpy(rng.normal(size=(3, len(TEXTS))).astype(np.float32)))
     assert model.has_vector.all()
     triples = Triples(
-        query=np.array([0, 0, 1, 2, 2]), pos=np.array([1, 4, 3, 2, 3]), neg=np.array([2, 3, 0, 1, 4]),
-        valid=np.array([True, True, True, True, False]), margin=1.0,
+        query=torch.tensor([0, 0, 1, 2, 2]), pos=torch.tensor([1, 4, 3, 2, 3]), neg=torch.tensor([2, 3, 0, 1, 4]),
+        valid=torch.tensor([True, True, True, True, False]), margin=1.0,
     )  # fmt: skip
     S = model.scores(block)
     _, coeff, _ = margin_ranking(S, triples.query, triples.pos, triples.neg, triples.valid, triples.margin)
@@ -73,9 +73,7 @@ def test_update_is_the_gradient_of_eq_6(monkeypatch: pytest.MonkeyPatch) -> None
     Xq = torch.from_numpy(X[[0, 2, 5]].toarray())
     Xd = torch.from_numpy(X.toarray())
     EQ = Xq @ W
-    t = torch.from_numpy(triples.query)
-    p, n = torch.from_numpy(triples.pos), torch.from_numpy(triples.neg)
-    valid = torch.from_numpy(triples.valid)
+    t, p, n, valid = triples.query, triples.pos, triples.neg, triples.valid
 
     def hinge(scores: torch.Tensor) -> torch.Tensor:
         return torch.clamp(1 - scores[t, p] + scores[t, n], min=0)[valid].sum() / valid.sum()
@@ -101,8 +99,9 @@ def test_training_scores_equal_the_exported_forms_reference_score(gamma: float) 
     n = len(TEXTS)
     for _ in range(6):
         S = model.scores(block)
-        neg = rng.integers(0, n, size=6)
-        block.triples = Triples(np.repeat(np.arange(3), 2), rng.integers(0, n, size=6), neg, np.ones(6, bool), 1.0)
+        neg = torch.from_numpy(rng.integers(0, n, size=6))
+        pos = torch.from_numpy(rng.integers(0, n, size=6))
+        block.triples = Triples(torch.arange(3).repeat_interleave(2), pos, neg, torch.ones(6, dtype=torch.bool), 1.0)
         _, coeff, _ = margin_ranking(S, block.triples.query, block.triples.pos, neg, block.triples.valid)
         coeff[:, 3] = 0.0  # document 3 never moves: it keeps scoring (and is exported) as W d
         model.update(block, coeff)

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
 from ssi.bundle import load_bundle
 from ssi.forms.hashkernel import PRIME
@@ -50,7 +51,7 @@ def test_block_scores_start_at_tfidf_and_equal_the_exported_reference_score() ->
     for _ in range(5):
         model.scores(block)
         coeff = (rng.random((7, 25)) < 0.1) * rng.normal(size=(7, 25))
-        model.update(block, coeff.astype(np.float32))
+        model.update(block, torch.from_numpy(coeff.astype(np.float32)))
     form = model.export()
     assert form.hash_size == H and np.any(form.values["W"] != 0) and np.any(form.values["w"] != 1)
     np.testing.assert_allclose(model.scores(block), form.reference_scores(Q, DocMatrix(X)), rtol=1e-6, atol=1e-6)

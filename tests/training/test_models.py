@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse as sp
+import torch
 
 from ssi.forms import DocumentKeys, Form
 from ssi.products import DocMatrix
@@ -20,7 +21,7 @@ from training.models.block import Block, SparseRows
 
 def make_block(X: sp.csr_matrix, queries: list[int], n_words: int, with_gram: bool) -> Block:
     Xq = X[queries]
-    gram = np.asarray((Xq @ X.T).toarray(), dtype=np.float32) if with_gram else None
+    gram = torch.from_numpy(np.asarray((Xq @ X.T).toarray(), dtype=np.float32)) if with_gram else None
     rows = np.arange(X.shape[0])
     return Block(queries=SparseRows.of(Xq, n_words), docs=SparseRows.of(X, n_words), gram=gram, doc_rows=rows)
 
@@ -61,7 +62,7 @@ def test_training_scores_equal_exported_form(kind: str) -> None:
     rng = np.random.default_rng(0)
     for _ in range(3):
         model.scores(block)
-        model.update(block, rng.normal(size=(2, X.shape[0])).astype(np.float32) * 0.1)
+        model.update(block, torch.from_numpy(rng.normal(size=(2, X.shape[0])).astype(np.float32) * 0.1))
     S = model.scores(block)
     expected = exported_scores(model.export(), X[[0, 2]], X)
     np.testing.assert_allclose(S, expected, rtol=1e-4, atol=1e-5)
@@ -74,7 +75,7 @@ def test_frequent_word_restriction_keeps_rare_words_on_the_diagonal() -> None:
     model = make_model("lowrank", shape)
     block = make_block(X, [0, 1], 4, True)
     model.scores(block)
-    model.update(block, np.ones((2, X.shape[0]), dtype=np.float32))
+    model.update(block, torch.from_numpy(np.ones((2, X.shape[0]), dtype=np.float32)))
     export = model.export()
     U, V = export.values["U"], export.values["V"]
     assert np.all(U[:, 4:] == 0) and np.all(V[:, 4:] == 0)
@@ -94,13 +95,13 @@ def test_update_touches_only_rows_of_words_in_the_block() -> None:
     block = Block(
         queries=SparseRows.of(X[[0]], vocab.size),
         docs=SparseRows.of(X[[2, 3]], vocab.size),
-        gram=np.zeros((1, 2), dtype=np.float32),
+        gram=torch.zeros(1, 2),
     )
     model.scores(block)
     model.V += 0.01  # make V non-zero so U's gradient is non-zero too
     V0 = model.V.clone()
     model.scores(block)
-    model.update(block, np.array([[1.0, -1.0]], dtype=np.float32))
+    model.update(block, torch.from_numpy(np.array([[1.0, -1.0]], dtype=np.float32)))
     q_words = set(X[0].indices)
     d_words = set(X[2].indices) | set(X[3].indices)
     changed_U = set(np.flatnonzero((model.U != U0).any(dim=1).numpy()))
@@ -111,19 +112,19 @@ def test_update_touches_only_rows_of_words_in_the_block() -> None:
 
 def test_margin_ranking_gradient_matches_finite_differences() -> None:
     rng = np.random.default_rng(3)
-    S = rng.normal(size=(2, 5)).astype(np.float64)
-    tq = np.array([0, 0, 1, 1])
-    tp = np.array([1, 1, 2, 0])
-    tn = np.array([3, 4, 4, 4])
-    valid = np.array([True, True, True, False])
+    S = torch.from_numpy(rng.normal(size=(2, 5)).astype(np.float64))
+    tq = torch.tensor([0, 0, 1, 1])
+    tp = torch.tensor([1, 1, 2, 0])
+    tn = torch.tensor([3, 4, 4, 4])
+    valid = torch.tensor([True, True, True, False])
     loss, coeff, _ = margin_ranking(S, tq, tp, tn, valid, margin=1.0)
     eps = 1e-6
     for i in range(2):
         for j in range(5):
-            bumped = S.copy()
+            bumped = S.clone()
             bumped[i, j] += eps
-            numeric = (margin_ranking(bumped, tq, tp, tn, valid)[0] - loss) / eps
-            assert coeff[i, j] == pytest.approx(numeric, abs=1e-4)
+            numeric = (float(margin_ranking(bumped, tq, tp, tn, valid)[0]) - float(loss)) / eps
+            assert float(coeff[i, j]) == pytest.approx(numeric, abs=1e-4)
 
 
 def test_fullw_refuses_a_large_vocabulary() -> None:
@@ -148,7 +149,7 @@ def test_rows_of_words_no_training_query_reached_export_as_zero() -> None:
     model.V += 0.01
     block = make_block(X, [0], vocab.size, True)  # only "red apple fruit sweet" is ever a query
     model.scores(block)
-    model.update(block, np.linspace(-1, 1, X.shape[0], dtype=np.float32)[None, :])
+    model.update(block, torch.from_numpy(np.linspace(-1, 1, X.shape[0], dtype=np.float32)[None, :]))
     U = model.export().values["U"]
     seen = set(X[0].indices)
     for word in range(vocab.size):
@@ -161,7 +162,7 @@ def _trained_lowrank(X: sp.csr_matrix, vocab: Vocabulary) -> Form:
     rng = np.random.default_rng(4)
     for _ in range(3):
         model.scores(block)
-        model.update(block, rng.normal(size=(3, X.shape[0])).astype(np.float32))
+        model.update(block, torch.from_numpy(rng.normal(size=(3, X.shape[0])).astype(np.float32)))
     return model.export()
 
 
@@ -174,7 +175,7 @@ def test_warm_start_begins_exactly_at_the_trained_lowrank_model(kind: str) -> No
     block = make_block(X, [3, 4], vocab.size, True)
     np.testing.assert_allclose(model.scores(block), exported_scores(init, X[[3, 4]], X), rtol=1e-4, atol=1e-5)
     # ... and training moves on from there (PSI-3's cubic term starts at zero but is learned).
-    model.update(block, np.linspace(-1, 1, 2 * X.shape[0], dtype=np.float32).reshape(2, -1))
+    model.update(block, torch.from_numpy(np.linspace(-1, 1, 2 * X.shape[0], dtype=np.float32).reshape(2, -1)))
     assert not np.allclose(model.scores(block), exported_scores(init, X[[3, 4]], X))
     if kind == "psi3":
         assert np.any(model.export().values["Y3"] != 0)
@@ -189,7 +190,7 @@ def test_warm_start_rate_scale_zero_freezes_the_degree_two_tables() -> None:
     block = make_block(X, [3, 4], vocab.size, True)
     for _ in range(2):
         model.scores(block)
-        model.update(block, np.linspace(-1, 1, 2 * X.shape[0], dtype=np.float32).reshape(2, -1))
+        model.update(block, torch.from_numpy(np.linspace(-1, 1, 2 * X.shape[0], dtype=np.float32).reshape(2, -1)))
     assert np.array_equal(model.U.numpy(), U0.numpy()) and np.array_equal(model.V.numpy(), V0.numpy())
     assert np.any(model.Y3.numpy() != 0) and np.any(model.export().values["V3"] != 0)
 

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import numpy as np
+import torch
 
 from ssi.forms import DocumentKeys, Form
 from training.models.block import Block
@@ -27,6 +28,12 @@ class ModelShape:
     hash_size: int = 1 << 20  # H: buckets of hashed word pairs (the hashkernel kind)
     gamma: float = 1.0  # γ of the half-transductive regularizer (paper 004, eq. 6)
     documents: DocumentKeys | None = None  # the training documents, by row (kinds with per-document vectors)
+    device: torch.device = torch.device("cpu")  # where the tables live (training.device)
+
+
+def host(table: torch.Tensor) -> np.ndarray:
+    """A table as a numpy array on the host, for export (a copy where the table is on a GPU)."""
+    return table.detach().cpu().numpy()
 
 
 class SSIModel(ABC):
@@ -39,16 +46,18 @@ class SSIModel(ABC):
     reads_lexical_rows: ClassVar[bool] = False
     # Whether the kind learns a vector per training document (the trainer then supplies ModelShape.documents).
     per_document: ClassVar[bool] = False
+    # Whether the kind's step runs on a GPU (training.device): its products go through the block's rows alone.
+    runs_on_device: ClassVar[bool] = False
 
     def __init__(self, shape: ModelShape) -> None:
         self.shape = shape
 
     @abstractmethod
-    def scores(self, block: Block) -> np.ndarray:
-        """S[b, p] = f(q_b, d_p) for the block, float32 B × P; keeps what `update` needs."""
+    def scores(self, block: Block) -> torch.Tensor:
+        """S[b, p] = f(q_b, d_p) for the block, float32 B × P on the model's device; keeps what `update` needs."""
 
     @abstractmethod
-    def update(self, block: Block, coeff: np.ndarray) -> None:
+    def update(self, block: Block, coeff: torch.Tensor) -> None:
         """One step against ∂loss/∂S = `coeff` (B × P), for the block last passed to `scores`."""
 
     def warm_start(self, init: Form, lr_scale: float = 1.0) -> None:

@@ -29,7 +29,7 @@ import torch
 from ssi.forms import Form
 from ssi.forms.cfh import CorrelatedHashingForm
 from training.models.base import ModelShape
-from training.models.block import Block, SparseRows, to_torch_csr
+from training.models.block import Block, SparseRows
 from training.models.lowrank import LowRank
 from training.models.optim import EPS, RowAdagrad
 
@@ -38,16 +38,16 @@ class HashedRows:
     """The hashed block (last F columns) of a block's rows, ready for both products."""
 
     def __init__(self, rows: SparseRows, n_words: int) -> None:
-        hashed = sp.csr_matrix(rows.full)[:, n_words:].tocsr()
-        self.forward = to_torch_csr(hashed)
-        self.backward = to_torch_csr(hashed.T.tocsr())
-        self.touched = np.flatnonzero(np.bincount(hashed.indices, minlength=hashed.shape[1]))
+        hashed = sp.csr_matrix(sp.csr_matrix(rows.full)[:, n_words:], dtype=np.float32)
+        self.rows = SparseRows.of(hashed, hashed.shape[1])
+        self.touched = self.rows.touched_words
 
 
 class CorrelatedHashing(LowRank):
     kind: ClassVar[str] = "cfh"
     description: ClassVar[str] = "(Uq)·(Vd) + α(U₂h_q)·(V₂h_d) + q·d, rare words and 2-grams hashed (--init-from)"
     form: ClassVar[type[Form]] = CorrelatedHashingForm
+    runs_on_device: ClassVar[bool] = False  # its hashed rows are cut from the block's scipy rows
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__(shape)
@@ -81,30 +81,29 @@ class CorrelatedHashing(LowRank):
         self._doc_cache = (docs, hashed)
         return hashed
 
-    def scores(self, block: Block) -> np.ndarray:
-        self._EQ = torch.sparse.mm(block.queries.forward, self.U)
-        self._ED = torch.sparse.mm(block.docs.forward, self.V)
+    def scores(self, block: Block) -> torch.Tensor:
+        self._EQ = block.queries.times(self.U)
+        self._ED = block.docs.times(self.V)
         self._hq = HashedRows(block.queries, self.n_vocab_words)
         self._hd = self._hashed_docs(block.docs)
-        self._A = torch.sparse.mm(self._hq.forward, self.U2)
-        self._B = torch.sparse.mm(self._hd.forward, self.V2)
+        self._A = self._hq.rows.times(self.U2)
+        self._B = self._hd.rows.times(self.V2)
         self._M = self._A @ self._B.T
         S = self._EQ @ self._ED.T + self.alpha * self._M
-        out = S.numpy()
         if block.gram is not None:
-            out += block.gram
-        return out
+            S += block.gram
+        return S
 
-    def update(self, block: Block, coeff: np.ndarray) -> None:
+    def update(self, block: Block, coeff: torch.Tensor) -> None:
         assert self._EQ is not None and self._ED is not None and self._hq is not None and self._hd is not None
         assert self._A is not None and self._B is not None and self._M is not None
-        C = torch.from_numpy(coeff)
+        C = coeff
         grad_alpha = float((C * self._M).sum())
-        self.opt_U.step(torch.sparse.mm(block.queries.backward, C @ self._ED), block.queries.touched_words)
+        self.opt_U.step(block.queries.t_times(C @ self._ED), block.queries.touched_words)
         assert self.opt_V is not None
-        self.opt_V.step(torch.sparse.mm(block.docs.backward, C.T @ self._EQ), block.docs.touched_words)
-        self.opt_U2.step(torch.sparse.mm(self._hq.backward, (C @ self._B).mul_(self.alpha)), self._hq.touched)
-        self.opt_V2.step(torch.sparse.mm(self._hd.backward, (C.T @ self._A).mul_(self.alpha)), self._hd.touched)
+        self.opt_V.step(block.docs.t_times(C.T @ self._EQ), block.docs.touched_words)
+        self.opt_U2.step(self._hq.rows.t_times((C @ self._B).mul_(self.alpha)), self._hq.touched)
+        self.opt_V2.step(self._hd.rows.t_times((C.T @ self._A).mul_(self.alpha)), self._hd.touched)
         self._alpha_acc += grad_alpha * grad_alpha
         self.alpha = max(0.0, self.alpha - self.opt_U2.lr * grad_alpha / (math.sqrt(self._alpha_acc) + EPS))
         self.reached[torch.from_numpy(block.queries.touched_words.astype(np.int64))] = True

@@ -30,14 +30,14 @@ class Diagonal(SSIModel):
         self.w = torch.ones(shape.vocab_size, 1)
         self.opt = RowAdagrad(self.w, shape.lr)
 
-    def scores(self, block: Block) -> np.ndarray:
+    def scores(self, block: Block) -> torch.Tensor:
         weighted = sp.csr_matrix(block.queries.full.multiply(self.w.numpy()[:, 0][None, :]))
         docs = to_torch_csr(block.docs.full)
-        return torch.sparse.mm(docs, torch.from_numpy(weighted.T.toarray())).T.contiguous().numpy()
+        return torch.sparse.mm(docs, torch.from_numpy(weighted.T.toarray())).T.contiguous()
 
-    def update(self, block: Block, coeff: np.ndarray) -> None:
+    def update(self, block: Block, coeff: torch.Tensor) -> None:
         docs_t = to_torch_csr(block.docs.full.T.tocsr())
-        c_xd = torch.sparse.mm(docs_t, torch.from_numpy(np.ascontiguousarray(coeff.T))).numpy()  # D × B
+        c_xd = torch.sparse.mm(docs_t, coeff.T.contiguous()).numpy()  # D × B
         grad = np.asarray(block.queries.full.T.multiply(c_xd).sum(axis=1), dtype=np.float32)
         self.opt.step(torch.from_numpy(grad), np.unique(block.queries.full.indices))
         self.w.clamp_(min=0.0)

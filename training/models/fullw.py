@@ -8,18 +8,18 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from ssi.forms.fullw import MAX_VOCAB
 from ssi.forms.fullw import FullW as FullWForm
-from training.models.base import ModelShape, SSIModel
+from training.models.base import ModelShape, SSIModel, host
 from training.models.block import Block
 from training.models.optim import RowAdagrad
 
 
 class FullW(SSIModel):
     kind: ClassVar[str] = "fullw"
+    runs_on_device: ClassVar[bool] = True
     description: ClassVar[str] = f"qᵀ(W + I)d with a full D × D matrix (D ≤ {MAX_VOCAB})"
 
     def __init__(self, shape: ModelShape) -> None:
@@ -29,22 +29,22 @@ class FullW(SSIModel):
                 "pass --vocab-size or pick a low-rank kind"
             )
         super().__init__(shape)
-        self.W = torch.zeros(shape.vocab_size, shape.vocab_size)
+        self.W = torch.zeros(shape.vocab_size, shape.vocab_size, device=shape.device)
         self.opt = RowAdagrad(self.W, shape.lr)
         self._QW: torch.Tensor | None = None
 
-    def scores(self, block: Block) -> np.ndarray:
-        self._QW = torch.sparse.mm(block.queries.forward, self.W)  # B × D: rows qᵀW
-        S = torch.sparse.mm(block.docs.forward, self._QW.T.contiguous()).T.contiguous().numpy()
+    def scores(self, block: Block) -> torch.Tensor:
+        self._QW = block.queries.times(self.W)  # B × D: rows qᵀW
+        S = block.docs.times(self._QW.T.contiguous()).T.contiguous()
         if block.gram is not None:
             S += block.gram
         return S
 
-    def update(self, block: Block, coeff: np.ndarray) -> None:
-        C = torch.from_numpy(np.ascontiguousarray(coeff.T))  # P × B
-        c_xd = torch.sparse.mm(block.docs.backward, C).T.contiguous()  # B × D: C Xd
-        grad = torch.sparse.mm(block.queries.backward, c_xd)  # D × D: Xqᵀ C Xd
-        self.opt.step(grad, block.queries.touched_words)
+    def update(self, block: Block, coeff: torch.Tensor) -> None:
+        C = coeff.T.contiguous()  # P × B
+        c_xd = block.docs.t_times(C).T.contiguous()  # B × D: C Xd
+        grad = block.queries.t_times(c_xd)  # D × D: Xqᵀ C Xd
+        self.opt.step(grad, block.queries.update_rows)
 
     def export(self) -> FullWForm:
-        return FullWForm({"W": self.W.numpy().copy()})
+        return FullWForm({"W": host(self.W).copy()})

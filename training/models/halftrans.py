@@ -72,33 +72,33 @@ class HalfTransductive(SSIModel):
         self._ED: torch.Tensor | None = None
         self._VP: torch.Tensor | None = None
 
-    def scores(self, block: Block) -> np.ndarray:
+    def scores(self, block: Block) -> torch.Tensor:
         if block.doc_rows is None:
             raise ValueError("a 'halftrans' model needs the block's document rows")
-        self._EQ = torch.sparse.mm(block.queries.forward, self.W)  # W φ(x)
-        self._ED = torch.sparse.mm(block.docs.forward, self.W)  # W φ(y): the functional embedding
+        self._EQ = block.queries.times(self.W)  # W φ(x)
+        self._ED = block.docs.times(self.W)  # W φ(y): the functional embedding
         rows = torch.from_numpy(block.doc_rows.astype(np.int64))
         free = torch.from_numpy(self.has_vector[block.doc_rows])
         self._delta = self.offset()
         self._VP = torch.where(free[:, None], self.v.index_select(0, rows) + self._delta, self._ED)
-        return (self._EQ @ self._VP.T).numpy()
+        return self._EQ @ self._VP.T
 
-    def update(self, block: Block, coeff: np.ndarray) -> None:
+    def update(self, block: Block, coeff: torch.Tensor) -> None:
         assert self._EQ is not None and self._ED is not None and self._VP is not None, "scores() must come first"
         assert block.doc_rows is not None and self._delta is not None
         EQ, ED = self._EQ, self._ED
-        C = torch.from_numpy(coeff)
+        C = coeff
         grad_EQ = C @ self._VP
         grad_vp = C.T @ EQ
         grad_W = None
         triples = block.triples
         if self.shape.gamma > 0 and triples is not None:
-            K = (EQ @ ED.T).numpy()
+            K = EQ @ ED.T
             _, coeff_k, _ = margin_ranking(K, triples.query, triples.pos, triples.neg, triples.valid, triples.margin)
-            C_k = torch.from_numpy(coeff_k).mul_(self.shape.gamma)
+            C_k = coeff_k.mul_(self.shape.gamma)
             grad_EQ += C_k @ ED
-            grad_W = torch.sparse.mm(block.docs.backward, C_k.T @ EQ)
-        from_queries = torch.sparse.mm(block.queries.backward, grad_EQ)
+            grad_W = block.docs.t_times(C_k.T @ EQ)
+        from_queries = block.queries.t_times(grad_EQ)
         grad_W = from_queries if grad_W is None else grad_W.add_(from_queries)
         both = np.union1d(block.queries.touched_words, block.docs.touched_words)
         self.opt_W.step(grad_W, both if triples is not None and self.shape.gamma > 0 else block.queries.touched_words)

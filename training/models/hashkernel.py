@@ -121,14 +121,14 @@ class HashKernel(SSIModel):
         self._grad_W = np.zeros_like(self.W)
         self._grad_w = np.zeros_like(self.w)
 
-    def scores(self, block: Block) -> np.ndarray:
-        return hashed_scores(block.queries.full, block.docs.full, self.W, self.w)
+    def scores(self, block: Block) -> torch.Tensor:
+        return torch.from_numpy(hashed_scores(block.queries.full, block.docs.full, self.W, self.w))
 
-    def update(self, block: Block, coeff: np.ndarray) -> None:
+    def update(self, block: Block, coeff: torch.Tensor) -> None:
         _accumulate(
             *csr_parts(block.queries.full),
             *csr_parts(block.docs.full),
-            np.ascontiguousarray(coeff, dtype=np.float32),
+            np.ascontiguousarray(coeff.numpy(), dtype=np.float32),
             self._grad_W,
             self._grad_w,
             DENSE_SHARE,

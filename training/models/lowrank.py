@@ -13,15 +13,14 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numpy as np
 import torch
 
 from ssi.forms import Form
 from ssi.forms.lowrank import LowRank as LowRankForm
 from ssi.forms.noidentity import NoIdentity as NoIdentityForm
 from ssi.forms.symmetric import Symmetric as SymmetricForm
-from training.models.base import ModelShape, SSIModel
-from training.models.block import Block
+from training.models.base import ModelShape, SSIModel, host
+from training.models.block import Block, union_rows
 from training.models.optim import RowAdagrad
 
 
@@ -30,17 +29,18 @@ class LowRank(SSIModel):
     description: ClassVar[str] = "(Uq)·(Vd) + q·d, the default"
     lexical_scale: ClassVar[float] = 1.0
     form: ClassVar[type[Form]] = LowRankForm
+    runs_on_device: ClassVar[bool] = True
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__(shape)
-        gen = torch.Generator().manual_seed(shape.seed)
-        self.U = torch.randn(shape.n_words, shape.n_dims, generator=gen).mul_(shape.init_scale)
+        gen = torch.Generator().manual_seed(shape.seed)  # drawn on the CPU: the same start on every device
+        self.U = torch.randn(shape.n_words, shape.n_dims, generator=gen).mul_(shape.init_scale).to(shape.device)
         self.V = self._make_v(gen)
         self.opt_U = RowAdagrad(self.U, shape.lr)
         self.opt_V = RowAdagrad(self.V, shape.lr) if self.V is not self.U else None
         self._EQ: torch.Tensor | None = None
         self._ED: torch.Tensor | None = None
-        self.reached = torch.zeros(shape.n_words, dtype=torch.bool)  # rows of U some update reached
+        self.reached = torch.zeros(shape.n_words, dtype=torch.bool, device=shape.device)  # rows some update reached
 
     def warm_start(self, init: Form, lr_scale: float = 1.0) -> None:
         """Start from a trained low-rank SSI's U and V (e.g. PSI-3 from its degree-2 model).
@@ -54,7 +54,7 @@ class LowRank(SSIModel):
         if init.n_dims != self.shape.n_dims:
             raise ValueError(f"the warm-start bundle has N = {init.n_dims}, this model N = {self.shape.n_dims}")
         self.U.copy_(torch.from_numpy(self._restrict(init.values["U"])))
-        self.V.copy_(torch.from_numpy(self._restrict(init.values["V"])))
+        self.V.copy_(torch.from_numpy(self._restrict(init.values["V"])))  # copy_ moves them to the device
         self.reached |= self.U.ne(0).any(dim=1)
         self.opt_U.lr *= lr_scale
         if self.opt_V is not None:
@@ -63,40 +63,38 @@ class LowRank(SSIModel):
     def _make_v(self, gen: torch.Generator) -> torch.Tensor:
         # V starts at zero and U at small random values: the first score is exactly tf-idf (no
         # noise to unlearn) while ∂/∂V = Xdᵀ Cᵀ(Xq U) is already non-zero.
-        return torch.zeros(self.shape.n_words, self.shape.n_dims)
+        return torch.zeros(self.shape.n_words, self.shape.n_dims, device=self.shape.device)
 
-    def scores(self, block: Block) -> np.ndarray:
-        self._EQ = torch.sparse.mm(block.queries.forward, self.U)
-        self._ED = torch.sparse.mm(block.docs.forward, self.V)
-        S = (self._EQ @ self._ED.T).numpy()
+    def scores(self, block: Block) -> torch.Tensor:
+        self._EQ = block.queries.times(self.U)
+        self._ED = block.docs.times(self.V)
+        S = self._EQ @ self._ED.T
         if self.lexical_scale and block.gram is not None:
             S += self.lexical_scale * block.gram
         return S
 
-    def update(self, block: Block, coeff: np.ndarray) -> None:
+    def update(self, block: Block, coeff: torch.Tensor) -> None:
         assert self._EQ is not None and self._ED is not None, "scores() must come first"
-        C = torch.from_numpy(coeff)
-        grad_U = torch.sparse.mm(block.queries.backward, C @ self._ED)
-        grad_V = torch.sparse.mm(block.docs.backward, C.T @ self._EQ)
+        grad_U = block.queries.t_times(coeff @ self._ED)
+        grad_V = block.docs.t_times(coeff.T @ self._EQ)
         if self.opt_V is None:  # symmetric: one table gets both sides' gradients
             grad_U += grad_V
-            rows = np.union1d(block.queries.touched_words, block.docs.touched_words)
-            self.opt_U.step(grad_U, rows)
+            self.opt_U.step(grad_U, union_rows(block.queries.update_rows, block.docs.update_rows))
+            block.docs.mark(self.reached)
         else:
-            rows = block.queries.touched_words
-            self.opt_U.step(grad_U, rows)
-            self.opt_V.step(grad_V, block.docs.touched_words)
-        self.reached[torch.from_numpy(rows.astype(np.int64))] = True
+            self.opt_U.step(grad_U, block.queries.update_rows)
+            self.opt_V.step(grad_V, block.docs.update_rows)
+        block.queries.mark(self.reached)
         self._EQ = self._ED = None
 
     def export(self) -> Form:
         # A row of U that no training query ever reached holds only its random start: exported, it
         # would add noise to every query using that word. Such rows are exported as zero (V's
         # untouched rows are zero already: V starts at zero).
-        U = self._expand((self.U * self.reached[:, None]).numpy())
+        U = self._expand(host(self.U * self.reached[:, None]))
         if self.V is self.U:
             return self.form({"U": U})
-        return self.form({"U": U, "V": self._expand(self.V.numpy())})
+        return self.form({"U": U, "V": self._expand(host(self.V))})
 
 
 class Symmetric(LowRank):

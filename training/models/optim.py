@@ -3,7 +3,8 @@
 Adagrad (Duchi et al., 2011): G_t = G_{t-1} + g², W ← W − η g / (√G_t + ε). A row whose gradient
 is zero is left exactly as it is, so when most rows are touched the dense in-place update is the
 same computation, done faster; when few are (short queries, huge vocabularies) only those rows
-are read and written.
+are read and written. On a GPU the update is always the dense one (`rows` None): it costs less there than
+finding out which rows a step touched.
 """
 
 from __future__ import annotations
@@ -21,11 +22,11 @@ class RowAdagrad:
         self.lr = lr
         self.accumulator = torch.zeros_like(weight)
 
-    def step(self, grad: torch.Tensor, rows: np.ndarray) -> None:
-        """Apply `grad` (same shape as the table, zero outside `rows`)."""
-        if rows.size == 0:
+    def step(self, grad: torch.Tensor, rows: np.ndarray | None) -> None:
+        """Apply `grad` (same shape as the table, zero outside `rows`; None: the whole table)."""
+        if rows is not None and rows.size == 0:
             return
-        if rows.size >= DENSE_SHARE * self.weight.shape[0]:
+        if rows is None or rows.size >= DENSE_SHARE * self.weight.shape[0]:
             self.accumulator.addcmul_(grad, grad)
             self.weight.addcdiv_(grad, self.accumulator.sqrt().add_(EPS), value=-self.lr)
             return
