@@ -7,7 +7,8 @@
 #
 # DATA: the Wikispeedia folder (default ../shared/data/wikispeedia); PYTHON: the interpreter whose PyTorch
 # sees the GPU (default: python3; the project's packages importable, e.g. PYTHONPATH=.); SECONDS_TRAIN: the
-# training budget (default 60); DEVICE: cuda (cpu makes the same files on a machine without one, slowly).
+# training budget (default 60); THREADS: CPU threads for validation (default 2); DEVICE: cuda (cpu makes the
+# same files on a machine without one, slowly).
 # What it writes: device.txt, tests.log, train_throughput.json (+ .txt), train_gpu.json (ssi train's summary),
 # eval.txt (ssi eval's table: MAP ± standard error on the validation links, BM25 beside it).
 # The reference is a 15-minute CPU run of the same command (--device cpu --max-minutes 15): see
@@ -47,7 +48,7 @@ echo "==> quality: ssi train for ${budget} s on the $device, validation MAP"
 minutes="$("$py" -c "print($budget / 60)")"
 "$py" -m ssi_cli train --corpus "$data/docs.jsonl.gz" --pairs "$data/links.train.tsv.gz" \
     --valid-pairs "$data/links.valid.tsv.gz" --out "$work/wiki" --frequent-words 10000 \
-    --max-minutes "$minutes" --eval-every 25 --device "$device" --no-progress >"$out/train_gpu.json" \
+    --max-minutes "$minutes" --threads "${THREADS:-2}" --device "$device" --no-progress >"$out/train_gpu.json" \
     2> >(tail -20 >&2) || status=1
 "$py" -c "import json,sys; s=json.load(open(sys.argv[1])); print('device', s['device'], 'steps', s['steps'], \
 'triples/s', s['triples_per_second'], 'valid MAP', round(s['valid']['map'], 4), 'best step', s['best_step'])" \
