@@ -144,8 +144,10 @@ class Trainer:
         self._device_docs = DeviceCSR(self._doc_rows, n_words, device)
         self._device_gram: torch.Tensor | None = None
         self._device_lexical: tuple[DeviceCSR, DeviceCSR] | None = None
-        if self.model.needs_gram:
-            cached = LexicalBlocks(data.X_queries, doc_matrix, s.max_gram_entries).cached
+        # The host keeps the whole q·d table too, where it fits: validation reads it (training.run).
+        self.lexical = LexicalBlocks(data.X_queries, doc_matrix, s.max_gram_entries) if self.model.needs_gram else None
+        if self.lexical is not None:
+            cached = self.lexical.cached
             if cached is not None:
                 self._device_gram = torch.from_numpy(cached).to(device)
             else:

@@ -145,6 +145,7 @@ def test_the_device_path_learns_on_the_cpu_as_the_host_does(synonyms: SynonymCor
         for on_device in (False, True)
     }
     host, device = results[False], results[True]
+    assert Trainer(data, settings, device_path=True).lexical is not None  # validation reads its q·d (training.run)
     start = device.history[0]["map"]  # step 0: tf-idf
     assert device.best_metrics["map"] > 0.8 and device.best_metrics["map"] > 5 * start
     assert device.best_metrics["map"] == pytest.approx(host.best_metrics["map"], abs=0.1)
