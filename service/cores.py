@@ -91,10 +91,7 @@ def usable_cores() -> Cores:
     return Cores(usable=usable, host=host, bound_by=bound_by)
 
 
-# Worker processes `ssi serve` starts by default at most: each holds its own lexical index and bundle (the
-# vectors of a flat or IVF index are shared), so a 64-core host would hold 64 copies; beyond this count a
-# user sets SSI_WORKERS.
-MAX_DEFAULT_WORKERS = 8
+MAX_WORKERS = 1024  # Settings.workers' bound: what one supervisor starts at most, given or not
 
 
 def serve_sizes(cores: int, workers: int | None, threads: int | None) -> tuple[int, int]:
@@ -104,9 +101,13 @@ def serve_sizes(cores: int, workers: int | None, threads: int | None) -> tuple[i
     (on 2 cores, 100k passages, 32 clients: two workers of one thread 869 searches/s, one process of two
     threads 594, docs/performance/search.md "The defaults against one process"). Threads fill what the
     workers leave, so workers × threads stays within the cores; a single worker keeps its two threads.
+
+    No fixed cap below MAX_WORKERS: a cap of 8 left half of a 16-core host idle (0.47 of the scan floor × 14
+    cores). A worker's own memory is what it does not share with the others (docs/operate/workers.md, "What a
+    worker costs"): the vectors and tf-idf rows loaded from a snapshot are mapped once for all of them.
     """
     if workers is None:
-        workers = max(1, min(MAX_DEFAULT_WORKERS, cores // (threads or 1)))
+        workers = max(1, min(MAX_WORKERS, cores // (threads or 1)))
     if threads is None:
         threads = max(1, min(2, cores // workers))
     return workers, threads

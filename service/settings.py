@@ -24,7 +24,7 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from service.cores import serve_sizes, usable_cores
+from service.cores import MAX_WORKERS, serve_sizes, usable_cores
 
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -131,9 +131,9 @@ class Settings(BaseSettings):
     threads: int = Field(default_factory=default_threads, ge=1, le=256)
     # Server processes on one socket and one data folder (service.workers): each holds its own index and
     # replays the others' writes from the store before it searches. 1: this process serves alone.
-    workers: int = Field(default=1, ge=1, le=64)
+    workers: int = Field(default=1, ge=1, le=MAX_WORKERS)
     # Which worker of a group this process is: set by the supervisor for each worker (service.workers).
-    worker_number: int = Field(default=0, ge=0, le=63)
+    worker_number: int = Field(default=0, ge=0, le=MAX_WORKERS - 1)
     # How long POST /admin/reload in a worker group waits for every worker to serve the new bundle
     # (service.group_reload); past it, the answer says how many do and the others follow.
     reload_wait: float = Field(default=120.0, ge=0.0, le=3600.0)

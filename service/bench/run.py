@@ -121,6 +121,12 @@ def _serve_and_measure(
             f"{measured.throughput_qps:.1f} q/s, {measured.errors} errors, "
             f"server CPU {cpu_ms:.2f} ms/request")  # fmt: skip
     result["rss_mb_after_load"] = round(server.rss_bytes() / 2**20, 1)
+    result["worker_memory_mb_after_load"] = [
+        {name: round(value / 2**20, 1) for name, value in worker.items()} for worker in server.worker_memory()
+    ]
+    for number, worker in enumerate(result["worker_memory_mb_after_load"]):
+        log(f"[{index_type}] worker {number}: PSS {worker.get('pss')} MB (anonymous {worker.get('pss_anon')}, "
+            f"files {worker.get('pss_file')}), RSS {worker.get('rss')} MB")  # fmt: skip
     return result, server
 
 

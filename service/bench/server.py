@@ -21,6 +21,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def smaps_rollup(pid: int) -> dict[str, int]:
+    """Rss, Pss, Pss_Anon and Pss_File of a process in bytes ({} where /proc/PID/smaps_rollup is not there)."""
+    try:
+        lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()
+    except OSError:
+        return {}
+    wanted = {"Rss:": "rss", "Pss:": "pss", "Pss_Anon:": "pss_anon", "Pss_File:": "pss_file"}
+    out: dict[str, int] = {}
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 2 and parts[0] in wanted:
+            out[wanted[parts[0]]] = int(parts[1]) * 1024
+    return out
+
+
+def _cmdline(process: psutil.Process) -> list[str]:
+    try:
+        return process.cmdline()
+    except psutil.Error:
+        return []
+
+
 class ServedProcess:
     def __init__(self, bundle: Path, corpus: Path, work_dir: Path, settings: dict[str, str]) -> None:
         self.port = free_port()
@@ -63,6 +85,21 @@ class ServedProcess:
     def rss_bytes(self) -> int:
         """Resident memory of the server's processes together (each worker holds its own index)."""
         return sum(p.memory_info().rss for p in self._processes())
+
+    def worker_memory(self) -> list[dict[str, int]]:
+        """Each serving process's memory from /proc/PID/smaps_rollup (Linux), in bytes: `pss` (proportional set
+        size: a page shared by n processes counts 1/n in each, so the workers' PSS add up to what the group
+        holds), `pss_anon` (its private heap), `pss_file` (its share of mapped files: bundle, snapshot) and
+        `rss`. The workers only, with SSI_WORKERS > 1 (the supervisor holds no collection); [] off Linux."""
+        processes = self._processes()
+        # Spawned workers run multiprocessing's spawn_main (the resource tracker, also a child, does not).
+        workers = [p for p in processes[1:] if any("spawn_main" in part for part in _cmdline(p))]
+        out = []
+        for process in workers or processes[:1]:
+            fields = smaps_rollup(process.pid)
+            if fields:
+                out.append(fields)
+        return out
 
     def cpu_seconds(self) -> float:
         """CPU time the server's processes have used so far (all threads, user + system): on a shared

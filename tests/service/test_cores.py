@@ -58,7 +58,10 @@ def test_a_quota_rounds_up_and_bounds_the_default_threads(monkeypatch: pytest.Mo
     [
         (1, None, None, (1, 1)),
         (2, None, None, (2, 1)),  # the 2-core machine: a worker per core, never more busy threads than cores
-        (16, None, None, (8, 2)),  # at most MAX_DEFAULT_WORKERS workers; threads fill the rest
+        (16, None, None, (16, 1)),  # no fixed cap: a worker per core on a 16-core host
+        (64, None, None, (64, 1)),
+        (5000, None, None, (cores.MAX_WORKERS, 2)),  # only Settings.workers' bound; threads fill the rest
+        (16, None, 2, (8, 2)),  # threads asked for: workers fill the rest
         (2, 1, None, (1, 2)),  # one worker asked for: it keeps two threads
         (4, None, 2, (2, 2)),  # threads asked for: workers fill the rest
         (2, 3, 3, (3, 3)),  # both given: as given (the start-up line warns of oversubscription)

@@ -37,6 +37,10 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
     for index_type in ("flat", "hnsw"):
         assert report[index_type]["documents"] == len(small_world["docs"])
         assert report[index_type]["rss_mb_ready"] > 10 and report[index_type]["index_cache_mb"] > 0
+        # Each worker's proportional set size (a page shared by both counts half in each): the two workers only.
+        workers = report[index_type]["worker_memory_mb_after_load"]
+        assert len(workers) == 2
+        assert all(0 < w["pss"] <= w["rss"] and w["pss_anon"] + w["pss_file"] <= w["pss"] + 1 for w in workers)
         for clients in ("1", "4"):
             level = report[index_type]["load"][clients]
             assert level["errors"] == 0 and level["requests"] > 0
