@@ -131,21 +131,32 @@ def main(
     seconds: Annotated[float, typer.Option(help="Wall time for each of the two trainers.")] = 60.0,
     dims: Annotated[int, typer.Option(help="N.")] = 100,
     vocab_size: Annotated[int, typer.Option(help="D.")] = 30000,
-    threads: Annotated[int, typer.Option(help="torch threads for both.")] = 2,
+    threads: Annotated[
+        list[int] | None,
+        typer.Option(help="torch threads (repeat for several: the block trainer runs at each; plain at the first)."),
+    ] = None,
+    plain_seconds: Annotated[float | None, typer.Option(help="Wall time of the plain baseline (0: skip it).")] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N, for both (training.device).")] = "cpu",
     plain_batch: Annotated[int, typer.Option(help="Triples per step of the plain baseline.")] = 256,
     out: Annotated[Path, typer.Option(help="JSON result file.")] = Path("bench-results/train_throughput.json"),
 ) -> None:
-    torch.set_num_threads(threads)
+    counts = threads or [2]
+    torch.set_num_threads(counts[0])
     data = load_training_data(corpus, pairs=pairs, vocab_size=vocab_size)
     settings = TrainSettings(
-        corpus=corpus, pairs=pairs, out=Path("unused"), n_dims=dims, threads=threads, device=device
+        corpus=corpus, pairs=pairs, out=Path("unused"), n_dims=dims, threads=counts[0], device=device
     )
     trainer = Trainer(data, settings, docs=data.vocab.doc_matrix(data.X_docs))
     for _ in range(3):  # warm-up (first-touch allocations, the GPU's kernels)
         int(trainer.step()[2])
-    block = run_block(trainer, seconds)
-    plain = run_plain(data, dims, seconds, plain_batch, seed=0, device=trainer.device)
+    by_threads = {}
+    for count in counts:
+        torch.set_num_threads(count)
+        by_threads[count] = run_block(trainer, seconds)
+    block = by_threads[counts[0]]
+    torch.set_num_threads(counts[0])
+    plain_for = seconds if plain_seconds is None else plain_seconds
+    plain = run_plain(data, dims, plain_for, plain_batch, seed=0, device=trainer.device) if plain_for > 0 else None
     result = {
         "corpus": str(corpus),
         "n_docs": data.X_docs.shape[0],
@@ -153,23 +164,25 @@ def main(
         "train_pairs": data.train.size,
         "N": dims,
         "D": data.vocab.size,
-        "threads": threads,
+        "threads": counts[0],
         "device": trainer.device_name,
         "machine": platform.machine(),
         "torch": torch.__version__,
         "block_trainer": block,
+        "block_trainer_by_threads": by_threads,
         "plain_pytorch": plain,
-        "speedup": block["triples_per_second"] / plain["triples_per_second"],
+        "speedup": block["triples_per_second"] / plain["triples_per_second"] if plain else None,
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    typer.echo(
-        f"corpus {data.X_docs.shape[0]} docs, N={dims}, D={data.vocab.size}, threads={threads}, "
-        f"device {trainer.device_name}\n"
-        f"block trainer : {block['triples_per_second']:>10,.0f} triples/s  (phases {block['phase_share']})\n"
-        f"plain PyTorch : {plain['triples_per_second']:>10,.0f} triples/s\n"
-        f"speedup       : {result['speedup']:.1f}x   -> {out}"
-    )
+    lines = [f"corpus {data.X_docs.shape[0]} docs, N={dims}, D={data.vocab.size}, device {trainer.device_name}"]
+    for count, run in by_threads.items():
+        rate = run["triples_per_second"]
+        lines.append(f"block trainer, {count:>2} threads : {rate:>10,.0f} triples/s  (phases {run['phase_share']})")
+    if plain is not None:
+        lines.append(f"plain PyTorch, {counts[0]:>2} threads : {plain['triples_per_second']:>10,.0f} triples/s")
+        lines.append(f"speedup                  : {result['speedup']:.1f}x")
+    typer.echo("\n".join([*lines, f"-> {out}"]))
 
 
 if __name__ == "__main__":

@@ -139,6 +139,7 @@ class Trainer:
     def _device_setup(self, data: TrainingData, doc_matrix: DocMatrix, sampling: dict, n_words: int) -> None:
         """The corpus, the queries and (where it fits) the whole q·d table on the device, and its sampler."""
         s, device = self.settings, self.device
+        _check_device_memory(device, data, self._doc_rows, s, n_words)
         self.sampler = DeviceTripleSampler(data.train, data.X_docs.shape[0], device=device, **sampling)
         self._device_queries = DeviceCSR(data.X_queries, n_words, device)
         self._device_docs = DeviceCSR(self._doc_rows, n_words, device)
@@ -357,6 +358,35 @@ def _training_device(settings: TrainSettings, data: TrainingData) -> torch.devic
     if device.type != "cpu" and obstacle is not None:
         raise ValueError(f"--device {settings.device}: {obstacle}")
     return device
+
+
+def _check_device_memory(
+    device: torch.device, data: TrainingData, doc_rows: object, settings: TrainSettings, n_words: int
+) -> None:
+    """Refuse, before allocating, a run whose corpus does not fit on the GPU (a CUDA out-of-memory error later
+    would say less). What it holds: the documents' rows twice (and their transpose), the queries' rows, the
+    whole q·d table where it is cached, and per step a few B × P blocks and the B gathered query rows."""
+    if device.type != "cuda":
+        return
+    n_queries, n_docs = data.X_queries.shape[0], data.X_docs.shape[0]
+    widest = int(np.diff(data.X_queries.indptr).max(initial=1))
+    gram = n_queries * n_docs * 4 if n_queries * n_docs <= settings.max_gram_entries else 0
+    pool = min(n_docs, settings.pool_size + settings.batch_queries * settings.positives_per_query)
+    needed = (
+        3 * 12 * int(doc_rows.nnz)  # type: ignore[attr-defined]
+        + 12 * int(data.X_queries.nnz)
+        + gram
+        + 6 * 4 * settings.batch_queries * pool
+        + 3 * 12 * settings.batch_queries * widest
+        + 6 * 4 * n_words * settings.n_dims
+    )
+    free, _total = torch.cuda.mem_get_info(device)
+    if needed > 0.9 * free:
+        raise ValueError(
+            f"training on {device} needs about {needed / 2**30:.1f} GiB there and {free / 2**30:.1f} GiB is free "
+            "(the corpus, its queries and their q·d table stay on the GPU): give --device cpu, or a smaller "
+            "--max-gram-entries"
+        )
 
 
 def _device_obstacle(settings: TrainSettings, data: TrainingData) -> str | None:
