@@ -10,12 +10,14 @@ divided by T, the valid triples: weights of mean 1 (training.sampling scales the
 of an unweighted run. Without weights the computation is the unweighted one, unchanged to the bit.
 
 Written in torch on the scores' device, so that a GPU step never waits on the host: the loss and the share
-of violated triples come back as 0-d tensors, read only when someone asks (training.trainer). The cells'
-sums run in float64 as the numpy `bincount` this replaced did, so a CPU run's gradients are unchanged.
+of violated triples come back as 0-d tensors, read only when someone asks (training.trainer). The cells' sums
+run in float64: on the CPU by numpy's `bincount` as before (the gradients bit for bit those of earlier runs;
+torch's CPU kernels took twice as long on these 2.4 M cells), on a GPU by `index_add_`.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 
@@ -45,8 +47,20 @@ def margin_ranking(
         weight = weight * weights
         kept = kept * weights
     loss = kept.sum(dtype=torch.float64) / count
-    cells = torch.zeros(2, flat.numel(), dtype=torch.float64, device=scores.device)
-    cells[0].index_add_(0, neg_cell, weight)
-    cells[1].index_add_(0, pos_cell, weight)
-    coeff = cells[0] - cells[1]
-    return loss, coeff.view(n_rows, n_cols).to(torch.float32), active.sum() / count
+    return loss, _coefficients(neg_cell, pos_cell, weight, n_rows, n_cols), active.sum() / count
+
+
+def _coefficients(
+    neg_cell: torch.Tensor, pos_cell: torch.Tensor, weight: torch.Tensor, n_rows: int, n_cols: int
+) -> torch.Tensor:
+    """Σ weight over each cell's negatives − Σ weight over its positives, summed in float64, as float32 B × P."""
+    size = n_rows * n_cols
+    if neg_cell.device.type == "cpu":
+        w = weight.numpy()
+        sums = np.bincount(neg_cell.numpy(), weights=w, minlength=size)
+        sums -= np.bincount(pos_cell.numpy(), weights=w, minlength=size)
+        return torch.from_numpy(sums.reshape(n_rows, n_cols).astype(np.float32))
+    sums = torch.zeros(2, size, dtype=torch.float64, device=neg_cell.device)
+    sums[0].index_add_(0, neg_cell, weight)
+    sums[1].index_add_(0, pos_cell, weight)
+    return (sums[0] - sums[1]).view(n_rows, n_cols).to(torch.float32)

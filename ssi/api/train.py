@@ -73,12 +73,12 @@ def train(
 ) -> Trained:
     """Train a model of `kind` on `corpus` and `pairs` and write its bundle to `out` (replaced atomically).
 
-    `pairs`: query-document pairs (document ids, one pair a line), or None when the data comes another way
-    (`queries=` with `qrels=`, `clicks=`, `self_pairs=`). `options`: any other field of `TrainSettings`,
-    such as `n_dims`, `epochs`, `max_minutes`, `lr`, `valid_pairs`, `lexical`, `device` ("auto", "cpu",
-"cuda", "cuda:N": where the steps run, auto a GPU when PyTorch sees one). `progress`: show the
-    trainer's progress bar. Raises `pydantic.ValidationError` (a `ValueError`) for an unknown option or a
-    bad value, and `ssi.corpus.DataFileError` for a file it cannot read, before any training happens.
+        `pairs`: query-document pairs (document ids, one pair a line), or None when the data comes another way
+        (`queries=` with `qrels=`, `clicks=`, `self_pairs=`). `options`: any other field of `TrainSettings`,
+        such as `n_dims`, `epochs`, `max_minutes`, `lr`, `valid_pairs`, `lexical`, `device` ("auto", "cpu",
+    "cuda", "cuda:N": where the steps run, auto a GPU when PyTorch sees one). `progress`: show the
+        trainer's progress bar. Raises `pydantic.ValidationError` (a `ValueError`) for an unknown option or a
+        bad value, and `ssi.corpus.DataFileError` for a file it cannot read, before any training happens.
     """
     given: dict[str, Any] = {"corpus": Path(corpus), "out": Path(out), "kind": kind, **options}
     if pairs is not None:
