@@ -365,6 +365,7 @@ class ModelState:
             described["open_vocab"] = {
                 "enabled": self.embedder.open_rule is not None,
                 "words": self.open.n_words,
+                "postings": self.open.n_postings,
                 "max_words": self.open.max_words,
                 "dropped": self.open.dropped,
             }

@@ -60,6 +60,66 @@ def test_a_new_word_is_found_over_http_and_leaves_with_its_document(tmp_path: Pa
         assert server.client.get("/model").json()["index"]["open_vocab"]["words"] == 0
 
 
+def _open_gauges(server: ThreadServer) -> dict[str, float]:
+    """The open vocabulary's /metrics samples of the default collection, by metric name."""
+    text = server.client.get("/metrics", headers=KEY).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("ssi_open_vocab_") and 'collection="documents"' in line:
+            name, value = line.split("{")[0], line.rsplit(" ", 1)[1]
+            out[name] = float(value)
+    return out
+
+
+def test_metrics_and_model_report_the_open_vocabulary_size(tmp_path: Path) -> None:
+    """/metrics gauges and /model's index.open_vocab hold words, postings and dropped words, after each write;
+    with the switch off, neither has them."""
+    known, later, corpus, bundle = _world(tmp_path)
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "on", api_key=API_KEY, scan_pool=POOL, open_vocab=True
+    ) as server:
+        assert _open_gauges(server) == {
+            "ssi_open_vocab_words": 0.0, "ssi_open_vocab_postings": 0.0, "ssi_open_vocab_dropped": 0.0,
+        }  # fmt: skip
+        twin = Document("twin", "Zymurgical", "quuxblarg zymurgical again")  # two postings for NEW's new words
+        for doc in [NEW, twin, *later[:5]]:
+            response = server.client.put(
+                "/documents/" + quote(doc.id, safe=""), json={"title": doc.title, "text": doc.text}, headers=KEY
+            )
+            assert response.status_code == 200, response.text
+        state = server.app.state.catalog.get("documents").ready_state()
+        described = server.client.get("/model").json()["index"]["open_vocab"]
+        assert described["postings"] == state.open.n_postings > described["words"] == state.open.n_words >= 2
+        assert described["postings"] == sum(len(rows) for rows in state.open.postings.values())
+        assert _open_gauges(server) == {
+            "ssi_open_vocab_words": described["words"],
+            "ssi_open_vocab_postings": described["postings"],
+            "ssi_open_vocab_dropped": 0.0,
+        }
+        assert server.client.delete("/documents/" + quote(NEW.id, safe=""), headers=KEY).status_code == 200
+        after = _open_gauges(server)
+        assert after["ssi_open_vocab_postings"] == state.open.n_postings < described["postings"]
+        assert after["ssi_open_vocab_words"] == state.open.n_words < described["words"]
+    with ThreadServer(  # a cap of 1 word: the rest of a document's new words are counted as dropped
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cap", api_key=API_KEY, scan_pool=POOL,
+        open_vocab=True, open_vocab_words=1,
+    ) as server:  # fmt: skip
+        response = server.client.put(
+            "/documents/" + quote(NEW.id, safe=""), json={"title": NEW.title, "text": NEW.text}, headers=KEY
+        )
+        assert response.status_code == 200, response.text
+        gauges = _open_gauges(server)
+        assert gauges["ssi_open_vocab_words"] == 1 and gauges["ssi_open_vocab_dropped"] >= 1
+        described = server.client.get("/model").json()["index"]["open_vocab"]
+        assert described["dropped"] == gauges["ssi_open_vocab_dropped"] and described["max_words"] == 1
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "off", api_key=API_KEY, scan_pool=POOL
+    ) as server:
+        server.client.put("/documents/x", json={"title": NEW.title, "text": NEW.text}, headers=KEY)
+        assert _open_gauges(server) == {}
+        assert "open_vocab" not in server.client.get("/model").json()["index"]
+
+
 def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path) -> None:
     """Writes, deletes, compaction, a snapshot and a restart: top-k = brute force of reference + open term."""
     known, later, corpus, bundle = _world(tmp_path)
