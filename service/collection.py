@@ -223,6 +223,11 @@ class Collection:
             documents=state.table.n_live,
             rows=state.table.rows,
             seq=state.seq,
+            open_vocab=(
+                (state.open.n_words, state.open.n_postings, state.open.dropped)
+                if state.embedder.open_rule is not None
+                else None
+            ),
         )
 
     def ready_state(self) -> ModelState:

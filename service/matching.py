@@ -2,7 +2,9 @@
 
 A page is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS heaviest words, as
 `/similar` does. The ranking is the collection's exact search (service.model_state: f(q, d) =
-(U q)·(V d) + Σ w_i q_i d_i over cached V d, so a match costs N multiplications per advert scanned).
+(U q)·(V d) + Σ w_i q_i d_i over cached V d, so a match costs N multiplications per advert scanned), with the
+open vocabulary's term (ssi.open_vocab) added exactly as for /search when SSI_OPEN_VOCAB is on: an advert written
+after training is found by a page word only it holds.
 
 Filters never starve: the search asks for the exact top `want` adverts, keeps those the filter
 admits (in order, so they are the exact top of the admitted ones), and when fewer than k are left
@@ -70,12 +72,16 @@ def match_pages(
     """
     collection.require_type("adverts", "/match")
     state = collection.ready_state()
-    rows = state.embedder.featurize_queries(
-        [cut_long_text(text, settings.max_page_chars) for text in pages], settings.max_page_words
-    )
+    texts = [cut_long_text(text, settings.max_page_chars) for text in pages]
+    rows = state.embedder.featurize_queries(texts, settings.max_page_words)
+    # The open vocabulary's term, as /search adds it (ssi.open_vocab): None while closed or no new word is held.
+    tokens = state.open_tokens(texts, rows, settings.max_page_words) if pages else None
     pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
-    first = state.search_rows(rows, k, pool=pool) if pages else []
-    return [_match_one(collection, book, state, rows[i], first[i], k, ad_filter, pool) for i in range(len(pages))]
+    first = state.search_rows(rows, k, pool=pool, query_tokens=tokens) if pages else []
+    return [
+        _match_one(collection, book, state, rows[i], tokens[i] if tokens else None, first[i], k, ad_filter, pool)
+        for i in range(len(pages))
+    ]
 
 
 def _match_one(
@@ -83,12 +89,14 @@ def _match_one(
     book: AdvertBook,
     state: ModelState,
     page: sp.csr_matrix,
+    tokens: list[str] | None,
     result: QueryResult,
     k: int,
     ad_filter: AdFilter,
     pool: int,
 ) -> PageMatch:
-    """One page (its query row `page`, and `result`, its exact top k) to its top k admitted adverts."""
+    """One page (its query row `page`, its `tokens` for the open term, and `result`, its exact top k) to its top k
+    admitted adverts."""
     want = k
     while True:
         n_live = state.table.n_live
@@ -97,11 +105,11 @@ def _match_one(
         if len(chosen) >= k or len(result.doc_ids) < want or want >= n_live:
             break
         want = min(n_live, want * GROWTH)
-        (result,) = state.search_rows(page, want, pool=pool)
+        (result,) = state.search_rows(page, want, pool=pool, query_tokens=None if tokens is None else [tokens])
     stored = collection.get_many([result.doc_ids[j] for j in chosen])
     chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup
     ids = [result.doc_ids[j] for j in chosen]
-    shared, related = explain(state, page, [result.rows[j] for j in chosen])
+    shared, related = explain(state, page, [result.rows[j] for j in chosen], tokens)
     position = {result.doc_ids[j]: j for j in chosen}
     hits = [
         AdHit(
@@ -120,9 +128,12 @@ def _match_one(
     return PageMatch(hits=hits, page_words=result.query_words, ranked=result.candidates)
 
 
-def explain(state: ModelState, page: sp.csr_matrix, rows: list[int]) -> tuple[list[list[str]], list[list[str]]]:
+def explain(
+    state: ModelState, page: sp.csr_matrix, rows: list[int], tokens: list[str] | None = None
+) -> tuple[list[list[str]], list[list[str]]]:
     """(shared words, related page words) of each advert, strongest first, for the adverts at `rows` of `state`
-    as they were ranked; `page` is the page's query row as it was searched.
+    as they were ranked; `page` is the page's query row as it was searched, `tokens` its tokens for the open
+    vocabulary (None: closed), whose new words shared with an advert count among its shared words by q_t·d_t.
 
     Both come from what the state holds, not from the adverts' texts: each advert's value of each page word
     from the lexical index's posting lists, its e(d) from the vector index (rows are never renumbered within
@@ -144,11 +155,16 @@ def explain(state: ModelState, page: sp.csr_matrix, rows: list[int]) -> tuple[li
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
     # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
     shares = ad_values * q_vals[None, :]
+    opened = state.open_shares(tokens, rows) if tokens is not None else [{} for _ in rows]
     shared_all, related_all = [], []
     for a in range(at.shape[0]):
         present = np.flatnonzero(shares[a] > 0)
         strongest = present[np.lexsort((-q_ids[present], -shares[a, present]))][:EXPLAIN_WORDS]
-        shared_all.append([vocab.feature_name(int(q_ids[j])) for j in strongest.tolist()])
+        shared = [(float(shares[a, j]), vocab.feature_name(int(q_ids[j]))) for j in strongest.tolist()]
+        if opened[a]:  # new words beside bundle words, by share (a bundle word first on a tie)
+            shared += sorted(((v, w) for w, v in opened[a].items()), key=lambda item: (-item[0], item[1]))
+            shared.sort(key=lambda item: -item[0])
+        shared_all.append([word for _, word in shared[:EXPLAIN_WORDS]])
         order = np.argsort(-contribution[a])[:EXPLAIN_WORDS]
         related_all.append([vocab.feature_name(int(q_ids[j])) for j in order.tolist() if contribution[a, j] > 0])
     return shared_all, related_all

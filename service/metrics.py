@@ -116,14 +116,39 @@ class Metrics:
             buckets=(1, 2, 4, 8, 16, 24, 32, 48, 64),
             registry=r,
         )
+        # The open vocabulary (ssi.open_vocab, SSI_OPEN_VOCAB): words the bundle lacks held from the served
+        # documents, their postings, and documents' words left out once SSI_OPEN_VOCAB_WORDS was reached. Set only
+        # for a collection whose vocabulary is open (no series with it off, or for a bundle that stays closed).
+        self.open_words = Gauge(
+            "ssi_open_vocab_words", "Open-vocabulary words held (words the bundle lacks)", ["collection"], registry=r
+        )
+        self.open_postings = Gauge(
+            "ssi_open_vocab_postings", "Open-vocabulary postings held (document-word pairs)", ["collection"], registry=r
+        )
+        self.open_dropped = Gauge(
+            "ssi_open_vocab_dropped",
+            "New words of documents not indexed because the open vocabulary was full",
+            ["collection"],
+            registry=r,
+        )
         self._model_labels: dict[str, tuple[str, ...]] = {}
 
     def reject(self, limiter: str, status: int) -> None:
         self.rejected.labels(limiter, str(status)).inc()
 
     def collection_state(
-        self, name: str, *, form: str, content_hash: str, index_type: str, documents: int, rows: int, seq: int
+        self,
+        name: str,
+        *,
+        form: str,
+        content_hash: str,
+        index_type: str,
+        documents: int,
+        rows: int,
+        seq: int,
+        open_vocab: tuple[int, int, int] | None = None,
     ) -> None:
+        """`open_vocab`: (words, postings, dropped) of an open vocabulary; None (closed) removes its series."""
         labels = (name, form, content_hash, index_type)
         old = self._model_labels.get(name)
         if old is not None and old != labels:
@@ -133,6 +158,16 @@ class Metrics:
         self.documents.labels(name).set(documents)
         self.rows.labels(name).set(rows)
         self.write_seq.labels(name).set(seq)
+        gauges = (self.open_words, self.open_postings, self.open_dropped)
+        if open_vocab is None:
+            for gauge in gauges:
+                try:
+                    gauge.remove(name)
+                except KeyError:  # never set for this collection
+                    pass
+        else:
+            for gauge, value in zip(gauges, open_vocab, strict=True):
+                gauge.labels(name).set(value)
 
 
 def method_label(method: str) -> str:

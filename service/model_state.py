@@ -183,11 +183,48 @@ class ModelState:
         of "more like this"); `max_words` keeps only a long text's most heavily weighted words.
         """
         tfidf = self.embedder.featurize_queries(queries, max_words)
-        # Tokens for the open vocabulary's term, only while the collection holds new words (else no cost at all).
-        tokens = self.embedder.query_tokens(queries) if self.open.n_words else None
+        tokens = self.open_tokens(queries, tfidf, max_words)
         return self.search_rows(
             tfidf, want, pool=pool, ef_search=ef_search, nprobe=nprobe, exclude=exclude, query_tokens=tokens
         )
+
+    def open_tokens(
+        self, queries: Sequence[str], tfidf: sp.csr_matrix, max_words: int | None = None
+    ) -> list[list[str]] | None:
+        """The queries' tokens for the open vocabulary's term (ssi.open_vocab), or None: a closed vocabulary, or
+        a collection holding no new word (then nothing is tokenized, at no cost).
+
+        With `max_words` (a long text cut to its heaviest bundle words: `featurize_queries`), each text keeps the
+        tokens of the bundle words its row kept and of every new word: the text with every other word removed,
+        so the open term's Z(q) is the norm that cut row was divided by. `/search`, `/similar` and `/match`
+        all take their tokens here."""
+        if not self.open.n_words:
+            return None
+        tokens = self.embedder.query_tokens(queries)
+        if tokens is None or max_words is None:
+            return tokens
+        vocab = self.bundle.vocab
+        kept: list[list[str]] = []
+        for i, text_tokens in enumerate(tokens):
+            words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
+            if words.shape[0] < max_words:  # not cut: every token stays, as for /search
+                kept.append(text_tokens)
+                continue
+            ids = vocab.ids_of(text_tokens)
+            keep = (ids < 0) | np.isin(ids, words)
+            kept.append([t for t, k in zip(text_tokens, keep.tolist(), strict=True) if k])
+        return kept
+
+    def open_shares(self, tokens: list[str], rows: Sequence[int]) -> list[dict[str, float]]:
+        """For each of `rows`, its new words shared with a query of `tokens` and their q_t·d_t (o(q, d) = w_new ·
+        Σ_t q_t·d_t, the bundle words' q_i·d_i in the same scale): why an advert matched (service.matching)."""
+        rule = self.embedder.open_rule
+        if rule is None or not rows:
+            return [{} for _ in rows]
+        with self.lock.read():
+            weights = rule.query_weights(tokens, self.open.df(), self.table.n_live)
+            lists = {word: self.open.postings.get(word, {}) for word in weights}
+            return [{w: weights[w] / rule.weight * lists[w][row] for w in weights if row in lists[w]} for row in rows]
 
     def search_rows(
         self,
@@ -365,6 +402,7 @@ class ModelState:
             described["open_vocab"] = {
                 "enabled": self.embedder.open_rule is not None,
                 "words": self.open.n_words,
+                "postings": self.open.n_postings,
                 "max_words": self.open.max_words,
                 "dropped": self.open.dropped,
             }

@@ -110,6 +110,11 @@ class OpenPostings:
     postings: dict[str, dict[int, float]] = field(default_factory=dict)
     row_words: dict[int, list[str]] = field(default_factory=dict)
     dropped: int = 0  # new words of documents left out because the open vocabulary was full
+    # Postings held, kept by add/remove (read after every write for /metrics: no walk over the words).
+    _n_postings: int = field(default=0, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._n_postings = sum(len(p) for p in self.postings.values())
 
     @property
     def n_words(self) -> int:
@@ -117,7 +122,8 @@ class OpenPostings:
 
     @property
     def n_postings(self) -> int:
-        return sum(len(p) for p in self.postings.values())
+        """(row, word) pairs held: the sum of the postings' lengths."""
+        return self._n_postings
 
     def df(self) -> Mapping[str, int]:
         """Live document frequency of each held word (a view: len of its postings)."""
@@ -134,6 +140,8 @@ class OpenPostings:
                     self.dropped += 1
                     continue
                 lists = self.postings[word] = {}
+            if row not in lists:
+                self._n_postings += 1
             lists[row] = value
             kept.append(word)
         if kept:
@@ -144,6 +152,7 @@ class OpenPostings:
         for word in self.row_words.pop(row, ()):
             lists = self.postings[word]
             del lists[row]
+            self._n_postings -= 1
             if not lists:
                 del self.postings[word]
 

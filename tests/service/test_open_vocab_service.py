@@ -10,13 +10,17 @@ import shutil
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, make_bundle, make_corpus, write_corpus
 
 from service.collection import Collection
+from service.embedding import keep_top_words
 from service.metrics import Metrics
 from service.settings import CollectionSpec, Settings
 from service.snapshot import snapshots
+from ssi.bundle import load_bundle
 from ssi.records import Document
+from ssi.tokenize import tokenize
 
 KEY = {"X-API-Key": API_KEY}
 POOL = 16
@@ -58,6 +62,66 @@ def test_a_new_word_is_found_over_http_and_leaves_with_its_document(tmp_path: Pa
         assert server.client.delete("/documents/" + quote(NEW.id, safe=""), headers=KEY).status_code == 200
         assert server.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"] == []
         assert server.client.get("/model").json()["index"]["open_vocab"]["words"] == 0
+
+
+def _open_gauges(server: ThreadServer) -> dict[str, float]:
+    """The open vocabulary's /metrics samples of the default collection, by metric name."""
+    text = server.client.get("/metrics", headers=KEY).text
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("ssi_open_vocab_") and 'collection="documents"' in line:
+            name, value = line.split("{")[0], line.rsplit(" ", 1)[1]
+            out[name] = float(value)
+    return out
+
+
+def test_metrics_and_model_report_the_open_vocabulary_size(tmp_path: Path) -> None:
+    """/metrics gauges and /model's index.open_vocab hold words, postings and dropped words, after each write;
+    with the switch off, neither has them."""
+    known, later, corpus, bundle = _world(tmp_path)
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "on", api_key=API_KEY, scan_pool=POOL, open_vocab=True
+    ) as server:
+        assert _open_gauges(server) == {
+            "ssi_open_vocab_words": 0.0, "ssi_open_vocab_postings": 0.0, "ssi_open_vocab_dropped": 0.0,
+        }  # fmt: skip
+        twin = Document("twin", "Zymurgical", "quuxblarg zymurgical again")  # two postings for NEW's new words
+        for doc in [NEW, twin, *later[:5]]:
+            response = server.client.put(
+                "/documents/" + quote(doc.id, safe=""), json={"title": doc.title, "text": doc.text}, headers=KEY
+            )
+            assert response.status_code == 200, response.text
+        state = server.app.state.catalog.get("documents").ready_state()
+        described = server.client.get("/model").json()["index"]["open_vocab"]
+        assert described["postings"] == state.open.n_postings > described["words"] == state.open.n_words >= 2
+        assert described["postings"] == sum(len(rows) for rows in state.open.postings.values())
+        assert _open_gauges(server) == {
+            "ssi_open_vocab_words": described["words"],
+            "ssi_open_vocab_postings": described["postings"],
+            "ssi_open_vocab_dropped": 0.0,
+        }
+        assert server.client.delete("/documents/" + quote(NEW.id, safe=""), headers=KEY).status_code == 200
+        after = _open_gauges(server)
+        assert after["ssi_open_vocab_postings"] == state.open.n_postings < described["postings"]
+        assert after["ssi_open_vocab_words"] == state.open.n_words < described["words"]
+    with ThreadServer(  # a cap of 1 word: the rest of a document's new words are counted as dropped
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cap", api_key=API_KEY, scan_pool=POOL,
+        open_vocab=True, open_vocab_words=1,
+    ) as server:  # fmt: skip
+        response = server.client.put(
+            "/documents/" + quote(NEW.id, safe=""), json={"title": NEW.title, "text": NEW.text}, headers=KEY
+        )
+        assert response.status_code == 200, response.text
+        gauges = _open_gauges(server)
+        assert gauges["ssi_open_vocab_words"] == 1 and gauges["ssi_open_vocab_dropped"] >= 1
+        described = server.client.get("/model").json()["index"]["open_vocab"]
+        assert described["dropped"] == gauges["ssi_open_vocab_dropped"] and described["max_words"] == 1
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "off", api_key=API_KEY, scan_pool=POOL
+    ) as server:
+        server.client.put("/documents/x", json={"title": NEW.title, "text": NEW.text}, headers=KEY)
+        assert _open_gauges(server) == {}
+        assert "open_vocab" not in server.client.get("/model").json()["index"]
 
 
 def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path) -> None:
@@ -160,3 +224,70 @@ def test_a_snapshot_loads_or_is_rebuilt_across_the_switch(tmp_path: Path) -> Non
     assert reopened.ready_state().open.n_words > 0
     _check(reopened, Oracle(bundle, [*known, *later, NEW], open_vocab=True), queries)
     reopened.close()
+
+
+def test_match_ranks_adverts_with_the_open_term_as_search_does(tmp_path: Path) -> None:
+    """/match (adverts) with SSI_OPEN_VOCAB on: an advert written after training is the first match for a page
+    holding a word only it has, explained by that word, ranked as the brute force of reference + open term (also
+    when a filter makes the match search again wider); with the switch off the new word finds nothing."""
+    known, later, corpus, bundle = _world(tmp_path)
+    ads = write_corpus(tmp_path / "ads.jsonl", known)
+    twin = Document("twin-ad", "Plain", later[0].text)  # written after training too, without NEW's new words
+    page = known[0].title + " on zymurgical brewing"
+    common = dict(  # fmt: skip
+        bundle=bundle,
+        corpus=corpus,
+        api_key=API_KEY,
+        scan_pool=POOL,
+        collections={"ads": CollectionSpec(bundle=bundle, corpus=ads, type="adverts")},
+    )
+
+    def put_ad(server: ThreadServer, doc: Document) -> None:
+        body = {"title": doc.title, "text": doc.text, "budget": False}
+        response = server.client.put("/adverts/" + quote(doc.id, safe=""), json=body, headers=KEY)
+        assert response.status_code == 200, response.text
+
+    def match(server: ThreadServer, text: str, k: int = 5, **filters: object) -> list[dict]:
+        response = server.client.post("/match", json={"page": text, "k": k, "filters": filters})
+        assert response.status_code == 200, response.text
+        return response.json()["results"][0]["ads"]
+
+    with ThreadServer(**common, cache_dir=tmp_path / "on", open_vocab=True) as server:  # type: ignore[arg-type]
+        assert NEW.id not in [ad["id"] for ad in match(server, page)]
+        assert match(server, "zymurgical") == []
+        put_ad(server, NEW)
+        put_ad(server, twin)
+        oracle = Oracle(bundle, [*known, NEW, twin], open_vocab=True)
+        (spelled,) = load_bundle(bundle).vocab.spelled(["zymurgical"])
+        for text in (page, "zymurgical", "quuxblarg barley " + known[3].title):
+            matched = match(server, text)
+            assert matched[0]["id"] == NEW.id, (text, matched)
+            assert_same_ranking(matched, oracle, text, 5)
+        assert spelled in match(server, page)[0]["shared_words"]
+        # budget false admits only the two written adverts: fewer than k among the first ones, so the match asks
+        # again for more, and ranks those with the open term too (the brute force restricted to the admitted).
+        admitted = match(server, page, k=2, budget=False)
+        f = oracle.scores(page)
+        expected = sorted([NEW.id, twin.id], key=lambda i: -f[oracle.ids.index(i)])
+        assert [ad["id"] for ad in admitted] == expected == [NEW.id, twin.id]
+        for ad in admitted:
+            assert ad["score"] == pytest.approx(f[oracle.ids.index(ad["id"])], abs=1e-4)
+        assert server.client.delete("/adverts/" + quote(NEW.id, safe=""), headers=KEY).status_code == 200
+        assert match(server, "zymurgical") == []
+    # A long page cut to its SSI_MAX_PAGE_WORDS heaviest bundle words: the open term is that of the text with every
+    # other bundle word removed (Z(q) = the norm the cut row was divided by), new words kept.
+    long_page = " ".join(dict.fromkeys(" ".join(d.text for d in known[:3]).split())) + " zymurgical"
+    vocab = load_bundle(bundle).vocab
+    kept = keep_top_words(vocab.featurize_queries([long_page]), 4).indices
+    tokens = tokenize(long_page)
+    cut = " ".join(t for t, i in zip(tokens, vocab.ids_of(tokens).tolist(), strict=True) if i < 0 or i in kept)
+    assert len(kept) == 4 and len(set(tokens)) > 12
+    with ThreadServer(**common, cache_dir=tmp_path / "cut", open_vocab=True, max_page_words=4) as server:  # type: ignore[arg-type]
+        put_ad(server, NEW)
+        matched = match(server, long_page)
+        assert NEW.id in [ad["id"] for ad in matched]
+        assert_same_ranking(matched, Oracle(bundle, [*known, NEW], open_vocab=True), cut, 5)
+    with ThreadServer(**common, cache_dir=tmp_path / "off") as server:  # type: ignore[arg-type]
+        put_ad(server, NEW)
+        assert match(server, "zymurgical") == []
+        assert_same_ranking(match(server, page), Oracle(bundle, [*known, NEW]), page, 5)

@@ -96,6 +96,30 @@ def test_deletes_take_postings_out_and_the_cap_drops_new_words() -> None:
     assert OpenPostings.from_json(kept.to_json()).postings == kept.postings
 
 
+def test_the_postings_count_follows_every_change() -> None:
+    """n_postings (read after every write for /metrics and /model) is kept by add/remove, never walked."""
+
+    def walked(p: OpenPostings) -> int:
+        return sum(len(rows) for rows in p.postings.values())
+
+    postings = OpenPostings(max_words=3)
+    steps = [
+        lambda: postings.add(0, {"a": 0.5, "b": 0.4}),
+        lambda: postings.add(1, {"a": 0.3, "c": 0.2}),
+        lambda: postings.add(0, {"a": 0.1}),  # a row rewritten: its old postings go
+        lambda: postings.add(2, {"d": 0.1, "e": 0.2}),  # "e" dropped once full
+        lambda: postings.remove(1),
+        lambda: postings.remove(7),  # a row holding nothing
+    ]
+    for step in steps:
+        step()
+        assert postings.n_postings == walked(postings)
+    assert postings.n_postings == 2 and postings.dropped == 1
+    for made in (postings.copy(), postings.select(np.array([2, 0])), OpenPostings.from_json(postings.to_json())):
+        assert made.n_postings == walked(made) == 2
+    assert OpenPostings().n_postings == 0
+
+
 def test_a_tfidf_bundle_keeps_its_vocabulary_closed(world: dict) -> None:
     bundle = load_bundle(world["tfidf"])
     assert OpenRule.of(bundle.vocab, bundle.form) is None

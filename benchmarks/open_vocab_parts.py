@@ -1,0 +1,62 @@
+"""Where a bundle served on another corpus loses to BM25: its form whole and its lexical part alone (U = V = 0),
+each with the vocabulary closed and open (ssi.open_vocab), beside BM25 on stems over that corpus, in one run.
+
+The measurement of docs/guides/open-vocabulary.md (a Wikispeedia bundle serving SciFact's 809 train claims):
+
+    python -m benchmarks.open_vocab_parts --bundle /tmp/ov/wiki --corpus $S/corpus.jsonl.gz \\
+        --queries $S/queries.jsonl.gz --qrels $S/qrels/train.tsv
+
+prints NDCG@10 and MAP (mean ± standard error over queries) and NDCG@10 minus BM25's, query by query.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from ssi.bundle import load_bundle
+from ssi.corpus import read_beir_queries, read_corpus, read_qrels
+from ssi.forms import form_class
+from ssi.stemming import NO_STEMMER
+from training.evaluate.baselines.bm25 import BM25Scorer
+from training.evaluate.features import TextFeatures, TokenTable
+from training.evaluate.form_scorer import FormScorer
+from training.evaluate.harness import evaluate
+from training.evaluate.scorer import Scorer
+from training.evaluate.tasks import beir_task
+
+
+def main(
+    bundle: Annotated[Path, typer.Option(help="A BM25 bundle.")],
+    corpus: Annotated[Path, typer.Option(help="Corpus JSONL it serves.")],
+    queries: Annotated[Path, typer.Option(help="BEIR queries JSONL.")],
+    qrels: Annotated[Path, typer.Option(help="BEIR qrels TSV: the queries scored.")],
+) -> None:
+    docs = read_corpus(corpus)
+    tokens = TokenTable()
+    task = beir_task(docs, read_beir_queries(queries), read_qrels(qrels))
+    loaded = load_bundle(bundle, mmap=False)
+    lexical_only = form_class(loaded.form.name)({k: np.zeros_like(v) for k, v in loaded.form.values.items()})
+    features = TextFeatures(loaded.vocab, tokens)
+    scorers: dict[str, Scorer] = {}
+    for part, form in (("whole", loaded.form), ("lexical part", lexical_only)):
+        for open_vocab in (False, True):
+            name = f"{part}, {'open' if open_vocab else 'closed'}"
+            scorers[name] = FormScorer(loaded.vocab, form, docs, features=features, open_vocab=open_vocab)
+    scorers["bm25"] = BM25Scorer(docs, tokens=tokens, stemmer=loaded.vocab.stemmer or NO_STEMMER)
+    table = evaluate(task, scorers)
+    print(f"{task.n_queries} queries × {len(docs)} documents; bundle {loaded.vocab.bm25}")
+    for name, result in table.results.items():
+        ndcg, ap = result.summary["ndcg@10"], result.summary["map"]
+        gap = table.paired_difference(name)
+        print(
+            f"{name:22s} NDCG@10 {ndcg.mean:.4f} ± {ndcg.stderr:.4f}  MAP {ap.mean:.4f} ± {ap.stderr:.4f}"
+            + ("" if gap is None else f"  Δ NDCG@10 vs bm25 {gap.mean:+.4f} ± {gap.stderr:.4f}")
+        )
+
+
+if __name__ == "__main__":
+    typer.run(main)
