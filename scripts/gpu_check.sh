@@ -53,6 +53,7 @@ minutes="$("$py" -c "print($budget / 60)")"
 "$py" -c "import json,sys; s=json.load(open(sys.argv[1])); print('device', s['device'], 'steps', s['steps'], \
 'triples/s', s['triples_per_second'], 'valid MAP', round(s['valid']['map'], 4), 'best step', s['best_step'])" \
     "$out/train_gpu.json" || status=1
+"$py" -c "import ranx" 2>/dev/null || echo "ssi eval needs ranx (the train extra); its standard errors will be missing"
 "$py" -m ssi_cli eval --bundle "$work/wiki" --corpus "$data/docs.jsonl.gz" --pairs "$data/links.train.tsv.gz" \
     --eval-pairs "$data/links.valid.tsv.gz" --baselines bm25 --no-tune --out "$work/eval" 2>&1 | tee "$out/eval.txt"
 [[ ${PIPESTATUS[0]} == 0 ]] || status=1
