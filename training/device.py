@@ -7,8 +7,10 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 DEVICE_PATTERN = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -21,7 +23,12 @@ def check_device(spec: str) -> str:
 
 
 def resolve_device(spec: str) -> torch.device:
-    """The torch device for `spec`; a clear error when a GPU is asked for and there is none."""
+    """The torch device for `spec`; a clear error when a GPU is asked for and there is none.
+
+    PyTorch is imported here, not above: the settings (training.settings) validate `--device` where PyTorch
+    may be absent (`ssi.train`'s options are checked before the train extra is asked for)."""
+    import torch
+
     check_device(spec)
     if spec == "auto":
         return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
