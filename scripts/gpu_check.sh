@@ -13,7 +13,7 @@
 # eval.txt (ssi eval's table: MAP ± standard error on the validation links, BM25 beside it).
 # The reference is a 15-minute CPU run of the same command (--device cpu --max-minutes 15): see
 # docs/performance/training.md for its figure and how to compare.
-set -uo pipefail
+set -euo pipefail
 
 out="${1:-gpu-check}"
 data="${DATA:-../shared/data/wikispeedia}"
@@ -36,13 +36,13 @@ else:
 EOF
 
 echo "==> GPU tests (and the device path's CPU tests)"
-"$py" -m pytest -q -p no:cacheprovider tests/training/test_gpu.py tests/training/test_device.py 2>&1 | tee "$out/tests.log"
-[[ ${PIPESTATUS[0]} == 0 ]] || status=1
+"$py" -m pytest -q -p no:cacheprovider tests/training/test_gpu.py tests/training/test_device.py 2>&1 \
+    | tee "$out/tests.log" || status=1
 
 echo "==> throughput: block trainer on the Wikispeedia shape (N=100, D=30,000, 512 queries a step), 20 s"
 "$py" -m benchmarks.train_throughput --corpus "$data/docs.jsonl.gz" --pairs "$data/links.train.tsv.gz" \
-    --seconds 20 --threads 2 --device "$device" --out "$out/train_throughput.json" 2>&1 | tee "$out/train_throughput.txt"
-[[ ${PIPESTATUS[0]} == 0 ]] || status=1
+    --seconds 20 --threads 2 --device "$device" --out "$out/train_throughput.json" 2>&1 \
+    | tee "$out/train_throughput.txt" || status=1
 
 echo "==> quality: ssi train for ${budget} s on the $device, validation MAP"
 minutes="$("$py" -c "print($budget / 60)")"
@@ -55,8 +55,8 @@ minutes="$("$py" -c "print($budget / 60)")"
     "$out/train_gpu.json" || status=1
 "$py" -c "import ranx" 2>/dev/null || echo "ssi eval needs ranx (the train extra); its standard errors will be missing"
 "$py" -m ssi_cli eval --bundle "$work/wiki" --corpus "$data/docs.jsonl.gz" --pairs "$data/links.train.tsv.gz" \
-    --eval-pairs "$data/links.valid.tsv.gz" --baselines bm25 --no-tune --out "$work/eval" 2>&1 | tee "$out/eval.txt"
-[[ ${PIPESTATUS[0]} == 0 ]] || status=1
+    --eval-pairs "$data/links.valid.tsv.gz" --baselines bm25 --no-tune --out "$work/eval" 2>&1 \
+    | tee "$out/eval.txt" || status=1
 rm -rf "$work"
 echo "==> written to $out (status $status)"
 exit $status
