@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from training.data import PairIndex
-from training.sampling import RESAMPLE_TRIES
+from training.sampling import RESAMPLE_TRIES, PositiveIndex
 
 
 @dataclass
@@ -53,30 +53,20 @@ class DeviceTripleSampler:
         hard_pool: int,
         seed: int,
     ) -> None:
-        order = np.lexsort((pairs.doc_rows, pairs.query_rows))
-        pos_query = pairs.query_rows[order].astype(np.int64)
-        pos_doc = pairs.doc_rows[order].astype(np.int64)
+        index = PositiveIndex.of(pairs, n_docs)
         self.device = device
         put = lambda a: torch.from_numpy(np.ascontiguousarray(a)).to(device)  # noqa: E731
-        self.pos_doc = put(pos_doc)
-        self.pos_weight = None
-        if pairs.weights is not None:
-            mean = float(pairs.weights.mean())
-            if not mean > 0:
-                raise ValueError("pair weights must have a positive mean")
-            self.pos_weight = put((pairs.weights[order] / mean).astype(np.float64))
-        n_query_rows = int(pos_query.max()) + 1
-        query_ptr = np.searchsorted(pos_query, np.arange(n_query_rows + 1))
-        counts = np.diff(query_ptr)
-        self.query_ptr = put(query_ptr.astype(np.int64))
-        train_queries = np.flatnonzero(counts > 0)
-        self.train_queries = put(train_queries.astype(np.int64))
-        self.n_train_queries = train_queries.size
-        self.positive_keys = put(np.unique(pos_query * n_docs + pos_doc))
+        self.pos_doc = put(index.pos_doc.astype(np.int64))
+        self.pos_weight = None if index.pos_weight is None else put(index.pos_weight.astype(np.float64))
+        counts = np.diff(index.query_ptr)
+        self.query_ptr = put(index.query_ptr.astype(np.int64))
+        self.train_queries = put(index.train_queries.astype(np.int64))
+        self.n_train_queries = index.train_queries.size
+        self.positive_keys = put(index.positive_keys.astype(np.int64))
         self.max_positives = int(counts.max())
         self.n_docs = n_docs
         self.doc_doc = doc_doc
-        self.batch_queries = min(batch_queries, train_queries.size)
+        self.batch_queries = min(batch_queries, self.n_train_queries)
         self.positives_per_query = positives_per_query
         self.negatives_per_positive = negatives_per_positive
         self.pool_size = pool_size

@@ -40,6 +40,39 @@ class StepPlan:
         return np.arange(self.n_pool) if self.pool is None else self.pool
 
 
+@dataclass(frozen=True)
+class PositiveIndex:
+    """The training pairs sorted by (query, document), indexed by query: what both samplers draw positives from
+    (this one on the host, training.device_sampling's on a GPU)."""
+
+    pos_query: np.ndarray  # per sorted pair, its query row
+    pos_doc: np.ndarray  # per sorted pair, its document row
+    pos_weight: np.ndarray | None  # per sorted pair, its weight / the mean pair weight; None: unweighted
+    query_ptr: np.ndarray  # query row q's pairs are pos_doc[query_ptr[q] : query_ptr[q + 1]]
+    train_queries: np.ndarray  # the query rows with at least one pair
+    positive_keys: np.ndarray  # sorted query * n_docs + document of every pair: the excluded negatives
+
+    @classmethod
+    def of(cls, pairs: PairIndex, n_docs: int) -> PositiveIndex:
+        order = np.lexsort((pairs.doc_rows, pairs.query_rows))
+        pos_query, pos_doc = pairs.query_rows[order], pairs.doc_rows[order]
+        pos_weight = None
+        if pairs.weights is not None:
+            mean = float(pairs.weights.mean())
+            if not mean > 0:
+                raise ValueError("pair weights must have a positive mean")
+            pos_weight = pairs.weights[order] / mean
+        query_ptr = np.searchsorted(pos_query, np.arange(int(pos_query.max()) + 2))
+        return cls(
+            pos_query=pos_query,
+            pos_doc=pos_doc,
+            pos_weight=pos_weight,
+            query_ptr=query_ptr,
+            train_queries=np.flatnonzero(np.diff(query_ptr) > 0),
+            positive_keys=np.unique(pos_query * n_docs + pos_doc),
+        )
+
+
 class TripleSampler:
     # Per sorted positive, its pair's weight / the mean pair weight; None: unweighted (the streamed sampler's).
     pos_weight: np.ndarray | None = None
@@ -58,20 +91,12 @@ class TripleSampler:
         hard_pool: int,
         seed: int,
     ) -> None:
-        order = np.lexsort((pairs.doc_rows, pairs.query_rows))
-        self.pos_query = pairs.query_rows[order]
-        self.pos_doc = pairs.doc_rows[order]
-        if pairs.weights is not None:
-            mean = float(pairs.weights.mean())
-            if not mean > 0:
-                raise ValueError("pair weights must have a positive mean")
-            self.pos_weight = pairs.weights[order] / mean
+        index = PositiveIndex.of(pairs, n_docs)
+        self.pos_query, self.pos_doc, self.pos_weight = index.pos_query, index.pos_doc, index.pos_weight
+        self.query_ptr, self.train_queries = index.query_ptr, index.train_queries
+        self.positive_keys = index.positive_keys
         self.n_docs = n_docs
         self.doc_doc = doc_doc
-        n_query_rows = int(self.pos_query.max()) + 1
-        self.query_ptr = np.searchsorted(self.pos_query, np.arange(n_query_rows + 1))
-        self.train_queries = np.flatnonzero(np.diff(self.query_ptr) > 0)
-        self.positive_keys = np.unique(self.pos_query * n_docs + self.pos_doc)
         self.batch_queries = min(batch_queries, self.train_queries.size)
         self.positives_per_query = positives_per_query
         self.negatives_per_positive = negatives_per_positive
