@@ -5,7 +5,8 @@ the server already answers `/healthz` (alive) and `/readyz` (503 until every col
 A collection that cannot load is marked failed with the reason, and `on_fatal` is told so the
 process can exit instead of running forever unready. What a kind of collection needs beside its state
 (an adverts collection's metadata book) is opened by `after_load` hooks in the same thread, so that the
-first request does not pay for it: a worker serves only once they have run (service.workers).
+first request does not pay for it: a worker of a group listens only once they have run (service.workers); a
+single process may answer /readyz "ready" while they still run, and a /match then waits for the book.
 """
 
 from __future__ import annotations
