@@ -80,7 +80,7 @@ class ShardServer:
         self.settings = shard_settings(folder, bundle, manifest.index_type, threads)  # type: ignore[arg-type]
         spec = CollectionSpec(bundle=bundle, type=manifest.type)
         self.collection = Collection(COLLECTION, spec, self.settings, Metrics())
-        self.books = AdvertBooks(self.settings)  # an adverts shard's book, opened on first use (seeded by the build)
+        self.books = AdvertBooks(self.settings)  # an adverts shard's book (seeded by the build)
         self.collection.load()
         state = self.collection.ready_state()
         if state.bundle.content_hash != manifest.bundle_hash:
@@ -89,6 +89,7 @@ class ShardServer:
                 f"{index}: built with bundle {manifest.bundle_hash[:12]}, "
                 f"but {bundle} is now {state.bundle.content_hash[:12]}"
             )
+        self.books.prepare(self.collection)  # as a worker of `ssi serve` does: not inside the first /match
 
     # -- reads ---------------------------------------------------------------------------------
 

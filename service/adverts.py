@@ -164,7 +164,8 @@ class AdvertBook:
 
 
 class AdvertBooks:
-    """The books of a service's adverts collections, opened on first use (after the collection has loaded)."""
+    """The books of a service's adverts collections, opened when the collection has loaded (`prepare`) or else on
+    first use."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -179,6 +180,16 @@ class AdvertBooks:
                 book = AdvertBook.for_collection(self.settings.store_dir, collection.name, collection.spec.corpus)
                 self._books[collection.name] = book
             return book
+
+    def prepare(self, collection: Collection) -> None:
+        """Open an adverts collection's book and warm its page featurizer as it loads (Catalog.after_load), not on
+        the first /match: opening reads every advert's metadata and seeds from the corpus (1.4 s for 100k adverts on
+        the 2-core machine), and each worker's first /match waited that long with every page queued behind it
+        (docs/performance/search.md, "A worker's first page")."""
+        if collection.type != "adverts":
+            return
+        self.get(collection)
+        collection.ready_state().embedder.warm_page_featurizer()
 
     def close(self) -> None:
         with self._lock:

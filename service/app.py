@@ -161,6 +161,7 @@ def create_app(
     app.state.settings = settings
     app.state.catalog = catalog
     app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
+    catalog.after_load(app.state.adverts.prepare)
     app.state.traffic = Traffic(settings, metrics_registry)  # impressions and clicks (service.events)
     install_error_handlers(app)
 

@@ -3,7 +3,10 @@
 Loading can take minutes on a first start (every document embedded), so it runs in a thread while
 the server already answers `/healthz` (alive) and `/readyz` (503 until every collection is ready).
 A collection that cannot load is marked failed with the reason, and `on_fatal` is told so the
-process can exit instead of running forever unready.
+process can exit instead of running forever unready. What a kind of collection needs beside its state
+(an adverts collection's metadata book) is opened by `after_load` hooks in the same thread, so that the
+first request does not pay for it: a worker of a group listens only once they have run (service.workers); a
+single process may answer /readyz "ready" while they still run, and a /match then waits for the book.
 """
 
 from __future__ import annotations
@@ -27,6 +30,12 @@ class Catalog:
         self.collections = {name: Collection(name, spec, settings, metrics) for name, spec in specs.items()}
         self.default = next(iter(self.collections))
         self._loader: threading.Thread | None = None
+        self._after_load: list[Callable[[Collection], None]] = []
+
+    def after_load(self, hook: Callable[[Collection], None]) -> None:
+        """Run `hook(collection)` in the loading thread once each collection has loaded (before the loaded objects
+        are frozen out of garbage collection); a hook that raises fails the collection as a failed load does."""
+        self._after_load.append(hook)
 
     def get(self, name: str | None) -> Collection:
         collection = self.collections.get(name or self.default)
@@ -44,6 +53,8 @@ class Catalog:
             for collection in self.collections.values():
                 try:
                     collection.load()
+                    for hook in self._after_load:
+                        hook(collection)
                 except Exception as exc:  # any failure: report it clearly, never leave a half-loaded state
                     message = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ValueError) else str(exc)
                     log.error(

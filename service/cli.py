@@ -160,6 +160,13 @@ def bench(
     ad_words: Annotated[
         int, typer.Option(help="match: words per advert (the corpus cut into passages this long)", min=1)
     ] = 60,
+    restart: Annotated[
+        bool,
+        typer.Option(
+            help="search: start the flat server again from its cache and time it (off: one server start less, "
+            "for a check on a lent machine)"
+        ),
+    ] = True,
 ) -> None:
     """Benchmark the service over HTTP, with floors measured in the same run.
 
@@ -241,6 +248,7 @@ def bench(
         nprobe=_ints(nprobe, "--nprobe"),
         threads=threads,
         workers=workers,
+        measure_restart=restart,
         extra_settings=extra,
     )
     run_bench(config, log=lambda line: typer.echo(line, err=True))

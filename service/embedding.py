@@ -89,6 +89,12 @@ class Embedder:
             rows = self.bundle.vocab.featurize_queries(texts)
         return rows if max_words is None else keep_top_words(rows, max_words)
 
+    def warm_page_featurizer(self) -> None:
+        """Build what a web page's featurizing makes on first use (the word table, and the word-character table of
+        every code point that a text outside ASCII needs): tens of ms that an adverts collection spends as it loads
+        rather than inside its first /match (service.adverts.AdvertBooks.prepare)."""
+        self._bulk.featurize(["warm é"], documents=False)
+
     @functools.cached_property
     def _bulk(self) -> BulkFeaturizer:
         """Made on the first long text (its word table: ~16 MB for 244k words), so /search alone never builds it."""
