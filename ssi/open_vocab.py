@@ -53,6 +53,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from ssi.forms import Form
+from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25, average_length, bm25_idf
 
@@ -65,14 +66,35 @@ Statistics = Literal["bundle", "collection"]
 STATISTICS: tuple[Statistics, ...] = ("bundle", "collection")
 
 
+def collection_idf(vocab: Vocabulary, words: np.ndarray, df: np.ndarray, n_docs: int) -> np.ndarray:
+    """float32 idf of bundle words `words` in a collection where they have document frequencies `df` among `n_docs`
+    documents: Lucene's (`bm25_idf`), or the bundle's for a word no document holds (it scores nothing either way)."""
+    df = np.asarray(df, dtype=np.float64)
+    return np.where(df > 0, bm25_idf(df, n_docs), vocab.idf[words]).astype(np.float32)
+
+
+def collection_query_values(
+    vocab: Vocabulary, words: np.ndarray, values: np.ndarray, df: np.ndarray, n_docs: int
+) -> np.ndarray:
+    """A query's lexical values under the collection's statistics, from its bundle row (`words`, `values`: idf_b ∘
+    qtf / Z(q)): idf_c ∘ qtf / Z(q) with the same Z(q), i.e. each value times idf_c / idf_b (float32; the values
+    themselves where the two idf are equal). What the service ranks with; `CollectionStatistics.lexical_change` is
+    the same change for the brute force."""
+    words = np.asarray(words, dtype=np.int64)
+    bundle_idf = vocab.idf[words].astype(np.float64)
+    idf = collection_idf(vocab, words, df, n_docs).astype(np.float64)
+    values = np.asarray(values, dtype=np.float32)
+    return np.where(idf == bundle_idf, values, (values.astype(np.float64) * idf / bundle_idf).astype(np.float32))
+
+
 @dataclass(frozen=True, slots=True)
 class CollectionStatistics:
     """A served collection's own BM25 statistics for the lexical part (statistics "collection").
 
     `bm25`: the bundle's k1 and b with the collection's avg_len (`average_length`, the formula the bundle's came
-    from); `idf`: float32 [D], Lucene's idf of each bundle word from its document frequency in the collection (the
-    bundle's idf for a word no document holds: it scores nothing there either way). New words take theirs from the
-    open postings' live counts, as with "bundle"."""
+    from); `idf`: float32 [D], each bundle word's `collection_idf`. New words take theirs from the open postings'
+    live counts, as with "bundle". (The service keeps the avg_len of the documents its index was computed from and
+    the live document frequencies: `with_avg_len` makes those statistics for its brute force.)"""
 
     bm25: Bm25
     idf: np.ndarray
@@ -84,14 +106,16 @@ class CollectionStatistics:
         if vocab.bm25 is None:
             raise ValueError("collection statistics are BM25 statistics: this bundle weighs tf-idf")
         bm25 = Bm25(k1=vocab.bm25.k1, b=vocab.bm25.b, avg_len=average_length(n_tokens, n_docs))
-        df = np.asarray(df, dtype=np.float64)
-        idf = np.where(df > 0, bm25_idf(df, n_docs), vocab.idf).astype(np.float32)
-        return cls(bm25, idf)
+        return cls(bm25, collection_idf(vocab, np.arange(vocab.size), df, n_docs))
+
+    def with_avg_len(self, avg_len: float) -> CollectionStatistics:
+        """The same idf with another avg_len (the service's: that of the documents its index was computed from)."""
+        return CollectionStatistics(dataclasses.replace(self.bm25, avg_len=avg_len), self.idf)
 
     def vocabulary(self, vocab: Vocabulary) -> Vocabulary:
         """`vocab` weighing documents with the collection's avg_len (its lexical document rows); `vocab` itself
         when that is the bundle's, so the rows are the bundle's, bit for bit."""
-        return vocab if self.bm25 == vocab.bm25 else dataclasses.replace(vocab, bm25=self.bm25)
+        return weighing(vocab, self.bm25)
 
     def lexical_change(self, vocab: Vocabulary, Q: sp.csr_matrix) -> sp.csr_matrix | None:
         """The collection's lexical query rows minus the bundle's rows `Q`: the bundle row is idf_b ∘ qtf / Z(q), the
@@ -104,6 +128,22 @@ class CollectionStatistics:
         change = sp.csr_matrix((Q.data.astype(np.float64) * (ratio - 1.0), Q.indices, Q.indptr), shape=Q.shape)
         change.eliminate_zeros()
         return change
+
+    def lexical_scores_change(
+        self, vocab: Vocabulary, form: Form, Q: sp.csr_matrix, docs: DocMatrix
+    ) -> np.ndarray | None:
+        """Σ_i w_i Δq_i d_i (float64 [queries, documents]) to add to the form's reference scores of the bundle rows
+        `Q` over `docs` (lexical rows at the collection's avg_len): the lexical part then has the collection's idf.
+        None where no query word's idf differs."""
+        change = self.lexical_change(vocab, Q)
+        if change is None:
+            return None
+        return docs.products(change, form.lexical_weights()).astype(np.float64)
+
+
+def weighing(vocab: Vocabulary, bm25: Bm25) -> Vocabulary:
+    """`vocab` with BM25 parameters `bm25` for its document rows (`vocab` itself where they are its own)."""
+    return vocab if bm25 == vocab.bm25 else dataclasses.replace(vocab, bm25=bm25)
 
 
 def collection_statistics(vocab: Vocabulary, rows: sp.csr_matrix, lengths: np.ndarray) -> CollectionStatistics:
@@ -129,16 +169,16 @@ class OpenRule:
     weight: float
 
     @classmethod
-    def of(cls, vocab: Vocabulary, form: Form, statistics: CollectionStatistics | None = None) -> OpenRule | None:
+    def of(cls, vocab: Vocabulary, form: Form, bm25: Bm25 | None = None) -> OpenRule | None:
         """The rule for a bundle, or None where its vocabulary stays closed (tf-idf, hashing, no diagonal).
-        `statistics`: a new word's d_t takes the collection's avg_len (statistics "collection"), else the bundle's."""
+        `bm25`: the parameters of a new word's d_t where they are not the bundle's (the collection's avg_len)."""
         if vocab.bm25 is None or vocab.hashing is not None:
             return None
         weights = np.asarray(form.lexical_weights(), dtype=np.float64)
         weight = max(float(np.median(weights)), 0.0) if weights.size else 0.0
         if weight == 0.0:
             return None
-        return cls(vocab, vocab.bm25 if statistics is None else statistics.bm25, weight)
+        return cls(vocab, vocab.bm25 if bm25 is None else bm25, weight)
 
     def document_entries(self, tokens: Sequence[str]) -> DocEntries:
         """d_t of each new word of a document given as its tokens (|d| = every token)."""

@@ -66,7 +66,8 @@ class FormScorer(VectorScorer):
 
         `statistics` (with `open_vocab` only): "bundle" keeps the bundle's idf and avg_len for its words;
         "collection" takes them from `docs` (ssi.open_vocab.CollectionStatistics: the lexical part is then BM25 over
-        these documents), or give them computed already with a `doc_matrix` whose rows were weighed with them.
+        these documents); or give them (`CollectionStatistics`: the service's brute force, whose avg_len is the
+        one its index was computed with) with `docs`, or with a `doc_matrix` whose lexical rows were weighed by them.
         """
         if form.vocab_size != vocab.size:
             raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
@@ -88,6 +89,7 @@ class FormScorer(VectorScorer):
             if opens and statistics == "collection":
                 lengths = np.asarray([ids.shape[0] for ids in self.features.tokens.ids(texts)], dtype=np.int64)
                 self.collection = collection_statistics(vocab, doc_matrix, lengths)
+            if self.collection is not None:
                 weighed = self.collection.vocabulary(vocab)
                 if weighed is not vocab:  # lexical rows at the collection's avg_len, semantic rows the bundle's
                     lexical = TextFeatures(weighed, self.features.tokens).documents(texts)
@@ -100,7 +102,9 @@ class FormScorer(VectorScorer):
         if self.docs.n_features != vocab.size:
             raise ValueError(f"document matrix has {self.docs.n_features} features, vocabulary {vocab.size}")
         self.block_size = block_size
-        self.open_rule = OpenRule.of(vocab, form, self.collection) if open_vocab else None
+        self.open_rule = (
+            OpenRule.of(vocab, form, None if self.collection is None else self.collection.bm25) if open_vocab else None
+        )
         self.open = open_postings if self.open_rule is not None else None
         if self.open_rule is not None and self.open is None and docs is not None:
             token_lists = self.features.tokens.ids([d.full_text for d in docs])
@@ -148,11 +152,8 @@ class FormScorer(VectorScorer):
         scores = self.form.reference_scores(Q, self.docs)
         if self.collection is None:
             return scores
-        change = self.collection.lexical_change(self.vocab, Q)
-        if change is None:
-            return scores
-        extra = self.docs.products(change, self.form.lexical_weights())
-        return (scores.astype(np.float64) + extra.astype(np.float64)).astype(np.float32)
+        extra = self.collection.lexical_scores_change(self.vocab, self.form, Q, self.docs)
+        return scores if extra is None else (scores.astype(np.float64) + extra).astype(np.float32)
 
     def score(self, query_texts: Sequence[str]) -> np.ndarray:
         """The form's reference scores plus the open vocabulary's term o(q, d) (ssi.open_vocab), added only to
