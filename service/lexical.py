@@ -301,6 +301,22 @@ class LexicalIndex:
         kept = sp.csr_matrix(self.matrix())[np.asarray(rows, dtype=np.int64)]
         return LexicalIndex(self.weights, kept)
 
+    def document_frequency(self, words: np.ndarray, live: np.ndarray | None = None) -> np.ndarray:
+        """int64: how many rows hold each of `words`; given `live` (a bool per row), how many live rows do. Without
+        it a word's count is its posting lists' length; with it, a pass over its postings (the collection's live
+        idf, ssi.open_vocab, asks this only where some rows are dead)."""
+        words = np.asarray(words, dtype=np.int64)
+        out = np.zeros(words.shape[0], dtype=np.int64)
+        for matrix, first in self.parts():
+            starts, ends = matrix.indptr[words], matrix.indptr[words + 1]
+            if live is None:
+                out += ends - starts
+                continue
+            for j, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
+                if end > start:
+                    out[j] += int(np.count_nonzero(live[matrix.indices[start:end].astype(np.int64) + first]))
+        return out
+
     def query(self, word_ids: np.ndarray, values: np.ndarray) -> LexicalQuery:
         return LexicalQuery(self, word_ids, values)
 

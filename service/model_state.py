@@ -43,7 +43,7 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
-from ssi.open_vocab import OpenPostings
+from ssi.open_vocab import OpenPostings, collection_query_values
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
 LEXICAL_BESIDE_SCAN = 4
@@ -215,6 +215,17 @@ class ModelState:
             kept.append([t for t, k in zip(text_tokens, keep.tolist(), strict=True) if k])
         return kept
 
+    def lexical_values(self, rows: sp.csr_matrix, start: int, end: int) -> np.ndarray:
+        """The lexical values of the query whose bundle row is rows' entries start … end − 1: those values, or with
+        the collection's statistics each times idf_c / idf_b, idf_c from the words' live document frequencies
+        (ssi.open_vocab.collection_query_values). The caller holds the read lock."""
+        values = rows.data[start:end]
+        if not self.embedder.collection_statistics or end == start:
+            return values
+        words = rows.indices[start:end]
+        df = self.lexical.document_frequency(words, self.table.live if self.table.n_dead else None)
+        return collection_query_values(self.bundle.vocab, words, values, df, self.table.n_live)
+
     def open_shares(self, tokens: list[str], rows: Sequence[int]) -> list[dict[str, float]]:
         """For each of `rows`, its new words shared with a query of `tokens` and their q_t·d_t (o(q, d) = w_new ·
         Σ_t q_t·d_t, the bundle words' q_i·d_i in the same scale): why an advert matched (service.matching)."""
@@ -289,7 +300,7 @@ class ModelState:
         stop = min(start + size, tfidf.shape[0])
         bits = self.table.live_bits()
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
-        lexical = [self.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]) for a, b in spans]
+        lexical = [self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b)) for a, b in spans]
         if query_tokens is not None:
             rule, n_live = self.embedder.open_rule, self.table.n_live
             lexical = [

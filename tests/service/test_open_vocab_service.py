@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 from urllib.parse import quote
 
+import numpy as np
 import pytest
 from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, make_bundle, make_corpus, write_corpus
 
@@ -21,9 +22,11 @@ from service.snapshot import snapshots
 from ssi.bundle import load_bundle
 from ssi.records import Document
 from ssi.tokenize import tokenize
+from ssi.weighting import average_length
 
 KEY = {"X-API-Key": API_KEY}
 POOL = 16
+STATS = ("collection", "bundle")
 NEW = Document("new-doc", "Quuxblarg zymurgical notes", "quuxblarg zymurgical fermentation of quuxblarg in barley")
 
 
@@ -291,3 +294,65 @@ def test_match_ranks_adverts_with_the_open_term_as_search_does(tmp_path: Path) -
         put_ad(server, NEW)
         assert match(server, "zymurgical") == []
         assert_same_ranking(match(server, page), Oracle(bundle, [*known, NEW]), page, 5)
+
+
+def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(tmp_path: Path) -> None:
+    """SSI_OPEN_VOCAB_STATISTICS=collection on a corpus other than the training one: the lexical rows weighed with the
+    avg_len of the documents the index was computed from (kept through writes, compaction and a snapshot), every
+    word's idf from the live documents; top-k = brute force at each step. A bundle-statistics server keeps its own
+    snapshots apart."""
+    known, later, _, bundle = _world(tmp_path)
+    initial = [*known[:100], *later[:25]]
+    corpus = write_corpus(tmp_path / "served.jsonl", initial)
+    avg_len = average_length(sum(len(tokenize(d.full_text)) for d in initial), len(initial))
+    settings = Settings(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, scan_pool=POOL,
+        compact_dead_fraction=0.1, open_vocab=True, open_vocab_statistics="collection",
+    )  # fmt: skip
+    queries = _queries([*known, *later])
+
+    def check(live: list[Document], served: Collection) -> None:
+        assert served.ready_state().embedder.avg_len == avg_len
+        _check(served, Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=avg_len), queries)
+
+    own, bundled_stats = (Oracle(bundle, initial, open_vocab=True, statistics=s, avg_len=avg_len) for s in STATS)
+    assert any(np.abs(own.scores(q) - bundled_stats.scores(q)).max() > 1e-3 for q in queries)  # they do differ
+    first = _collection(settings)
+    live = list(initial)
+    check(live, first)
+    first.put([*later[25:], NEW])
+    live = [*live, *later[25:], NEW]
+    check(live, first)
+    gone = {d.id for d in later[::3]} | {d.id for d in known[:20]}
+    for doc_id in sorted(gone):
+        first.delete(doc_id)
+    live = [d for d in live if d.id not in gone]
+    check(live, first)
+    assert first.compact(), "expected a compaction"
+    check(live, first)
+    first.snapshot()
+    first.close()
+    again = _collection(settings)
+    assert again.ready_state().report.source == "cache"
+    check(live, again)
+    again.close()
+    bundled = _collection(settings.model_copy(update={"open_vocab_statistics": "bundle"}))
+    assert bundled.ready_state().report.source == "computed"  # the collection-statistics snapshot is not its own
+    _check(bundled, Oracle(bundle, live, open_vocab=True), queries)
+    bundled.close()
+
+
+def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(tmp_path: Path) -> None:
+    """Served on the corpus the bundle was trained on, the collection's statistics are the bundle's: the same hits
+    and scores, bit for bit, as with the bundle's statistics."""
+    known, _, corpus, bundle = _world(tmp_path)
+    common = dict(bundle=bundle, corpus=corpus, insecure_writes=True, scan_pool=POOL, open_vocab=True)
+    served = {
+        statistics: _collection(Settings(cache_dir=tmp_path / statistics, open_vocab_statistics=statistics, **common))
+        for statistics in ("bundle", "collection")
+    }
+    for query in _queries([*known, *known]):
+        results = [s.search([query], 10, 0)[0] for s in served.values()]
+        assert results[0].doc_ids == results[1].doc_ids and results[0].scores == results[1].scores, query
+    for collection in served.values():
+        collection.close()
