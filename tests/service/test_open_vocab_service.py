@@ -10,9 +10,19 @@ import shutil
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 import numpy as np
 import pytest
-from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, make_bundle, make_corpus, write_corpus
+from service_testing import (
+    API_KEY,
+    Oracle,
+    ProcessServer,
+    ThreadServer,
+    assert_same_ranking,
+    make_bundle,
+    make_corpus,
+    write_corpus,
+)
 
 from service.collection import Collection
 from service.embedding import keep_top_words
@@ -356,3 +366,66 @@ def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(tmp
         assert results[0].doc_ids == results[1].doc_ids and results[0].scores == results[1].scores, query
     for collection in served.values():
         collection.close()
+
+
+@pytest.mark.parametrize("statistics", ["bundle", "collection"])
+def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statistics: str) -> None:
+    """SSI_WORKERS=2 with the open vocabulary on (either statistics): whichever worker answers, a new word written
+    through another is found at once and the ranking is the brute force; its delete takes it out everywhere; the
+    group restarted from its snapshot ranks the same."""
+    known, later, _, bundle = _world(tmp_path)
+    served = [*known[:100], *later[:25]]
+    corpus = write_corpus(tmp_path / "served.jsonl", served)
+    avg_len = average_length(sum(len(tokenize(d.full_text)) for d in served), len(served))
+    env = {"SSI_CACHE_DIR": str(tmp_path / "cache"), "SSI_API_KEY": API_KEY, "SSI_WORKERS": "2", "SSI_THREADS": "1",
+           "SSI_OPEN_VOCAB": "true", "SSI_OPEN_VOCAB_STATISTICS": statistics, "SSI_SCAN_POOL": str(POOL)}  # fmt: skip
+    args = ["--bundle", str(bundle), "--corpus", str(corpus)]
+    queries = ["zymurgical", "quuxblarg barley", *_queries([*known, *later])[:8]]
+
+    def oracle(live: list[Document]) -> Oracle:
+        return Oracle(bundle, live, open_vocab=True, statistics=statistics, avg_len=avg_len)
+
+    def same_everywhere(url: str, expected: Oracle) -> None:
+        for query in queries:
+            for _ in range(2):  # fresh connections: any worker may answer
+                hits = _fresh_search(url, query)
+                if expected.scores(query).any():
+                    assert_same_ranking(hits, expected, query, 10)
+                else:
+                    assert hits == [], query
+
+    server = ProcessServer(tmp_path, env, args).start()
+    try:
+        assert len({httpx.get(f"{server.url}/readyz").json()["pid"] for _ in range(60)}) == 2
+        same_everywhere(server.url, oracle(served))
+        response = httpx.put(
+            f"{server.url}/documents/{NEW.id}", json={"title": NEW.title, "text": NEW.text}, headers=KEY, timeout=30
+        )
+        assert response.status_code == 200, response.text
+        for _ in range(6):
+            assert _fresh_search(server.url, "zymurgical")[0]["id"] == NEW.id
+        gone = {d.id for d in served[::9]}
+        for doc_id in sorted(gone):
+            assert httpx.delete(f"{server.url}/documents/{doc_id}", headers=KEY, timeout=30).status_code == 200
+        live = [d for d in [*served, NEW] if d.id not in gone]
+        same_everywhere(server.url, oracle(live))
+        assert httpx.delete(f"{server.url}/documents/{NEW.id}", headers=KEY, timeout=30).status_code == 200
+        for _ in range(6):
+            assert _fresh_search(server.url, "zymurgical") == []
+        live.remove(NEW)
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.log()
+    again = ProcessServer(tmp_path, env, args).start()
+    try:
+        assert httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
+        same_everywhere(again.url, oracle(live))
+    finally:
+        assert again.stop() == 0
+
+
+def _fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
+    """A search on a new connection, so that any worker of a group may take it."""
+    response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["hits"]
