@@ -7,17 +7,23 @@ The measurement of docs/guides/open-vocabulary.md (a Wikispeedia bundle serving 
     python -m benchmarks.open_vocab_parts --bundle /tmp/ov2/wiki --corpus $S/corpus.jsonl.gz \\
         --queries $S/queries.jsonl.gz --qrels $S/qrels/train.tsv
 
-prints NDCG@10 and MAP (mean ± standard error over queries) and NDCG@10 minus BM25's, query by query.
+prints NDCG@10 and MAP (mean ± standard error over queries) and NDCG@10 minus BM25's, query by query. With
+`--served CACHE`, the service in process (`SSI_OPEN_VOCAB=true`, each `SSI_OPEN_VOCAB_STATISTICS`, a flat index with
+its snapshots under CACHE) then ranks every query, and the claims whose served top 10 is `ssi eval`'s are counted.
 """
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Annotated
 
 import numpy as np
 import typer
 
+from service.collection import Collection
+from service.metrics import Metrics
+from service.settings import CollectionSpec, Settings
 from ssi.bundle import load_bundle
 from ssi.corpus import read_beir_queries, read_corpus, read_qrels
 from ssi.forms import form_class
@@ -27,6 +33,7 @@ from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.features import TextFeatures, TokenTable
 from training.evaluate.form_scorer import FormScorer
 from training.evaluate.harness import evaluate
+from training.evaluate.rank import top_k
 from training.evaluate.scorer import Scorer
 from training.evaluate.tasks import beir_task
 
@@ -36,6 +43,9 @@ def main(
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL it serves.")],
     queries: Annotated[Path, typer.Option(help="BEIR queries JSONL.")],
     qrels: Annotated[Path, typer.Option(help="BEIR qrels TSV: the queries scored.")],
+    served: Annotated[
+        Path | None, typer.Option(help="Also rank through the service in process, its cache in this folder.")
+    ] = None,
 ) -> None:
     docs = read_corpus(corpus)
     tokens = TokenTable()
@@ -60,6 +70,43 @@ def main(
             f"{name:42s} NDCG@10 {ndcg.mean:.4f} ± {ndcg.stderr:.4f}  MAP {ap.mean:.4f} ± {ap.stderr:.4f}"
             + ("" if gap is None else f"  Δ NDCG@10 vs bm25 {gap.mean:+.4f} ± {gap.stderr:.4f}")
         )
+    if served is not None:
+        texts = list(task.query_texts)
+        for statistics in STATISTICS:
+            scorer = scorers[f"whole, open, {statistics} statistics"]
+            cache = served / statistics
+            ids = [d.id for d in docs]
+            same, seconds, worst = _served_agreement(bundle, corpus, cache, statistics, scorer, texts, ids)
+            print(
+                f"served, open, {statistics} statistics: the top 10 of ssi eval for {same}/{len(texts)} queries "
+                f"(largest score difference {worst:.1e}; index computed in {seconds:.1f} s)"
+            )
+
+
+def _served_agreement(
+    bundle: Path, corpus: Path, cache: Path, statistics: str, scorer: Scorer, texts: list[str], ids: list[str]
+) -> tuple[int, float, float]:
+    """(queries whose served top 10 is the scorer's over the corpus `ids`, seconds to compute the index, largest
+    score difference)."""
+    settings = Settings(
+        bundle=bundle, corpus=corpus, cache_dir=cache, open_vocab=True, open_vocab_statistics=statistics
+    )
+    started = time.perf_counter()
+    collection = Collection("documents", CollectionSpec(bundle=bundle, corpus=corpus), settings, Metrics())
+    collection.load()
+    seconds = time.perf_counter() - started
+    try:
+        cols, values = top_k(scorer.score(texts), 10)
+        same, worst = 0, 0.0
+        for i, text in enumerate(texts):
+            result = collection.search([text], 10, 0)[0]
+            expected = [ids[j] for j in cols[i].tolist()]
+            same += result.doc_ids == expected
+            if len(result.scores) == len(expected):
+                worst = max(worst, float(np.abs(np.asarray(result.scores) - values[i]).max(initial=0.0)))
+        return same, seconds, worst
+    finally:
+        collection.close()
 
 
 if __name__ == "__main__":
