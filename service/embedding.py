@@ -21,7 +21,7 @@ import scipy.sparse as sp
 from service.bulk_featurize import BulkFeaturizer
 from service.encoder import QueryEncoder
 from ssi.bundle import Bundle, BundleError
-from ssi.open_vocab import DocEntries, OpenRule, weighing
+from ssi.open_vocab import DocEntries, OpenRule, Statistics, weighing
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.weighting import Bm25
@@ -63,7 +63,9 @@ def keep_top_words(tfidf: sp.csr_matrix, max_words: int) -> sp.csr_matrix:
 class Embedder:
     """The bundle's text pipeline, query encoder and document embedding, in one place."""
 
-    def __init__(self, bundle: Bundle, threads: int, *, open_vocab: bool = False, statistics: str = "bundle") -> None:
+    def __init__(
+        self, bundle: Bundle, threads: int, *, open_vocab: bool = False, statistics: Statistics = "bundle"
+    ) -> None:
         if not bundle.form.served_exactly:
             raise BundleError(
                 f"{bundle.path}: form '{bundle.form.name}' cannot be ranked from an inner-product index "

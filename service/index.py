@@ -60,6 +60,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 import faiss
 import numpy as np
@@ -87,7 +88,7 @@ class IndexConfig:
     threads: int = 1  # OpenMP threads for builds and batch searches (not part of what is built)
     # Whose statistics weigh the stored lexical rows (SSI_OPEN_VOCAB_STATISTICS with SSI_OPEN_VOCAB on): the
     # collection's avg_len changes every row, so its snapshots are kept apart from the bundle's.
-    lexical_statistics: str = "bundle"
+    lexical_statistics: Literal["bundle", "collection"] = "bundle"
 
     def tag(self) -> str:
         """The part of the cache key that changes what is built (search-time knobs are left out)."""

@@ -43,7 +43,7 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
-from ssi.open_vocab import OpenPostings, collection_query_values
+from ssi.open_vocab import OpenPostings, collection_idf, collection_query_values
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
 LEXICAL_BESIDE_SCAN = 4
@@ -224,7 +224,8 @@ class ModelState:
             return values
         words = rows.indices[start:end]
         df = self.lexical.document_frequency(words, self.table.live if self.table.n_dead else None)
-        return collection_query_values(self.bundle.vocab, words, values, df, self.table.n_live)
+        vocab = self.bundle.vocab
+        return collection_query_values(vocab, words, values, collection_idf(vocab, words, df, self.table.n_live))
 
     def open_shares(self, tokens: list[str], rows: Sequence[int]) -> list[dict[str, float]]:
         """For each of `rows`, its new words shared with a query of `tokens` and their q_t·d_t (o(q, d) = w_new ·

@@ -73,16 +73,14 @@ def collection_idf(vocab: Vocabulary, words: np.ndarray, df: np.ndarray, n_docs:
     return np.where(df > 0, bm25_idf(df, n_docs), vocab.idf[words]).astype(np.float32)
 
 
-def collection_query_values(
-    vocab: Vocabulary, words: np.ndarray, values: np.ndarray, df: np.ndarray, n_docs: int
-) -> np.ndarray:
-    """A query's lexical values under the collection's statistics, from its bundle row (`words`, `values`: idf_b ∘
-    qtf / Z(q)): idf_c ∘ qtf / Z(q) with the same Z(q), i.e. each value times idf_c / idf_b (float32; the values
-    themselves where the two idf are equal). What the service ranks with; `CollectionStatistics.lexical_change` is
-    the same change for the brute force."""
+def collection_query_values(vocab: Vocabulary, words: np.ndarray, values: np.ndarray, idf: np.ndarray) -> np.ndarray:
+    """A query's lexical values under the collection's statistics, the one definition: from its bundle row (`words`,
+    `values`: idf_b ∘ qtf / Z(q)) and the collection's idf of those words (`collection_idf`), idf_c ∘ qtf / Z(q) with
+    the same Z(q), i.e. each value times idf_c / idf_b, float32 (the value itself where the two idf are equal). The
+    service ranks with these values; the brute force adds their change (`CollectionStatistics.lexical_change`)."""
     words = np.asarray(words, dtype=np.int64)
     bundle_idf = vocab.idf[words].astype(np.float64)
-    idf = collection_idf(vocab, words, df, n_docs).astype(np.float64)
+    idf = np.asarray(idf, dtype=np.float64)
     values = np.asarray(values, dtype=np.float32)
     return np.where(idf == bundle_idf, values, (values.astype(np.float64) * idf / bundle_idf).astype(np.float32))
 
@@ -118,14 +116,14 @@ class CollectionStatistics:
         return weighing(vocab, self.bm25)
 
     def lexical_change(self, vocab: Vocabulary, Q: sp.csr_matrix) -> sp.csr_matrix | None:
-        """The collection's lexical query rows minus the bundle's rows `Q`: the bundle row is idf_b ∘ qtf / Z(q), the
-        collection's idf_c ∘ qtf / Z(q) (same Z), so the change is q_i · (idf_c,i / idf_b,i − 1), float64. None where
-        no query word's idf differs (nothing to add: the scores stay the reference's, bit for bit)."""
+        """The collection's lexical query rows (`collection_query_values`) minus the bundle's rows `Q`, float64; None
+        where no query word's idf differs (nothing to add: the scores stay the reference's, bit for bit)."""
         Q = sp.csr_matrix(Q)
-        ratio = self.idf.astype(np.float64)[Q.indices] / vocab.idf.astype(np.float64)[Q.indices]
-        if not (ratio != 1.0).any():
+        values = collection_query_values(vocab, Q.indices, Q.data, self.idf[Q.indices])
+        if np.array_equal(values, Q.data):
             return None
-        change = sp.csr_matrix((Q.data.astype(np.float64) * (ratio - 1.0), Q.indices, Q.indptr), shape=Q.shape)
+        delta = values.astype(np.float64) - Q.data.astype(np.float64)
+        change = sp.csr_matrix((delta, Q.indices.copy(), Q.indptr.copy()), shape=Q.shape)
         change.eliminate_zeros()
         return change
 
