@@ -429,3 +429,30 @@ def _fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
     response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["hits"]
+
+
+def test_match_ranks_adverts_with_the_collections_statistics(tmp_path: Path) -> None:
+    """/match with SSI_OPEN_VOCAB_STATISTICS=collection on adverts other than the training corpus: the brute force of
+    the collection's statistics (the adverts' avg_len, live idf) before and after an advert with a new word."""
+    known, later, corpus, bundle = _world(tmp_path)
+    adverts = [*known[:80], *later[:10]]
+    ads = write_corpus(tmp_path / "ads.jsonl", adverts)
+    avg_len = average_length(sum(len(tokenize(d.full_text)) for d in adverts), len(adverts))
+    spec = CollectionSpec(bundle=bundle, corpus=ads, type="adverts")
+    pages = [known[0].title + " on zymurgical brewing", "quuxblarg barley " + known[3].title, known[5].text]
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, api_key=API_KEY, scan_pool=POOL, collections={"ads": spec},
+        cache_dir=tmp_path / "cache", open_vocab=True, open_vocab_statistics="collection",
+    ) as server:  # fmt: skip
+        for live in (adverts, [*adverts, NEW]):
+            if live[-1] is NEW:
+                body = {"title": NEW.title, "text": NEW.text, "budget": False}
+                assert server.client.put(f"/adverts/{NEW.id}", json=body, headers=KEY).status_code == 200
+            oracle = Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=avg_len)
+            for page in pages:
+                response = server.client.post("/match", json={"page": page, "k": 5})
+                assert response.status_code == 200, response.text
+                assert_same_ranking(response.json()["results"][0]["ads"], oracle, page, 5)
+        matched = server.client.post("/match", json={"page": pages[0], "k": 5}).json()["results"][0]["ads"]
+        (spelled,) = load_bundle(bundle).vocab.spelled(["zymurgical"])
+        assert matched[0]["id"] == NEW.id and spelled in matched[0]["shared_words"]
