@@ -417,5 +417,8 @@ class ModelState:
                 "postings": self.open.n_postings,
                 "max_words": self.open.max_words,
                 "dropped": self.open.dropped,
+                # whose idf and avg_len weigh the lexical part (SSI_OPEN_VOCAB_STATISTICS), and that avg_len
+                "statistics": "collection" if self.embedder.collection_statistics else "bundle",
+                "avg_len": self.embedder.lexical_vocab.bm25.avg_len if self.embedder.lexical_vocab.bm25 else None,
             }
         return described

@@ -323,6 +323,8 @@ def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(t
 
     def check(live: list[Document], served: Collection) -> None:
         assert served.ready_state().embedder.avg_len == avg_len
+        described = served.ready_state().describe()["open_vocab"]
+        assert described["statistics"] == "collection" and described["avg_len"] == avg_len
         _check(served, Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=avg_len), queries)
 
     own, bundled_stats = (Oracle(bundle, initial, open_vocab=True, statistics=s, avg_len=avg_len) for s in STATS)
