@@ -28,7 +28,7 @@ from service.settings import CollectionSpec, Settings
 from ssi.bundle import load_bundle
 from ssi.corpus import read_beir_queries, read_corpus, read_qrels
 from ssi.forms import form_class
-from ssi.open_vocab import STATISTICS
+from ssi.open_vocab import STATISTICS, CollectionStatistics
 from ssi.stemming import NO_STEMMER
 from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.features import TextFeatures, TokenTable
@@ -61,15 +61,29 @@ def main(
             scorers[f"{part}, open, {statistics} statistics"] = FormScorer(
                 loaded.vocab, form, docs, features=features, open_vocab=True, statistics=statistics
             )
+    # One statistic from the collection at a time (the other the bundle's): where the lexical part's gap comes from.
+    collection = scorers["lexical part, open, collection statistics"]
+    assert isinstance(collection, FormScorer) and collection.collection is not None and loaded.vocab.bm25 is not None
+    halves = {
+        "collection idf only": CollectionStatistics(loaded.vocab.bm25, collection.collection.idf),
+        "collection avg_len only": CollectionStatistics(collection.collection.bm25, loaded.vocab.idf),
+    }
+    for half, statistics in halves.items():
+        scorers[f"lexical part, open, {half}"] = FormScorer(
+            loaded.vocab, lexical_only, docs, features=features, open_vocab=True, statistics=statistics
+        )
     scorers["bm25"] = BM25Scorer(docs, tokens=tokens, stemmer=loaded.vocab.stemmer or NO_STEMMER)
     table = evaluate(task, scorers)
     print(f"{task.n_queries} queries × {len(docs)} documents; bundle {loaded.vocab.bm25}")
+    reference = np.asarray(table.results["bm25"].per_query["ndcg@10"])
     for name, result in table.results.items():
         ndcg, ap = result.summary["ndcg@10"], result.summary["map"]
         gap = table.paired_difference(name)
+        delta = np.asarray(result.per_query["ndcg@10"]) - reference
         print(
             f"{name:42s} NDCG@10 {ndcg.mean:.4f} ± {ndcg.stderr:.4f}  MAP {ap.mean:.4f} ± {ap.stderr:.4f}"
             + ("" if gap is None else f"  Δ NDCG@10 vs bm25 {gap.mean:+.4f} ± {gap.stderr:.4f}")
+            + ("" if name == "bm25" else f"  queries higher {(delta > 0).sum()} / lower {(delta < 0).sum()}")
         )
     if served is not None:
         texts = list(task.query_texts)
@@ -82,7 +96,9 @@ def main(
                 f"served, open, {statistics} statistics: the top 10 of ssi eval for {agreement.same}/{len(texts)} "
                 f"queries (largest score difference {agreement.worst:.1e}); index computed in "
                 f"{agreement.build_seconds:.1f} s; a search {agreement.live_ms:.2f} ms per query, "
-                f"{agreement.dead_ms:.2f} ms once every {DEAD_EVERY}th document is deleted (one run each, in process)"
+                f"{agreement.dead_ms:.2f} ms once every {DEAD_EVERY}th document is deleted (one run each, in process); "
+                f"the query's lexical values {agreement.values_us[0]:.1f} µs, {agreement.values_us[1]:.1f} µs with "
+                "those deleted"
             )
 
 
@@ -98,6 +114,7 @@ class Agreement:
     build_seconds: float  # computing the index from the corpus
     live_ms: float  # a search, mean over the queries, every row live
     dead_ms: float  # the same once one document in DEAD_EVERY is deleted
+    values_us: tuple[float, float]  # ModelState.lexical_values alone, mean over the queries: every row live, then not
 
 
 def _served_agreement(
@@ -127,15 +144,28 @@ def _served_agreement(
             same += result.doc_ids == expected
             if len(result.scores) == len(expected):
                 worst = max(worst, float(np.abs(np.asarray(result.scores) - values[i]).max(initial=0.0)))
+        live_us = _lexical_values_us(collection, texts)
         for doc_id in ids[::DEAD_EVERY]:
             collection.delete(doc_id)
         started = time.perf_counter()
         for text in texts:
             collection.search([text], 10, 0)
         dead_ms = (time.perf_counter() - started) * 1000 / len(texts)
-        return Agreement(same, worst, build_seconds, live_ms, dead_ms)
+        return Agreement(same, worst, build_seconds, live_ms, dead_ms, (live_us, _lexical_values_us(collection, texts)))
     finally:
         collection.close()
+
+
+def _lexical_values_us(collection: Collection, texts: list[str]) -> float:
+    """µs per query of the step the collection's statistics add to a search (`ModelState.lexical_values`: the
+    words' live document frequencies and the scaling), over the queries' rows featurized beforehand."""
+    state = collection.ready_state()
+    rows = state.embedder.featurize_queries(texts)
+    started = time.perf_counter()
+    with state.lock.read():
+        for i in range(len(texts)):
+            state.lexical_values(rows, int(rows.indptr[i]), int(rows.indptr[i + 1]))
+    return (time.perf_counter() - started) * 1e6 / len(texts)
 
 
 if __name__ == "__main__":

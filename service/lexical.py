@@ -308,13 +308,20 @@ class LexicalIndex:
         words = np.asarray(words, dtype=np.int64)
         out = np.zeros(words.shape[0], dtype=np.int64)
         for matrix, first in self.parts():
-            starts, ends = matrix.indptr[words], matrix.indptr[words + 1]
+            starts = matrix.indptr[words].astype(np.int64)
+            lengths = matrix.indptr[words + 1].astype(np.int64) - starts
             if live is None:
-                out += ends - starts
+                out += lengths
                 continue
-            for j, (start, end) in enumerate(zip(starts.tolist(), ends.tolist(), strict=True)):
-                if end > start:
-                    out[j] += int(np.count_nonzero(live[matrix.indices[start:end].astype(np.int64) + first]))
+            total = int(lengths.sum())
+            if total == 0:
+                continue
+            # every word's postings in one gather: position p of word j is starts[j] + (p − its first position)
+            firsts = np.cumsum(lengths) - lengths
+            positions = np.arange(total, dtype=np.int64) + np.repeat(starts - firsts, lengths)
+            alive = live[matrix.indices[positions].astype(np.int64) + first]
+            owner = np.repeat(np.arange(words.shape[0]), lengths)
+            out += np.bincount(owner[alive], minlength=words.shape[0])
         return out
 
     def query(self, word_ids: np.ndarray, values: np.ndarray) -> LexicalQuery:

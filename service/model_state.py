@@ -152,6 +152,9 @@ class ModelState:
         self.saved_seq: int | None = seq if report.source == "cache" else None
         self.lock = ReadWriteLock()
         self.version = 0  # bumped under the write lock whenever rows change (service.writes)
+        # With the collection's statistics and dead rows: each word's live document frequency as of `version`
+        # (counting a frequent word's live postings is most of what those statistics add to a search).
+        self._live_df: tuple[int, dict[int, int]] = (-1, {})
         # Set when a write failed halfway through its in-memory apply: this state no longer matches
         # the store and must be neither searched nor snapshotted (the collection rebuilds it).
         self.broken = False
@@ -223,9 +226,23 @@ class ModelState:
         if not self.embedder.collection_statistics or end == start:
             return values
         words = rows.indices[start:end]
-        df = self.lexical.document_frequency(words, self.table.live if self.table.n_dead else None)
+        df = self._document_frequency(words)
         vocab = self.bundle.vocab
         return collection_query_values(vocab, words, values, collection_idf(vocab, words, df, self.table.n_live))
+
+    def _document_frequency(self, words: np.ndarray) -> np.ndarray:
+        """Live rows holding each of `words` (the caller holds the read lock): the posting lists' lengths while every
+        row is live, else counted once per word and state version (writes bump it) and remembered."""
+        if not self.table.n_dead:
+            return self.lexical.document_frequency(words)
+        version, known = self._live_df
+        if version != self.version:
+            version, known = self._live_df = (self.version, {})
+        missing = [w for w in dict.fromkeys(words.tolist()) if w not in known]
+        if missing:
+            counted = self.lexical.document_frequency(np.asarray(missing, dtype=np.int64), self.table.live)
+            known.update(zip(missing, counted.tolist(), strict=True))
+        return np.fromiter((known[w] for w in words.tolist()), dtype=np.int64, count=words.shape[0])
 
     def open_shares(self, tokens: list[str], rows: Sequence[int]) -> list[dict[str, float]]:
         """For each of `rows`, its new words shared with a query of `tokens` and their q_t·d_t (o(q, d) = w_new ·

@@ -13,6 +13,7 @@ from urllib.parse import quote
 import httpx
 import numpy as np
 import pytest
+import scipy.sparse as sp
 from service_testing import (
     API_KEY,
     Oracle,
@@ -26,6 +27,7 @@ from service_testing import (
 
 from service.collection import Collection
 from service.embedding import keep_top_words
+from service.lexical import LexicalIndex
 from service.metrics import Metrics
 from service.settings import CollectionSpec, Settings
 from service.snapshot import snapshots
@@ -458,3 +460,16 @@ def test_match_ranks_adverts_with_the_collections_statistics(tmp_path: Path) -> 
         matched = server.client.post("/match", json={"page": pages[0], "k": 5}).json()["results"][0]["ads"]
         (spelled,) = load_bundle(bundle).vocab.spelled(["zymurgical"])
         assert matched[0]["id"] == NEW.id and spelled in matched[0]["shared_words"]
+
+
+def test_the_live_document_frequency_counts_live_rows_of_base_and_delta() -> None:
+    """LexicalIndex.document_frequency (the collection's live idf): posting lists' lengths, or their live rows."""
+    base = sp.random(300, 50, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    delta = sp.random(40, 50, density=0.2, format="csr", random_state=2, dtype=np.float32)
+    index = LexicalIndex(np.ones(50, dtype=np.float32), base, delta)
+    whole = sp.vstack([base, delta]).tocsc()
+    live = np.random.default_rng(0).random(340) > 0.3
+    words = np.array([0, 5, 5, 49, 17, 3])
+    lists = [whole.indices[whole.indptr[w] : whole.indptr[w + 1]] for w in words]
+    assert index.document_frequency(words).tolist() == [len(rows) for rows in lists]
+    assert index.document_frequency(words, live).tolist() == [int(live[rows].sum()) for rows in lists]
