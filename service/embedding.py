@@ -21,9 +21,10 @@ import scipy.sparse as sp
 from service.bulk_featurize import BulkFeaturizer
 from service.encoder import QueryEncoder
 from ssi.bundle import Bundle, BundleError
-from ssi.open_vocab import DocEntries, OpenRule
+from ssi.open_vocab import DocEntries, OpenRule, Statistics, weighing
 from ssi.records import Document
 from ssi.tokenize import tokenize
+from ssi.weighting import Bm25
 
 BULK_QUERY_CHARS = 4096  # texts at least this long in all are featurized with arrays (service.bulk_featurize)
 
@@ -33,7 +34,7 @@ class Prepared:
     """Documents featurized and embedded, ready to apply after the store has committed them."""
 
     ids: list[str]
-    tfidf: sp.csr_matrix
+    tfidf: sp.csr_matrix  # the lexical index's rows (weighed with the collection's avg_len where it has its own)
     embeddings: np.ndarray
     open_entries: list[DocEntries] | None = None  # each document's new words (ssi.open_vocab); None: closed
 
@@ -62,7 +63,9 @@ def keep_top_words(tfidf: sp.csr_matrix, max_words: int) -> sp.csr_matrix:
 class Embedder:
     """The bundle's text pipeline, query encoder and document embedding, in one place."""
 
-    def __init__(self, bundle: Bundle, threads: int, *, open_vocab: bool = False) -> None:
+    def __init__(
+        self, bundle: Bundle, threads: int, *, open_vocab: bool = False, statistics: Statistics = "bundle"
+    ) -> None:
         if not bundle.form.served_exactly:
             raise BundleError(
                 f"{bundle.path}: form '{bundle.form.name}' cannot be ranked from an inner-product index "
@@ -76,6 +79,31 @@ class Embedder:
         # None (always, unless `open_vocab`: SSI_OPEN_VOCAB): the lexical part stays on the bundle's words.
         self.open_vocab = open_vocab
         self.open_rule = OpenRule.of(bundle.vocab, self.form) if open_vocab else None
+        # SSI_OPEN_VOCAB_STATISTICS=collection (with the open vocabulary on; ssi.open_vocab): the lexical rows are
+        # weighed with the collection's avg_len (`use_avg_len`, once the state knows it), the query's lexical values
+        # with the collection's live idf (ModelState); U q and V d keep the bundle's rows.
+        self.collection_statistics = statistics == "collection" and self.open_rule is not None
+        self.lexical_vocab = bundle.vocab  # weighs the rows of the lexical index
+        self._avg_len_set = False
+
+    def use_avg_len(self, avg_len: float) -> None:
+        """Weigh the lexical rows (and new words' d_t) with the collection's `avg_len` from now on (collection
+        statistics only): the documents' the index was computed from, or the snapshot's."""
+        if not self.collection_statistics:
+            raise RuntimeError("the collection's avg_len weighs rows only with SSI_OPEN_VOCAB_STATISTICS=collection")
+        vocab = self.bundle.vocab
+        assert vocab.bm25 is not None  # an open rule exists: a BM25 bundle
+        self.lexical_vocab = weighing(vocab, Bm25(k1=vocab.bm25.k1, b=vocab.bm25.b, avg_len=avg_len))
+        self.open_rule = OpenRule.of(vocab, self.form, self.lexical_vocab.bm25)
+        self._avg_len_set = True
+
+    @property
+    def avg_len(self) -> float | None:
+        """The collection's avg_len the lexical rows are weighed with (collection statistics), else None."""
+        if not self.collection_statistics:
+            return None
+        assert self.lexical_vocab.bm25 is not None
+        return self.lexical_vocab.bm25.avg_len
 
     def featurize_queries(self, texts: Sequence[str], max_words: int | None = None) -> sp.csr_matrix:
         """Query rows (unit length); with `max_words`, a long text keeps only its most heavily weighted words.
@@ -118,12 +146,22 @@ class Embedder:
         semantic = self.bundle.vocab.semantic_rows(tfidf)  # the rows themselves under tf-idf
         return np.ascontiguousarray(self.form.embed_documents_of(semantic, doc_ids), dtype=np.float32)
 
+    def lexical_rows(self, texts: Sequence[str], rows: sp.csr_matrix) -> sp.csr_matrix:
+        """The lexical index's rows of `texts` whose bundle rows are `rows`: those rows, or with the collection's
+        statistics the texts weighed with its avg_len."""
+        if self.lexical_vocab is self.bundle.vocab:
+            return rows
+        return self.lexical_vocab.featurize_documents(list(texts))
+
     def prepare(self, docs: Sequence[Document]) -> Prepared:
+        if self.collection_statistics and not self._avg_len_set:
+            raise RuntimeError("the collection's avg_len is not known yet (the state sets it when it is built)")
         texts = [doc.full_text for doc in docs]
         tfidf = self.featurize_documents(texts)
         ids = [doc.id for doc in docs]
         entries = self.open_entries(texts)
-        return Prepared(ids=ids, tfidf=tfidf, embeddings=self.embed_documents(tfidf, ids), open_entries=entries)
+        embeddings = self.embed_documents(tfidf, ids)
+        return Prepared(ids=ids, tfidf=self.lexical_rows(texts, tfidf), embeddings=embeddings, open_entries=entries)
 
     def open_entries(self, texts: Sequence[str]) -> list[DocEntries] | None:
         """Each text's new words with their document values (ssi.open_vocab), or None for a closed vocabulary."""

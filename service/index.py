@@ -60,6 +60,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import Literal
 
 import faiss
 import numpy as np
@@ -85,15 +86,20 @@ class IndexConfig:
     ivf_nlist: int = 0  # 0: auto_nlist
     ivf_nprobe: int = 0  # 0: auto_nprobe
     threads: int = 1  # OpenMP threads for builds and batch searches (not part of what is built)
+    # Whose statistics weigh the stored lexical rows (SSI_OPEN_VOCAB_STATISTICS with SSI_OPEN_VOCAB on): the
+    # collection's avg_len changes every row, so its snapshots are kept apart from the bundle's.
+    lexical_statistics: Literal["bundle", "collection"] = "bundle"
 
     def tag(self) -> str:
         """The part of the cache key that changes what is built (search-time knobs are left out)."""
+        statistics = "" if self.lexical_statistics == "bundle" else f"-stats{self.lexical_statistics}"
         if self.index_type == "hnsw":
             metric = "-ip" if self.hnsw_metric == "ip" else ""  # the reduction keeps the key it had
-            return f"hnsw-m{self.hnsw_m}-efc{self.hnsw_ef_construction}{metric}"
+            return f"hnsw-m{self.hnsw_m}-efc{self.hnsw_ef_construction}{metric}{statistics}"
         if self.index_type == "ivf":
-            return f"ivf-nlist{self.ivf_nlist or 'auto4'}"  # 'auto' was √n lists: an index of those is rebuilt
-        return "flat"
+            # 'auto' was √n lists: an index of those is rebuilt
+            return f"ivf-nlist{self.ivf_nlist or 'auto4'}{statistics}"
+        return f"flat{statistics}"
 
 
 def auto_nlist(n_vectors: int) -> int:

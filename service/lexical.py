@@ -301,6 +301,29 @@ class LexicalIndex:
         kept = sp.csr_matrix(self.matrix())[np.asarray(rows, dtype=np.int64)]
         return LexicalIndex(self.weights, kept)
 
+    def document_frequency(self, words: np.ndarray, live: np.ndarray | None = None) -> np.ndarray:
+        """int64: how many rows hold each of `words`; given `live` (a bool per row), how many live rows do. Without
+        it a word's count is its posting lists' length; with it, a pass over its postings (the collection's live
+        idf, ssi.open_vocab, asks this only where some rows are dead)."""
+        words = np.asarray(words, dtype=np.int64)
+        out = np.zeros(words.shape[0], dtype=np.int64)
+        for matrix, first in self.parts():
+            starts = matrix.indptr[words].astype(np.int64)
+            lengths = matrix.indptr[words + 1].astype(np.int64) - starts
+            if live is None:
+                out += lengths
+                continue
+            total = int(lengths.sum())
+            if total == 0:
+                continue
+            # every word's postings in one gather: position p of word j is starts[j] + (p − its first position)
+            firsts = np.cumsum(lengths) - lengths
+            positions = np.arange(total, dtype=np.int64) + np.repeat(starts - firsts, lengths)
+            alive = live[matrix.indices[positions].astype(np.int64) + first]
+            owner = np.repeat(np.arange(words.shape[0]), lengths)
+            out += np.bincount(owner[alive], minlength=words.shape[0])
+        return out
+
     def query(self, word_ids: np.ndarray, values: np.ndarray) -> LexicalQuery:
         return LexicalQuery(self, word_ids, values)
 

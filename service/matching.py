@@ -146,6 +146,8 @@ def explain(
     q_ids, q_vals = page.indices.astype(np.int64), page.data.astype(np.float64)
     at = np.asarray(rows, dtype=np.int64)
     with state.lock.read():
+        # the page's lexical values as it was ranked (the collection's idf where the collection's statistics are on)
+        lexical_vals = state.lexical_values(page, 0, int(page.indptr[1])).astype(np.float64)
         ad_values = state.lexical.query(q_ids, q_vals).values_of(at)  # [ads, page words]: d_i
         ad_embedded = state.index.vectors(at).astype(np.float32)  # [ads, M], as the index holds them
     page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
@@ -154,7 +156,7 @@ def explain(
     # contribution[a, i] = q_i (U e_i)·(V d_a): the page words' shares of each advert's semantic part
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
     # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
-    shares = ad_values * q_vals[None, :]
+    shares = ad_values * lexical_vals[None, :]
     opened = state.open_shares(tokens, rows) if tokens is not None else [{} for _ in rows]
     shared_all, related_all = [], []
     for a in range(at.shape[0]):

@@ -43,7 +43,7 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
-from ssi.open_vocab import OpenPostings
+from ssi.open_vocab import OpenPostings, collection_idf, collection_query_values
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
 LEXICAL_BESIDE_SCAN = 4
@@ -152,6 +152,9 @@ class ModelState:
         self.saved_seq: int | None = seq if report.source == "cache" else None
         self.lock = ReadWriteLock()
         self.version = 0  # bumped under the write lock whenever rows change (service.writes)
+        # With the collection's statistics and dead rows: each word's live document frequency as of `version`
+        # (counting a frequent word's live postings is most of what those statistics add to a search).
+        self._live_df: tuple[int, dict[int, int]] = (-1, {})
         # Set when a write failed halfway through its in-memory apply: this state no longer matches
         # the store and must be neither searched nor snapshotted (the collection rebuilds it).
         self.broken = False
@@ -214,6 +217,32 @@ class ModelState:
             keep = (ids < 0) | np.isin(ids, words)
             kept.append([t for t, k in zip(text_tokens, keep.tolist(), strict=True) if k])
         return kept
+
+    def lexical_values(self, rows: sp.csr_matrix, start: int, end: int) -> np.ndarray:
+        """The lexical values of the query whose bundle row is rows' entries start … end − 1: those values, or with
+        the collection's statistics each times idf_c / idf_b, idf_c from the words' live document frequencies
+        (ssi.open_vocab.collection_query_values). The caller holds the read lock."""
+        values = rows.data[start:end]
+        if not self.embedder.collection_statistics or end == start:
+            return values
+        words = rows.indices[start:end]
+        df = self._document_frequency(words)
+        vocab = self.bundle.vocab
+        return collection_query_values(vocab, words, values, collection_idf(vocab, words, df, self.table.n_live))
+
+    def _document_frequency(self, words: np.ndarray) -> np.ndarray:
+        """Live rows holding each of `words` (the caller holds the read lock): the posting lists' lengths while every
+        row is live, else counted once per word and state version (writes bump it) and remembered."""
+        if not self.table.n_dead:
+            return self.lexical.document_frequency(words)
+        version, known = self._live_df
+        if version != self.version:
+            version, known = self._live_df = (self.version, {})
+        missing = [w for w in dict.fromkeys(words.tolist()) if w not in known]
+        if missing:
+            counted = self.lexical.document_frequency(np.asarray(missing, dtype=np.int64), self.table.live)
+            known.update(zip(missing, counted.tolist(), strict=True))
+        return np.fromiter((known[w] for w in words.tolist()), dtype=np.int64, count=words.shape[0])
 
     def open_shares(self, tokens: list[str], rows: Sequence[int]) -> list[dict[str, float]]:
         """For each of `rows`, its new words shared with a query of `tokens` and their q_t·d_t (o(q, d) = w_new ·
@@ -289,7 +318,7 @@ class ModelState:
         stop = min(start + size, tfidf.shape[0])
         bits = self.table.live_bits()
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
-        lexical = [self.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]) for a, b in spans]
+        lexical = [self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b)) for a, b in spans]
         if query_tokens is not None:
             rule, n_live = self.embedder.open_rule, self.table.n_live
             lexical = [
@@ -405,5 +434,8 @@ class ModelState:
                 "postings": self.open.n_postings,
                 "max_words": self.open.max_words,
                 "dropped": self.open.dropped,
+                # whose idf and avg_len weigh the lexical part (SSI_OPEN_VOCAB_STATISTICS), and that avg_len
+                "statistics": "collection" if self.embedder.collection_statistics else "bundle",
+                "avg_len": self.embedder.lexical_vocab.bm25.avg_len if self.embedder.lexical_vocab.bm25 else None,
             }
         return described

@@ -89,6 +89,10 @@ class Settings(BaseSettings):
     # collection, as documents bring them; once full, a document's words not yet held are left out (counted).
     open_vocab: bool = False
     open_vocab_words: int = Field(default=1_000_000, ge=0)
+    # Whose statistics the lexical part uses with open_vocab on (ssi.open_vocab): "bundle" (its training corpus's
+    # idf and avg_len for its words) or "collection" (every word's idf from the collection's live document
+    # frequencies, and the avg_len of the documents its index was computed from: BM25 over the collection).
+    open_vocab_statistics: Literal["bundle", "collection"] = "bundle"
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

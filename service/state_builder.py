@@ -34,6 +34,8 @@ from service.store import DocumentStore, StoredDocument, StoreView
 from service.writes import replay
 from ssi.bundle import Bundle
 from ssi.open_vocab import OpenPostings
+from ssi.tokenize import tokenize
+from ssi.weighting import average_length
 
 log = logging.getLogger(__name__)
 
@@ -48,13 +50,16 @@ def index_config(settings: Settings) -> IndexConfig:
         ivf_nlist=settings.ivf_nlist,
         ivf_nprobe=settings.ivf_nprobe,
         threads=settings.threads,
+        lexical_statistics=settings.open_vocab_statistics if settings.open_vocab else "bundle",
     )
 
 
 def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, settings: Settings) -> ModelState:
     """The state for `bundle` over `store`'s documents at their latest write, from cache when possible."""
     started = time.perf_counter()
-    embedder = Embedder(bundle, settings.threads, open_vocab=settings.open_vocab)
+    embedder = Embedder(
+        bundle, settings.threads, open_vocab=settings.open_vocab, statistics=settings.open_vocab_statistics
+    )
     config = index_config(settings)
     folder = cache_folder(settings.index_dir, collection, bundle.content_hash, store.uuid, config.tag())
     common = dict(bundle=bundle, embedder=embedder, config=config, store_uuid=store.uuid, folder=folder)
@@ -135,6 +140,11 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
             raise SnapshotError(f"{path}: damaged open_vocab.json ({exc!r})") from None
         if open_postings.row_words and max(open_postings.row_words) >= data.rows:
             raise SnapshotError(f"{path}: open_vocab.json names rows beyond the snapshot's {data.rows}")
+        if embedder.collection_statistics:  # its rows were weighed with the avg_len it saved
+            avg_len = data.open_vocab.get("avg_len")
+            if not isinstance(avg_len, int | float) or not avg_len > 0:
+                raise SnapshotError(f"{path}: open_vocab.json has no avg_len (collection statistics)")
+            embedder.use_avg_len(float(avg_len))
     return ModelState(
         index=index,
         lexical=LexicalIndex(bundle.form.lexical_weights(), data.tfidf),
@@ -168,18 +178,38 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     if workers:
         log.info("featurizing %d documents in %d worker processes", total, workers)
     batches = view.iter_batches(settings.embed_batch)
+    # Collection statistics: the lexical rows wait for the documents' avg_len, so this pass counts their tokens and a
+    # second one weighs them (an index computed in about twice the time).
+    collection = embedder.collection_statistics
+    n_tokens = 0
     with progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
         for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):
             embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch])
-            parts.append(tfidf)
-            for offset, entries in enumerate(embedder.open_entries(_full_texts(batch)) or ()):
-                if entries:
-                    open_postings.add(row + offset, entries)
+            if collection:
+                n_tokens += sum(len(tokenize(text)) for text in _full_texts(batch))
+            else:
+                parts.append(tfidf)
+                _add_open_entries(embedder, open_postings, row, batch)
             doc_ids.extend(doc.id for doc in batch)
             row += len(batch)
             advance(len(batch))
     if row != total:
         raise RuntimeError(f"the store listed {total} documents but yielded {row}")
+    if collection:
+        # An empty collection has no length to measure: its later documents are weighed with the bundle's avg_len.
+        assert bundle.vocab.bm25 is not None  # collection statistics: a BM25 bundle
+        embedder.use_avg_len(average_length(n_tokens, total) if total else bundle.vocab.bm25.avg_len)
+        row = 0
+        lexical_featurizer = BulkFeaturizer(embedder.lexical_vocab)
+        batches = view.iter_batches(settings.embed_batch)
+        with progress("weighing documents (the collection's statistics)", total) as advance:
+            for batch, lexical_rows in featurized(lexical_featurizer, batches, _full_texts, workers):
+                parts.append(lexical_rows)
+                _add_open_entries(embedder, open_postings, row, batch)
+                row += len(batch)
+                advance(len(batch))
+        if row != total:
+            raise RuntimeError(f"the store listed {total} documents but yielded {row} the second time")
     # Stacked as CSR (a concatenation) and turned word-major by LexicalIndex: stacking straight into
     # CSC goes through COO and took about twice as long (the matrix is the same).
     tfidf_all = sp.vstack(parts, format="csr") if parts else sp.csr_matrix((0, bundle.manifest.vocab_size))
@@ -196,6 +226,13 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
         report=LoadReport(source="computed", embedded=total),
         **common,
     )
+
+
+def _add_open_entries(embedder: Embedder, postings: OpenPostings, first: int, batch: list[StoredDocument]) -> None:
+    """Index the new words (ssi.open_vocab) of `batch`, its rows from `first` (nothing for a closed vocabulary)."""
+    for offset, entries in enumerate(embedder.open_entries(_full_texts(batch)) or ()):
+        if entries:
+            postings.add(first + offset, entries)
 
 
 def _full_texts(batch: list[StoredDocument]) -> list[str]:

@@ -128,5 +128,16 @@ def capture(state: ModelState) -> Capture:
             lexical=state.lexical,
             doc_ids=list(state.table.doc_ids),
             live=state.table.live.copy(),
-            open_vocab=state.open.to_json() if state.embedder.open_rule is not None else None,
+            open_vocab=_open_vocab_json(state),
         )
+
+
+def _open_vocab_json(state: ModelState) -> dict[str, object] | None:
+    """open_vocab.json of a snapshot: the open postings, and with the collection's statistics the avg_len its
+    lexical rows were weighed with (None for a closed vocabulary)."""
+    if state.embedder.open_rule is None:
+        return None
+    saved = state.open.to_json()
+    if state.embedder.avg_len is not None:
+        saved["avg_len"] = state.embedder.avg_len
+    return saved

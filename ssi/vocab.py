@@ -28,7 +28,7 @@ from ssi.feature_hashing import CorrelatedHashing
 from ssi.products import DocMatrix
 from ssi.stemming import MEMO_WORDS, Stems, stemmer_of, tokenizer_name
 from ssi.tokenize import TOKENIZER_VERSION, tokenize
-from ssi.weighting import BM25_SCHEME, TFIDF_SCHEME, Bm25, Lexical, bm25_idf
+from ssi.weighting import BM25_SCHEME, TFIDF_SCHEME, Bm25, Lexical, average_length, bm25_idf
 
 TF_SCHEME = TFIDF_SCHEME  # the tf-idf weighting (ssi.weighting); a BM25 vocabulary records BM25_SCHEME
 
@@ -258,7 +258,7 @@ class Vocabulary:
         if bm25 is None:
             idf = np.array([math.log((1 + n_docs) / (1 + c)) + 1.0 for _, c in kept], dtype=np.float32)
             return cls(words=words, idf=idf, tokenizer=tokenizer)
-        fitted = Bm25(k1=bm25.k1, b=bm25.b, avg_len=max(n_tokens / n_docs, 1.0))
+        fitted = Bm25(k1=bm25.k1, b=bm25.b, avg_len=average_length(n_tokens, n_docs))
         idf = bm25_idf(np.array([c for _, c in kept], dtype=np.float64), n_docs)
         return cls(words=words, idf=idf, tokenizer=tokenizer, tf_scheme=BM25_SCHEME, bm25=fitted)
 

@@ -83,6 +83,13 @@ class Bm25:
         return (counts / (counts + norm)).astype(np.float32)
 
 
+def average_length(n_tokens: int, n_docs: int) -> float:
+    """BM25's avg_len of a collection of `n_docs` texts holding `n_tokens` tokens in all (at least 1): one formula
+    for the bundle's (its training corpus, `Vocabulary.build`) and a served collection's (ssi.open_vocab), so the
+    two are equal, bit for bit, when the collection is the training corpus."""
+    return max(n_tokens / n_docs, 1.0) if n_docs > 0 else 1.0
+
+
 def bm25_idf(df: np.ndarray, n_docs: int) -> np.ndarray:
     """Lucene's BM25 idf, log(1 + (n − df + 0.5) / (df + 0.5)) (bm25s "lucene"): always positive."""
     df = np.asarray(df, dtype=np.float64)

@@ -38,7 +38,7 @@ import numpy as np
 
 from ssi.bundle import Bundle, load_bundle
 from ssi.corpus import read_corpus
-from ssi.open_vocab import OpenPostings, OpenRule, build_postings
+from ssi.open_vocab import CollectionStatistics, OpenPostings, OpenRule, Statistics, build_postings
 from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.tokenize import tokenize
@@ -62,22 +62,33 @@ class Model:
     """A loaded bundle and the corpus it ranks (documents featurized once, when loaded).
 
     `open_vocab` (off by default): a BM25 bundle's lexical part also covers the documents' words it does not
-    know (ssi.open_vocab, docs/guides/open-vocabulary.md); off, it ranks by the bundle's words only.
+    know (ssi.open_vocab, docs/guides/open-vocabulary.md); off, it ranks by the bundle's words only. `statistics`
+    (with `open_vocab`): "bundle" keeps the bundle's idf and avg_len for its words, "collection" takes every
+    word's from the documents ranked (the corpus; for `score`, the documents given).
     """
 
     def __init__(
-        self, bundle: Bundle, documents: Sequence[Document] | None = None, *, open_vocab: bool = False
+        self,
+        bundle: Bundle,
+        documents: Sequence[Document] | None = None,
+        *,
+        open_vocab: bool = False,
+        statistics: Statistics = "bundle",
     ) -> None:
+        if statistics != "bundle" and not open_vocab:
+            raise ValueError("statistics='collection' is a rule of the open vocabulary: add open_vocab=True")
         self.bundle = bundle
         self.open_vocab = open_vocab
+        self.statistics: Statistics = statistics
         self.documents: list[Document] = list(documents) if documents is not None else []
         self.ids = [d.id for d in self.documents]
         self._doc_matrix: DocMatrix | None = None
         self._open: OpenPostings | None = None
+        self._collection: CollectionStatistics | None = None
         if self.documents:
             # The rows carry their ids: a keyed form (halftrans) uses its own vector for a document it was trained on.
-            scorer = FormScorer(bundle.vocab, bundle.form, self.documents, open_vocab=open_vocab)
-            self._doc_matrix, self._open = scorer.docs, scorer.open
+            scorer = FormScorer(bundle.vocab, bundle.form, self.documents, open_vocab=open_vocab, statistics=statistics)
+            self._doc_matrix, self._open, self._collection = scorer.docs, scorer.open, scorer.collection
 
     @property
     def form(self) -> str:
@@ -87,7 +98,12 @@ class Model:
     def __repr__(self) -> str:
         return f"Model(form={self.form!r}, bundle={str(self.bundle.path)!r}, documents={len(self.documents)})"
 
-    def _scorer(self, doc_matrix: DocMatrix, open_postings: OpenPostings | None = None) -> FormScorer:
+    def _scorer(
+        self,
+        doc_matrix: DocMatrix,
+        open_postings: OpenPostings | None = None,
+        collection: CollectionStatistics | None = None,
+    ) -> FormScorer:
         # Fresh features per call: TextFeatures memoizes every text it sees, which a long-lived model must not.
         vocab, form = self.bundle.vocab, self.bundle.form
         return FormScorer(
@@ -97,12 +113,13 @@ class Model:
             doc_matrix=doc_matrix,
             open_vocab=self.open_vocab,
             open_postings=open_postings,
+            statistics=collection if collection is not None else "bundle",
         )
 
     def _corpus_scorer(self) -> FormScorer:
         if self._doc_matrix is None:
             raise ValueError("this model has no corpus to rank: load it with corpus=... (or use score())")
-        return self._scorer(self._doc_matrix, self._open)
+        return self._scorer(self._doc_matrix, self._open, self._collection)
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
         """f(q, d) of each query text against every corpus document: float32 [len(texts), len(documents)]."""
@@ -147,14 +164,15 @@ class Model:
         if not docs:
             return np.zeros((len(queries), 0), dtype=np.float32)
         vocab, form = self.bundle.vocab, self.bundle.form
-        if all(isinstance(d, Document) for d in docs):
-            scorer = FormScorer(vocab, form, [d for d in docs if isinstance(d, Document)], open_vocab=self.open_vocab)
-            matrix, postings = scorer.docs, scorer.open
-        else:
-            texts = [d.full_text if isinstance(d, Document) else d for d in docs]
-            matrix = vocab.doc_matrix(TextFeatures(vocab).documents(texts))
-            rule = OpenRule.of(vocab, form) if self.open_vocab else None
-            postings = None if rule is None else build_postings(rule, [tokenize(t) for t in texts])
+        if all(isinstance(d, Document) for d in docs) or self.statistics != "bundle":
+            # Collection statistics are those of the documents given: texts become documents named by position.
+            given = [d if isinstance(d, Document) else Document(str(i), "", d) for i, d in enumerate(docs)]
+            scorer = FormScorer(vocab, form, given, open_vocab=self.open_vocab, statistics=self.statistics)
+            return self._scorer(scorer.docs, scorer.open, scorer.collection).score(list(queries))
+        texts = [d.full_text if isinstance(d, Document) else d for d in docs]
+        matrix = vocab.doc_matrix(TextFeatures(vocab).documents(texts))
+        rule = OpenRule.of(vocab, form) if self.open_vocab else None
+        postings = None if rule is None else build_postings(rule, [tokenize(t) for t in texts])
         return self._scorer(matrix, postings).score(list(queries))
 
 
@@ -171,13 +189,17 @@ def load(
     *,
     verify_hashes: bool = True,
     open_vocab: bool = False,
+    statistics: Statistics = "bundle",
 ) -> Model:
     """Load a bundle (verified: `ssi.bundle.BundleError` names what is wrong) to rank `corpus` in process.
 
     `corpus`: a JSONL file as `ssi train` reads (id, title, text), a list of `Document`s, or a list of texts
     (their ids are their positions, "0", "1", ...); None for a model that only scores given pairs
     (`Model.score`). `bundle` may be what `ssi.train` returned. `open_vocab=True` (off by default) lets a BM25
-    bundle's lexical part count the corpus's words it never saw (ssi.open_vocab, docs/guides/open-vocabulary.md).
+    bundle's lexical part count the corpus's words it never saw (ssi.open_vocab, docs/guides/open-vocabulary.md);
+    with it, `statistics="collection"` weighs every word with the corpus's own idf and avg_len (BM25 over the corpus)
+    instead of the bundle's.
     """
     loaded = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle), verify_hashes=verify_hashes)
-    return Model(loaded, _documents(corpus) if corpus is not None else None, open_vocab=open_vocab)
+    corpus_docs = _documents(corpus) if corpus is not None else None
+    return Model(loaded, corpus_docs, open_vocab=open_vocab, statistics=statistics)

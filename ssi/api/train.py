@@ -34,6 +34,7 @@ from training.settings import TrainSettings
 
 if TYPE_CHECKING:
     from ssi.api.model import Model
+    from ssi.open_vocab import Statistics
     from ssi.records import Document
 
 StrPath = str | os.PathLike[str]
@@ -55,11 +56,18 @@ class Trained:
     def __fspath__(self) -> str:
         return str(self.bundle)
 
-    def load(self, corpus: StrPath | list[Document] | list[str] | None = None, *, open_vocab: bool = False) -> Model:
-        """The trained model, ready to rank `corpus` in this process (see `ssi.load`, and its `open_vocab`)."""
+    def load(
+        self,
+        corpus: StrPath | list[Document] | list[str] | None = None,
+        *,
+        open_vocab: bool = False,
+        statistics: Statistics = "bundle",
+    ) -> Model:
+        """The trained model, ready to rank `corpus` in this process (see `ssi.load`, its `open_vocab` and
+        `statistics`)."""
         from ssi.api.model import load
 
-        return load(self.bundle, corpus=corpus, open_vocab=open_vocab)
+        return load(self.bundle, corpus=corpus, open_vocab=open_vocab, statistics=statistics)
 
 
 def train(

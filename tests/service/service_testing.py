@@ -27,7 +27,8 @@ from service.server import http_protocol
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import DocumentKeys, Form, form_class
 from ssi.keywords import keyword_query
-from ssi.open_vocab import OpenRule, build_postings, open_scores
+from ssi.open_vocab import CollectionStatistics, OpenRule, build_postings, collection_statistics, open_scores
+from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
@@ -169,16 +170,30 @@ class Oracle:
     bundle_dir: Path
     docs: list[Document]
     open_vocab: bool = False
+    # With the open vocabulary, "collection" (SSI_OPEN_VOCAB_STATISTICS): every word's idf from these documents and
+    # `avg_len`, the service's (the documents' its index was computed from), or these documents' own where None.
+    statistics: str = "bundle"
+    avg_len: float | None = None
 
     def __post_init__(self) -> None:
         self.bundle = load_bundle(self.bundle_dir, mmap=False)
         self.form = self.bundle.form
         self.ids = [d.id for d in self.docs]
-        X = self.bundle.vocab.featurize_documents([d.full_text for d in self.docs])
-        # a keyed form's training documents use their own vectors
-        self.doc_matrix = self.bundle.vocab.doc_matrix(X, ids=self.ids)
+        vocab = self.bundle.vocab
+        texts = [d.full_text for d in self.docs]
+        X = vocab.featurize_documents(texts)
+        self.collection: CollectionStatistics | None = None
+        if self.open_vocab and self.statistics == "collection":
+            stats = collection_statistics(vocab, X, np.array([len(tokenize(t)) for t in texts], dtype=np.int64))
+            self.collection = stats if self.avg_len is None else stats.with_avg_len(self.avg_len)
+            # lexical rows at the collection's avg_len, semantic rows the bundle's; keyed forms use their own vectors
+            lexical = self.collection.vocabulary(vocab).featurize_documents(texts)
+            self.doc_matrix = DocMatrix(lexical, ids=self.ids, semantic=vocab.semantic_rows(X))
+        else:
+            self.doc_matrix = vocab.doc_matrix(X, ids=self.ids)  # a keyed form's training documents: own vectors
         # The open vocabulary's term (ssi.open_vocab): the documents' words the bundle lacks, live statistics.
-        self.open_rule = OpenRule.of(self.bundle.vocab, self.form) if self.open_vocab else None
+        bm25 = None if self.collection is None else self.collection.bm25
+        self.open_rule = OpenRule.of(vocab, self.form, bm25) if self.open_vocab else None
         self.open = None
         if self.open_rule is not None:
             self.open = build_postings(self.open_rule, [tokenize(d.full_text) for d in self.docs])
@@ -189,7 +204,12 @@ class Oracle:
 
     def scores(self, query: str) -> np.ndarray:
         """f(q, d) of every document, as the form defines it (plus the open vocabulary's term if asked), float64."""
-        f = self.form.reference_scores(self.featurize(query), self.doc_matrix)[0].astype(np.float64)
+        q = self.featurize(query)
+        f = self.form.reference_scores(q, self.doc_matrix)[0].astype(np.float64)
+        if self.collection is not None:  # the lexical part with the collection's idf
+            change = self.collection.lexical_scores_change(self.bundle.vocab, self.form, q, self.doc_matrix)
+            if change is not None:
+                f = f + change[0]
         if self.open_rule is not None and self.open is not None:
             extra = open_scores(self.open_rule, self.open, [tokenize(query)], len(self.docs), len(self.docs))
             if extra is not None:

@@ -10,20 +10,35 @@ import shutil
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
+import numpy as np
 import pytest
-from service_testing import API_KEY, Oracle, ThreadServer, assert_same_ranking, make_bundle, make_corpus, write_corpus
+import scipy.sparse as sp
+from service_testing import (
+    API_KEY,
+    Oracle,
+    ProcessServer,
+    ThreadServer,
+    assert_same_ranking,
+    make_bundle,
+    make_corpus,
+    write_corpus,
+)
 
 from service.collection import Collection
 from service.embedding import keep_top_words
+from service.lexical import LexicalIndex
 from service.metrics import Metrics
 from service.settings import CollectionSpec, Settings
 from service.snapshot import snapshots
 from ssi.bundle import load_bundle
 from ssi.records import Document
 from ssi.tokenize import tokenize
+from ssi.weighting import average_length
 
 KEY = {"X-API-Key": API_KEY}
 POOL = 16
+STATS = ("collection", "bundle")
 NEW = Document("new-doc", "Quuxblarg zymurgical notes", "quuxblarg zymurgical fermentation of quuxblarg in barley")
 
 
@@ -291,3 +306,170 @@ def test_match_ranks_adverts_with_the_open_term_as_search_does(tmp_path: Path) -
         put_ad(server, NEW)
         assert match(server, "zymurgical") == []
         assert_same_ranking(match(server, page), Oracle(bundle, [*known, NEW]), page, 5)
+
+
+def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(tmp_path: Path) -> None:
+    """SSI_OPEN_VOCAB_STATISTICS=collection on a corpus other than the training one: the lexical rows weighed with the
+    avg_len of the documents the index was computed from (kept through writes, compaction and a snapshot), every
+    word's idf from the live documents; top-k = brute force at each step. A bundle-statistics server keeps its own
+    snapshots apart."""
+    known, later, _, bundle = _world(tmp_path)
+    initial = [*known[:100], *later[:25]]
+    corpus = write_corpus(tmp_path / "served.jsonl", initial)
+    avg_len = average_length(sum(len(tokenize(d.full_text)) for d in initial), len(initial))
+    settings = Settings(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, scan_pool=POOL,
+        compact_dead_fraction=0.1, open_vocab=True, open_vocab_statistics="collection",
+    )  # fmt: skip
+    queries = _queries([*known, *later])
+
+    def check(live: list[Document], served: Collection) -> None:
+        assert served.ready_state().embedder.avg_len == avg_len
+        described = served.ready_state().describe()["open_vocab"]
+        assert described["statistics"] == "collection" and described["avg_len"] == avg_len
+        _check(served, Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=avg_len), queries)
+
+    own, bundled_stats = (Oracle(bundle, initial, open_vocab=True, statistics=s, avg_len=avg_len) for s in STATS)
+    assert any(np.abs(own.scores(q) - bundled_stats.scores(q)).max() > 1e-3 for q in queries)  # they do differ
+    first = _collection(settings)
+    live = list(initial)
+    check(live, first)
+    first.put([*later[25:], NEW])
+    live = [*live, *later[25:], NEW]
+    check(live, first)
+    gone = {d.id for d in later[::3]} | {d.id for d in known[:20]}
+    for doc_id in sorted(gone):
+        first.delete(doc_id)
+    live = [d for d in live if d.id not in gone]
+    check(live, first)
+    assert first.compact(), "expected a compaction"
+    check(live, first)
+    first.snapshot()
+    first.close()
+    again = _collection(settings)
+    assert again.ready_state().report.source == "cache"
+    check(live, again)
+    again.close()
+    bundled = _collection(settings.model_copy(update={"open_vocab_statistics": "bundle"}))
+    assert bundled.ready_state().report.source == "computed"  # the collection-statistics snapshot is not its own
+    _check(bundled, Oracle(bundle, live, open_vocab=True), queries)
+    bundled.close()
+
+
+def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(tmp_path: Path) -> None:
+    """Served on the corpus the bundle was trained on, the collection's statistics are the bundle's: the same hits
+    and scores, bit for bit, as with the bundle's statistics."""
+    known, _, corpus, bundle = _world(tmp_path)
+    common = dict(bundle=bundle, corpus=corpus, insecure_writes=True, scan_pool=POOL, open_vocab=True)
+    served = {
+        statistics: _collection(Settings(cache_dir=tmp_path / statistics, open_vocab_statistics=statistics, **common))
+        for statistics in ("bundle", "collection")
+    }
+    for query in _queries([*known, *known]):
+        results = [s.search([query], 10, 0)[0] for s in served.values()]
+        assert results[0].doc_ids == results[1].doc_ids and results[0].scores == results[1].scores, query
+    for collection in served.values():
+        collection.close()
+
+
+@pytest.mark.parametrize("statistics", ["bundle", "collection"])
+def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statistics: str) -> None:
+    """SSI_WORKERS=2 with the open vocabulary on (either statistics): whichever worker answers, a new word written
+    through another is found at once and the ranking is the brute force; its delete takes it out everywhere; the
+    group restarted from its snapshot ranks the same."""
+    known, later, _, bundle = _world(tmp_path)
+    served = [*known[:100], *later[:25]]
+    corpus = write_corpus(tmp_path / "served.jsonl", served)
+    avg_len = average_length(sum(len(tokenize(d.full_text)) for d in served), len(served))
+    env = {"SSI_CACHE_DIR": str(tmp_path / "cache"), "SSI_API_KEY": API_KEY, "SSI_WORKERS": "2", "SSI_THREADS": "1",
+           "SSI_OPEN_VOCAB": "true", "SSI_OPEN_VOCAB_STATISTICS": statistics, "SSI_SCAN_POOL": str(POOL)}  # fmt: skip
+    args = ["--bundle", str(bundle), "--corpus", str(corpus)]
+    queries = ["zymurgical", "quuxblarg barley", *_queries([*known, *later])[:8]]
+
+    def oracle(live: list[Document]) -> Oracle:
+        return Oracle(bundle, live, open_vocab=True, statistics=statistics, avg_len=avg_len)
+
+    def same_everywhere(url: str, expected: Oracle) -> None:
+        for query in queries:
+            for _ in range(2):  # fresh connections: any worker may answer
+                hits = _fresh_search(url, query)
+                if expected.scores(query).any():
+                    assert_same_ranking(hits, expected, query, 10)
+                else:
+                    assert hits == [], query
+
+    server = ProcessServer(tmp_path, env, args).start()
+    try:
+        assert len({httpx.get(f"{server.url}/readyz").json()["pid"] for _ in range(60)}) == 2
+        same_everywhere(server.url, oracle(served))
+        response = httpx.put(
+            f"{server.url}/documents/{NEW.id}", json={"title": NEW.title, "text": NEW.text}, headers=KEY, timeout=30
+        )
+        assert response.status_code == 200, response.text
+        for _ in range(6):
+            assert _fresh_search(server.url, "zymurgical")[0]["id"] == NEW.id
+        gone = {d.id for d in served[::9]}
+        for doc_id in sorted(gone):
+            assert httpx.delete(f"{server.url}/documents/{doc_id}", headers=KEY, timeout=30).status_code == 200
+        live = [d for d in [*served, NEW] if d.id not in gone]
+        same_everywhere(server.url, oracle(live))
+        assert httpx.delete(f"{server.url}/documents/{NEW.id}", headers=KEY, timeout=30).status_code == 200
+        for _ in range(6):
+            assert _fresh_search(server.url, "zymurgical") == []
+        live.remove(NEW)
+    finally:
+        assert server.stop() == 0
+    assert "Traceback" not in server.log()
+    again = ProcessServer(tmp_path, env, args).start()
+    try:
+        assert httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
+        same_everywhere(again.url, oracle(live))
+    finally:
+        assert again.stop() == 0
+
+
+def _fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
+    """A search on a new connection, so that any worker of a group may take it."""
+    response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
+    assert response.status_code == 200, response.text
+    return response.json()["hits"]
+
+
+def test_match_ranks_adverts_with_the_collections_statistics(tmp_path: Path) -> None:
+    """/match with SSI_OPEN_VOCAB_STATISTICS=collection on adverts other than the training corpus: the brute force of
+    the collection's statistics (the adverts' avg_len, live idf) before and after an advert with a new word."""
+    known, later, corpus, bundle = _world(tmp_path)
+    adverts = [*known[:80], *later[:10]]
+    ads = write_corpus(tmp_path / "ads.jsonl", adverts)
+    avg_len = average_length(sum(len(tokenize(d.full_text)) for d in adverts), len(adverts))
+    spec = CollectionSpec(bundle=bundle, corpus=ads, type="adverts")
+    pages = [known[0].title + " on zymurgical brewing", "quuxblarg barley " + known[3].title, known[5].text]
+    with ThreadServer(
+        bundle=bundle, corpus=corpus, api_key=API_KEY, scan_pool=POOL, collections={"ads": spec},
+        cache_dir=tmp_path / "cache", open_vocab=True, open_vocab_statistics="collection",
+    ) as server:  # fmt: skip
+        for live in (adverts, [*adverts, NEW]):
+            if live[-1] is NEW:
+                body = {"title": NEW.title, "text": NEW.text, "budget": False}
+                assert server.client.put(f"/adverts/{NEW.id}", json=body, headers=KEY).status_code == 200
+            oracle = Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=avg_len)
+            for page in pages:
+                response = server.client.post("/match", json={"page": page, "k": 5})
+                assert response.status_code == 200, response.text
+                assert_same_ranking(response.json()["results"][0]["ads"], oracle, page, 5)
+        matched = server.client.post("/match", json={"page": pages[0], "k": 5}).json()["results"][0]["ads"]
+        (spelled,) = load_bundle(bundle).vocab.spelled(["zymurgical"])
+        assert matched[0]["id"] == NEW.id and spelled in matched[0]["shared_words"]
+
+
+def test_the_live_document_frequency_counts_live_rows_of_base_and_delta() -> None:
+    """LexicalIndex.document_frequency (the collection's live idf): posting lists' lengths, or their live rows."""
+    base = sp.random(300, 50, density=0.2, format="csr", random_state=1, dtype=np.float32)
+    delta = sp.random(40, 50, density=0.2, format="csr", random_state=2, dtype=np.float32)
+    index = LexicalIndex(np.ones(50, dtype=np.float32), base, delta)
+    whole = sp.vstack([base, delta]).tocsc()
+    live = np.random.default_rng(0).random(340) > 0.3
+    words = np.array([0, 5, 5, 49, 17, 3])
+    lists = [whole.indices[whole.indptr[w] : whole.indptr[w + 1]] for w in words]
+    assert index.document_frequency(words).tolist() == [len(rows) for rows in lists]
+    assert index.document_frequency(words, live).tolist() == [int(live[rows].sum()) for rows in lists]

@@ -4,19 +4,25 @@ It is off by default (`open_vocab=False`, `--closed-vocab`): these tests turn it
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 import ssi
-from ssi.bundle import load_bundle
+from ssi.bundle import Bundle, load_bundle
+from ssi.forms import Form, form_class
 from ssi.open_vocab import OpenPostings, OpenRule, build_postings, open_scores
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.weighting import bm25_idf
-from tests.service.service_testing import make_bundle, make_corpus
+from ssi_cli.main import build_app
+from tests.service.service_testing import make_bundle, make_corpus, write_corpus
+from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.form_scorer import FormScorer
+from training.evaluate.rank import top_k
 from training.evaluate.scorer import VectorScorer
 
 NEW = Document("new-doc", "Quuxblarg zymurgical notes", "quuxblarg zymurgical fermentation of quuxblarg in barley")
@@ -147,3 +153,97 @@ def test_off_by_default_the_vocabulary_is_closed(world: dict) -> None:
     queries = ["zymurgical " + docs[3].title, "quuxblarg", docs[0].title]
     assert np.array_equal(scorer.score(queries), VectorScorer.score(scorer, queries))
     assert scorer.has_terms(queries).tolist() == [True, False, True]
+
+
+# statistics="collection" (ssi.open_vocab.CollectionStatistics): every word's idf and avg_len from the served documents.
+
+
+def test_collection_statistics_of_the_training_corpus_rank_bit_for_bit(world: dict) -> None:
+    """Served on the corpus it was trained on, the collection's statistics are the bundle's: the same rows, no
+    correction, so the scores are those of the bundle's statistics, bit for bit (and the closed ones where no
+    query word is new)."""
+    bundle = load_bundle(world["bm25"])
+    bundled = FormScorer(bundle.vocab, bundle.form, world["docs"], open_vocab=True)
+    served = FormScorer(bundle.vocab, bundle.form, world["docs"], open_vocab=True, statistics="collection")
+    assert served.collection is not None and served.collection.bm25 == bundle.vocab.bm25
+    assert np.array_equal(served.collection.idf, bundle.vocab.idf)
+    queries = [d.title for d in world["docs"][:20]] + ["zymurgical " + world["docs"][0].title, "quuxblarg"]
+    assert np.array_equal(served.score(queries), bundled.score(queries))
+    assert np.array_equal(served.score(queries[:20]), VectorScorer.score(bundled, queries[:20]))
+
+
+def _lexical_only(bundle_path: Path) -> tuple[Bundle, Form]:
+    """The bundle and its form with U = V = 0: the lexical part alone."""
+    bundle = load_bundle(bundle_path)
+    zero = form_class(bundle.form.name)({k: np.zeros_like(v) for k, v in bundle.form.values.items()})
+    return bundle, zero
+
+
+def test_with_collection_statistics_the_lexical_part_is_bm25_over_the_collection(tmp_path: Path) -> None:
+    """A stemming BM25 bundle served on another corpus (half its documents, half new ones with words it never saw):
+    its lexical part alone (U = V = 0) is BM25 on stems over the served corpus (bm25s, the baseline of `ssi eval`)
+    divided by a constant of each query; with the bundle's statistics it is not."""
+    trained = make_corpus(120, seed=5, vocab_words=300)
+    path = make_bundle(tmp_path / "b", trained, lexical="bm25", stemmer="english")
+    served = [*trained[60:], *make_corpus(60, seed=11, vocab_words=200), NEW]
+    bundle, zero = _lexical_only(path)
+    queries = [d.title for d in served[::9]] + [" ".join(d.text.split()[:4]) for d in served[5::11]]
+    queries += ["zymurgical fermentation " + trained[70].title, "quuxblarg quuxblarg barley"]
+    bm25 = BM25Scorer(served, stemmer="english").score(queries).astype(np.float64)
+    for statistics, equal in (("collection", True), ("bundle", False)):
+        lexical = FormScorer(bundle.vocab, zero, served, open_vocab=True, statistics=statistics)
+        scores = lexical.score(queries).astype(np.float64)
+        same = []
+        for q in range(len(queries)):
+            assert (scores[q] > 0).tolist() == (bm25[q] > 0).tolist(), queries[q]
+            scale = bm25[q].max() / scores[q].max()
+            same.append(np.allclose(scores[q] * scale, bm25[q], rtol=1e-4, atol=1e-5 * bm25[q].max()))
+        assert all(same) if equal else not all(same), statistics
+
+
+def test_load_rank_and_score_take_the_collection_statistics(world: dict) -> None:
+    """`ssi.load(..., statistics="collection")` ranks as FormScorer does (what `ssi rank` and `ssi eval` use), and
+    `Model.score` weighs the documents it is given by their own statistics; without the open vocabulary, refused."""
+    docs = [*world["docs"][40:], NEW]
+    model = ssi.load(world["bm25"], corpus=docs, open_vocab=True, statistics="collection")
+    scorer = FormScorer.from_bundle(world["bm25"], docs, open_vocab=True, statistics="collection")
+    queries = ["zymurgical " + docs[3].title, docs[10].title, "quuxblarg"]
+    assert np.array_equal(model.scores(queries), scorer.score(queries))
+    assert model.search("quuxblarg", k=1)[0].id == NEW.id
+    texts = [d.full_text for d in docs]
+    assert np.array_equal(model.score(queries, texts), scorer.score(queries))
+    with pytest.raises(ValueError, match="open_vocab"):
+        ssi.load(world["bm25"], corpus=docs, statistics="collection")
+
+
+def test_rank_and_eval_take_statistics_on_the_command_line(world: dict, tmp_path: Path) -> None:
+    """`ssi rank --open-vocab --statistics collection` writes FormScorer's order; `ssi eval` notes the choice in its
+    results.json; `--statistics collection` without `--open-vocab` is a one-line usage error."""
+    docs = [*world["docs"][40:], NEW]
+    corpus = write_corpus(tmp_path / "corpus.jsonl", docs)
+    queries = tmp_path / "queries.tsv"
+    texts = ["zymurgical " + docs[3].title, docs[10].title]
+    queries.write_text("".join(f"q{i}\t{t}\n" for i, t in enumerate(texts)), encoding="utf-8")
+    run = tmp_path / "run.trec"
+    common = ["rank", "--bundle", str(world["bm25"]), "--corpus", str(corpus), "--queries", str(queries)]
+    result = CliRunner().invoke(build_app(), [*common, "--out", str(run), "--k", "5", "--open-vocab",
+                                              "--statistics", "collection"])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    scores = FormScorer.from_bundle(world["bm25"], docs, open_vocab=True, statistics="collection").score(texts)
+    ranked = [line.split(" ")[2] for line in run.read_text(encoding="utf-8").splitlines()]
+    cols, _ = top_k(scores, 5)
+    assert ranked == [docs[c].id for row in cols for c in row.tolist()]
+    refused = CliRunner().invoke(build_app(), [*common, "--out", str(tmp_path / "x"), "--statistics", "collection"])
+    assert refused.exit_code == 2 and "--open-vocab" in refused.stderr and "Traceback" not in refused.output
+    qrels = tmp_path / "qrels.tsv"
+    qrels.write_text("query-id\tcorpus-id\tscore\nq0\tnew-doc\t1\nq1\t" + docs[10].id + "\t1\n", encoding="utf-8")
+    beir = tmp_path / "queries.jsonl"
+    beir.write_text("".join(json.dumps({"_id": f"q{i}", "text": t}) + "\n" for i, t in enumerate(texts)))
+    out = tmp_path / "eval"
+    result = CliRunner().invoke(build_app(), [
+        "eval", "--bundle", str(world["bm25"]), "--corpus", str(corpus), "--queries", str(beir), "--qrels", str(qrels),
+        "--open-vocab", "--statistics", "collection", "--out", str(out),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    notes = json.loads((out / "results.json").read_text())["notes"]
+    assert notes["open_vocab"] is True and notes["open_vocab_statistics"] == "collection"

@@ -19,6 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextC
 
 from ssi.bundle import Bundle, BundleError, load_bundle
 from ssi.corpus import DataFileError, read_beir_queries, read_corpus, read_pairs, read_qrels, read_queries_tsv
+from ssi.open_vocab import STATISTICS, Statistics
 from ssi.records import Document
 from ssi.stemming import DEFAULT_STEMMER, NO_STEMMER, check_stemmer
 from ssi.vocab import Vocabulary
@@ -41,7 +42,21 @@ OPEN_VOCAB_HELP = (
     "Let a BM25 bundle's lexical part also count the corpus's words it never saw (docs/guides/open-vocabulary.md); "
     "off by default: the bundle's words only."
 )
+STATISTICS_HELP = (
+    "With --open-vocab, whose idf and avg_len the lexical part uses: 'bundle' (its training corpus's, for the words "
+    "it knows) or 'collection' (the corpus ranked here, for every word: its lexical part is BM25 over that corpus; "
+    "docs/guides/open-vocabulary.md)."
+)
 SPLITS = ("all", "valid", "train")
+
+
+def _statistics(statistics: str, open_vocab: bool) -> Statistics:
+    """The --statistics value checked: one of STATISTICS, and 'collection' only with --open-vocab."""
+    if statistics not in STATISTICS:
+        raise UsageError(f"--statistics: one of {', '.join(STATISTICS)}, got {statistics!r}")
+    if statistics != "bundle" and not open_vocab:
+        raise UsageError("--statistics collection is a rule of the open vocabulary: add --open-vocab")
+    return statistics  # type: ignore[return-value]
 
 
 class UsageError(ValueError):
@@ -235,6 +250,7 @@ def eval_command(
     open_vocab: Annotated[
         bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP, rich_help_panel=SCORERS)
     ] = False,
+    statistics: Annotated[str, typer.Option(help=STATISTICS_HELP, rich_help_panel=SCORERS)] = "bundle",
 ) -> None:
     """Score a bundle and the classic baselines on one split, in one process, and save the table.
 
@@ -252,6 +268,7 @@ def eval_command(
         bundles = list(bundle or [])
         if not bundles and not names:
             raise UsageError("nothing to evaluate: give --bundle or at least one baseline")
+        chosen = _statistics(statistics, open_vocab)
         if block_size < 1 or vocab_size < 1 or max_queries < 0 or tune_queries < 0:
             raise UsageError("--block-size and --vocab-size must be positive, --max-queries and --tune-queries ≥ 0")
         models = [load_bundle(path) for path in bundles]
@@ -293,7 +310,13 @@ def eval_command(
             else:
                 own, shared = TextFeatures(loaded.vocab, tokens), None
             scorers[name] = FormScorer.from_bundle(
-                loaded, docs, features=own, doc_matrix=shared, block_size=block_size, open_vocab=open_vocab
+                loaded,
+                docs,
+                features=own,
+                doc_matrix=shared if chosen == "bundle" else None,  # collection statistics weigh their own rows
+                block_size=block_size,
+                open_vocab=open_vocab,
+                statistics=chosen,
             )
         tune_task = task.subset(tune_queries, seed) if tune else None
         tuning: dict[str, Any] = {}
@@ -319,6 +342,7 @@ def eval_command(
                 "tuned_on": None if tune_task is None else {"queries": tune_task.n_queries, "seed": seed},
                 # only when asked: a closed-vocabulary run writes the notes it always wrote
                 **({"open_vocab": True} if open_vocab and models else {}),
+                **({"open_vocab_statistics": chosen} if chosen != "bundle" and models else {}),
                 "timings_seconds": {
                     "read": round(read_seconds, 2),
                     "fit_and_tune": round(fit_seconds, 2),
@@ -383,6 +407,7 @@ def rank_command(
     out: Annotated[Path, typer.Option(help="TREC run file to write: 'qid Q0 docid rank score tag'.")],
     k: Annotated[int, typer.Option("--k", help="Documents per query (ranks 1..k).")] = 1000,
     open_vocab: Annotated[bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP)] = False,
+    statistics: Annotated[str, typer.Option(help=STATISTICS_HELP)] = "bundle",
 ) -> None:
     """Rank every query against the corpus by the exact SSI score and write a TREC run file.
 
@@ -391,6 +416,7 @@ def rank_command(
     with _clean_errors():
         if k <= 0:
             raise UsageError(f"--k must be positive, got {k}")
+        chosen = _statistics(statistics, open_vocab)
         model = load_bundle(bundle)
         docs = read_corpus(corpus)
         asked = read_queries_tsv(queries)
@@ -401,6 +427,6 @@ def rank_command(
             if query.id in seen:
                 raise DataFileError(queries, None, f"query id {query.id!r} appears twice")
             seen.add(query.id)
-        scorer = FormScorer.from_bundle(model, docs, open_vocab=open_vocab)
+        scorer = FormScorer.from_bundle(model, docs, open_vocab=open_vocab, statistics=chosen)
         lines = write_trec_run(out, scorer, asked, [d.id for d in docs], k, tag=f"ssi-{model.manifest.form}")
         typer.echo(f"wrote {lines} lines for {len(asked)} queries to {out}", err=True)

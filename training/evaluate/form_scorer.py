@@ -17,7 +17,15 @@ import scipy.sparse as sp
 
 from ssi.bundle import Bundle, load_bundle
 from ssi.forms import Form
-from ssi.open_vocab import OpenPostings, OpenRule, build_postings, open_scores
+from ssi.open_vocab import (
+    CollectionStatistics,
+    OpenPostings,
+    OpenRule,
+    Statistics,
+    build_postings,
+    collection_statistics,
+    open_scores,
+)
 from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.vocab import Vocabulary
@@ -46,6 +54,7 @@ class FormScorer(VectorScorer):
         block_size: int = DEFAULT_BLOCK,
         open_vocab: bool = False,
         open_postings: OpenPostings | None = None,
+        statistics: Statistics | CollectionStatistics = "bundle",
     ) -> None:
         """Give `docs` (featurized here) or their tf-idf `doc_matrix` (reused as is).
 
@@ -54,6 +63,11 @@ class FormScorer(VectorScorer):
         (off by default) and `docs` (or `open_postings`, the documents' new words), a BM25 bundle's lexical
         part covers the words it does not know as well (ssi.open_vocab); otherwise only its own words count,
         and the scores are the form's reference scores, bit for bit.
+
+        `statistics` (with `open_vocab` only): "bundle" keeps the bundle's idf and avg_len for its words;
+        "collection" takes them from `docs` (ssi.open_vocab.CollectionStatistics: the lexical part is then BM25 over
+        these documents); or give them (`CollectionStatistics`: the service's brute force, whose avg_len is the
+        one its index was computed with) with `docs`, or with a `doc_matrix` whose lexical rows were weighed by them.
         """
         if form.vocab_size != vocab.size:
             raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
@@ -62,17 +76,35 @@ class FormScorer(VectorScorer):
         self.features = features if features is not None else TextFeatures(vocab)
         if not same_vocabulary(self.features.vocab, vocab):
             raise ValueError("the features' vocabulary is not the model's vocabulary")
+        if statistics not in ("bundle", "collection") and not isinstance(statistics, CollectionStatistics):
+            raise ValueError(f"statistics must be 'bundle' or 'collection', got {statistics!r}")
+        opens = open_vocab and OpenRule.of(vocab, form) is not None
+        # The served collection's statistics ("collection"; None: the bundle's, or a vocabulary that stays closed).
+        self.collection = statistics if opens and isinstance(statistics, CollectionStatistics) else None
         if doc_matrix is None:
             if docs is None:
                 raise ValueError("give the documents or their tf-idf matrix")
-            doc_matrix = self.features.documents([d.full_text for d in docs])
+            texts = [d.full_text for d in docs]
+            doc_matrix = self.features.documents(texts)
+            if opens and statistics == "collection":
+                lengths = np.asarray([ids.shape[0] for ids in self.features.tokens.ids(texts)], dtype=np.int64)
+                self.collection = collection_statistics(vocab, doc_matrix, lengths)
+            if self.collection is not None:
+                weighed = self.collection.vocabulary(vocab)
+                if weighed is not vocab:  # lexical rows at the collection's avg_len, semantic rows the bundle's
+                    lexical = TextFeatures(weighed, self.features.tokens).documents(texts)
+                    doc_matrix = DocMatrix(lexical, semantic=vocab.semantic_rows(doc_matrix))
+        elif opens and statistics == "collection":
+            raise ValueError("collection statistics are computed from the documents: give `docs`, not a matrix")
         self.docs = vocab.doc_matrix(doc_matrix) if not isinstance(doc_matrix, DocMatrix) else doc_matrix
         if docs is not None and self.docs.ids is None:
             self.docs = self.docs.with_ids([d.id for d in docs])
         if self.docs.n_features != vocab.size:
             raise ValueError(f"document matrix has {self.docs.n_features} features, vocabulary {vocab.size}")
         self.block_size = block_size
-        self.open_rule = OpenRule.of(vocab, form) if open_vocab else None
+        self.open_rule = (
+            OpenRule.of(vocab, form, None if self.collection is None else self.collection.bm25) if open_vocab else None
+        )
         self.open = open_postings if self.open_rule is not None else None
         if self.open_rule is not None and self.open is None and docs is not None:
             token_lists = self.features.tokens.ids([d.full_text for d in docs])
@@ -89,6 +121,7 @@ class FormScorer(VectorScorer):
         doc_matrix: sp.csr_matrix | DocMatrix | None = None,
         block_size: int = DEFAULT_BLOCK,
         open_vocab: bool = False,
+        statistics: Statistics = "bundle",
     ) -> FormScorer:
         """A scorer for a saved bundle (a path is loaded and verified: `BundleError` if unusable)."""
         if not isinstance(bundle, Bundle):
@@ -101,6 +134,7 @@ class FormScorer(VectorScorer):
             doc_matrix=doc_matrix,
             block_size=block_size,
             open_vocab=open_vocab,
+            statistics=statistics,
         )
 
     @property
@@ -112,7 +146,14 @@ class FormScorer(VectorScorer):
         return {"form": self.form.name, **{k: v for k, v in self.form.sizes.items() if k != "D"}, "D": self.vocab.size}
 
     def score_vectors(self, Q: sp.csr_matrix) -> np.ndarray:
-        return self.form.reference_scores(Q, self.docs)
+        """The form's reference scores; with collection statistics, over the documents' lexical rows at the
+        collection's avg_len, plus Σ w_i Δq_i d_i where a query word's collection idf differs from the bundle's
+        (ssi.open_vocab.CollectionStatistics.lexical_change: the query's lexical row idf_c ∘ qtf / Z(q))."""
+        scores = self.form.reference_scores(Q, self.docs)
+        if self.collection is None:
+            return scores
+        extra = self.collection.lexical_scores_change(self.vocab, self.form, Q, self.docs)
+        return scores if extra is None else (scores.astype(np.float64) + extra).astype(np.float32)
 
     def score(self, query_texts: Sequence[str]) -> np.ndarray:
         """The form's reference scores plus the open vocabulary's term o(q, d) (ssi.open_vocab), added only to
