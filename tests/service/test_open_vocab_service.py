@@ -7,6 +7,7 @@ snapshot written on one side of the switch loads (or is rebuilt) on the other.""
 from __future__ import annotations
 
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
@@ -150,11 +151,24 @@ def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path
     def check(live: list[Document], served: Collection) -> None:
         _check(served, Oracle(bundle, live, open_vocab=True), _queries([*known, *later]))
 
+    _through_writes(settings, known, [*later, NEW], later[::3] + known[:20], check)
+
+
+def _through_writes(
+    settings: Settings,
+    initial: list[Document],
+    added: list[Document],
+    deleted: list[Document],
+    check: Callable[[list[Document], Collection], None],
+) -> list[Document]:
+    """A collection of `initial` documents checked after it writes `added`, deletes `deleted`, compacts, and loads
+    again from its snapshot; the documents live at the end."""
     first = _collection(settings)
-    first.put([*later, NEW])
-    live = [*known, *later, NEW]
+    check(initial, first)
+    first.put(added)
+    live = [*initial, *added]
     check(live, first)
-    gone = {d.id for d in later[::3]} | {d.id for d in known[:20]}
+    gone = {d.id for d in deleted}
     for doc_id in sorted(gone):
         first.delete(doc_id)
     live = [d for d in live if d.id not in gone]
@@ -167,6 +181,7 @@ def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path
     assert again.ready_state().report.source == "cache"
     check(live, again)
     again.close()
+    return live
 
 
 def _collection(settings: Settings) -> Collection:
@@ -331,25 +346,7 @@ def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(t
 
     own, bundled_stats = (Oracle(bundle, initial, open_vocab=True, statistics=s, avg_len=avg_len) for s in STATS)
     assert any(np.abs(own.scores(q) - bundled_stats.scores(q)).max() > 1e-3 for q in queries)  # they do differ
-    first = _collection(settings)
-    live = list(initial)
-    check(live, first)
-    first.put([*later[25:], NEW])
-    live = [*live, *later[25:], NEW]
-    check(live, first)
-    gone = {d.id for d in later[::3]} | {d.id for d in known[:20]}
-    for doc_id in sorted(gone):
-        first.delete(doc_id)
-    live = [d for d in live if d.id not in gone]
-    check(live, first)
-    assert first.compact(), "expected a compaction"
-    check(live, first)
-    first.snapshot()
-    first.close()
-    again = _collection(settings)
-    assert again.ready_state().report.source == "cache"
-    check(live, again)
-    again.close()
+    live = _through_writes(settings, initial, [*later[25:], NEW], later[::3] + known[:20], check)
     bundled = _collection(settings.model_copy(update={"open_vocab_statistics": "bundle"}))
     assert bundled.ready_state().report.source == "computed"  # the collection-statistics snapshot is not its own
     _check(bundled, Oracle(bundle, live, open_vocab=True), queries)
