@@ -8,6 +8,7 @@ documents of the corpus, whose last 50 bring words it never saw; the index job w
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +18,12 @@ import typer
 from typer.testing import CliRunner
 
 from cluster.fanout import LocalShards
+from cluster.index_job import build_index
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.shard_server import Reply
 from cluster.shard_settings import open_vocab_of
 from cluster.sharding import shard_of
-from service.settings import Settings
+from service.settings import CollectionSpec, Settings
 from service.snapshot import snapshots
 from ssi.bundle import load_bundle
 from ssi.records import Document
@@ -29,6 +31,7 @@ from ssi.tokenize import tokenize
 from tests.cluster.test_cluster_local import Router, call
 from tests.service.service_testing import (
     Oracle,
+    ThreadServer,
     assert_same_ranking,
     make_bundle,
     make_corpus,
@@ -204,3 +207,50 @@ def test_the_collections_statistics_are_refused_by_the_cluster(open_world: dict)
     served = CliRunner().invoke(cli(), ["cluster", "serve", "--index", str(open_world["index"])], env=env)
     assert served.exit_code == 2, served.output
     assert "SSI_OPEN_VOCAB_STATISTICS=collection is not supported" in served.output
+
+
+def test_match_weighs_new_words_by_the_cluster_as_the_single_node(open_world: dict, tmp_path: Path) -> None:
+    """POST /match on an adverts index served open: the single node's adverts, scores and shared words (new words
+    among them) for pages holding new words, alone, among bundle words, in a long page, and filtered."""
+    from tests.cluster.test_cluster_match import assert_same_matches, meta_of
+
+    docs, bundle = open_world["docs"], open_world["bundle"]
+    corpus = tmp_path / "adverts.jsonl"
+    with corpus.open("w", encoding="utf-8") as handle:
+        for i, doc in enumerate(docs):
+            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text, **meta_of(i)}) + "\n")
+    index = tmp_path / "index"
+    build_index(corpus, bundle, index, SHARDS, collection_type="adverts", open_vocab=True)
+    later = docs[150:]
+    pages = [
+        f"{new_word_of(later[0], bundle)} {new_word_of(later[9], bundle)}",
+        f"{new_word_of(later[4], bundle)} {docs[2].title}",
+        later[3].full_text,
+        " ".join(doc.text for doc in docs[100::2]),
+    ]
+    bodies = [{"page": page, "k": 6} for page in pages[1:]]
+    bodies += [{"pages": pages[1:], "k": 4, "filters": {"category": ["cat1"]}}]
+    spec = CollectionSpec(bundle=bundle, corpus=corpus, type="adverts")
+    router = Router(index, collection="ads", open_vocab=True)
+    try:
+        with ThreadServer(bundle=bundle, cache_dir=tmp_path / "one", open_vocab=True, collections={"ads": spec}) as one:
+            shared: set[str] = set()
+            for body in bodies:
+                sharded, single = call(router, "POST", "/match", json=body), one.client.post("/match", json=body)
+                assert sharded.status_code == single.status_code == 200, (sharded.text, single.text)
+                assert_same_matches(sharded.json(), single.json())
+                shared |= {word for r in sharded.json()["results"] for ad in r["ads"] for word in ad["shared_words"]}
+            assert shared & {new_word_of(d, bundle) for d in later}  # new words among the words that made matches
+            # New words only: the adverts holding them, then adverts of score 0 to fill k (tied: any order)
+            body = {"page": pages[0], "k": 6}
+            sharded, single = (
+                call(router, "POST", "/match", json=body).json(),
+                one.client.post("/match", json=body).json(),
+            )
+            ads = [
+                [(a["id"], a["score"], a["shared_words"]) for a in r["results"][0]["ads"]] for r in (sharded, single)
+            ]
+            assert [ad for ad in ads[0] if ad[1] > 0] == [ad for ad in ads[1] if ad[1] > 0] and len(ads[1][0][2]) == 1
+            assert len(ads[0]) == len(ads[1]) == 6 and all(ad[1] == 0 for ad in ads[0][2:])
+    finally:
+        router.close()
