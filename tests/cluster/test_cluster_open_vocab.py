@@ -20,7 +20,7 @@ from typer.testing import CliRunner
 from cluster.fanout import LocalShards
 from cluster.index_job import build_index
 from cluster.manifest import ClusterIndexError, read_manifest
-from cluster.shard_server import Reply
+from cluster.shard_server import Reply, ShardServer
 from cluster.shard_settings import open_vocab_of
 from cluster.sharding import shard_of
 from service.settings import CollectionSpec, Settings
@@ -178,6 +178,10 @@ def test_new_words_spread_unevenly_over_shards_rank_as_on_one_node(open_world: d
     ]
     similar = call(router, "GET", f"/documents/{q.id}/similar", params={"k": 6}).json()["hits"]
     assert_same_ranking(similar, one_node, q.full_text, 6, exclude=q.id)
+    router.servers[1].close()  # started again: from its snapshot (open_vocab.json) and write log
+    router.servers[1] = router.shards.servers[1] = ShardServer(str(open_world["index"]), 1, open_vocab=True)
+    assert router.servers[1].collection.ready_state().open.df().get(X) == len(more_x)
+    assert_same_ranking(search(router, query), one_node, query, 10)
     for doc in written:
         assert call(router, "DELETE", f"/documents/{doc.id}").status_code == 200
 
