@@ -104,10 +104,10 @@ class ShardServer:
         self.settings = shard_settings(
             folder,
             bundle,
-            manifest.index_type,
+            manifest.index_type,  # type: ignore[arg-type]
             threads,
             open_vocab,
-            open_vocab_words,  # type: ignore[arg-type]
+            open_vocab_words,
         )
         spec = CollectionSpec(bundle=bundle, type=manifest.type)
         self.collection = Collection(COLLECTION, spec, self.settings, Metrics())

@@ -248,8 +248,12 @@ class ModelState:
             for text_tokens in tokens:
                 new = new_counts(rule.vocab, text_tokens)
                 held = {word: df[word] for word in new if df.get(word, 0) > 0}
-                known = bool((rule.vocab.ids_of(text_tokens) >= 0).any()) if new and not held else True
-                needs.append(held if held or (new and not known) else None)
+                if held:
+                    needs.append(held)
+                elif new and not (rule.vocab.ids_of(text_tokens) >= 0).any():
+                    needs.append({})
+                else:
+                    needs.append(None)
         return needs, n_live
 
     def lexical_values(self, rows: sp.csr_matrix, start: int, end: int) -> np.ndarray:
