@@ -58,6 +58,14 @@ def index(
     batch_size: Annotated[int, typer.Option(min=1, help="Documents per embedding batch (a Ray Data block)")] = 2048,
     workers: Annotated[int | None, typer.Option(min=1, help="CPUs of a 'local' Ray cluster (default: all)")] = None,
     collection_type: CollectionTypeOption = "documents",
+    open_vocab: Annotated[
+        bool | None,
+        typer.Option(
+            "--open-vocab/--closed-vocab",
+            help="Write each shard's open vocabulary (the new words of its documents) for a cluster serving it "
+            "(SSI_OPEN_VOCAB=true); default: SSI_OPEN_VOCAB",
+        ),
+    ] = None,
 ) -> None:
     """Build a sharded index: each document's vectors computed once (in parallel with --ray), written per shard."""
     from cluster.index_job import build_index
@@ -71,6 +79,7 @@ def index(
         raise fail(f"--index-type must be flat, hnsw or ivf (got {index_type!r})")
     if collection_type not in ("documents", "adverts"):
         raise fail(f"--type must be documents or adverts (got {collection_type!r})")
+    settings = _settings(None, None, False)  # SSI_OPEN_VOCAB and SSI_OPEN_VOCAB_WORDS, as the cluster will serve
     started = time.perf_counter()
     try:
         manifest = build_index(
@@ -83,6 +92,8 @@ def index(
             batch_size=batch_size,
             workers=workers,  # type: ignore[arg-type]
             collection_type=collection_type,  # type: ignore[arg-type]
+            open_vocab=settings.open_vocab if open_vocab is None else open_vocab,
+            open_vocab_words=settings.open_vocab_words,
         )
     except (ClusterIndexError, BundleError, DataFileError, ValueError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
@@ -95,7 +106,7 @@ def index(
     )
 
 
-def _settings(host: str, port: int, insecure_writes: bool) -> Any:
+def _settings(host: str | None, port: int | None, insecure_writes: bool) -> Any:
     from service.cli import settings_from
 
     return settings_from({"host": host, "port": port, "insecure_writes": insecure_writes or None})
@@ -190,9 +201,14 @@ def local_command(
     require_ray()
     from cluster.deploy import ClusterOptions
     from cluster.local import LocalCluster
-    from cluster.manifest import MANIFEST_FILE
+    from cluster.manifest import MANIFEST_FILE, ClusterIndexError
+    from cluster.shard_settings import open_vocab_of
 
     settings = _settings(host, port, insecure_writes)
+    try:
+        open_vocab = open_vocab_of(settings)  # refused before a cluster starts
+    except ClusterIndexError as exc:
+        raise fail(str(exc)) from None
     local = LocalCluster(workers=workers)
     try:
         local.connect()
@@ -205,6 +221,7 @@ def local_command(
                 shards=shards,
                 ray=local.address,
                 collection_type=collection_type,
+                open_vocab=open_vocab,
             )
         options = ClusterOptions(shard_cpus=0, threads=threads)
         _serve_forever(out, settings, options, local.address, None)

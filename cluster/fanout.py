@@ -8,6 +8,14 @@ single node breaks them by row), so only documents of exactly equal score may ch
 The same holds for adverts matched to a page (`match`): a filter admits or refuses an advert on its own
 metadata, so each shard's exact top k admitted adverts holds every admitted advert of the global top k.
 
+With the open vocabulary (SSI_OPEN_VOCAB), f also depends on the collection's live counts of the query's new words
+(words the bundle lacks: their document frequency and the number of documents, ssi.open_vocab), and every shard
+must weigh them by the cluster's counts, as one node holding every document would (`ranked`). A query whose new
+words no shard holds (every query while the vocabulary is closed) costs one round trip, as before: each shard says
+what it needs with its answer. Where a shard holds one of them, it ranks that query only once the router has summed
+every shard's document frequencies of those words and live documents, and sent them back (a second round trip,
+to the shards that need them only). The merge is then exact as above.
+
 A shard that cannot answer (its replica died, is restarting, or is unreachable) is retried until
 `retry_seconds` have passed; after that the request fails with a 503 naming the shard. A shard call
 that neither answers nor fails (Ray Serve queues it while the shard has no live replica) is given up
@@ -23,12 +31,13 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from cluster.shard_server import Reply, ShardServer
+from cluster.shard_server import Reply, ShardAnswers, ShardServer
 from cluster.sharding import shard_of
 from service.advert_schemas import AdMatch, PageMatchOut
 from service.adverts import AdFilter
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
 from service.schemas import Hit, SearchResult
+from ssi.open_vocab import OpenCounts
 
 ERRORS: dict[int, type[ServiceError]] = {
     401: Unauthorized,
@@ -108,20 +117,48 @@ class Fanout:
         replies = await asyncio.gather(*(self.shards.call(i, method, *args) for i in range(self.shards.count)))
         return [unwrap(reply) for reply in replies]
 
+    async def ranked(self, method: str, texts: list[str], *args: Any) -> list[list[dict[str, Any]]]:
+        """Every shard's answers to `texts` (ShardServer.`method`(texts, *args, counts) answers ShardAnswers):
+        answers[shard][i], each shard's exact top for text i with the cluster's counts of its new words."""
+        first: list[ShardAnswers] = await self._all(method, texts, *args)
+        n_docs = sum(answers.n_live for answers in first)
+        counts: dict[int, OpenCounts] = {}
+        for i in range(len(texts)):
+            summed: dict[str, int] = {}
+            for answers in first:
+                for word, df in (answers.needs[i] or {}).items():
+                    summed[word] = summed.get(word, 0) + df
+            if summed:  # some shard holds one of its new words: the shards that need them rank it again
+                counts[i] = OpenCounts(summed, n_docs)
+        asked = {s: [i for i in counts if first[s].needs[i] is not None] for s in range(self.shards.count)}
+        asked = {s: texts_asked for s, texts_asked in asked.items() if texts_asked}
+        replies = await asyncio.gather(
+            *(
+                self.shards.call(s, method, [texts[i] for i in at], *args, [counts[i] for i in at])
+                for s, at in asked.items()
+            )
+        )
+        results = [list(answers.results) for answers in first]
+        for (s, at), reply in zip(asked.items(), replies, strict=True):
+            for i, result in zip(at, unwrap(reply).results, strict=True):
+                results[s][i] = result
+        return results  # type: ignore[return-value]  # every text waiting somewhere was asked again there
+
     async def search(
         self, queries: Sequence[str], k: int, offset: int, ef_search: int | None = None, nprobe: int | None = None
     ) -> list[SearchResult]:
-        per_shard = await self._all("search", list(queries), k + offset, ef_search, nprobe)
+        per_shard = await self.ranked("search", list(queries), k + offset, ef_search, nprobe)
         return [merge([shard[i] for shard in per_shard], k, offset) for i in range(len(queries))]
 
     async def match(self, pages: Sequence[str], k: int, ad_filter: AdFilter) -> list[PageMatchOut]:
         """POST /match: each page's top k admitted adverts over every shard (all of them answer, or a 503)."""
-        per_shard = await self._all("match", list(pages), k, ad_filter)
+        per_shard = await self.ranked("match", list(pages), k, ad_filter)
         return [merge_matches([shard[i] for shard in per_shard], k) for i in range(len(pages))]
 
     async def similar(self, doc_id: str, k: int, offset: int) -> SearchResult:
         text = unwrap(await self.shards.call(self.owner(doc_id), "page_text", doc_id))
-        return merge(await self._all("search_page", text, k + offset, doc_id), k, offset)
+        per_shard = await self.ranked("search_page", [text], k + offset, doc_id)
+        return merge([shard[0] for shard in per_shard], k, offset)
 
     def owner(self, doc_id: str) -> int:
         return shard_of(doc_id, self.shards.count)

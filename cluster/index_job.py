@@ -8,6 +8,9 @@ each shard written by one task (cluster.ray_index). Either way the manifest is w
 An adverts collection (`collection_type="adverts"`, `ssi index --type adverts`) is built the same way; each
 advert's metadata (category, advertiser, active, budget: the extra fields of its corpus line, as `ssi serve`
 reads them) travels with its row and is written into its shard's metadata book (cluster.shard_build).
+
+With `open_vocab` (`ssi index --open-vocab`, or SSI_OPEN_VOCAB) each shard's snapshot also holds its documents' new
+words (cluster.shard_build.open_postings), so a cluster serving the open vocabulary starts from it.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from service.settings import CollectionType, IndexType
 from service.state_builder import index_config
 from ssi.bundle import load_bundle
 from ssi.corpus import iter_corpus, numbered_lines
+from ssi.open_vocab import DEFAULT_MAX_WORDS
 from ssi.records import Document
 
 
@@ -50,8 +54,11 @@ def build_index(
     batch_size: int = 2048,
     workers: int | None = None,
     collection_type: CollectionType = "documents",
+    open_vocab: bool = False,
+    open_vocab_words: int = DEFAULT_MAX_WORDS,
 ) -> ClusterManifest:
-    """Build the sharded index of `corpus` (documents, or adverts with their metadata) under `out`; its manifest."""
+    """Build the sharded index of `corpus` (documents, or adverts with their metadata) under `out`; its manifest.
+    `open_vocab`: write each shard's open postings (at most `open_vocab_words` words a shard)."""
     if shards < 1:
         raise ClusterIndexError(f"shards must be at least 1 (got {shards})")
     if not corpus.exists():
@@ -64,7 +71,14 @@ def build_index(
     try:
         if ray_address is None:
             entries, embed_seconds = _build_here(
-                corpus, bundle_path, out, shards, index_type, batch_size, collection_type
+                corpus,
+                bundle_path,
+                out,
+                shards,
+                index_type,
+                batch_size,
+                collection_type,
+                (open_vocab, open_vocab_words),
             )
         else:
             from cluster.ray_index import build_with_ray
@@ -79,6 +93,8 @@ def build_index(
                 batch_size=batch_size,
                 workers=workers,
                 collection_type=collection_type,
+                open_vocab=open_vocab,
+                open_vocab_words=open_vocab_words,
             )
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # half an index is no index: the folder was empty before
@@ -111,8 +127,10 @@ def _build_here(
     index_type: IndexType,
     batch_size: int,
     collection_type: CollectionType = "documents",
+    open_vocab: tuple[bool, int] = (False, DEFAULT_MAX_WORDS),
 ) -> tuple[list[ShardEntry], float]:
-    """The single-process build: every block embedded here, then each shard written."""
+    """The single-process build: every block embedded here, then each shard written (`open_vocab`: whether with
+    its open postings, and at most how many words)."""
     started = time.perf_counter()
     bundle = load_bundle(bundle_path, mmap=False)
     embedder = Embedder(bundle, 1)
@@ -128,7 +146,7 @@ def _build_here(
     embed_seconds = time.perf_counter() - started
     dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
     entries = [
-        write_shard(out, shard, bundle, Block.concat(blocks, dims, vocab), index_type, collection_type)
+        write_shard(out, shard, bundle, Block.concat(blocks, dims, vocab), index_type, collection_type, *open_vocab)
         for shard, blocks in enumerate(per_shard)
     ]
     return entries, embed_seconds

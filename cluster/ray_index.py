@@ -27,6 +27,7 @@ from cluster.shard_build import Block, advert_meta, document_of, embed_block, wr
 from service.embedding import Embedder
 from service.settings import CollectionType, IndexType
 from ssi.bundle import load_bundle
+from ssi.open_vocab import DEFAULT_MAX_WORDS
 
 JSON_BLOCK_BYTES = 64 << 20  # the Arrow JSON reader's block: a line longer than this cannot be read
 
@@ -54,13 +55,29 @@ def embed_batch(
 
 
 def write_group(
-    batch: dict[str, np.ndarray], root: str, bundle_path: str, index_type: str, collection_type: str = "documents"
+    batch: dict[str, np.ndarray],
+    root: str,
+    bundle_path: str,
+    index_type: str,
+    collection_type: str = "documents",
+    open_vocab: bool = False,
+    open_vocab_words: int = DEFAULT_MAX_WORDS,
 ) -> dict[str, np.ndarray]:
-    """One shard's rows (a Ray Data group) → its store and snapshot (and metadata book); its manifest entry as JSON."""
+    """One shard's rows (a Ray Data group) → its store and snapshot (and metadata book, open postings); its manifest
+    entry as JSON."""
     bundle = load_bundle(Path(bundle_path), mmap=False)
     block = Block.from_columns(batch, bundle.manifest.vocab_size)
     shard = int(block.shards[0])
-    entry = write_shard(Path(root), shard, bundle, block, index_type, collection_type)  # type: ignore[arg-type]
+    entry = write_shard(
+        Path(root),
+        shard,
+        bundle,
+        block,
+        index_type,  # type: ignore[arg-type]
+        collection_type,  # type: ignore[arg-type]
+        open_vocab,
+        open_vocab_words,
+    )
     return {"entry": np.asarray([entry.model_dump_json()], dtype=object)}
 
 
@@ -88,6 +105,8 @@ def build_with_ray(
     batch_size: int = 2048,
     workers: int | None = None,
     collection_type: CollectionType = "documents",
+    open_vocab: bool = False,
+    open_vocab_words: int = DEFAULT_MAX_WORDS,
 ) -> tuple[list[ShardEntry], float]:
     """Run the job on the cluster at `address`; returns the shards' entries and the embedding stage's seconds."""
     connect(address, num_cpus=workers)
@@ -118,6 +137,8 @@ def build_with_ray(
                 "bundle_path": str(bundle_path.resolve()),
                 "index_type": index_type,
                 "collection_type": collection_type,
+                "open_vocab": open_vocab,
+                "open_vocab_words": open_vocab_words,
             },
         )
         .take_all()
@@ -127,5 +148,8 @@ def build_with_ray(
     bundle = load_bundle(bundle_path, mmap=False)
     dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
     for shard in sorted(set(range(shards)) - have):
-        entries.append(write_shard(out, shard, bundle, Block.concat([], dims, vocab), index_type, collection_type))
+        empty = Block.concat([], dims, vocab)
+        entries.append(
+            write_shard(out, shard, bundle, empty, index_type, collection_type, open_vocab, open_vocab_words)
+        )
     return entries, embed_seconds

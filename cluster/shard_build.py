@@ -7,7 +7,9 @@
    corpus) and an index snapshot (service.snapshot) in the cache folder the shard server opens, so the
    shard starts "from cache" and never embeds its documents again. For an adverts collection the
    shard's metadata book (service.adverts.AdvertBook) is seeded from the same lines, as `ssi serve`
-   seeds an adverts collection's book from its corpus.
+   seeds an adverts collection's book from its corpus. With the open vocabulary (SSI_OPEN_VOCAB) the
+   snapshot holds the shard's open postings (open_vocab.json), as the single node's state builder writes
+   them; without them a shard serving it open would recompute its index from the store once.
 
 A block travels between Ray workers as columns: ids, titles, texts, the shard, the vectors as one
 float32 matrix, each tf-idf row packed into bytes (word ids int32, then weights float32) and each
@@ -32,12 +34,14 @@ from cluster.sharding import shard_of
 from service.adverts import AdvertBook, AdvertMeta
 from service.embedding import Embedder
 from service.index import VectorIndex
-from service.settings import CollectionType, IndexType
+from service.settings import CollectionType, IndexType, Settings
 from service.snapshot import SnapshotData, cache_folder, write_snapshot
 from service.state_builder import index_config
 from service.store import DocumentStore
 from ssi.bundle import Bundle
+from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenRule, build_postings
 from ssi.records import Document
+from ssi.tokenize import tokenize
 
 
 @dataclass
@@ -178,6 +182,18 @@ def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int, meta:
     )
 
 
+def open_postings(bundle: Bundle, block: Block, settings: Settings) -> dict[str, object] | None:
+    """open_vocab.json of a shard's snapshot: its documents' new words (ssi.open_vocab), rows numbered as the block's,
+    as service.state_builder indexes a collection's; None with the open vocabulary off or a bundle that stays closed."""
+    rule = OpenRule.of(bundle.vocab, bundle.form) if settings.open_vocab else None
+    if rule is None:
+        return None
+    texts = (
+        Document(id=i, title=t, text=x).full_text for i, t, x in zip(block.ids, block.titles, block.texts, strict=True)
+    )
+    return build_postings(rule, [tokenize(text) for text in texts], settings.open_vocab_words).to_json()
+
+
 def write_shard(
     root: Path,
     shard: int,
@@ -185,8 +201,11 @@ def write_shard(
     block: Block,
     index_type: IndexType = "flat",
     collection_type: CollectionType = "documents",
+    open_vocab: bool = False,
+    open_vocab_words: int = DEFAULT_MAX_WORDS,
 ) -> ShardEntry:
-    """Seed the shard's store with its documents and save the snapshot the shard server will load.
+    """Seed the shard's store with its documents and save the snapshot the shard server will load (with
+    `open_vocab`, its documents' new words too: at most `open_vocab_words` of them).
 
     The store is seeded from a JSONL file exactly as `ssi serve --corpus` seeds one (a repeated id is
     refused there), and so is an adverts collection's metadata book (the lines carry each advert's
@@ -195,7 +214,7 @@ def write_shard(
     started = time.perf_counter()
     folder = shard_dir(root, shard)
     folder.mkdir(parents=True, exist_ok=True)
-    settings = shard_settings(folder, bundle.path, index_type)
+    settings = shard_settings(folder, bundle.path, index_type, open_vocab=open_vocab, open_vocab_words=open_vocab_words)
     seed = folder / "seed.jsonl"
     with seed.open("w", encoding="utf-8") as handle:
         for doc_id, title, text, meta in zip(block.ids, block.titles, block.texts, block.meta, strict=True):
@@ -224,6 +243,7 @@ def write_shard(
                 tfidf=sp.csc_matrix(block.tfidf, dtype=np.float32),
                 doc_ids=list(block.ids),
                 live=np.ones(len(block.ids), dtype=bool),
+                open_vocab=open_postings(bundle, block, settings),
             ),
         )
     finally:

@@ -3,6 +3,9 @@
 A shard of an adverts index (the manifest's `type`) is an adverts collection with its metadata book
 (service.adverts), and matches pages with the single node's code (service.matching.match_pages).
 
+With the open vocabulary (the router's SSI_OPEN_VOCAB), a ranking method answers `ShardAnswers`: a text whose new
+words this shard holds is not ranked at once but waits for the cluster's counts of them (cluster.fanout).
+
 The Ray Serve deployment of a shard is this class (cluster.deploy); the router's in-process twin
 (cluster.fanout.LocalShards) uses it directly. Every method answers a `Reply` instead of raising: a
 service error (404, 503 while loading, 422) crosses the process boundary as its status and message,
@@ -35,6 +38,7 @@ from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
 from service.settings import CollectionSpec
 from service.store import DocumentStore
+from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenCounts
 from ssi.records import Document
 
 T = TypeVar("T")
@@ -50,6 +54,18 @@ class Reply:
     headers: dict[str, str] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class ShardAnswers:
+    """A shard's answers to a batch of texts (queries, pages): `results[i]` text i's exact top k here as a dict, or
+    None where it waits for the cluster's counts of its new words; `needs[i]` what it needs from the other shards
+    (ModelState.shard_counts: None, nothing; else the live document frequency here of each of its new words held
+    here, and its answer is final only if no shard holds one); `n_live` the live documents here."""
+
+    results: list[dict[str, Any] | None]
+    needs: list[dict[str, int] | None]
+    n_live: int
+
+
 def answer(work: Callable[[], T]) -> Reply:
     try:
         return Reply(value=work())
@@ -60,7 +76,15 @@ def answer(work: Callable[[], T]) -> Reply:
 class ShardServer:
     """Shard `shard` of the sharded index at `root`, loaded from the snapshot the index job wrote."""
 
-    def __init__(self, root: str, shard: int, threads: int = 1, read_only: bool = False) -> None:
+    def __init__(
+        self,
+        root: str,
+        shard: int,
+        threads: int = 1,
+        read_only: bool = False,
+        open_vocab: bool = False,
+        open_vocab_words: int = DEFAULT_MAX_WORDS,
+    ) -> None:
         index = Path(root)
         manifest = read_manifest(index)
         if not 0 <= shard < manifest.shards:
@@ -77,7 +101,14 @@ class ShardServer:
         if read_only:  # one of several replicas: a private copy of the shard's folder (one process serves a folder)
             self._copy = tempfile.TemporaryDirectory(prefix=f"ssi-{folder.name}-")
             folder = Path(shutil.copytree(folder, Path(self._copy.name) / folder.name))
-        self.settings = shard_settings(folder, bundle, manifest.index_type, threads)  # type: ignore[arg-type]
+        self.settings = shard_settings(
+            folder,
+            bundle,
+            manifest.index_type,  # type: ignore[arg-type]
+            threads,
+            open_vocab,
+            open_vocab_words,
+        )
         spec = CollectionSpec(bundle=bundle, type=manifest.type)
         self.collection = Collection(COLLECTION, spec, self.settings, Metrics())
         self.books = AdvertBooks(self.settings)  # an adverts shard's book (seeded by the build)
@@ -94,14 +125,24 @@ class ShardServer:
     # -- reads ---------------------------------------------------------------------------------
 
     def search(
-        self, queries: Sequence[str], want: int, ef_search: int | None = None, nprobe: int | None = None
+        self,
+        queries: Sequence[str],
+        want: int,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        counts: Sequence[OpenCounts] | None = None,
     ) -> Reply:
-        """Each query's exact top `want` in this shard, as service.schemas.SearchResult dicts (snippets included)."""
+        """Each query's exact top `want` in this shard, as service.schemas.SearchResult dicts (snippets included), in
+        `ShardAnswers`; `counts`: the cluster's counts of each query's new words (cluster.fanout's second round)."""
 
-        def work() -> list[dict[str, Any]]:
-            results = self.collection.search(list(queries), want, 0, ef_search=ef_search, nprobe=nprobe)
+        def rank(texts: list[str], given: Sequence[OpenCounts] | None) -> list[dict[str, Any]]:
+            results = self.collection.search(texts, want, 0, ef_search=ef_search, nprobe=nprobe, open_counts=given)
             scan = scan_chars(self.settings, sum(len(r.doc_ids) for r in results))
-            return [r.model_dump() for r in to_results(self.collection, self.settings, results, list(queries), scan)]
+            return [r.model_dump() for r in to_results(self.collection, self.settings, results, texts, scan)]
+
+        def work() -> ShardAnswers:
+            self.collection.require_type("documents", "search")
+            return self._answers(list(queries), counts, rank)
 
         return answer(work)
 
@@ -111,29 +152,65 @@ class ShardServer:
             lambda: cut_long_text(self.collection.get(doc_id).as_document().full_text, self.settings.max_page_chars)
         )
 
-    def search_page(self, text: str, want: int, exclude: str) -> Reply:
-        """The exact top `want` for a long text (its heaviest words), leaving out document `exclude`."""
+    def search_page(
+        self, texts: Sequence[str], want: int, exclude: str, counts: Sequence[OpenCounts] | None = None
+    ) -> Reply:
+        """The exact top `want` for a long text (its heaviest words; `texts` holds it alone), leaving out document
+        `exclude`, in `ShardAnswers` (`counts` as for `search`)."""
 
-        def work() -> dict[str, Any]:
-            self.collection.require_type("documents", "/similar")
+        def rank(page: list[str], given: Sequence[OpenCounts] | None) -> list[dict[str, Any]]:
             state = self.collection.ready_state()
             pool = self.settings.candidate_pool if state.config.index_type == "hnsw" else self.settings.scan_pool
-            (result,) = state.search([text], want, pool=pool, exclude=[exclude], max_words=self.settings.max_page_words)
-            return to_result(self.collection, self.settings, result, None).model_dump()
+            max_words = self.settings.max_page_words
+            found = state.search(
+                page, want, pool=pool, exclude=[exclude] * len(page), max_words=max_words, open_counts=given
+            )
+            return [to_result(self.collection, self.settings, result, None).model_dump() for result in found]
+
+        def work() -> ShardAnswers:
+            self.collection.require_type("documents", "/similar")
+            return self._answers(list(texts), counts, rank)
 
         return answer(work)
 
-    def match(self, pages: Sequence[str], want: int, ad_filter: AdFilter) -> Reply:
+    def match(
+        self, pages: Sequence[str], want: int, ad_filter: AdFilter, counts: Sequence[OpenCounts] | None = None
+    ) -> Reply:
         """Each page's exact top `want` admitted adverts in this shard, as service.advert_schemas.PageMatchOut dicts
-        (scores, their split and the words that made each match: all depend on the page and the advert only)."""
+        (scores, their split and the words that made each match: all depend on the page and the advert, and on the
+        counts of its new words), in `ShardAnswers` (`counts` as for `search`)."""
 
-        def work() -> list[dict[str, Any]]:
-            self.collection.require_type("adverts", "/match")
+        def rank(texts: list[str], given: Sequence[OpenCounts] | None) -> list[dict[str, Any]]:
             book = self.books.get(self.collection)
-            matches = match_pages(self.collection, book, self.settings, list(pages), want, ad_filter)
+            matches = match_pages(self.collection, book, self.settings, texts, want, ad_filter, given)
             return [page_match_out(m).model_dump() for m in matches]
 
+        def work() -> ShardAnswers:
+            self.collection.require_type("adverts", "/match")
+            # cut as match_pages cuts them, so that the new words counted are those it ranks with
+            texts = [cut_long_text(page, self.settings.max_page_chars) for page in pages]
+            return self._answers(texts, counts, rank)
+
         return answer(work)
+
+    def _answers(
+        self,
+        texts: list[str],
+        counts: Sequence[OpenCounts] | None,
+        rank: Callable[[list[str], Sequence[OpenCounts] | None], list[dict[str, Any]]],
+    ) -> ShardAnswers:
+        """`rank`'s answers for `texts`: with `counts` (the second round), all of them ranked with those counts;
+        without, those needing no other shard's counts ranked with this shard's own, the others left waiting."""
+        state = self.collection.ready_state()
+        if counts is not None:
+            return ShardAnswers(rank(texts, counts), [None] * len(texts), state.table.n_live)
+        needs, n_live = state.shard_counts(texts)
+        ready = [i for i, need in enumerate(needs) if not need]  # None, or {}: ranked with its own (none held here)
+        results: list[dict[str, Any] | None] = [None] * len(texts)
+        if ready:
+            for i, result in zip(ready, rank([texts[i] for i in ready], None), strict=True):
+                results[i] = result
+        return ShardAnswers(results, needs, n_live)
 
     def get(self, doc_id: str) -> Reply:
         def work() -> dict[str, Any]:

@@ -55,6 +55,7 @@ from service.store import DocumentStore, StoredDocument, StoreError, disk_full
 from service.threads import freeze_loaded_objects, release_free_memory
 from service.writes import apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
+from ssi.open_vocab import OpenCounts
 from ssi.records import Document
 
 log = logging.getLogger(__name__)
@@ -251,15 +252,26 @@ class Collection:
     # -- reads ---------------------------------------------------------------------------------
 
     def search(
-        self, queries: Sequence[str], k: int, offset: int, *, ef_search: int | None = None, nprobe: int | None = None
+        self,
+        queries: Sequence[str],
+        k: int,
+        offset: int,
+        *,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        open_counts: Sequence[OpenCounts | None] | None = None,
     ) -> list[QueryResult]:
-        """The exact top k (after `offset`) of each short query text."""
+        """The exact top k (after `offset`) of each short query text; `open_counts`: what weighs each one's new
+        words where not this collection's own counts (a shard: the cluster's, cluster.fanout)."""
         self.require_type("documents", "search")
         self.ready_state()
         self._catch_up()
         state = self.ready_state()
         self._check_knobs(state, ef_search, nprobe)
-        results = state.search(queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe)
+        pool = self.pool(state)
+        results = state.search(
+            queries, k + offset, pool=pool, ef_search=ef_search, nprobe=nprobe, open_counts=open_counts
+        )
         self.metrics.search_batch.labels(self.name).observe(len(queries))
         for result in results:
             self.metrics.candidates.labels(self.name).observe(result.candidates)

@@ -32,6 +32,7 @@ from service.collection import Collection
 from service.model_state import ModelState, QueryResult
 from service.settings import Settings
 from ssi.forms.base import UNIT_EPS
+from ssi.open_vocab import OpenCounts
 
 EXPLAIN_WORDS = 5  # shared and related words reported per advert
 GROWTH = 4  # how much more a filtered search asks for when the admitted adverts fall short
@@ -64,22 +65,36 @@ def match_pages(
     pages: Sequence[str],
     k: int,
     ad_filter: AdFilter,
+    open_counts: Sequence[OpenCounts | None] | None = None,
 ) -> list[PageMatch]:
     """The exact top k admitted adverts of each page text.
 
     The pages are featurized once and searched together (one ONNX call and one index call for the batch, as
-    /search does); a page whose filter admits too few of its first adverts asks again on its own.
+    /search does); a page whose filter admits too few of its first adverts asks again on its own. `open_counts`:
+    what weighs each page's new words where not the collection's own counts (a shard: the cluster's).
     """
     collection.require_type("adverts", "/match")
     state = collection.ready_state()
     texts = [cut_long_text(text, settings.max_page_chars) for text in pages]
     rows = state.embedder.featurize_queries(texts, settings.max_page_words)
     # The open vocabulary's term, as /search adds it (ssi.open_vocab): None while closed or no new word is held.
-    tokens = state.open_tokens(texts, rows, settings.max_page_words) if pages else None
+    counted = open_counts is not None
+    tokens = state.open_tokens(texts, rows, settings.max_page_words, counted=counted) if pages else None
     pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
-    first = state.search_rows(rows, k, pool=pool, query_tokens=tokens) if pages else []
+    first = state.search_rows(rows, k, pool=pool, query_tokens=tokens, open_counts=open_counts) if pages else []
     return [
-        _match_one(collection, book, state, rows[i], tokens[i] if tokens else None, first[i], k, ad_filter, pool)
+        _match_one(
+            collection,
+            book,
+            state,
+            rows[i],
+            tokens[i] if tokens else None,
+            first[i],
+            k,
+            ad_filter,
+            pool,
+            open_counts[i] if open_counts is not None else None,
+        )
         for i in range(len(pages))
     ]
 
@@ -94,9 +109,10 @@ def _match_one(
     k: int,
     ad_filter: AdFilter,
     pool: int,
+    counts: OpenCounts | None = None,
 ) -> PageMatch:
-    """One page (its query row `page`, its `tokens` for the open term, and `result`, its exact top k) to its top k
-    admitted adverts."""
+    """One page (its query row `page`, its `tokens` for the open term and the `counts` weighing its new words where
+    not the collection's own, and `result`, its exact top k) to its top k admitted adverts."""
     want = k
     while True:
         n_live = state.table.n_live
@@ -105,11 +121,13 @@ def _match_one(
         if len(chosen) >= k or len(result.doc_ids) < want or want >= n_live:
             break
         want = min(n_live, want * GROWTH)
-        (result,) = state.search_rows(page, want, pool=pool, query_tokens=None if tokens is None else [tokens])
+        (result,) = state.search_rows(
+            page, want, pool=pool, query_tokens=None if tokens is None else [tokens], open_counts=[counts]
+        )
     stored = collection.get_many([result.doc_ids[j] for j in chosen])
     chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup
     ids = [result.doc_ids[j] for j in chosen]
-    shared, related = explain(state, page, [result.rows[j] for j in chosen], tokens)
+    shared, related = explain(state, page, [result.rows[j] for j in chosen], tokens, counts)
     position = {result.doc_ids[j]: j for j in chosen}
     hits = [
         AdHit(
@@ -129,11 +147,16 @@ def _match_one(
 
 
 def explain(
-    state: ModelState, page: sp.csr_matrix, rows: list[int], tokens: list[str] | None = None
+    state: ModelState,
+    page: sp.csr_matrix,
+    rows: list[int],
+    tokens: list[str] | None = None,
+    counts: OpenCounts | None = None,
 ) -> tuple[list[list[str]], list[list[str]]]:
     """(shared words, related page words) of each advert, strongest first, for the adverts at `rows` of `state`
     as they were ranked; `page` is the page's query row as it was searched, `tokens` its tokens for the open
-    vocabulary (None: closed), whose new words shared with an advert count among its shared words by q_t·d_t.
+    vocabulary (None: closed), whose new words shared with an advert count among its shared words by q_t·d_t
+    (weighed by `counts` where not the collection's own).
 
     Both come from what the state holds, not from the adverts' texts: each advert's value of each page word
     from the lexical index's posting lists, its e(d) from the vector index (rows are never renumbered within
@@ -157,7 +180,7 @@ def explain(
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
     # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
     shares = ad_values * lexical_vals[None, :]
-    opened = state.open_shares(tokens, rows) if tokens is not None else [{} for _ in rows]
+    opened = state.open_shares(tokens, rows, counts) if tokens is not None else [{} for _ in rows]
     shared_all, related_all = [], []
     for a in range(at.shape[0]):
         present = np.flatnonzero(shares[a] > 0)

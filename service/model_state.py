@@ -43,7 +43,7 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
-from ssi.open_vocab import OpenPostings, collection_idf, collection_query_values
+from ssi.open_vocab import OpenCounts, OpenPostings, collection_idf, collection_query_values, new_counts
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
 LEXICAL_BESIDE_SCAN = 4
@@ -179,29 +179,40 @@ class ModelState:
         nprobe: int | None = None,
         exclude: Sequence[str | None] | None = None,
         max_words: int | None = None,
+        open_counts: Sequence[OpenCounts | None] | None = None,
     ) -> list[QueryResult]:
         """The exact top `want` documents for each query text (see service.rerank for why it is exact).
 
         `exclude[i]`, when given, is a document id left out of query i's results (the query document
-        of "more like this"); `max_words` keeps only a long text's most heavily weighted words.
+        of "more like this"); `max_words` keeps only a long text's most heavily weighted words;
+        `open_counts[i]`, when given, weighs query i's new words instead of this collection's own counts
+        (a shard of a sharded collection: the cluster's, cluster.fanout).
         """
         tfidf = self.embedder.featurize_queries(queries, max_words)
-        tokens = self.open_tokens(queries, tfidf, max_words)
+        tokens = self.open_tokens(queries, tfidf, max_words, counted=open_counts is not None)
         return self.search_rows(
-            tfidf, want, pool=pool, ef_search=ef_search, nprobe=nprobe, exclude=exclude, query_tokens=tokens
+            tfidf,
+            want,
+            pool=pool,
+            ef_search=ef_search,
+            nprobe=nprobe,
+            exclude=exclude,
+            query_tokens=tokens,
+            open_counts=open_counts,
         )
 
     def open_tokens(
-        self, queries: Sequence[str], tfidf: sp.csr_matrix, max_words: int | None = None
+        self, queries: Sequence[str], tfidf: sp.csr_matrix, max_words: int | None = None, counted: bool = False
     ) -> list[list[str]] | None:
         """The queries' tokens for the open vocabulary's term (ssi.open_vocab), or None: a closed vocabulary, or
-        a collection holding no new word (then nothing is tokenized, at no cost).
+        a collection holding no new word (then nothing is tokenized, at no cost) unless the queries are `counted`
+        by other counts than its own (a shard: another shard may hold their new words).
 
         With `max_words` (a long text cut to its heaviest bundle words: `featurize_queries`), each text keeps the
         tokens of the bundle words its row kept and of every new word: the text with every other word removed,
         so the open term's Z(q) is the norm that cut row was divided by. `/search`, `/similar` and `/match`
         all take their tokens here."""
-        if not self.open.n_words:
+        if not self.open.n_words and not counted:
             return None
         tokens = self.embedder.query_tokens(queries)
         if tokens is None or max_words is None:
@@ -217,6 +228,33 @@ class ModelState:
             keep = (ids < 0) | np.isin(ids, words)
             kept.append([t for t, k in zip(text_tokens, keep.tolist(), strict=True) if k])
         return kept
+
+    def shard_counts(self, texts: Sequence[str]) -> tuple[list[dict[str, int] | None], int]:
+        """What this collection, one shard of a sharded one, needs from the other shards to rank each text as one
+        node holding every document would (cluster.fanout), and its live documents.
+
+        None: nothing (a closed vocabulary; no new word; or a bundle word and no new word held here: the open term
+        is 0 on every row here whatever the counts). Else the live document frequency here of each of its new
+        words held here: its ranking waits for the summed counts; empty (none held here, no bundle word): only
+        whether another shard holds one decides whether it ranks anything here."""
+        rule = self.embedder.open_rule
+        tokens = self.embedder.query_tokens(texts)
+        needs: list[dict[str, int] | None] = []
+        with self.lock.read():
+            n_live = self.table.n_live
+            if rule is None or tokens is None:
+                return [None] * len(texts), n_live
+            df = self.open.df()
+            for text_tokens in tokens:
+                new = new_counts(rule.vocab, text_tokens)
+                held = {word: df[word] for word in new if df.get(word, 0) > 0}
+                if held:
+                    needs.append(held)
+                elif new and not (rule.vocab.ids_of(text_tokens) >= 0).any():
+                    needs.append({})
+                else:
+                    needs.append(None)
+        return needs, n_live
 
     def lexical_values(self, rows: sp.csr_matrix, start: int, end: int) -> np.ndarray:
         """The lexical values of the query whose bundle row is rows' entries start … end − 1: those values, or with
@@ -244,16 +282,29 @@ class ModelState:
             known.update(zip(missing, counted.tolist(), strict=True))
         return np.fromiter((known[w] for w in words.tolist()), dtype=np.int64, count=words.shape[0])
 
-    def open_shares(self, tokens: list[str], rows: Sequence[int]) -> list[dict[str, float]]:
+    def open_shares(
+        self, tokens: list[str], rows: Sequence[int], counts: OpenCounts | None = None
+    ) -> list[dict[str, float]]:
         """For each of `rows`, its new words shared with a query of `tokens` and their q_t·d_t (o(q, d) = w_new ·
-        Σ_t q_t·d_t, the bundle words' q_i·d_i in the same scale): why an advert matched (service.matching)."""
+        Σ_t q_t·d_t, the bundle words' q_i·d_i in the same scale): why an advert matched (service.matching).
+        `counts`: the cluster's, where not this collection's own (`search`)."""
         rule = self.embedder.open_rule
         if rule is None or not rows:
             return [{} for _ in rows]
         with self.lock.read():
-            weights = rule.query_weights(tokens, self.open.df(), self.table.n_live)
+            counts = counts or self.own_counts()
+            weights = rule.query_weights(tokens, counts.df, counts.n_docs)
             lists = {word: self.open.postings.get(word, {}) for word in weights}
             return [{w: weights[w] / rule.weight * lists[w][row] for w in weights if row in lists[w]} for row in rows]
+
+    def own_counts(self) -> OpenCounts:
+        """This collection's live counts of its new words (the caller holds the read lock)."""
+        return OpenCounts(self.open.df(), self.table.n_live)
+
+    def _counts(self, open_counts: Sequence[OpenCounts | None] | None, query: int) -> OpenCounts:
+        """What weighs query `query`'s new words: the counts given for it (`search`), else this collection's own."""
+        given = open_counts[query] if open_counts is not None else None
+        return given if given is not None else self.own_counts()
 
     def search_rows(
         self,
@@ -265,9 +316,11 @@ class ModelState:
         nprobe: int | None = None,
         exclude: Sequence[str | None] | None = None,
         query_tokens: Sequence[list[str]] | None = None,
+        open_counts: Sequence[OpenCounts | None] | None = None,
     ) -> list[QueryResult]:
         """`search` for queries already featurized (Embedder.featurize_queries): one ONNX call and one index
-        call per chunk of them, as for texts. `query_tokens`: their tokens, for the open vocabulary's term."""
+        call per chunk of them, as for texts. `query_tokens`: their tokens, for the open vocabulary's term;
+        `open_counts`: what weighs their new words where not this collection's own counts (`search`)."""
         n_queries = tfidf.shape[0]
         query_embeddings = self.embedder.embed_queries(tfidf)
         excluded = list(exclude) if exclude is not None else [None] * n_queries
@@ -279,13 +332,13 @@ class ModelState:
             words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
             with self.lock.read():
                 n_live = self.table.n_live
-                opens = query_tokens is not None and self._has_open(query_tokens[i], n_live)
+                opens = query_tokens is not None and self._has_open(query_tokens[i], self._counts(open_counts, i))
                 if (words.shape[0] == 0 and not opens) or n_live == 0:
                     results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
                     continue
                 first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
                 if chunk is None or not chunk.holds(i, self.version, first_k):
-                    chunk = self._search_chunk(tfidf, query_embeddings, i, first_k, knobs, query_tokens)
+                    chunk = self._search_chunk(tfidf, query_embeddings, i, first_k, knobs, query_tokens, open_counts)
                 lexical = chunk.lexical[i - chunk.start]
                 every = chunk.every.get(i)
                 if every is not None:  # s and l of every row: no pool (service.rerank.every_row_top)
@@ -309,6 +362,7 @@ class ModelState:
         first_k: int,
         knobs: dict[str, int | None],
         query_tokens: Sequence[list[str]] | None = None,
+        open_counts: Sequence[OpenCounts | None] | None = None,
     ) -> _Chunk:
         """The index's answers for the queries start … start + SEARCH_CHUNK − 1 at once (under the read lock): for
         a flat index and a query whose l is summed for every row (service.rerank.prefers_dense), its s for every
@@ -320,9 +374,10 @@ class ModelState:
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
         lexical = [self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b)) for a, b in spans]
         if query_tokens is not None:
-            rule, n_live = self.embedder.open_rule, self.table.n_live
+            rule = self.embedder.open_rule
             lexical = [
-                with_open(query, rule, self.open, query_tokens[start + j], n_live) for j, query in enumerate(lexical)
+                with_open(query, rule, self.open, query_tokens[start + j], self._counts(open_counts, start + j))
+                for j, query in enumerate(lexical)
             ]
         dense = [
             flat and (b > a or isinstance(query, OpenLexicalQuery)) and prefers_dense(query, first_k, every_row=True)
@@ -348,10 +403,10 @@ class ModelState:
             pools = {i: (scores[j], rows[j]) for j, i in enumerate(others)}
         return _Chunk(self.version, first_k, start, stop, bits, lexical, every, pools)
 
-    def _has_open(self, tokens: list[str], n_live: int) -> bool:
+    def _has_open(self, tokens: list[str], counts: OpenCounts) -> bool:
         """Whether a query's tokens hold a new word some live document has (it ranks with no bundle word)."""
         rule = self.embedder.open_rule
-        return rule is not None and bool(rule.query_weights(tokens, self.open.df(), n_live))
+        return rule is not None and bool(counts.df) and bool(rule.query_weights(tokens, counts.df, counts.n_docs))
 
     def _semantic(
         self,

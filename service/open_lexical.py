@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from service.lexical import LexicalQuery, RareSum
-from ssi.open_vocab import OpenPostings, OpenRule
+from ssi.open_vocab import OpenCounts, OpenPostings, OpenRule
 
 
 class OpenLexicalQuery:
@@ -33,6 +33,8 @@ class OpenLexicalQuery:
         return getattr(self.inner, name)
 
     def _open_of(self, rows: np.ndarray) -> np.ndarray:
+        if not self.rows.shape[0]:  # a shard holding none of the query's new words (cluster.fanout)
+            return np.zeros(rows.shape[0], dtype=np.float64)
         at = np.minimum(np.searchsorted(self.rows, rows), self.rows.shape[0] - 1)
         return np.where(self.rows[at] == rows, self.values[at], 0.0)
 
@@ -72,12 +74,14 @@ class OpenLexicalQuery:
 
 
 def with_open(
-    query: LexicalQuery, rule: OpenRule | None, postings: OpenPostings, tokens: list[str] | None, n_live: int
+    query: LexicalQuery, rule: OpenRule | None, postings: OpenPostings, tokens: list[str] | None, counts: OpenCounts
 ) -> LexicalQuery | OpenLexicalQuery:
-    """`query` with the open term of its text's `tokens` added, or `query` itself where it has none."""
-    if rule is None or tokens is None or postings.n_words == 0:
+    """`query` with the open term of its text's `tokens` added, or `query` itself where it has none. `counts` weigh
+    the new words: the collection's own, or a sharded collection's (then `postings` may hold none of them: the term
+    is 0 on every row here, but the query is ranked as one whose open term is not, as on one node)."""
+    if rule is None or tokens is None or not counts.df:
         return query
-    weights = rule.query_weights(tokens, postings.df(), n_live)
+    weights = rule.query_weights(tokens, counts.df, counts.n_docs)
     if not weights:
         return query
     rows, values = postings.scores(weights)

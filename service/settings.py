@@ -84,9 +84,9 @@ class Settings(BaseSettings):
 
     # The open vocabulary (ssi.open_vocab, docs/guides/open-vocabulary.md): with open_vocab, a BM25 bundle's
     # lexical part also counts the served documents' words it does not know. Off by default (the published
-    # figures were measured without it; /match and the Ray cluster do not add it yet): off, nothing is indexed
-    # for it and snapshots hold no open_vocab.json. At most open_vocab_words such words are indexed per
-    # collection, as documents bring them; once full, a document's words not yet held are left out (counted).
+    # figures were measured without it): off, nothing is indexed for it and snapshots hold no open_vocab.json.
+    # At most open_vocab_words such words are indexed per collection (per shard on the Ray cluster), as documents
+    # bring them; once full, a document's words not yet held are left out (counted).
     open_vocab: bool = False
     open_vocab_words: int = Field(default=1_000_000, ge=0)
     # Whose statistics the lexical part uses with open_vocab on (ssi.open_vocab): "bundle" (its training corpus's

@@ -159,6 +159,16 @@ def new_counts(vocab: Vocabulary, tokens: Sequence[str]) -> Counter[str]:
 
 
 @dataclass(frozen=True, slots=True)
+class OpenCounts:
+    """The live counts a query's new words are weighed by (`OpenRule.query_weights`): each word's document frequency
+    and the number of live documents. A collection's own (`OpenPostings.df`, its live rows); a sharded collection's
+    are its shards' summed (cluster.fanout), so each shard weighs a new word as one node holding every document."""
+
+    df: Mapping[str, int]
+    n_docs: int
+
+
+@dataclass(frozen=True, slots=True)
 class OpenRule:
     """How new words count beside a bundle's words: its BM25 parameters and the form's weight for them."""
 

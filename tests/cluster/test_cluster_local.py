@@ -21,6 +21,7 @@ from cluster.http import build_app
 from cluster.index_job import build_index
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.shard_server import ShardServer
+from cluster.shard_settings import open_vocab_of
 from cluster.sharding import shard_of
 from service.settings import Settings
 from ssi.records import Document
@@ -32,11 +33,14 @@ REPO = Path(__file__).resolve().parents[2]
 class Router:
     """The router app over in-process shards, called through httpx's ASGI transport."""
 
-    def __init__(self, index: Path, **settings: object) -> None:
+    def __init__(self, index: Path, shards: type[LocalShards] = LocalShards, **settings: object) -> None:
         manifest = read_manifest(index)
-        self.servers = [ShardServer(str(index), i) for i in range(manifest.shards)]
+        app_settings = Settings(**settings)
+        open_vocab = (open_vocab_of(app_settings), app_settings.open_vocab_words)  # given to shards as cluster.deploy
+        self.servers = [ShardServer(str(index), i, 1, False, *open_vocab) for i in range(manifest.shards)]
         about = manifest.model_dump(exclude={"entries"})  # what cluster.deploy gives the Serve router
-        app = build_app(Settings(**settings), Fanout(LocalShards(self.servers)), about)
+        self.shards = shards(self.servers)
+        app = build_app(app_settings, Fanout(self.shards), about)
         self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router")
 
     def close(self) -> None:

@@ -27,9 +27,12 @@ from tests.service.service_testing import (  # noqa: E402
     ThreadServer,
     assert_same_ranking,
     free_port,
+    make_bundle,
+    make_corpus,
     needle_of,
     probe_queries,
     wait_ready,
+    write_corpus,
 )
 
 SHARDS = 3
@@ -188,8 +191,6 @@ def test_a_replica_killed_during_queries_never_gives_a_wrong_ranking(world: dict
 def test_a_reload_through_the_router_swaps_every_shard_on_ray(world: dict, cluster: dict) -> None:
     """POST /admin/reload on the Serve router: every shard replica serves the new bundle and the merged ranking is
     its brute force; reloaded back, the old one (the module's other tests expect it, in any order)."""
-    from tests.service.service_testing import make_bundle
-
     client = cluster["client"]
     other = make_bundle(world["bundle"].parent / "bundle-ray-reloaded", world["docs"], seed=29)
     oracle = Oracle(other, world["docs"])
@@ -234,3 +235,47 @@ def test_the_serve_router_logs_its_answers_and_clicks_under_the_index(world: dic
     assert unknown.status_code == 404
     rows = list(read_events(cluster["index"] / "router" / "stores" / "documents" / EVENTS_FILE))
     assert [(r.position, r.doc) for r in rows if r.impression == impression and r.clicked] == [(2, ids[1])]
+
+
+def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: dict, tmp_path: Path) -> None:
+    """SSI_OPEN_VOCAB on the router (a second Serve application on the module's cluster: a BM25 bundle's two shards,
+    built with their open postings): a document written after training is the first hit for a word only it holds,
+    over HTTP and through the Python API (ssi.Client); with a new word on both shards, in different numbers, the
+    ranking is one node's; deleting the documents takes the words out."""
+    from ray import serve
+
+    from cluster.deploy import ClusterOptions, application
+    from service.settings import Settings
+    from ssi.api.client import Client
+
+    docs = make_corpus(120, seed=9, vocab_words=300)
+    bundle = make_bundle(tmp_path / "bundle", docs, n_dims=16, seed=3, lexical="bm25")
+    index = tmp_path / "index"
+    build_index(write_corpus(tmp_path / "corpus.jsonl", docs), bundle, index, 2, open_vocab=True)
+    settings = Settings(insecure_writes=True, open_vocab=True)
+    serve.run(application(index, settings, ClusterOptions(shard_cpus=0)), name="open", route_prefix="/open")
+    http = cluster["client"]
+    url = str(http.base_url).rstrip("/") + "/open"
+    new = Document("written-later", "Quuxblarg notes", "quuxblarg fermentation of quuxblarg in barley")
+    away = [f"twin-{i}" for i in range(200) if shard_of(f"twin-{i}", 2) != shard_of(new.id, 2)][:3]
+    twins = [Document(doc_id, "", f"zymurgical quuxblarg {docs[i].text}") for i, doc_id in enumerate(away)]
+    try:
+        wait_ready(url, timeout=120)
+        with Client(url, timeout=60) as api:
+            assert api.search("quuxblarg", k=5).hits == []
+            api.put_document(new.id, title=new.title, text=new.text)
+            assert api.search("quuxblarg", k=5).hits[0].id == new.id
+            for twin in twins:
+                api.put_document(twin.id, title=twin.title, text=twin.text)
+            oracle = Oracle(bundle, [*docs, new, *twins], open_vocab=True)
+            for query in ("quuxblarg", "fermentation zymurgical quuxblarg", f"quuxblarg {docs[5].title}"):
+                hits = http.post("/open/search", json={"query": query, "k": 8}).json()["hits"]
+                assert_same_ranking(hits, oracle, query, 8)
+            assert http.post("/open/search", json={"query": "barley quuxblarg"}).json()["hits"][0]["id"] == new.id
+            for doc in [new, *twins]:
+                api.delete_document(doc.id)
+            assert api.search("quuxblarg", k=5).hits == [] and api.search("zymurgical", k=5).hits == []
+            per_shard = http.get("/open/model").json()["index"]["per_shard"]
+            assert [s["open_vocab"]["words"] for s in per_shard] == [0, 0]
+    finally:
+        serve.delete("open")
