@@ -8,16 +8,19 @@ scratch with the labelled recipe's knobs, and each is scored by NDCG@10 on the v
 the start (BM25), and the true labels of the train claims' relevant documents that BM25 shows in its top 10,
 without noise: the most any click log of this ranker can teach (nothing below rank 10 is ever clicked).
 
-Two ways past that limit, measured here rather than in the loop (each run takes a minute or a few):
+Three ways past that limit, measured here rather than in the loop (each run takes a minute or a few):
 
 - exploring below the top 10: a share `--explore-share` of sessions is shown the top 10 − `--explore-swaps`
   results and `--explore-swaps` drawn from ranks 11..`--explore-pool`, in random order (marked randomized);
 - `--rounds` R > 1 (one mode): the log grows by `--sessions` a round, and each round's sessions are ranked by
-  the model the previous round trained from the whole log (always promoted: the loop without its gate).
+  the model the previous round trained from the whole log (always promoted: the loop without its gate);
+- `--page` P > 10: sessions are shown P results (its top 10 randomized when exploring), examined (1/r)^η down
+  the list, times `--page2` below rank 10 (1: one long page users scroll; below 1: a second page fewer reach).
 
     python -m benchmarks.click_debias --sessions 30000
     python -m benchmarks.click_debias --modes pbm --explore-share 0.2 --explore-swaps 3 --explore-pool 30
     python -m benchmarks.click_debias --sessions 5000 --rounds 8 --modes pbm --explore-share 0.05
+    python -m benchmarks.click_debias --modes pbm,naive --explore-share 0.05 --page 20 --oracle-depth 20
 """
 
 from __future__ import annotations
@@ -55,15 +58,16 @@ class Explore:
     swaps: int
     pool: int
     rng: random.Random
+    page: int = 10
 
     def shown(self, ranked: list[str]) -> tuple[list[str], bool]:
         """The ten results a session sees, and whether they were randomized."""
         if self.rng.random() >= self.share:
-            return ranked[:10], False
+            return ranked[: self.page], False
         deep = ranked[10 : self.pool]
         picked = ranked[: 10 - min(self.swaps, len(deep))] + self.rng.sample(deep, min(self.swaps, len(deep)))
         self.rng.shuffle(picked)
-        return picked, True
+        return picked + [d for d in ranked[10 : self.page] if d not in picked], True
 
 
 def _sessions(
@@ -109,6 +113,8 @@ def main(
     explore_share: Annotated[float, typer.Option(help="Share of sessions shown a randomized list.")] = 0.0,
     explore_swaps: Annotated[int, typer.Option(help="Results from below the top 10 in a randomized list.")] = 0,
     explore_pool: Annotated[int, typer.Option(help="How deep the swapped-in results are drawn from.")] = 10,
+    page: Annotated[int, typer.Option(help="Results a session shows (its top 10 randomized when exploring).")] = 10,
+    page2: Annotated[float, typer.Option(help="Examination below rank 10 is (1/r)^eta times this.")] = 1.0,
     rounds: Annotated[int, typer.Option(help="Rounds, each ranked by the last round's model (one mode).")] = 1,
     oracle_depth: Annotated[
         list[int], typer.Option(help="Train on the true labels in BM25's top D too (0: at any rank); repeatable.")
@@ -126,10 +132,10 @@ def main(
     work.mkdir(parents=True, exist_ok=True)
     write_bm25_start(world.corpus, work / "start")
     start = ssi.load(work / "start", corpus=world.corpus)
-    depth = max(explore_pool, 10)
+    depth = max(explore_pool, page)
     ranked = _ranked(start, world, depth)
-    users = Users(world, eta, p_relevant, p_other, 10, random.Random(seed))
-    explore = Explore(explore_share, explore_swaps, explore_pool, random.Random(seed + 1))
+    users = Users(world, eta, p_relevant, p_other, page, random.Random(seed), page2=page2)
+    explore = Explore(explore_share, explore_swaps, explore_pool, random.Random(seed + 1), page)
     log = work / "clicks.jsonl"
     clicks = 0
     result: dict[str, Any] = {"settings": {"explore": [explore_share, explore_swaps, explore_pool], "rounds": rounds}}

@@ -99,6 +99,7 @@ class Users:
     p_other: float
     k: int
     rng: random.Random
+    page2: float = 1.0  # examination below rank 10 is (1/r)^eta times this: users who go to the second page
     counts: dict[str, int] = field(default_factory=lambda: {"sessions": 0, "clicks": 0, "relevant_clicks": 0})
 
     def session(self, client: httpx.Client) -> None:
@@ -121,7 +122,7 @@ class Users:
         """What this user clicks of a shown list: position r examined with (1/r)^η, then by relevance."""
         clicks = []
         for r, doc_id in enumerate(shown, start=1):
-            if self.rng.random() >= r**-self.eta:
+            if self.rng.random() >= r**-self.eta * (self.page2 if r > 10 else 1.0):
                 continue  # not examined
             if self.rng.random() < (self.p_relevant if doc_id in relevant else self.p_other):
                 clicks.append(doc_id)
@@ -149,7 +150,9 @@ def run_arm(
     }  # fmt: skip
     server = ServedProcess(served_path, world.corpus, root, settings)
     server.start(timeout=600)
-    users = Users(world, opts["eta"], opts["p_relevant"], opts["p_other"], 10, random.Random(opts["seed"]))
+    users = Users(
+        world, opts["eta"], opts["p_relevant"], opts["p_other"], opts["page_size"], random.Random(opts["seed"])
+    )
     served_model = start_model
     # The judge: what candidates are compared with (the bundle the served one was refit from: it never saw the
     # held-out queries either); at the start, the start bundle itself.
@@ -239,6 +242,7 @@ def main(
     p_relevant: Annotated[float, typer.Option(help="Click probability of an examined relevant result.")] = 0.9,
     p_other: Annotated[float, typer.Option(help="Click probability of an examined non-relevant result.")] = 0.1,
     explore: Annotated[float, typer.Option(help="SSI_EVENTS_EXPLORE: share of randomized impressions.")] = 0.05,
+    page_size: Annotated[int, typer.Option(help="Results a session is shown (k), all on one page.")] = 10,
     arms: Annotated[
         str, typer.Option(help="Debiasing arms, comma-separated (pbm, ips, naive, top).")
     ] = "pbm,naive,ips",
@@ -274,7 +278,8 @@ def main(
     started = time.perf_counter()
     opts = {
         "rounds": rounds, "sessions": sessions, "eta": eta, "p_relevant": p_relevant, "p_other": p_other,
-        "explore": explore, "epochs": epochs, "lr": lr, "warm": warm, "warm_lr_scale": warm_lr_scale, "z": z,
+        "explore": explore, "page_size": page_size, "epochs": epochs, "lr": lr, "warm": warm,
+        "warm_lr_scale": warm_lr_scale, "z": z,
         "seed": seed, "threads": threads, "valid_share": valid_share,
     }  # fmt: skip
     world = load_world(data)
