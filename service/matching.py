@@ -20,7 +20,7 @@ word and only related ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -127,7 +127,7 @@ def _match_one(
     stored = collection.get_many([result.doc_ids[j] for j in chosen])
     chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup
     ids = [result.doc_ids[j] for j in chosen]
-    shared, related = explain(state, page, [result.rows[j] for j in chosen], tokens, counts)
+    shared, related = explain(state, page, [result.rows[j] for j in chosen], result.open_weights)
     position = {result.doc_ids[j]: j for j in chosen}
     hits = [
         AdHit(
@@ -150,13 +150,12 @@ def explain(
     state: ModelState,
     page: sp.csr_matrix,
     rows: list[int],
-    tokens: list[str] | None = None,
-    counts: OpenCounts | None = None,
+    open_weights: Mapping[str, float] | None = None,
 ) -> tuple[list[list[str]], list[list[str]]]:
     """(shared words, related page words) of each advert, strongest first, for the adverts at `rows` of `state`
-    as they were ranked; `page` is the page's query row as it was searched, `tokens` its tokens for the open
-    vocabulary (None: closed), whose new words shared with an advert count among its shared words by q_t·d_t
-    (weighed by `counts` where not the collection's own).
+    as they were ranked; `page` is the page's query row as it was searched, `open_weights` the weights its new
+    words were ranked with (QueryResult.open_weights; empty or None: no open term), and a new word shared with an
+    advert counts among its shared words by q_t·d_t.
 
     Both come from what the state holds, not from the adverts' texts: each advert's value of each page word
     from the lexical index's posting lists, its e(d) from the vector index (rows are never renumbered within
@@ -180,7 +179,7 @@ def explain(
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
     # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
     shares = ad_values * lexical_vals[None, :]
-    opened = state.open_shares(tokens, rows, counts) if tokens is not None else [{} for _ in rows]
+    opened = state.open_shares(open_weights or {}, rows)
     shared_all, related_all = [], []
     for a in range(at.shape[0]):
         present = np.flatnonzero(shares[a] > 0)

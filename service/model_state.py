@@ -24,7 +24,7 @@ requests that already hold the old state finish on it undisturbed.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -94,6 +94,9 @@ class QueryResult:
     query_words: int  # distinct query words in the vocabulary
     candidates: int  # rows scored exactly
     rows: list[int] = field(default_factory=list)  # each hit's row in the state searched (service.rows)
+    # The weights of the query's new words it was ranked with (ssi.open_vocab; empty: no open term), for /match's
+    # shared words (service.matching.explain) without weighing them again.
+    open_weights: Mapping[str, float] = field(default_factory=dict)
 
     def page(self, offset: int) -> QueryResult:
         """The hits after the first `offset` (paging)."""
@@ -107,6 +110,7 @@ class QueryResult:
             query_words=self.query_words,
             candidates=self.candidates,
             rows=self.rows[offset:],
+            open_weights=self.open_weights,
         )
 
 
@@ -282,18 +286,14 @@ class ModelState:
             known.update(zip(missing, counted.tolist(), strict=True))
         return np.fromiter((known[w] for w in words.tolist()), dtype=np.int64, count=words.shape[0])
 
-    def open_shares(
-        self, tokens: list[str], rows: Sequence[int], counts: OpenCounts | None = None
-    ) -> list[dict[str, float]]:
-        """For each of `rows`, its new words shared with a query of `tokens` and their q_t·d_t (o(q, d) = w_new ·
-        Σ_t q_t·d_t, the bundle words' q_i·d_i in the same scale): why an advert matched (service.matching).
-        `counts`: the cluster's, where not this collection's own (`search`)."""
+    def open_shares(self, weights: Mapping[str, float], rows: Sequence[int]) -> list[dict[str, float]]:
+        """For each of `rows`, its new words shared with a query whose new words were weighed `weights`
+        (QueryResult.open_weights) and their q_t·d_t (o(q, d) = w_new · Σ_t q_t·d_t, the bundle words' q_i·d_i in
+        the same scale): why an advert matched (service.matching)."""
         rule = self.embedder.open_rule
-        if rule is None or not rows:
+        if rule is None or not weights or not rows:
             return [{} for _ in rows]
         with self.lock.read():
-            counts = counts or self.own_counts()
-            weights = rule.query_weights(tokens, counts.df, counts.n_docs)
             lists = {word: self.open.postings.get(word, {}) for word in weights}
             return [{w: weights[w] / rule.weight * lists[w][row] for w in weights if row in lists[w]} for row in rows]
 
@@ -328,17 +328,21 @@ class ModelState:
         knobs = {"ef_search": ef_search, "nprobe": nprobe}
         results: list[QueryResult] = []
         chunk: _Chunk | None = None
+        weighed: dict[int, tuple[int, dict[str, float]]] = {}  # `_open_weights`' memo for this call
         for i in range(n_queries):
             words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
             with self.lock.read():
                 n_live = self.table.n_live
-                opens = query_tokens is not None and self._has_open(query_tokens[i], self._counts(open_counts, i))
+                weights = self._open_weights(weighed, i, query_tokens, open_counts)
+                opens = bool(weights)
                 if (words.shape[0] == 0 and not opens) or n_live == 0:
                     results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
                     continue
                 first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
                 if chunk is None or not chunk.holds(i, self.version, first_k):
-                    chunk = self._search_chunk(tfidf, query_embeddings, i, first_k, knobs, query_tokens, open_counts)
+                    chunk = self._search_chunk(
+                        tfidf, query_embeddings, i, first_k, knobs, query_tokens, open_counts, weighed
+                    )
                 lexical = chunk.lexical[i - chunk.start]
                 every = chunk.every.get(i)
                 if every is not None:  # s and l of every row: no pool (service.rerank.every_row_top)
@@ -351,7 +355,7 @@ class ModelState:
                     first = (first_k, *chunk.pools[i])
                     semantic = self._semantic(query_embeddings[i : i + 1], first, chunk.bits, knobs)
                     ranked = self._rank(query_embeddings[i], asks[i], semantic, lexical, pool)
-                results.append(self._result(ranked, want, excluded[i], query_words=words.shape[0]))
+                results.append(self._result(ranked, want, excluded[i], words.shape[0], weights))
         return results
 
     def _search_chunk(
@@ -363,6 +367,7 @@ class ModelState:
         knobs: dict[str, int | None],
         query_tokens: Sequence[list[str]] | None = None,
         open_counts: Sequence[OpenCounts | None] | None = None,
+        weighed: dict[int, tuple[int, dict[str, float]]] | None = None,
     ) -> _Chunk:
         """The index's answers for the queries start … start + SEARCH_CHUNK − 1 at once (under the read lock): for
         a flat index and a query whose l is summed for every row (service.rerank.prefers_dense), its s for every
@@ -374,9 +379,9 @@ class ModelState:
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
         lexical = [self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b)) for a, b in spans]
         if query_tokens is not None:
-            rule = self.embedder.open_rule
+            memo = {} if weighed is None else weighed
             lexical = [
-                with_open(query, rule, self.open, query_tokens[start + j], self._counts(open_counts, start + j))
+                with_open(query, self.open, self._open_weights(memo, start + j, query_tokens, open_counts))
                 for j, query in enumerate(lexical)
             ]
         dense = [
@@ -403,10 +408,28 @@ class ModelState:
             pools = {i: (scores[j], rows[j]) for j, i in enumerate(others)}
         return _Chunk(self.version, first_k, start, stop, bits, lexical, every, pools)
 
-    def _has_open(self, tokens: list[str], counts: OpenCounts) -> bool:
-        """Whether a query's tokens hold a new word some live document has (it ranks with no bundle word)."""
+    def _open_weights(
+        self,
+        memo: dict[int, tuple[int, dict[str, float]]],
+        query: int,
+        query_tokens: Sequence[list[str]] | None,
+        open_counts: Sequence[OpenCounts | None] | None,
+    ) -> dict[str, float]:
+        """The weights of query `query`'s new words some live document holds (ssi.open_vocab; empty: no open term),
+        weighed once per state version in `memo`: `search_rows` asks whether a query has an open term, its chunk
+        builds the term, and /match's explain shows it, and a long page's weights cost milliseconds. The caller
+        holds the read lock."""
+        got = memo.get(query)
+        if got is not None and got[0] == self.version:
+            return got[1]
         rule = self.embedder.open_rule
-        return rule is not None and bool(counts.df) and bool(rule.query_weights(tokens, counts.df, counts.n_docs))
+        weights: dict[str, float] = {}
+        if rule is not None and query_tokens is not None:
+            counts = self._counts(open_counts, query)
+            if counts.df:
+                weights = rule.query_weights(query_tokens[query], counts.df, counts.n_docs)
+        memo[query] = (self.version, weights)
+        return weights
 
     def _semantic(
         self,
@@ -449,7 +472,14 @@ class ModelState:
             scan=self.config.index_type != "hnsw",
         )
 
-    def _result(self, ranked: Ranked, want: int, excluded: str | None, query_words: int) -> QueryResult:
+    def _result(
+        self,
+        ranked: Ranked,
+        want: int,
+        excluded: str | None,
+        query_words: int,
+        open_weights: Mapping[str, float] | None = None,
+    ) -> QueryResult:
         rows = ranked.rows.tolist()
         ids = [self.table.doc_ids[row] for row in rows]
         chosen = [j for j, doc_id in enumerate(ids) if doc_id != excluded][:want]
@@ -461,6 +491,7 @@ class ModelState:
             query_words=query_words,
             candidates=ranked.candidates,
             rows=[rows[j] for j in chosen],
+            open_weights=open_weights or {},
         )
 
     def describe(self) -> dict[str, Any]:

@@ -11,12 +11,13 @@ grows by the most o can be; `above(θ)` lists every row with l⁺ + o > θ: a ro
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
 
 from service.lexical import LexicalQuery, RareSum
-from ssi.open_vocab import OpenCounts, OpenPostings, OpenRule
+from ssi.open_vocab import OpenPostings
 
 
 class OpenLexicalQuery:
@@ -74,14 +75,12 @@ class OpenLexicalQuery:
 
 
 def with_open(
-    query: LexicalQuery, rule: OpenRule | None, postings: OpenPostings, tokens: list[str] | None, counts: OpenCounts
+    query: LexicalQuery, postings: OpenPostings, weights: Mapping[str, float]
 ) -> LexicalQuery | OpenLexicalQuery:
-    """`query` with the open term of its text's `tokens` added, or `query` itself where it has none. `counts` weigh
-    the new words: the collection's own, or a sharded collection's (then `postings` may hold none of them: the term
-    is 0 on every row here, but the query is ranked as one whose open term is not, as on one node)."""
-    if rule is None or tokens is None or not counts.df:
-        return query
-    weights = rule.query_weights(tokens, counts.df, counts.n_docs)
+    """`query` with the open term of its new words weighed `weights` (OpenRule.query_weights, by the collection's own
+    counts or a sharded collection's) added, or `query` itself where it has none. `postings` may hold none of them
+    (a shard): the term is then 0 on every row here, but the query is ranked as one whose open term is not, as on
+    one node."""
     if not weights:
         return query
     rows, values = postings.scores(weights)

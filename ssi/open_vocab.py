@@ -151,9 +151,10 @@ def collection_statistics(vocab: Vocabulary, rows: sp.csr_matrix, lengths: np.nd
     return CollectionStatistics.of(vocab, df, rows.shape[0], int(np.asarray(lengths, dtype=np.int64).sum()))
 
 
-def new_counts(vocab: Vocabulary, tokens: Sequence[str]) -> Counter[str]:
-    """The tokens the vocabulary lacks, as it spells words (stemmed where it stems), with their counts."""
-    ids = vocab.ids_of(list(tokens))
+def new_counts(vocab: Vocabulary, tokens: Sequence[str], ids: np.ndarray | None = None) -> Counter[str]:
+    """The tokens the vocabulary lacks, as it spells words (stemmed where it stems), with their counts. `ids`: the
+    tokens' `vocab.ids_of`, where the caller has them already."""
+    ids = vocab.ids_of(list(tokens)) if ids is None else ids
     unknown = [t for t, i in zip(tokens, ids.tolist(), strict=True) if i < 0]
     return Counter(vocab.spelled(unknown)) if unknown else Counter()
 
@@ -200,14 +201,15 @@ class OpenRule:
 
     def query_weights(self, tokens: Sequence[str], df: Mapping[str, int], n_docs: int) -> dict[str, float]:
         """w_new · idf_t · qtf_t / Z(q) for each new query word some live document holds (empty: o = 0)."""
-        counts = new_counts(self.vocab, tokens)
+        tokens = list(tokens)
+        ids = self.vocab.ids_of(tokens)
+        counts = new_counts(self.vocab, tokens, ids)
         present = {w: c for w, c in counts.items() if df.get(w, 0) > 0}
         if not present:
             return {}
         words = list(present)
         idf = bm25_idf(np.asarray([df[w] for w in words], dtype=np.float64), n_docs).astype(np.float64)
         raw = idf * np.asarray([present[w] for w in words], dtype=np.float64)
-        ids = self.vocab.ids_of(list(tokens))
         known, qtf = np.unique(ids[ids >= 0], return_counts=True)
         z = float(np.linalg.norm(self.vocab.idf[known].astype(np.float64) * qtf)) if known.size else 0.0
         if z <= 0.0:
