@@ -16,6 +16,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from service.jit_cache import CACHE
+
 
 @dataclass(frozen=True, slots=True)
 class EveryScore:
@@ -27,7 +29,7 @@ class EveryScore:
     factor: np.ndarray | None
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=CACHE)
 def _best(
     semantic: np.ndarray,
     lexical: np.ndarray,
