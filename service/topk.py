@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from ssi.jit_cache import CACHE
+from service.jit_cache import CACHE
 
 
 @dataclass(frozen=True, slots=True)

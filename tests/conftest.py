@@ -2,9 +2,8 @@
 
 Every server a test starts (in a thread, as a subprocess, each worker of a group, each restart of the crash loop)
 compiles the kernels of service.topk, service.quantized and service.lexical before it serves: seconds each on a
-small machine, more than the rest of a small collection's load; every `ssi train` compiles the trainer's. With
-NUMBA_CACHE_DIR set (ssi.jit_cache) the first process to need a kernel compiles it and the later ones load it;
-subprocesses inherit the variable.
+small machine, more than the rest of a small collection's load. With NUMBA_CACHE_DIR set (service.jit_cache) the
+first process to need a kernel compiles it and the later ones load it; subprocesses inherit the variable.
 
 The folder outlives the session, as numba's own cache beside a library's sources does: it is where every
 `cache=True` function of the session goes once NUMBA_CACHE_DIR is set (ranx's metrics too, whose compiling took

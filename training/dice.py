@@ -24,13 +24,12 @@ import numba
 import numpy as np
 
 from ssi.feature_hashing import CorrelatedHashing
-from ssi.jit_cache import CACHE
 from ssi.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
 
-@numba.njit(parallel=True, cache=CACHE)
+@numba.njit(parallel=True)
 def _dice_top_k(
     feature_indptr: np.ndarray,
     feature_docs: np.ndarray,

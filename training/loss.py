@@ -21,8 +21,6 @@ import numba
 import numpy as np
 import torch
 
-from ssi.jit_cache import CACHE
-
 
 def margin_ranking(
     scores: torch.Tensor,
@@ -53,7 +51,7 @@ def margin_ranking(
     return loss, _coefficients(neg_cell, pos_cell, weight, n_rows, n_cols), active.sum() / count
 
 
-@numba.njit(parallel=True, cache=CACHE)
+@numba.njit(parallel=True)
 def _row_sums(neg: np.ndarray, pos: np.ndarray, w: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
     """Row b of `out` from its triples starts[b]:starts[b+1], summed in float64 in the triples' order: the sums
     `np.bincount` makes, bit for bit, with the rows on the threads given."""

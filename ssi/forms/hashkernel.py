@@ -25,10 +25,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ssi.forms.base import ArraySpec, DocumentProducts, Form, FormError
-from ssi.jit_cache import CACHE
 
-# The kernels compile on first use (a few seconds), cached on disk only where NUMBA_CACHE_DIR says where
-# (ssi.jit_cache): numba's default cache goes beside the sources, and an install may be read-only.
+# The kernels compile on first use (a few seconds) and are not cached on disk (numba's cache=True): an
+# install the process cannot write to, as in the service image, would fail at import.
 
 # A prime near 2³²/φ (Knuth's multiplicative hash): s·P mod H spreads the words' windows over W for
 # any H, powers of two included (2³¹ − 1 would put word s at offset −s mod 2^k, next to word s + 1).
@@ -47,7 +46,7 @@ def window_offset(s: int, hash_size: int) -> int:
     return (s * PRIME) % hash_size
 
 
-@numba.njit(cache=CACHE)
+@numba.njit
 def query_row(u: np.ndarray, q_ids: np.ndarray, q_vals: np.ndarray, W_ext: np.ndarray, w: np.ndarray) -> None:
     """u ← u_q: Σ_s q_s W[h(s, ·)] plus the diagonal w_t q_t; `W_ext` is W repeated to H + D entries.
 
@@ -74,7 +73,7 @@ def query_row(u: np.ndarray, q_ids: np.ndarray, q_vals: np.ndarray, W_ext: np.nd
         u[q_ids[k]] += w[q_ids[k]] * q_vals[k]
 
 
-@numba.njit(parallel=True, cache=CACHE)
+@numba.njit(parallel=True)
 def query_rows(
     q_ptr: np.ndarray, q_ids: np.ndarray, q_vals: np.ndarray, W_ext: np.ndarray, w: np.ndarray
 ) -> np.ndarray:

@@ -79,9 +79,8 @@ def options_of(command: Any) -> set[str]:
     return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("-")}
 
 
-def check_ssi_argv(argv: list[str], run_help: bool = True) -> None:
-    """`ssi SUB --flag value ...`: SUB is a real subcommand, every flag one of its options, and `--help` runs
-    (`run_help=False`: the caller has run this SUB's `--help` already)."""
+def check_ssi_argv(argv: list[str]) -> None:
+    """`ssi SUB --flag value ...`: SUB is a real subcommand, every flag one of its options, and `--help` runs."""
     assert argv[0] == "ssi", argv
     group = ssi_cli()
     assert argv[1] in group.commands, f"`ssi {argv[1]}` is not a command (have: {sorted(group.commands)})"
@@ -92,8 +91,7 @@ def check_ssi_argv(argv: list[str], run_help: bool = True) -> None:
     for arg in rest:
         if arg.startswith("--"):
             assert arg.split("=", 1)[0] in known, f"`ssi {argv[1]}` has no option {arg}"
-    if run_help:
-        subprocess.run([str(SSI), argv[1], "--help"], check=True, capture_output=True, timeout=120)
+    subprocess.run([str(SSI), argv[1], "--help"], check=True, capture_output=True, timeout=120)
 
 
 def script_options(script: Path) -> set[str]:
@@ -369,10 +367,8 @@ def test_scripts_call_real_ssi_commands_and_flags() -> None:
     calls = [call for script in SCRIPTS for call in _ssi_invocations(script.read_text(encoding="utf-8"))]
     assert {call[1] for call in calls} >= {"train", "serve"}
     assert any("--valid-pairs" in call for call in calls)
-    helped: set[str] = set()  # `ssi SUB --help` once per SUB (scripts call `ssi train` twice; each run imports torch)
     for call in calls:
-        check_ssi_argv(call, run_help=call[1] not in helped)
-        helped.add(call[1])
+        check_ssi_argv(call)
 
 
 def readme_quick_start() -> list[str]:

@@ -36,7 +36,6 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from ssi.jit_cache import CACHE
 from training.fitted.sides import Sides
 
 SEED_PAIRS = 3  # pairs whose words seed each topic's starting distribution
@@ -110,7 +109,7 @@ def _project(
                 lam[z] += grad[z] / (hess[z] + 1e-12)
 
 
-@numba.njit(parallel=True, cache=CACHE)
+@numba.njit(parallel=True)
 def _em_pass(
     q_ptr: np.ndarray, q_idx: np.ndarray, q_cnt: np.ndarray,
     d_ptr: np.ndarray, d_idx: np.ndarray, d_cnt: np.ndarray,

@@ -16,12 +16,10 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
-from ssi.jit_cache import CACHE
-
 CHUNKS_PER_THREAD = 8
 
 
-@numba.njit(parallel=True, fastmath=True, cache=CACHE)
+@numba.njit(parallel=True, fastmath=True)
 def _rows_times(
     indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, table: np.ndarray, out: np.ndarray, bounds: np.ndarray
 ) -> None:
