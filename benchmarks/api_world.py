@@ -108,17 +108,15 @@ class Server:
                 [sys.executable, "-m", "service", "serve"], env=self.env, cwd=self.repo, stdout=log, stderr=log
             )
         deadline = time.monotonic() + 120
-        # One client, a new connection per poll (a client per poll loads the certificate store each time).
-        with httpx.Client(timeout=5, limits=httpx.Limits(max_keepalive_connections=0)) as client:
-            while time.monotonic() < deadline:
-                if self.process.poll() is not None:
-                    raise RuntimeError(f"server exited:\n{self.log_path.read_text(errors='replace')}")
-                try:
-                    if client.get(f"{self.url}/readyz").status_code == 200:
-                        return self
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.1)
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited:\n{self.log_path.read_text(errors='replace')}")
+            try:
+                if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
         self.__exit__()
         raise TimeoutError(f"server not ready:\n{self.log_path.read_text(errors='replace')}")
 

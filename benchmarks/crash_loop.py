@@ -197,22 +197,19 @@ class Server:
 
     def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
-        # One client, a new connection per poll: a client made per poll (httpx.get) loads the certificate store
-        # each time, ~40 ms of CPU every 20 ms, taken from the server being timed on a small machine.
-        with httpx.Client(timeout=5, limits=httpx.Limits(max_keepalive_connections=0)) as client:
-            while time.monotonic() < deadline:
-                assert self.process is not None
-                if self.process.poll() is not None:
-                    raise CrashLoopFailure(
-                        f"the server exited with {self.process.returncode} while loading; see {self.log_path}"
-                    )
-                try:
-                    response = client.get(f"{self.url}/readyz")
-                    if response.status_code == 200:
-                        return response.json()["collections"]["documents"]
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.02)
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise CrashLoopFailure(
+                    f"the server exited with {self.process.returncode} while loading; see {self.log_path}"
+                )
+            try:
+                response = httpx.get(f"{self.url}/readyz", timeout=5)
+                if response.status_code == 200:
+                    return response.json()["collections"]["documents"]
+            except httpx.TransportError:
+                pass
+            time.sleep(0.02)
         raise CrashLoopFailure(f"the index did not load within {timeout:.0f}s; see {self.log_path}")
 
     def kill(self) -> None:

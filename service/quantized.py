@@ -25,8 +25,6 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from service.jit_cache import CACHE
-
 QUANTIZED_QUERIES = 8  # chunks of at most this many queries take the int8 pass; larger ones BLAS's product
 _LEVELS = 127.0
 _TINY = float(np.finfo(np.float32).tiny)
@@ -52,7 +50,7 @@ def quantize(vectors: np.ndarray) -> Codes:
     return out
 
 
-@numba.njit(nogil=True, cache=CACHE)
+@numba.njit(nogil=True, cache=False)
 def _quantize(vectors: np.ndarray, codes: np.ndarray, scales: np.ndarray, radius: np.ndarray) -> None:
     n, dim = vectors.shape
     rounding = 2.0 * (dim + 1) * _LEVELS * 2.0**-24  # the pass's float32 sums, per unit of scale (module doc)
@@ -87,7 +85,7 @@ def _quantize(vectors: np.ndarray, codes: np.ndarray, scales: np.ndarray, radius
         radius[i] = r
 
 
-@numba.njit(nogil=True, fastmath=True, cache=CACHE)
+@numba.njit(nogil=True, fastmath=True, cache=False)
 def _scores(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.ndarray) -> None:
     n, dim = codes.shape
     for k in range(queries.shape[0]):  # a query at a time: faster than each row's codes once for all of them

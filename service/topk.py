@@ -16,8 +16,6 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from service.jit_cache import CACHE
-
 
 @dataclass(frozen=True, slots=True)
 class EveryScore:
@@ -29,7 +27,7 @@ class EveryScore:
     factor: np.ndarray | None
 
 
-@numba.njit(nogil=True, cache=CACHE)
+@numba.njit(nogil=True, cache=False)
 def _best(
     semantic: np.ndarray,
     lexical: np.ndarray,

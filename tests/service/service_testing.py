@@ -44,12 +44,11 @@ ODD_IDS = ["C++", "Football_(soccer)", "Áedán_mac_Gabráin", "a/b", "x y", "10
 
 
 def syllable_words(n: int, rng: np.random.Generator) -> list[str]:
-    # The letters as arrays made once: rng.choice turns a list into one at every call (the same draws either way).
-    consonants, vowels = np.array(list("bdfgklmnprstvz")), np.array(list("aeiou"))
+    consonants, vowels = "bdfgklmnprstvz", "aeiou"
     words: set[str] = set()
     while len(words) < n:
         length = int(rng.integers(2, 4))
-        words.add("".join(rng.choice(consonants) + rng.choice(vowels) for _ in range(length)))
+        words.add("".join(rng.choice(list(consonants)) + rng.choice(list(vowels)) for _ in range(length)))
     return sorted(words)
 
 
@@ -60,13 +59,11 @@ def make_corpus(n_docs: int = 400, seed: int = 0, vocab_words: int = 1500) -> li
     common, needles = words[:vocab_words], words[vocab_words:]
     weights = 1.0 / np.arange(1, vocab_words + 1) ** 1.05
     weights /= weights.sum()
-    # Arrays made once (rng.choice turns a list into an array at every call; the draws are the same).
-    common_words, title_words = np.array(common), np.array(common[50:600])
     docs = []
     for i in range(n_docs):
-        body = list(rng.choice(common_words, size=int(rng.integers(15, 60)), p=weights))
+        body = list(rng.choice(common, size=int(rng.integers(15, 60)), p=weights))
         body.insert(int(rng.integers(0, len(body))), needles[i])
-        title = " ".join(rng.choice(title_words, size=int(rng.integers(1, 4))))
+        title = " ".join(rng.choice(common[50:600], size=int(rng.integers(1, 4))))
         doc_id = ODD_IDS[i] if i < len(ODD_IDS) else f"doc-{i:05d}"
         docs.append(Document(id=doc_id, title=title.capitalize(), text=" ".join(body) + "."))
     return docs
@@ -253,20 +250,6 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-_FRESH = threading.local()
-
-
-def fresh() -> httpx.Client:
-    """This thread's client whose every request goes on a new connection (no keep-alive), as with httpx.get,
-    httpx.post and the like, so that any worker of a group may take it. Those make a client per request, and a
-    client loads the certificate store when made (~40 ms of CPU: a start-up's polling took a core from the server
-    it waited for); this one is made once. The service sets no cookies, so none carry over between requests."""
-    client = getattr(_FRESH, "client", None)
-    if client is None:
-        client = _FRESH.client = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
-    return client
-
-
 def wait_ready(base_url: str, timeout: float = 60.0, process: subprocess.Popen | None = None) -> dict:
     deadline = time.monotonic() + timeout
     last = None
@@ -274,7 +257,7 @@ def wait_ready(base_url: str, timeout: float = 60.0, process: subprocess.Popen |
         if process is not None and process.poll() is not None:
             raise RuntimeError(f"server exited with {process.returncode}")
         try:
-            response = fresh().get(f"{base_url}/readyz", timeout=5)
+            response = httpx.get(f"{base_url}/readyz", timeout=5)
             last = response.json()
             if response.status_code == 200:
                 return last

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
+import httpx
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -20,7 +21,6 @@ from service_testing import (
     ProcessServer,
     ThreadServer,
     assert_same_ranking,
-    fresh,
     make_bundle,
     make_corpus,
     write_corpus,
@@ -397,9 +397,9 @@ def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statisti
 
     server = ProcessServer(tmp_path, env, args).start()
     try:
-        assert len({fresh().get(f"{server.url}/readyz").json()["pid"] for _ in range(60)}) == 2
+        assert len({httpx.get(f"{server.url}/readyz").json()["pid"] for _ in range(60)}) == 2
         same_everywhere(server.url, oracle(served))
-        response = fresh().put(
+        response = httpx.put(
             f"{server.url}/documents/{NEW.id}", json={"title": NEW.title, "text": NEW.text}, headers=KEY, timeout=30
         )
         assert response.status_code == 200, response.text
@@ -407,10 +407,10 @@ def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statisti
             assert _fresh_search(server.url, "zymurgical")[0]["id"] == NEW.id
         gone = {d.id for d in served[::9]}
         for doc_id in sorted(gone):
-            assert fresh().delete(f"{server.url}/documents/{doc_id}", headers=KEY, timeout=30).status_code == 200
+            assert httpx.delete(f"{server.url}/documents/{doc_id}", headers=KEY, timeout=30).status_code == 200
         live = [d for d in [*served, NEW] if d.id not in gone]
         same_everywhere(server.url, oracle(live))
-        assert fresh().delete(f"{server.url}/documents/{NEW.id}", headers=KEY, timeout=30).status_code == 200
+        assert httpx.delete(f"{server.url}/documents/{NEW.id}", headers=KEY, timeout=30).status_code == 200
         for _ in range(6):
             assert _fresh_search(server.url, "zymurgical") == []
         live.remove(NEW)
@@ -419,7 +419,7 @@ def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statisti
     assert "Traceback" not in server.log()
     again = ProcessServer(tmp_path, env, args).start()
     try:
-        assert fresh().get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
+        assert httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
         same_everywhere(again.url, oracle(live))
     finally:
         assert again.stop() == 0
@@ -427,7 +427,7 @@ def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statisti
 
 def _fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
     """A search on a new connection, so that any worker of a group may take it."""
-    response = fresh().post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
+    response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["hits"]
 

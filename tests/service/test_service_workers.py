@@ -19,7 +19,6 @@ from service_testing import (
     ProcessServer,
     assert_same_ranking,
     free_port,
-    fresh,
     make_bundle,
     needle_of,
     process_world,
@@ -44,7 +43,7 @@ def group(world: dict, cache: Path, workers: int = 2, bundle: Path | None = None
 
 def pids(url: str, tries: int = 80) -> set[int]:
     """The worker pids that answer fresh connections (each call opens its own)."""
-    return {fresh().get(f"{url}/readyz", timeout=30).json()["pid"] for _ in range(tries)}
+    return {httpx.get(f"{url}/readyz", timeout=30).json()["pid"] for _ in range(tries)}
 
 
 def alive(pid: int) -> bool:
@@ -56,7 +55,7 @@ def alive(pid: int) -> bool:
 
 def fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
     """A search on a new connection, so that any worker may take it."""
-    response = fresh().post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
+    response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["hits"]
 
@@ -77,8 +76,8 @@ def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dic
         for doc in docs[20:30]:
             moved = Document(f"moved-{doc.id}", doc.title, doc.text)
             body = {"documents": [{"id": moved.id, "title": moved.title, "text": moved.text}]}
-            assert fresh().post(f"{server.url}/documents", json=body, headers=KEY).status_code == 200
-            assert fresh().delete(f"{server.url}/documents/{doc.id}", headers=KEY).status_code == 200
+            assert httpx.post(f"{server.url}/documents", json=body, headers=KEY).status_code == 200
+            assert httpx.delete(f"{server.url}/documents/{doc.id}", headers=KEY).status_code == 200
             current = [d for d in current if d.id != doc.id] + [moved]
             oracle = Oracle(world["bundle"], current)
             for _ in range(4):
@@ -92,12 +91,12 @@ def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dic
     # The upkeep worker saved the writes at shutdown: the next group loads them from the cache.
     again = group(world, tmp_path / "cache").start()
     try:
-        info = fresh().get(f"{again.url}/readyz").json()["collections"]["documents"]
+        info = httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]
         assert info["loaded_from"] == "cache" and info["documents"] == len(docs)
         # Both workers loaded the snapshot: each maps its vectors (one copy in the page cache), not its own.
         answered = {}
         for _ in range(80):
-            ready = fresh().get(f"{again.url}/readyz", timeout=30).json()
+            ready = httpx.get(f"{again.url}/readyz", timeout=30).json()
             answered[ready["pid"]] = ready["collections"]["documents"]["vectors_shared"]
         assert len(answered) == 2 and all(answered.values())
         for doc in docs[15:35]:
@@ -110,7 +109,7 @@ def served_hashes(url: str, tries: int = 80) -> dict[int, str]:
     """The bundle content hash each answering worker serves (fresh connections), by pid."""
     hashes: dict[int, str] = {}
     for _ in range(tries):
-        ready = fresh().get(f"{url}/readyz", timeout=30).json()
+        ready = httpx.get(f"{url}/readyz", timeout=30).json()
         hashes[ready["pid"]] = ready["collections"]["documents"]["content_hash"]
     return hashes
 
@@ -125,7 +124,7 @@ def test_a_reload_reaches_every_worker_and_a_replaced_one(world: dict, tmp_path:
     server = group(world, tmp_path / "cache").start()
     try:
         assert set(served_hashes(server.url).values()) == {first_hash}
-        response = fresh().post(f"{server.url}/admin/reload", json={"bundle": str(other)}, headers=KEY, timeout=120)
+        response = httpx.post(f"{server.url}/admin/reload", json={"bundle": str(other)}, headers=KEY, timeout=120)
         assert response.status_code == 200, response.text
         answer = response.json()
         assert answer["workers"] == {"serving": 2, "of": 2}
@@ -200,12 +199,12 @@ def test_every_worker_compacts_its_own_dead_rows(world: dict, tmp_path: Path) ->
         for i in range(400):
             doc = docs[i % 300]
             body = {"title": doc.title, "text": f"{doc.text} again {i}"}
-            assert fresh().put(f"{server.url}/documents/{doc.id}", json=body, headers=KEY).status_code == 200
+            assert httpx.put(f"{server.url}/documents/{doc.id}", json=body, headers=KEY).status_code == 200
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             states = {}
             for _ in range(40):
-                ready = fresh().get(f"{server.url}/readyz", timeout=30).json()
+                ready = httpx.get(f"{server.url}/readyz", timeout=30).json()
                 states[ready["pid"]] = ready["collections"]["documents"]
             # 400 replaced documents: a worker that never compacted would hold 400 dead rows; one that did holds
             # at most what came since its last compaction (one snapshot's 100 writes, or 5 % of its rows).
@@ -234,7 +233,7 @@ def test_a_killed_worker_is_replaced_and_the_folder_stays_locked(world: dict, tm
         body = {"documents": [{"id": written.id, "title": written.title, "text": written.text}]}
         for _ in range(5):
             try:
-                response = fresh().post(f"{server.url}/documents", json=body, headers=KEY)
+                response = httpx.post(f"{server.url}/documents", json=body, headers=KEY)
                 break
             except httpx.HTTPError:  # a connection the dead worker had accepted
                 continue
@@ -284,7 +283,7 @@ def test_a_killed_worker_is_replaced_and_the_folder_stays_locked(world: dict, tm
         server.stop()
     again = group(world, tmp_path / "cache").start()
     try:
-        assert fresh().get(f"{again.url}/documents/after-kill").status_code == 200
+        assert httpx.get(f"{again.url}/documents/after-kill").status_code == 200
         assert_same_ranking(fresh_search(again.url, needle_of(docs[3])), oracle, needle_of(docs[3]), 10)
     finally:
         assert again.stop() == 0
