@@ -205,3 +205,4 @@ def install_guards(app: FastAPI, settings: Settings, metrics: Metrics) -> None:
     if settings.allowed_hosts:
         app.add_middleware(AllowedHostsMiddleware, allowed_hosts=settings.allowed_hosts)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    app.add_middleware(busy.BusyMiddleware)  # a process answering any request uses a core (service.busy)

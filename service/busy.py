@@ -7,10 +7,13 @@ on one core while the other waited. A search that knows a core is idle can split
 (service.index `every_score`), and one that finds every core busy does not, so the bound holds under
 load and a lone request is answered sooner.
 
-Each process counts its searches in flight in its own slot of an array of the group (made by the
-supervisor, service.workers; a one-slot array of its own for a single process). A slot has one writer
-(its process, under a lock of its own), and any process reads the sum without a lock: a stale read
-costs at most one search split while another started, for the length of one scan.
+Each process counts the cores it uses in its own slot of an array of the group (made by the supervisor,
+service.workers; a one-slot array of its own for a single process): its searches in flight, and at least
+one while it handles any HTTP request (`BusyMiddleware`), since parsing, ranking's Python and answering take
+a core too. Counting searches alone, a loaded 14-worker group looked half idle between its batches (each
+worker's Python ran while its slot read 0), and searches spread their scans over cores that were busy. A
+slot has one writer (its process, under a lock of its own), and any process reads the sum without a lock:
+a stale read costs at most one search split while another started, for the length of one scan.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, contextmanager
 from multiprocessing.sharedctypes import RawArray
 from typing import Any
+
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.cores import usable_cores
 
@@ -33,23 +38,38 @@ class Board:
         self._slot = slot
         self.cores = cores if cores is not None else usable_cores().usable
         self._lock = threading.Lock()
+        self._searches = 0  # searches running in this process
+        self._borrowed = 0  # idle cores its spreads took
+        self._requests = 0  # HTTP requests it is handling
         self._slots[self._slot] = 0  # a restarted worker's slot may hold its predecessor's count
 
-    def searching(self) -> AbstractContextManager[None]:
-        """Count one search of this process while the block runs."""
-        return self.borrowing(1)
+    def _count(self, searches: int = 0, borrowed: int = 0, requests: int = 0) -> None:
+        with self._lock:
+            self._searches += searches
+            self._borrowed += borrowed
+            self._requests += requests
+            self._slots[self._slot] = self._borrowed + max(self._searches, min(self._requests, 1))
 
     @contextmanager
-    def borrowing(self, cores: int) -> Iterator[None]:
-        """Count `cores` more while the block runs: a search's scan split over idle cores, so that no other
-        search of the group counts them idle meanwhile."""
-        with self._lock:
-            self._slots[self._slot] += cores
+    def _counted(self, searches: int = 0, borrowed: int = 0, requests: int = 0) -> Iterator[None]:
+        self._count(searches, borrowed, requests)
         try:
             yield
         finally:
-            with self._lock:
-                self._slots[self._slot] -= cores
+            self._count(-searches, -borrowed, -requests)
+
+    def searching(self) -> AbstractContextManager[None]:
+        """Count one search of this process while the block runs."""
+        return self._counted(searches=1)
+
+    def borrowing(self, cores: int) -> AbstractContextManager[None]:
+        """Count `cores` more while the block runs: a search's scan split over idle cores, so that no other
+        search of the group counts them idle meanwhile."""
+        return self._counted(borrowed=cores)
+
+    def handling(self) -> AbstractContextManager[None]:
+        """Count an HTTP request while the block runs: a process handling any takes at least one core."""
+        return self._counted(requests=1)
 
     def spread(self, tasks: Sequence[Callable[[], None]]) -> None:
         """Run `tasks` (independent; they release the GIL) on this thread and on the idle cores, each thread
@@ -94,6 +114,20 @@ def _helpers(cores: int) -> ThreadPoolExecutor:
         if _pool is None:
             _pool = ThreadPoolExecutor(max_workers=max(1, cores), thread_name_prefix="ssi-spread")
         return _pool
+
+
+class BusyMiddleware:
+    """Counts every HTTP request on the process's board (pure ASGI: a request is counted until its answer is sent)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        with _board.handling():
+            await self.app(scope, receive, send)
 
 
 def new_slots(workers: int) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 
 import numpy as np
@@ -336,6 +337,38 @@ def test_the_board_counts_the_searches_of_every_process_of_a_group() -> None:
         with first.borrowing(1):
             assert second.idle_cores() == 0
     assert first.idle_cores() == 2 and list(slots) == [0, 0]
+
+
+def test_a_process_answering_requests_counts_one_core_busy_between_its_searches() -> None:
+    """A worker parsing and answering requests uses a core even while none of its searches runs: counted on the
+    board (at least one however many requests, its searches beyond that), so another worker's search does not
+    spread its scan over it; an answered request leaves the board as it was."""
+    slots = busy.new_slots(2)
+    first, second = busy.Board(slots, 0, cores=3), busy.Board(slots, 1, cores=3)
+    with first.handling(), first.handling():
+        assert second.idle_cores() == 2  # two requests in one process: one core
+        with first.searching():
+            assert second.idle_cores() == 2  # its search runs on the core its requests were counted on
+            with first.searching():
+                assert second.idle_cores() == 1
+    assert list(slots) == [0, 0]
+
+    seen: list[int] = []
+
+    async def app(scope: dict, receive: object, send: object) -> None:
+        seen.append(second.idle_cores())
+
+    async def call(scope_type: str) -> None:
+        await busy.BusyMiddleware(app)({"type": scope_type}, None, None)  # type: ignore[arg-type]
+
+    previous = busy.board()
+    busy.use(first)
+    try:
+        asyncio.run(call("http"))
+        asyncio.run(call("lifespan"))
+    finally:
+        busy.use(previous)
+    assert seen == [2, 3] and list(slots) == [0, 0]
 
 
 def test_a_long_texts_every_row_sum_is_priced_without_its_common_words(monkeypatch: pytest.MonkeyPatch) -> None:
