@@ -2,12 +2,12 @@
 
 A flat scan of one query streams every float32 embedding once (100k rows of N = 100: 40 MB a query).
 Each row here is also kept as int8 codes with a scale of its own (ẽ = scale · c, scale = max |e| / 127,
-so nothing clips), 10 MB for those 100k rows; `scores` takes a query's products with the codes in one
-compiled pass. On 100k Wikispeedia passages (N = 100), one thread, ms a query, int8 against BLAS's float32
-product: 0.77 / 1.45 for one query, 0.71 / 0.86 for 8, 0.71 / 0.50 for 16 (`python -m
-benchmarks.scan_kinds --bundle B --corpus $W/docs.jsonl.gz --passages 100000`): BLAS's cost per query
-falls with the batch and the pass's does not, so the index takes the pass for chunks of at most
-`QUANTIZED_QUERIES`.
+so nothing clips), 10 MB for those 100k rows; `scores` takes the queries' products with the codes in
+compiled passes of up to four queries. BLAS's float32 product costs less per query the larger the batch,
+the pass much less so, and the index takes the pass for chunks of at most `QUANTIZED_QUERIES`: 100k rows
+of 100, one thread, ms a query, int8 against BLAS (`python -m benchmarks.scan_kinds`): one query 0.87 /
+1.51, 8 queries 0.70 / 0.79, 16 queries 0.68 / 0.46 on a 16-core Xeon (AVX-512); on this 2-core AMD EPYC
+1.58 / 4.69, 0.57 / 1.41 and 0.61 / 0.83, so at 16 the two machines disagree and 8 stays.
 
 Exactness is kept by a bound, not hoped for: |q·e − q·ẽ| ≤ ‖q‖₁ · max_j |e_j − ẽ_j|, and the pass's
 float32 sums (any order: it is compiled with fastmath) add at most (d + 1)·2⁻²⁴·127·scale·‖q‖₁ more, so
@@ -86,9 +86,10 @@ def _quantize(vectors: np.ndarray, codes: np.ndarray, scales: np.ndarray, radius
 
 
 @numba.njit(nogil=True, fastmath=True, cache=False)
-def _scores(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.ndarray) -> None:
+def _each(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.ndarray) -> None:
+    """One query a pass."""
     n, dim = codes.shape
-    for k in range(queries.shape[0]):  # a query at a time: faster than each row's codes once for all of them
+    for k in range(queries.shape[0]):
         query = queries[k]
         for i in range(n):
             acc = np.float32(0.0)
@@ -97,10 +98,46 @@ def _scores(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.
             out[k, i] = acc * scales[i]
 
 
+@numba.njit(nogil=True, fastmath=True, cache=False)
+def _fours(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.ndarray) -> None:
+    """Four queries a pass: each code is converted to float once for the four. Three queries go as four (the
+    last repeated); one or two more than a multiple of four are left to the caller (`_each`)."""
+    n, dim = codes.shape
+    last = queries.shape[0] - 1
+    for k in range(0, queries.shape[0] - 2, 4):
+        k1, k2, k3 = min(k + 1, last), min(k + 2, last), min(k + 3, last)
+        q0, q1, q2, q3 = queries[k], queries[k1], queries[k2], queries[k3]
+        for i in range(n):
+            a0 = a1 = a2 = a3 = np.float32(0.0)
+            for j in range(dim):
+                c = np.float32(codes[i, j])
+                a0 += c * q0[j]
+                a1 += c * q1[j]
+                a2 += c * q2[j]
+                a3 += c * q3[j]
+            s = scales[i]
+            out[k, i] = a0 * s
+            out[k1, i] = a1 * s
+            out[k2, i] = a2 * s
+            out[k3, i] = a3 * s
+
+
 def scores(part: Codes, queries: np.ndarray, out: np.ndarray) -> None:
     """out[q, i] = queries[q] · ẽ_i for every row i of `part` (float32 `out` [queries, rows], a view is fine).
-    Releases the GIL."""
-    _scores(part.codes, part.scales, np.ascontiguousarray(queries, dtype=np.float32), out)
+    Releases the GIL.
+
+    A pass converts each int8 code to float once for up to four queries (`_fours`): on 100k rows of 100, ms a
+    query, one pass a query against four (benchmarks.scan_kinds): this 2-core AMD EPYC 1.5 / 0.69 at 4 queries
+    and 1.6 / 0.57 at 8; a 16-core Xeon with AVX-512 0.90 / 0.73 at 4 and 0.89 / 0.70 at 8 (14 processes at
+    once, 8 queries: 1.0–1.7 / 0.66–1.0), while a four-pass of one query costs 2.9 ms there, against 0.87 alone:
+    so a lone query, and one or two left over, take their own pass."""
+    queries = np.ascontiguousarray(queries, dtype=np.float32)
+    b = queries.shape[0]
+    grouped = b if b % 4 == 3 else b - b % 4
+    if grouped:
+        _fours(part.codes, part.scales, queries[:grouped], out[:grouped])
+    if grouped < b:
+        _each(part.codes, part.scales, queries[grouped:], out[grouped:])
 
 
 def query_factor(queries: np.ndarray) -> np.ndarray:
@@ -109,12 +146,13 @@ def query_factor(queries: np.ndarray) -> np.ndarray:
 
 
 def warm() -> None:
-    """Compile the pass for every kind of array the index passes, before a request needs it: numba compiles
+    """Compile the passes for every kind of array the index passes, before a request needs it: numba compiles
     one version per signature, and a snapshot's codes are read-only (mapped) where computed ones are not."""
     for writeable in (True, False):
         part = quantize(np.ones((2, 2), dtype=np.float32))
         for array in (part.codes, part.scales, part.radius):
             array.flags.writeable = writeable
-        # One query's slice of the output is contiguous, a few queries' a strided view.
-        scores(part, np.ones((1, 2), dtype=np.float32), np.empty((1, 2), dtype=np.float32))
-        scores(part, np.ones((2, 2), dtype=np.float32), np.empty((2, 4), dtype=np.float32)[:, :2])
+        # One query's slice of the output is contiguous, a few queries' a strided view; 5 queries take both passes.
+        for n in (1, 2, 5):
+            scores(part, np.ones((n, 2), dtype=np.float32), np.empty((n, 2), dtype=np.float32))
+            scores(part, np.ones((n, 2), dtype=np.float32), np.empty((n, 4), dtype=np.float32)[:, :2])

@@ -24,7 +24,7 @@ def rows_of_every_kind(rng: np.random.Generator) -> np.ndarray:
     return vectors
 
 
-@pytest.mark.parametrize("n_queries", [1, 3, 8])
+@pytest.mark.parametrize("n_queries", [1, 2, 3, 5, 6, 8])  # fours, a last lone one, two or three left
 def test_every_int8_score_is_within_its_bound(n_queries: int) -> None:
     rng = np.random.default_rng(n_queries)
     vectors = rows_of_every_kind(rng)
@@ -73,7 +73,8 @@ def test_warming_compiles_the_pass_for_a_snapshots_mapped_codes(tmp_path: Path) 
     """A snapshot's codes are read-only (mapped): a signature numba would otherwise compile on the first
     request after a restart (a pause of a second on the request path)."""
     quantized.warm()
-    compiled = len(quantized._scores.signatures)
+    passes = (quantized._each, quantized._fours)
+    compiled = [len(kernel.signatures) for kernel in passes]
     vectors = np.random.default_rng(3).standard_normal((50, 8)).astype(np.float32)
     part = quantized.quantize(vectors)
     np.save(tmp_path / "codes.npy", part.codes)
@@ -81,8 +82,8 @@ def test_warming_compiles_the_pass_for_a_snapshots_mapped_codes(tmp_path: Path) 
     mapped = quantized.Codes(
         np.load(tmp_path / "codes.npy", mmap_mode="r"), np.load(tmp_path / "scales.npy", mmap_mode="r"), part.radius
     )
-    for queries in (1, 3):
-        out = np.empty((queries, 60), dtype=np.float32)[:, 5:55]
-        quantized.scores(mapped, np.ones((queries, 8), dtype=np.float32), out)
-        quantized.scores(part, np.ones((queries, 8), dtype=np.float32), out)
-    assert len(quantized._scores.signatures) == compiled
+    for queries in (1, 3, 6, 8):  # one pass a query, four, both
+        for out in (np.empty((queries, 60), dtype=np.float32)[:, 5:55], np.empty((queries, 50), dtype=np.float32)):
+            quantized.scores(mapped, np.ones((queries, 8), dtype=np.float32), out)
+            quantized.scores(part, np.ones((queries, 8), dtype=np.float32), out)
+    assert [len(kernel.signatures) for kernel in passes] == compiled
