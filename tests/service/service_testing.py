@@ -269,6 +269,19 @@ def wait_ready(base_url: str, timeout: float = 60.0, process: subprocess.Popen |
     raise TimeoutError(f"server not ready after {timeout}s: {last}")
 
 
+def worker_pids(base_url: str, workers: int, timeout: float = 60.0) -> set[int]:
+    """The pids answering /readyz on fresh connections, asked until `workers` of them answered or `timeout` passed.
+
+    The kernel spreads new connections over the workers' SO_REUSEPORT sockets by a hash of the client's address,
+    and a worker binds its socket only after it loaded: a fixed number of tries right after start-up saw one worker
+    of two on a loaded machine."""
+    seen: set[int] = set()
+    deadline = time.monotonic() + timeout
+    while len(seen) < workers and time.monotonic() < deadline:
+        seen.add(httpx.get(f"{base_url}/readyz", timeout=30).json()["pid"])
+    return seen
+
+
 class ThreadServer:
     """The app under a real uvicorn server in a thread of the test process."""
 

@@ -23,6 +23,7 @@ from service_testing import (
     assert_same_ranking,
     make_bundle,
     make_corpus,
+    worker_pids,
     write_corpus,
 )
 
@@ -397,7 +398,7 @@ def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statisti
 
     server = ProcessServer(tmp_path, env, args).start()
     try:
-        assert len({httpx.get(f"{server.url}/readyz").json()["pid"] for _ in range(60)}) == 2
+        assert len(worker_pids(server.url, 2)) == 2
         same_everywhere(server.url, oracle(served))
         response = httpx.put(
             f"{server.url}/documents/{NEW.id}", json={"title": NEW.title, "text": NEW.text}, headers=KEY, timeout=30

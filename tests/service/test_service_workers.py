@@ -22,6 +22,7 @@ from service_testing import (
     make_bundle,
     needle_of,
     process_world,
+    worker_pids,
 )
 
 from service.cores import serve_sizes, usable_cores
@@ -64,7 +65,7 @@ def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dic
     docs: list[Document] = world["docs"]
     server = group(world, tmp_path / "cache").start()
     try:
-        assert len(pids(server.url)) == 2
+        assert len(worker_pids(server.url, 2)) == 2
         cores = usable_cores()
         assert f"2 worker processes × 1 thread (SSI_WORKERS, SSI_THREADS) on {cores.describe()}" in server.log()
         oracle = Oracle(world["bundle"], docs)
@@ -172,7 +173,7 @@ def test_ssi_serve_sizes_its_workers_by_the_cores_it_may_use(world: dict, tmp_pa
         assert "busy threads on" not in server.log()  # never more busy threads than cores
         # Ready only once every worker listens: connections opened from then on reach all of them.
         assert server.ready["collections"]["documents"].get("workers_loaded", 1) == workers
-        assert len(pids(server.url)) == workers
+        assert len(worker_pids(server.url, workers)) == workers
         oracle = Oracle(world["bundle"], world["docs"])
         for doc in world["docs"][:5]:
             assert_same_ranking(fresh_search(server.url, doc.title), oracle, doc.title, 10)
