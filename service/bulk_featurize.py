@@ -20,6 +20,10 @@ The ids and per-text counts go through `ssi.vocab.tfidf_rows`, the one home of t
 the rows are the bytes `Vocabulary.featurize` gives (tests/service/test_index_build.py checks this
 on varied Unicode text and every code point). A vocabulary with a correlated-hashing map needs the
 tokens themselves and is featurized by `Vocabulary.featurize`.
+
+A web page to /match is featurized here too, and with the open vocabulary on its new words (those with id −1,
+a few in a hundred) are sliced out of the same normalised text as strings (`BulkFeaturizer.words`), so the page
+is not tokenized and looked up a second time for them.
 """
 
 from __future__ import annotations
@@ -28,11 +32,12 @@ import functools
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import chain
 
 import numpy as np
 import scipy.sparse as sp
 
-from ssi.tokenize import MAX_WORD_CHARS, TOKENIZER_VERSION, normalized
+from ssi.tokenize import MAX_WORD_CHARS, TOKENIZER_VERSION, normalized, tokenize
 from ssi.vocab import Vocabulary
 
 ARRAY_TOKENIZER = "words-nfkc-casefold-v1"  # the tokenizer `spans` reproduces; another one falls back
@@ -177,6 +182,36 @@ def _codes(is_word: np.ndarray, digits: np.ndarray, starts: np.ndarray, ends: np
     return codes
 
 
+@dataclass(frozen=True)
+class TextWords:
+    """The words of some texts: each word's vocabulary id (−1: not in it) laid end to end, the words per text, and
+    (where asked for) the words with id −1 in order, as `ssi.tokenize.tokenize` gives them: what a text's row and its
+    new words for the open vocabulary (ssi.open_vocab.QueryWords) are both made from."""
+
+    ids: np.ndarray  # int64
+    counts: np.ndarray  # int64, words per text
+    unknown: list[str] | None = None
+
+    def per_text(self) -> list[tuple[np.ndarray, list[str]]]:
+        """Each text's ids and its words with id −1 (`unknown`, which must have been asked for)."""
+        if self.unknown is None:
+            raise ValueError("these words were found without the unknown ones")
+        if self.counts.shape[0] == 1:  # one page (/match): nothing to split
+            return [(self.ids, self.unknown)]
+        ids = np.split(self.ids, np.cumsum(self.counts)[:-1]) if self.counts.shape[0] else []
+        bounds = np.cumsum([0, *((x < 0).sum() for x in ids)]).tolist()
+        return [(x, self.unknown[a:b]) for x, a, b in zip(ids, bounds[:-1], bounds[1:], strict=True)]
+
+
+def words_of_tokens(vocab: Vocabulary, token_lists: Sequence[Sequence[str]]) -> TextWords:
+    """`TextWords` (unknown words included) of texts already tokenized, looked up word by word (`vocab.ids_of`):
+    for texts too short for the arrays to pay, or a tokenizer they do not reproduce."""
+    tokens = list(chain.from_iterable(token_lists))
+    ids = vocab.ids_of(tokens)
+    counts = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
+    return TextWords(ids, counts, [tokens[i] for i in np.flatnonzero(ids < 0).tolist()])  # a few in a hundred
+
+
 @dataclass
 class BulkFeaturizer:
     """`vocab.featurize_documents(texts)`, byte for byte, for large batches (an index build)."""
@@ -229,17 +264,29 @@ class BulkFeaturizer:
         with `documents` False query rows, identical to `vocab.featurize_queries(texts)` (a web page to /match)."""
         if not self.uses_arrays:
             return self.vocab.featurize_documents(texts) if documents else self.vocab.featurize_queries(texts)
+        found = self.words(texts)
+        return self.vocab.rows_from_ids(found.ids, found.counts, documents=documents)
+
+    def words(self, texts: Sequence[str], unknown: bool = False) -> TextWords:
+        """Every word of `texts` as its vocabulary id, found with arrays; with `unknown`, also the words the
+        vocabulary lacks as strings (a page's new words for the open vocabulary: a few of its words, sliced out of
+        the text the ids were found in rather than tokenized again)."""
+        if not self.uses_arrays:
+            return words_of_tokens(self.vocab, [tokenize(t) for t in texts])
         normal = [normalized(t) for t in texts]
         lengths = np.fromiter(map(len, normal), dtype=np.int64, count=len(normal))
-        ids: list[np.ndarray] = []
-        counts: list[np.ndarray] = []
+        ids: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        counts: list[np.ndarray] = [np.zeros(0, dtype=np.int64)]
+        missing: list[str] | None = [] if unknown else None
         for a, b in _chunks(lengths):
             found = _spans(normal[a:b], lengths[a:b])
             ids.append(self._ids(found) if self.vocab.stemmer is None else self._stemmed_ids(found))
             counts.append(found.counts)
-        if not ids:
-            return self.vocab.featurize_documents([])
-        return self.vocab.rows_from_ids(np.concatenate(ids), np.concatenate(counts), documents=documents)
+            if missing is not None:
+                at = np.flatnonzero(ids[-1] < 0)
+                pairs = zip(found.starts[at].tolist(), found.ends[at].tolist(), strict=True)
+                missing.extend(found.text[start:end] for start, end in pairs)
+        return TextWords(np.concatenate(ids), np.concatenate(counts), missing)
 
     def _ids(self, found: Spans) -> np.ndarray:
         """Each word's vocabulary id (−1: not in it): coded words from the table, the others from the dict."""

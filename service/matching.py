@@ -32,7 +32,7 @@ from service.collection import Collection
 from service.model_state import ModelState, QueryResult
 from service.settings import Settings
 from ssi.forms.base import UNIT_EPS
-from ssi.open_vocab import OpenCounts
+from ssi.open_vocab import OpenCounts, QueryWords
 
 EXPLAIN_WORDS = 5  # shared and related words reported per advert
 GROWTH = 4  # how much more a filtered search asks for when the admitted adverts fall short
@@ -76,19 +76,17 @@ def match_pages(
     collection.require_type("adverts", "/match")
     state = collection.ready_state()
     texts = [cut_long_text(text, settings.max_page_chars) for text in pages]
-    rows = state.embedder.featurize_queries(texts, settings.max_page_words)
-    # The open vocabulary's term, as /search adds it (ssi.open_vocab): None while closed or no new word is held.
-    counted = open_counts is not None
-    tokens = state.open_tokens(texts, rows, settings.max_page_words, counted=counted) if pages else None
+    # The page's words for the open term, as /search takes them (ssi.open_vocab): None while closed or none is held.
+    rows, words = state.featurize(texts, settings.max_page_words, counted=open_counts is not None)
     pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
-    first = state.search_rows(rows, k, pool=pool, query_tokens=tokens, open_counts=open_counts) if pages else []
+    first = state.search_rows(rows, k, pool=pool, open_words=words, open_counts=open_counts) if pages else []
     return [
         _match_one(
             collection,
             book,
             state,
             rows[i],
-            tokens[i] if tokens else None,
+            words[i] if words else None,
             first[i],
             k,
             ad_filter,
@@ -104,14 +102,14 @@ def _match_one(
     book: AdvertBook,
     state: ModelState,
     page: sp.csr_matrix,
-    tokens: list[str] | None,
+    words: QueryWords | None,
     result: QueryResult,
     k: int,
     ad_filter: AdFilter,
     pool: int,
     counts: OpenCounts | None = None,
 ) -> PageMatch:
-    """One page (its query row `page`, its `tokens` for the open term and the `counts` weighing its new words where
+    """One page (its query row `page`, its `words` for the open term and the `counts` weighing its new words where
     not the collection's own, and `result`, its exact top k) to its top k admitted adverts."""
     want = k
     while True:
@@ -122,7 +120,7 @@ def _match_one(
             break
         want = min(n_live, want * GROWTH)
         (result,) = state.search_rows(
-            page, want, pool=pool, query_tokens=None if tokens is None else [tokens], open_counts=[counts]
+            page, want, pool=pool, open_words=None if words is None else [words], open_counts=[counts]
         )
     stored = collection.get_many([result.doc_ids[j] for j in chosen])
     chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup

@@ -43,7 +43,7 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
-from ssi.open_vocab import OpenCounts, OpenPostings, collection_idf, collection_query_values, new_counts
+from ssi.open_vocab import OpenCounts, OpenPostings, QueryWords, collection_idf, collection_query_values
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
 LEXICAL_BESIDE_SCAN = 4
@@ -192,8 +192,7 @@ class ModelState:
         `open_counts[i]`, when given, weighs query i's new words instead of this collection's own counts
         (a shard of a sharded collection: the cluster's, cluster.fanout).
         """
-        tfidf = self.embedder.featurize_queries(queries, max_words)
-        tokens = self.open_tokens(queries, tfidf, max_words, counted=open_counts is not None)
+        tfidf, words = self.featurize(queries, max_words, counted=open_counts is not None)
         return self.search_rows(
             tfidf,
             want,
@@ -201,37 +200,24 @@ class ModelState:
             ef_search=ef_search,
             nprobe=nprobe,
             exclude=exclude,
-            query_tokens=tokens,
+            open_words=words,
             open_counts=open_counts,
         )
 
-    def open_tokens(
-        self, queries: Sequence[str], tfidf: sp.csr_matrix, max_words: int | None = None, counted: bool = False
-    ) -> list[list[str]] | None:
-        """The queries' tokens for the open vocabulary's term (ssi.open_vocab), or None: a closed vocabulary, or
-        a collection holding no new word (then nothing is tokenized, at no cost) unless the queries are `counted`
-        by other counts than its own (a shard: another shard may hold their new words).
+    def featurize(
+        self, queries: Sequence[str], max_words: int | None = None, counted: bool = False
+    ) -> tuple[sp.csr_matrix, list[QueryWords] | None]:
+        """The queries' rows (Embedder.featurize_queries) and their words for the open vocabulary's term
+        (ssi.open_vocab.QueryWords, found in the same pass as the rows), or None for the words: a closed vocabulary,
+        or a collection holding no new word (then nothing more is done) unless the queries are `counted` by other
+        counts than its own (a shard: another shard may hold their new words).
 
-        With `max_words` (a long text cut to its heaviest bundle words: `featurize_queries`), each text keeps the
-        tokens of the bundle words its row kept and of every new word: the text with every other word removed,
-        so the open term's Z(q) is the norm that cut row was divided by. `/search`, `/similar` and `/match`
-        all take their tokens here."""
-        if not self.open.n_words and not counted:
-            return None
-        tokens = self.embedder.query_tokens(queries)
-        if tokens is None or max_words is None:
-            return tokens
-        vocab = self.bundle.vocab
-        kept: list[list[str]] = []
-        for i, text_tokens in enumerate(tokens):
-            words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
-            if words.shape[0] < max_words:  # not cut: every token stays, as for /search
-                kept.append(text_tokens)
-                continue
-            ids = vocab.ids_of(text_tokens)
-            keep = (ids < 0) | np.isin(ids, words)
-            kept.append([t for t, k in zip(text_tokens, keep.tolist(), strict=True) if k])
-        return kept
+        With `max_words` (a long text cut to its heaviest bundle words), each text's words are those of the text
+        with every other bundle word removed, so the open term's Z(q) is the norm that cut row was divided by.
+        `/search`, `/similar` and `/match` all featurize here."""
+        if self.embedder.open_rule is None or (not self.open.n_words and not counted):
+            return self.embedder.featurize_queries(queries, max_words), None
+        return self.embedder.featurize_with_words(queries, max_words)
 
     def shard_counts(self, texts: Sequence[str]) -> tuple[list[dict[str, int] | None], int]:
         """What this collection, one shard of a sharded one, needs from the other shards to rank each text as one
@@ -241,20 +227,18 @@ class ModelState:
         is 0 on every row here whatever the counts). Else the live document frequency here of each of its new
         words held here: its ranking waits for the summed counts; empty (none held here, no bundle word): only
         whether another shard holds one decides whether it ranks anything here."""
-        rule = self.embedder.open_rule
-        tokens = self.embedder.query_tokens(texts)
+        words = self.embedder.query_words(texts)
         needs: list[dict[str, int] | None] = []
         with self.lock.read():
             n_live = self.table.n_live
-            if rule is None or tokens is None:
+            if words is None:
                 return [None] * len(texts), n_live
             df = self.open.df()
-            for text_tokens in tokens:
-                new = new_counts(rule.vocab, text_tokens)
-                held = {word: df[word] for word in new if df.get(word, 0) > 0}
+            for text_words in words:
+                held = {word: df[word] for word in text_words.new if df.get(word, 0) > 0}
                 if held:
                     needs.append(held)
-                elif new and not (rule.vocab.ids_of(text_tokens) >= 0).any():
+                elif text_words.new and not text_words.known.size:
                     needs.append({})
                 else:
                     needs.append(None)
@@ -315,11 +299,11 @@ class ModelState:
         ef_search: int | None = None,
         nprobe: int | None = None,
         exclude: Sequence[str | None] | None = None,
-        query_tokens: Sequence[list[str]] | None = None,
+        open_words: Sequence[QueryWords] | None = None,
         open_counts: Sequence[OpenCounts | None] | None = None,
     ) -> list[QueryResult]:
         """`search` for queries already featurized (Embedder.featurize_queries): one ONNX call and one index
-        call per chunk of them, as for texts. `query_tokens`: their tokens, for the open vocabulary's term;
+        call per chunk of them, as for texts. `open_words`: their words for the open vocabulary's term (`featurize`);
         `open_counts`: what weighs their new words where not this collection's own counts (`search`)."""
         n_queries = tfidf.shape[0]
         query_embeddings = self.embedder.embed_queries(tfidf)
@@ -333,7 +317,7 @@ class ModelState:
             words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
             with self.lock.read():
                 n_live = self.table.n_live
-                weights = self._open_weights(weighed, i, query_tokens, open_counts)
+                weights = self._open_weights(weighed, i, open_words, open_counts)
                 opens = bool(weights)
                 if (words.shape[0] == 0 and not opens) or n_live == 0:
                     results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
@@ -341,7 +325,7 @@ class ModelState:
                 first_k = min(max(pool, max(asks, default=1)), max(1, n_live))
                 if chunk is None or not chunk.holds(i, self.version, first_k):
                     chunk = self._search_chunk(
-                        tfidf, query_embeddings, i, first_k, knobs, query_tokens, open_counts, weighed
+                        tfidf, query_embeddings, i, first_k, knobs, open_words, open_counts, weighed
                     )
                 lexical = chunk.lexical[i - chunk.start]
                 every = chunk.every.get(i)
@@ -365,7 +349,7 @@ class ModelState:
         start: int,
         first_k: int,
         knobs: dict[str, int | None],
-        query_tokens: Sequence[list[str]] | None = None,
+        open_words: Sequence[QueryWords] | None = None,
         open_counts: Sequence[OpenCounts | None] | None = None,
         weighed: dict[int, tuple[int, dict[str, float]]] | None = None,
     ) -> _Chunk:
@@ -378,10 +362,10 @@ class ModelState:
         bits = self.table.live_bits()
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
         lexical = [self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b)) for a, b in spans]
-        if query_tokens is not None:
+        if open_words is not None:
             memo = {} if weighed is None else weighed
             lexical = [
-                with_open(query, self.open, self._open_weights(memo, start + j, query_tokens, open_counts))
+                with_open(query, self.open, self._open_weights(memo, start + j, open_words, open_counts))
                 for j, query in enumerate(lexical)
             ]
         dense = [
@@ -412,7 +396,7 @@ class ModelState:
         self,
         memo: dict[int, tuple[int, dict[str, float]]],
         query: int,
-        query_tokens: Sequence[list[str]] | None,
+        open_words: Sequence[QueryWords] | None,
         open_counts: Sequence[OpenCounts | None] | None,
     ) -> dict[str, float]:
         """The weights of query `query`'s new words some live document holds (ssi.open_vocab; empty: no open term),
@@ -424,10 +408,10 @@ class ModelState:
             return got[1]
         rule = self.embedder.open_rule
         weights: dict[str, float] = {}
-        if rule is not None and query_tokens is not None:
+        if rule is not None and open_words is not None:
             counts = self._counts(open_counts, query)
             if counts.df:
-                weights = rule.query_weights(query_tokens[query], counts.df, counts.n_docs)
+                weights = rule.query_weights(open_words[query], counts.df, counts.n_docs)
         memo[query] = (self.version, weights)
         return weights
 

@@ -62,15 +62,15 @@ class OpenLexicalQuery:
         return rows, lexical + extra, upper + extra
 
     def everywhere(self) -> np.ndarray:
-        out = self.inner.everywhere().copy()
+        # The wrapped term sums a new array at each call, so o is added into it (a copy of every row's l cost
+        # 0.1 ms of a /match).
+        out = self.inner.everywhere()
         out[self.rows] += self.values
         return out
 
     def everywhere_but_common(self) -> RareSum:
-        summed = self.inner.everywhere_but_common()
-        opened = summed.summed.copy()
-        opened[self.rows] += self.values
-        summed.summed = opened
+        summed = self.inner.everywhere_but_common()  # a new RareSum with a new array, as `everywhere`
+        summed.summed[self.rows] += self.values
         return summed
 
 

@@ -151,12 +151,48 @@ def collection_statistics(vocab: Vocabulary, rows: sp.csr_matrix, lengths: np.nd
     return CollectionStatistics.of(vocab, df, rows.shape[0], int(np.asarray(lengths, dtype=np.int64).sum()))
 
 
-def new_counts(vocab: Vocabulary, tokens: Sequence[str], ids: np.ndarray | None = None) -> Counter[str]:
-    """The tokens the vocabulary lacks, as it spells words (stemmed where it stems), with their counts. `ids`: the
-    tokens' `vocab.ids_of`, where the caller has them already."""
-    ids = vocab.ids_of(list(tokens)) if ids is None else ids
-    unknown = [t for t, i in zip(tokens, ids.tolist(), strict=True) if i < 0]
+def new_counts(vocab: Vocabulary, tokens: Sequence[str]) -> Counter[str]:
+    """The tokens the vocabulary lacks, as it spells words (stemmed where it stems), with their counts."""
+    tokens = list(tokens)
+    return _spelled_counts(vocab, [t for t, i in zip(tokens, vocab.ids_of(tokens).tolist(), strict=True) if i < 0])
+
+
+def _spelled_counts(vocab: Vocabulary, unknown: list[str]) -> Counter[str]:
+    """Tokens the vocabulary lacks, named as it spells words (a new word's name), with their counts in order of
+    first appearance."""
     return Counter(vocab.spelled(unknown)) if unknown else Counter()
+
+
+@dataclass(frozen=True, slots=True)
+class QueryWords:
+    """What a query's open term is weighed from (`OpenRule.query_weights`), found once per query text: its new words
+    with their counts, in order of first appearance (the order the term's sums are taken in), and its bundle words'
+    ids with their counts, for Z(q). Built from the ids the query's row was made from (service.bulk_featurize), so a
+    long page is neither tokenized nor looked up a second time for its new words."""
+
+    new: Counter[str]
+    known: np.ndarray  # int64, the distinct ids of its bundle words, sorted
+    qtf: np.ndarray  # int64, each one's count
+
+    @classmethod
+    def of(cls, vocab: Vocabulary, ids: np.ndarray, unknown: list[str]) -> QueryWords:
+        """From every token's id (`vocab.ids_of`; −1: not in the vocabulary) and the tokens with id −1 in order, as
+        the tokenizer gives them."""
+        known, qtf = np.unique(ids[ids >= 0], return_counts=True)
+        return cls(_spelled_counts(vocab, unknown), known, qtf)
+
+    @classmethod
+    def of_tokens(cls, vocab: Vocabulary, tokens: Sequence[str]) -> QueryWords:
+        """From a query's tokens (`ssi.tokenize.tokenize`)."""
+        tokens = list(tokens)
+        ids = vocab.ids_of(tokens)
+        return cls.of(vocab, ids, [t for t, i in zip(tokens, ids.tolist(), strict=True) if i < 0])
+
+    def keeping(self, words: np.ndarray) -> QueryWords:
+        """The words of the text with every bundle word but `words` removed (a long text cut to its heaviest words,
+        service.embedding.keep_top_words): Z(q) is then the norm its cut row was divided by; new words all stay."""
+        keep = np.isin(self.known, words)
+        return QueryWords(self.new, self.known[keep], self.qtf[keep])
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,22 +235,19 @@ class OpenRule:
         values = self.bm25.document_values(tf, np.full(tf.shape[0], len(tokens), dtype=np.int64))
         return dict(zip(words, values.tolist(), strict=True))
 
-    def query_weights(self, tokens: Sequence[str], df: Mapping[str, int], n_docs: int) -> dict[str, float]:
+    def query_weights(self, words: QueryWords, df: Mapping[str, int], n_docs: int) -> dict[str, float]:
         """w_new · idf_t · qtf_t / Z(q) for each new query word some live document holds (empty: o = 0)."""
-        tokens = list(tokens)
-        ids = self.vocab.ids_of(tokens)
-        counts = new_counts(self.vocab, tokens, ids)
-        present = {w: c for w, c in counts.items() if df.get(w, 0) > 0}
+        present = {w: c for w, c in words.new.items() if df.get(w, 0) > 0}
         if not present:
             return {}
-        words = list(present)
-        idf = bm25_idf(np.asarray([df[w] for w in words], dtype=np.float64), n_docs).astype(np.float64)
-        raw = idf * np.asarray([present[w] for w in words], dtype=np.float64)
-        known, qtf = np.unique(ids[ids >= 0], return_counts=True)
+        new = list(present)
+        idf = bm25_idf(np.asarray([df[w] for w in new], dtype=np.float64), n_docs).astype(np.float64)
+        raw = idf * np.asarray([present[w] for w in new], dtype=np.float64)
+        known, qtf = words.known, words.qtf
         z = float(np.linalg.norm(self.vocab.idf[known].astype(np.float64) * qtf)) if known.size else 0.0
         if z <= 0.0:
             z = float(np.linalg.norm(raw))
-        return dict(zip(words, (self.weight * raw / z).tolist(), strict=True))
+        return dict(zip(new, (self.weight * raw / z).tolist(), strict=True))
 
 
 @dataclass
@@ -368,7 +401,7 @@ def open_scores(
     out: np.ndarray | None = None
     df = postings.df()
     for i, tokens in enumerate(query_tokens):
-        weights = rule.query_weights(tokens, df, n_docs)
+        weights = rule.query_weights(QueryWords.of_tokens(rule.vocab, tokens), df, n_docs)
         if not weights:
             continue
         rows, values = postings.scores(weights)

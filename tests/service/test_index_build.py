@@ -16,7 +16,7 @@ import scipy.sparse as sp
 from service_testing import make_bundle, write_corpus
 
 from service import bulk_featurize, featurize_pool
-from service.bulk_featurize import CODE_CHARS, BulkFeaturizer, spans, vocabulary_codes
+from service.bulk_featurize import CODE_CHARS, BulkFeaturizer, spans, vocabulary_codes, words_of_tokens
 from service.embedding import Embedder
 from service.settings import Settings
 from service.state_builder import open_state
@@ -130,6 +130,11 @@ def test_rows_are_the_vocabularys_byte_for_byte(monkeypatch: pytest.MonkeyPatch,
     texts = TRICKY + random_texts(300, seed=7) + [" ".join(vocab.words), "no known word here? !!"]
     for batch in (texts, texts[:1], texts[5:6], texts[::-1]):
         assert same_rows(featurizer.featurize(batch), vocab.featurize(batch))
+        # The ids and the unknown words a page's open term takes (sliced out of the text, not tokenized again).
+        found, expected = featurizer.words(batch, unknown=True), words_of_tokens(vocab, [tokenize(t) for t in batch])
+        assert np.array_equal(found.ids, expected.ids) and np.array_equal(found.counts, expected.counts)
+        assert found.unknown == expected.unknown
+    assert len(featurizer.words(texts, unknown=True).unknown or []) > 100  # the random texts' words it lacks
     assert same_rows(featurizer.featurize([]), vocab.featurize([]))
 
 

@@ -28,12 +28,13 @@ from service_testing import (
 )
 
 from service.collection import Collection
-from service.embedding import keep_top_words
+from service.embedding import BULK_QUERY_CHARS, Embedder, keep_top_words
 from service.lexical import LexicalIndex
 from service.metrics import Metrics
 from service.settings import CollectionSpec, Settings
 from service.snapshot import snapshots
 from ssi.bundle import load_bundle
+from ssi.open_vocab import QueryWords
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.weighting import average_length
@@ -322,6 +323,45 @@ def test_match_ranks_adverts_with_the_open_term_as_search_does(tmp_path: Path) -
         put_ad(server, NEW)
         assert match(server, "zymurgical") == []
         assert_same_ranking(match(server, page), Oracle(bundle, [*known, NEW]), page, 5)
+
+
+@pytest.mark.parametrize("stemmer", [None, "english"])
+def test_a_pages_words_for_the_open_term_come_from_its_featurizing(tmp_path: Path, stemmer: str | None) -> None:
+    """A query's words for the open term are found in the pass that makes its row (service.bulk_featurize for a long
+    page, word by word for a short text), not by tokenizing it again: the same new words in the same order, spelled
+    (stemmed) as the vocabulary spells words, and the same bundle words and counts as from its tokens, also for a
+    page cut to its heaviest words (the tokens of the bundle words its row kept, and every new word); the rows are
+    `featurize_queries`' byte for byte."""
+    docs = make_corpus(200, seed=9, vocab_words=400)
+    made = make_bundle(tmp_path / "bundle", docs[:150], n_dims=16, seed=3, lexical="bm25", stemmer=stemmer)
+    bundle = load_bundle(made)
+    vocab, embedder = bundle.vocab, Embedder(bundle, threads=1, open_vocab=True)
+    odd = "Ünïcödé ﬁne STRASSE Straße ΣΊΣΥΦΟΣ naïve café_bar x² Zymurgically zymurgical quuxblargs " + "a" * 41
+    page = " ".join(d.full_text for d in docs[100:]) + " " + odd  # new words: the later documents' and odd's
+    short = f"zymurgical notes on {docs[0].title}, Ünïcödé"
+    assert len(page) >= BULK_QUERY_CHARS > len(short)
+    for texts in ([page], [short], [page, short, ""], []):  # a batch as long as a page takes the arrays too
+        for max_words in (None, 2048, 8):
+            rows, words = embedder.featurize_with_words(texts, max_words)
+            expected = embedder.featurize_queries(texts, max_words)
+            assert np.array_equal(rows.indptr, expected.indptr) and np.array_equal(rows.indices, expected.indices)
+            assert rows.data.tobytes() == expected.data.tobytes() and len(words) == len(texts)
+            for i, text in enumerate(texts):
+                tokens = tokenize(text)
+                kept = expected.indices[expected.indptr[i] : expected.indptr[i + 1]]
+                if max_words is not None and kept.shape[0] >= max_words:  # the text with every other word removed
+                    ids = vocab.ids_of(tokens).tolist()
+                    tokens = [t for t, j in zip(tokens, ids, strict=True) if j < 0 or j in kept]
+                want = QueryWords.of_tokens(vocab, tokens)
+                assert list(words[i].new.items()) == list(want.new.items()), (texts, max_words, i)
+                assert np.array_equal(words[i].known, want.known) and np.array_equal(words[i].qtf, want.qtf)
+    (cut,) = embedder.featurize_with_words([page], 8)[1]
+    assert cut.known.shape[0] == 8 < embedder.featurize_with_words([page])[1][0].known.shape[0]
+    assert set(vocab.spelled(["zymurgically", "ünïcödé", "quuxblargs"])) <= set(cut.new)
+    assert (stemmer is None) == ("zymurgically" in cut.new)  # stemmed as the vocabulary spells words
+    uncut = embedder.query_words([page, short])  # a shard's question (ModelState.shard_counts): the same words
+    found = embedder.featurize_with_words([page, short])[1]
+    assert uncut is not None and [list(w.new.items()) for w in uncut] == [list(w.new.items()) for w in found]
 
 
 def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(tmp_path: Path) -> None:

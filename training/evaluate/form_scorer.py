@@ -21,6 +21,7 @@ from ssi.open_vocab import (
     CollectionStatistics,
     OpenPostings,
     OpenRule,
+    QueryWords,
     Statistics,
     build_postings,
     collection_statistics,
@@ -181,5 +182,8 @@ class FormScorer(VectorScorer):
         words = self.features.tokens.words
         for i, ids in enumerate(self.features.tokens.ids(texts)):
             if not known[i]:
-                known[i] = bool(self.open_rule.query_weights([words[j] for j in ids.tolist()], df, self.n_docs))
+                tokens = [words[j] for j in ids.tolist()]
+                known[i] = bool(
+                    self.open_rule.query_weights(QueryWords.of_tokens(self.open_rule.vocab, tokens), df, self.n_docs)
+                )
         return known
