@@ -5,7 +5,7 @@ Each row here is also kept as int8 codes with a scale of its own (ẽ = scale ·
 so nothing clips), 10 MB for those 100k rows; `scores` takes the queries' products with the codes in
 compiled passes of up to four queries. BLAS's float32 product costs less per query the larger the batch,
 the pass much less so, and the index takes the pass for chunks of at most `QUANTIZED_QUERIES`: 100k rows
-of 100, one thread, ms a query, int8 against BLAS (`python -m benchmarks.scan_kinds`): one query 0.87 /
+of 100, one thread, ms a query, int8 against BLAS (`python -m benchmarks.scan_kinds`): one query 0.87–0.95 /
 1.51, 8 queries 0.70 / 0.79, 16 queries 0.68 / 0.46 on a 16-core Xeon (AVX-512); on this 2-core AMD EPYC
 1.58 / 4.69, 0.57 / 1.41 and 0.61 / 0.83, so at 16 the two machines disagree and 8 stays.
 
