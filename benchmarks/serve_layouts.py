@@ -23,28 +23,15 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from service.bench.load import run_load
 from service.bench.queries import keyword_queries
-from service.bench.run import BenchConfig, _in_process
+from service.bench.run import BenchConfig, in_process
 from service.bench.server import ServedProcess
 
 
 def _layout(text: str) -> tuple[int, int]:
     workers, _, threads = text.partition("x")
     return int(workers), int(threads or 1)
-
-
-def _cpu_by_process(server: ServedProcess) -> dict[int, float]:
-    found = {}
-    for process in server._processes():
-        try:
-            times = process.cpu_times()
-        except psutil.Error:
-            continue
-        found[process.pid] = times.user + times.system
-    return found
 
 
 def _profile(py_spy: str, pid: int, seconds: float, out: Path) -> subprocess.Popen:
@@ -73,9 +60,9 @@ def serve_layout(
     result: dict[str, Any] = {"layout": layout, "settings": settings, "ready_seconds": round(info["ready_seconds"], 1)}
     try:
         run_load(server.url, bodies, args.clients, 2.0)  # warm: every worker's first searches
-        before = _cpu_by_process(server)
+        before = server.cpu_seconds_by_process()
         measured = run_load(server.url, bodies, args.clients, args.seconds)
-        after = _cpu_by_process(server)
+        after = server.cpu_seconds_by_process()
         spent = {pid: after[pid] - before.get(pid, 0.0) for pid in after}
         main = server.process.pid if server.process else -1
         result.update(measured.as_dict())
@@ -131,12 +118,12 @@ def main() -> None:
     workers, threads = _layout(args.layout[0])
     config = BenchConfig(bundle=args.bundle, corpus=args.passages, work_dir=args.work_dir, out=args.out,
                          threads=threads, workers=workers)  # fmt: skip
-    in_process, floor = _in_process(config, args.passages, queries)
-    report["in_process"], report["scan_floor"] = in_process, floor
+    searched, floor = in_process(config, args.passages, queries)
+    report["in_process"], report["scan_floor"] = searched, floor
     for found in report["layouts"]:
         found["share_of_floor"] = round(found["throughput_qps"] / floor["throughput_qps"], 3)
     print(f"scan floor: {floor['throughput_qps']} q/s on {floor['threads']} threads (p50 {floor['p50_ms']} ms); "
-          f"in process p50 {in_process['p50_ms']} ms", flush=True)  # fmt: skip
+          f"in process p50 {searched['p50_ms']} ms", flush=True)  # fmt: skip
     for found in report["layouts"]:
         print(f"{found['layout']} {found['settings']}: {found['share_of_floor']} of the floor", flush=True)
     args.out.write_text(json.dumps(report, indent=1))

@@ -130,7 +130,7 @@ def _serve_and_measure(
     return result, server
 
 
-def _in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
+def in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[dict[str, Any], dict[str, Any]]:
     """The flat collection searched in this process (from the cache the server left), without HTTP:
     the same work per query as the server does, to separate the ranking's cost from HTTP's; and the
     FAISS scan floor over the same vectors (service.bench.floors)."""
@@ -257,7 +257,7 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
             result["restart_rss_mb"] = round(again.rss_bytes() / 2**20, 1)
             again.stop()
         if index_type == "flat":
-            result["in_process"], report["scan_floor"] = _in_process(config, corpus, queries)
+            result["in_process"], report["scan_floor"] = in_process(config, corpus, queries)
             log(f"[flat] in-process (no HTTP): p50 {result['in_process']['p50_ms']:.2f} ms")
             floor = report["scan_floor"]
             log(f"[flat] FAISS scan floor: p50 {floor['p50_ms']:.2f} ms (1 thread), "

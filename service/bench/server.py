@@ -104,7 +104,18 @@ class ServedProcess:
     def cpu_seconds(self) -> float:
         """CPU time the server's processes have used so far (all threads, user + system): on a shared
         machine, CPU per request is what the request costs, where wall time also counts the neighbours."""
-        return float(sum(t.user + t.system for t in (p.cpu_times() for p in self._processes())))
+        return float(sum(self.cpu_seconds_by_process().values()))
+
+    def cpu_seconds_by_process(self) -> dict[int, float]:
+        """`cpu_seconds` of each process by pid (the supervisor and its workers): how evenly a group's work spread."""
+        found = {}
+        for process in self._processes():
+            try:
+                times = process.cpu_times()
+            except psutil.Error:  # a process gone meanwhile (a worker's helper, a restart)
+                continue
+            found[process.pid] = times.user + times.system
+        return found
 
     def stop(self) -> None:
         if self.process is None or self.process.poll() is not None:
