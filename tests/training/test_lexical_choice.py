@@ -14,7 +14,7 @@ from ssi.corpus import read_corpus
 from ssi.tokenize import tokenize
 from ssi_cli.main import build_app
 from tests.training.synonyms import SynonymCorpus, held_out_map, train
-from training.run import SELF_PAIR_RECIPE, resolve_lexical, resolve_recipe
+from training.run import CLICK_RECIPE, SELF_PAIR_RECIPE, resolve_lexical, resolve_recipe
 from training.settings import TrainSettings
 
 
@@ -112,3 +112,22 @@ def test_pairs_cut_from_the_corpus_get_the_no_label_recipe_unless_told(monkeypat
     defaults = TrainSettings(corpus="c.jsonl", out="b", pairs="p.tsv")
     for other in (resolved(pairs="p.tsv"), resolved(self_pairs="title", lexical="tfidf")):
         assert (other.lr, other.margin, other.n_dims) == (defaults.lr, defaults.margin, defaults.n_dims)
+
+
+def test_a_click_log_gets_the_smaller_random_start_unless_told() -> None:
+    def resolved(**given: object) -> TrainSettings:
+        return resolve_recipe(resolve_lexical(TrainSettings(corpus="c.jsonl", out="b", **given)))
+
+    default = TrainSettings.model_fields["init_scale"].default
+    assert CLICK_RECIPE["init_scale"] < default
+    assert resolved(clicks="log.jsonl").init_scale == CLICK_RECIPE["init_scale"]
+    assert resolved(clicks="log.jsonl", queries="q.jsonl", qrels="r.tsv").init_scale == CLICK_RECIPE["init_scale"]
+    assert resolved(clicks="log.jsonl", init_scale=0.2).init_scale == 0.2
+    # the other sources, another base or form, and a warm start (its U is the bundle's) keep the default
+    for other in (
+        resolved(pairs="p.tsv"),
+        resolved(queries="q.jsonl", qrels="r.tsv"),
+        resolved(clicks="log.jsonl", lexical="tfidf"),
+        resolved(clicks="log.jsonl", kind="symmetric"),
+    ):
+        assert other.init_scale == default
