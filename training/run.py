@@ -12,11 +12,13 @@ import scipy.sparse as sp
 import torch
 
 from ssi.bundle import Bundle, load_bundle
+from ssi.forms.lowrank import LowRank
 from ssi.products import DocMatrix
 from ssi.stemming import DEFAULT_STEMMER, NO_STEMMER
 from ssi.weighting import Bm25
 from training.data import TrainingData, load_training_data
 from training.dice import HashingPlan
+from training.ensemble import fold_lowrank
 from training.evaluate.metrics import quick_map
 from training.evaluate.tasks import RetrievalTask, beir_task, doc_doc_task, keyword_task
 from training.export import export_bundle
@@ -256,6 +258,12 @@ def run_training(
         )  # fmt: skip
         prepared = time.perf_counter()
         result = fitted().fit(context)
+    elif settings.ensemble > 1:
+        prepared = time.perf_counter()
+        result = train_ensemble(data, settings, docs, init, show_progress)
+        notes.append(ensemble_note(settings, result))
+        if echo is not None:
+            echo(notes[-1])
     else:
         trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None)
         trainer.validator = build_validator(
@@ -272,6 +280,54 @@ def run_training(
         settings, data, result, init, stream_info, seconds=(loaded - started, prepared - loaded), started=started
     )
     return {**summary, "notes": notes} if notes else summary
+
+
+def train_ensemble(
+    data: TrainingData, settings: TrainSettings, docs: DocMatrix, init: Bundle | None, show_progress: bool
+) -> TrainResult:
+    """--ensemble K: K members from seeds seed, seed + 1, ... on the same data (and validation split), each its best
+    step, folded into one model of N rows (training.ensemble); validated like a member where there is validation."""
+    members: list[TrainResult] = []
+    validator = None
+    for k in range(settings.ensemble):
+        member = settings.model_copy(update={"seed": settings.seed + k})
+        trainer = Trainer(data, member, docs=docs, init=init.form if init is not None else None)
+        if validator is None:
+            validator = build_validator(
+                data, docs, settings, trainer.lexical.cached if trainer.lexical is not None else None
+            )
+        trainer.validator = validator
+        members.append(trainer.run(show_progress=show_progress))
+    forms = [m.best for m in members]
+    if not all(isinstance(f, LowRank) for f in forms):
+        raise ValueError("--ensemble folds low-rank models: --kind lowrank")
+    folded = fold_lowrank(forms, settings.n_dims)  # type: ignore[arg-type]
+    first = members[0]
+    metrics = validator(folded) if validator is not None else {}
+    return TrainResult(
+        best=folded,
+        best_metrics=metrics,
+        best_step=first.best_step,
+        steps=sum(m.steps for m in members),
+        epochs=sum(m.epochs for m in members),
+        triples=sum(m.triples for m in members),
+        seconds=sum(m.seconds for m in members),
+        history=first.history,  # the plot draws one run; every member's summary is in `members`
+        device=first.device,
+        members=[
+            {"seed": settings.seed + i, "best_step": one.best_step, "valid": one.best_metrics}
+            for i, one in enumerate(members)
+        ],
+    )
+
+
+def ensemble_note(settings: TrainSettings, result: TrainResult) -> str:
+    """What `ssi train --ensemble` says: each member's validation and the folded model's."""
+    key = "map"
+    parts = [f"seed {m['seed']}: {m['valid'][key]:.4f}" for m in result.members if key in m["valid"]]
+    folded = f"; folded: {result.best_metrics[key]:.4f}" if key in result.best_metrics else ""
+    shown = f" (validation MAP {', '.join(parts)}{folded})" if parts else ""
+    return f"ensemble of {settings.ensemble} low-rank models folded into one of N = {settings.n_dims}{shown}"
 
 
 def stream_summary(trainer: Trainer) -> dict[str, Any]:
@@ -318,6 +374,7 @@ def finish_training(
         "torch": torch.__version__,
         "machine": platform.machine(),
         "history": result.history,
+        **({"ensemble": result.members} if result.members else {}),
     }
     data_info: dict[str, Any] = {
         "fingerprint": data.fingerprint,

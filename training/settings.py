@@ -72,6 +72,9 @@ class TrainSettings(BaseSettings):
     min_df: int | None = Field(None, ge=1)
     frequent_words: int | None = Field(None, ge=1)
     init_scale: float = Field(0.1, ge=0.0)
+    # --kind lowrank: train this many models from seeds seed, seed + 1, ... and export the best rank-N model of
+    # their average (training.ensemble): less of one seed's luck in a model trained on few pairs.
+    ensemble: int = Field(1, ge=1, le=16)
     init_from: Path | None = None
     warm_lr_scale: float = Field(0.1, ge=0.0)
     hash_size: int = Field(1 << 20, ge=1)  # H of --kind hashkernel
@@ -174,6 +177,8 @@ class TrainSettings(BaseSettings):
             )
         if self.lexical == "tfidf" and (self.bm25_k1 != DEFAULT_K1 or self.bm25_b != DEFAULT_B):
             raise ValueError("--bm25-k1 and --bm25-b set the BM25 weighting: they do not go with --lexical tfidf")
+        if self.ensemble > 1 and (self.kind != "lowrank" or self.ray is not None):
+            raise ValueError("--ensemble folds low-rank models trained in this process: --kind lowrank, without --ray")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
         return self

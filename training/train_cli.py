@@ -348,6 +348,16 @@ def train_command(
             MODEL,
         ),
     ] = None,
+    ensemble: Annotated[
+        int | None,
+        _opt(
+            "ensemble",
+            "--kind lowrank: train K models from seeds --seed, --seed + 1, ... and export the best rank-N model of "
+            "their average U^T V (training/ensemble.py): the same size and speed, less of one seed's luck on few "
+            "pairs; K times the training time.",
+            MODEL,
+        ),
+    ] = None,
     lr: Annotated[
         float | None, _opt("lr", "Adagrad learning rate (--kind s2net: Adam's, 0.3 when not given).", OPTIM)
     ] = None,
@@ -447,7 +457,7 @@ def train_command(
         "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b, "stemmer": stemmer,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
         "vocab_size": vocab_size, "query_vocab_size": query_vocab_size, "min_df": min_df,
-        "frequent_words": frequent_words, "init_scale": init_scale,
+        "frequent_words": frequent_words, "init_scale": init_scale, "ensemble": ensemble,
         "lr": lr, "margin": margin, "batch_queries": batch_queries, "positives_per_query": positives_per_query,
         "negatives_per_positive": negatives_per_positive, "hard_fraction": hard_fraction, "hard_pool": hard_pool,
         "pool_size": pool_size, "epochs": epochs, "max_minutes": max_minutes, "eval_every": eval_every,

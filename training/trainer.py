@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -58,6 +59,7 @@ class TrainResult:
     history: list[dict[str, float]] = field(default_factory=list)
     stopped_without_gain: bool = False  # self-made pairs never beat step 0 in the base-patience window
     device: str = "cpu"  # where the steps ran (training.device), with the GPU's name
+    members: list[dict[str, Any]] = field(default_factory=list)  # --ensemble: each member's seed, best step, metrics
 
     @property
     def triples_per_second(self) -> float:
