@@ -114,7 +114,7 @@ def test_pairs_cut_from_the_corpus_get_the_no_label_recipe_unless_told(monkeypat
         assert (other.lr, other.margin, other.n_dims) == (defaults.lr, defaults.margin, defaults.n_dims)
 
 
-def test_a_click_log_gets_the_smaller_random_start_unless_told() -> None:
+def test_a_click_log_gets_the_click_recipe_unless_told() -> None:
     def resolved(**given: object) -> TrainSettings:
         return resolve_recipe(resolve_lexical(TrainSettings(corpus="c.jsonl", out="b", **given)))
 
@@ -123,6 +123,8 @@ def test_a_click_log_gets_the_smaller_random_start_unless_told() -> None:
     assert resolved(clicks="log.jsonl").init_scale == CLICK_RECIPE["init_scale"]
     assert resolved(clicks="log.jsonl", queries="q.jsonl", qrels="r.tsv").init_scale == CLICK_RECIPE["init_scale"]
     assert resolved(clicks="log.jsonl", init_scale=0.2).init_scale == 0.2
+    assert resolved(clicks="log.jsonl").ensemble == CLICK_RECIPE["ensemble"] > 1
+    assert resolved(clicks="log.jsonl", ensemble=1).ensemble == 1
     # the other sources, another base or form, and a warm start (its U is the bundle's) keep the default
     for other in (
         resolved(pairs="p.tsv"),
@@ -130,4 +132,4 @@ def test_a_click_log_gets_the_smaller_random_start_unless_told() -> None:
         resolved(clicks="log.jsonl", lexical="tfidf"),
         resolved(clicks="log.jsonl", kind="symmetric"),
     ):
-        assert other.init_scale == default
+        assert other.init_scale == default and other.ensemble == 1
