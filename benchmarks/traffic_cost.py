@@ -8,6 +8,10 @@ per-block differences of p50 with a bootstrap 95 % interval, each server's CPU t
 (what it did, whatever its neighbours did), and, in process, what `Traffic.show` itself costs (the recording's
 only work on the request path: an id and a queue append).
 
+Then `--paired` more queries, each sent to both servers one right after the other (which one first alternates):
+a block's p50 moves with whatever the machine's neighbours did during that block, a request pair's two
+latencies share their moment. Reported: the median of the per-query differences with a bootstrap 95 % interval.
+
     python -m benchmarks.traffic_cost --bundle BUNDLE --corpus ../shared/data/wikispeedia/docs.jsonl.gz \
         --passages 100000 --blocks 12 --block-queries 300
 """
@@ -42,6 +46,31 @@ def _block(client: httpx.Client, queries: list[str]) -> list[float]:
     return times
 
 
+def _timed(client: httpx.Client, query: str) -> float:
+    started = time.perf_counter()
+    response = client.post("/search", json={"query": query, "k": 10})
+    elapsed = (time.perf_counter() - started) * 1000
+    response.raise_for_status()
+    return elapsed
+
+
+def _paired(clients: dict[str, httpx.Client], queries: list[str]) -> list[float]:
+    """Milliseconds on minus off for each query, sent to both servers back to back (alternating who goes first)."""
+    diffs = []
+    for i, query in enumerate(queries):
+        order = ["on", "off"] if i % 2 == 0 else ["off", "on"]
+        got = {arm: _timed(clients[arm], query) for arm in order}
+        diffs.append(got["on"] - got["off"])
+    return diffs
+
+
+def _median_ci(values: list[float], seed: int = 1, rounds: int = 2000) -> tuple[float, float, float]:
+    """The median and its bootstrap 95 % interval."""
+    boot = random.Random(seed)
+    medians = sorted(statistics.median(boot.choices(values, k=len(values))) for _ in range(rounds))
+    return statistics.median(values), medians[int(0.025 * rounds)], medians[int(0.975 * rounds) - 1]
+
+
 def _show_cost(work: Path, calls: int) -> float:
     """Microseconds per `Traffic.show` of a 10-hit answer (the writer thread commits meanwhile, as in service)."""
     traffic = Traffic(Settings(cache_dir=work / "show", events=True))
@@ -68,6 +97,7 @@ def main(
     blocks: Annotated[int, typer.Option(help="Blocks per arm, alternating.")] = 12,
     block_queries: Annotated[int, typer.Option(help="Searches per block.")] = 300,
     seed: Annotated[int, typer.Option(help="Query sampling seed.")] = 0,
+    paired: Annotated[int, typer.Option(help="Queries sent to both servers back to back, after the blocks.")] = 2000,
     off_first: Annotated[bool, typer.Option(help="Start the server that records nothing first.")] = False,
     control: Annotated[
         bool, typer.Option(help="An A/A run: both servers record nothing (how far two like servers differ).")
@@ -78,7 +108,7 @@ def main(
     work = work_dir or Path(tempfile.mkdtemp(prefix="traffic-cost-"))
     work.mkdir(parents=True, exist_ok=True)
     served = passage_corpus(corpus, work / "passages.jsonl", limit=passages) if passages else corpus
-    queries = keyword_queries(served, block_queries * 2, 5, seed=seed, sampler="positions")
+    queries = keyword_queries(served, max(block_queries * 2, paired), 5, seed=seed, sampler="positions")
     arms = {"on": "false" if control else "true", "off": "false"}
     if off_first:  # which server starts first (and gets which cores' caches) shows in an A/A run: swap it
         arms = {"off": arms["off"], "on": arms["on"]}
@@ -107,14 +137,14 @@ def main(
                 cpu[arm] += servers[arm].cpu_seconds() - before
                 times[arm] += found
                 block_p50[arm].append(statistics.median(found))
+        pair_diffs = _paired(clients, rng.sample(queries, paired)) if paired else []
         for client in clients.values():
             client.close()
     finally:
         for server in servers.values():
             server.stop()
     diffs = [a - b for a, b in zip(block_p50["on"], block_p50["off"], strict=True)]
-    boot = random.Random(1)
-    medians = sorted(statistics.median(boot.choices(diffs, k=len(diffs))) for _ in range(2000))
+    block_median, block_low, block_high = _median_ci(diffs)
     result: dict[str, Any] = {
         "documents": sum(1 for _ in served.open(encoding="utf-8")),
         "queries": len(queries),
@@ -123,13 +153,20 @@ def main(
         "block_queries": block_queries,
         "p50_ms": {arm: round(statistics.median(v), 3) for arm, v in times.items()},
         "p99_ms": {arm: round(_percentile(v, 0.99), 3) for arm, v in times.items()},
-        "p50_difference_ms": round(statistics.median(diffs), 3),
-        "p50_difference_ci95_ms": [round(medians[50], 3), round(medians[1949], 3)],
+        "p50_difference_ms": round(block_median, 3),
+        "p50_difference_ci95_ms": [round(block_low, 3), round(block_high, 3)],
         "ratio_p50_on_off": round(statistics.median(times["on"]) / statistics.median(times["off"]), 4),
         "show_us": round(_show_cost(work, 20_000), 2),
         # CPU per request counts what the server did, not what its neighbours did meanwhile.
         "server_cpu_ms_per_request": {arm: round(cpu[arm] / len(times[arm]) * 1000, 3) for arm in arms},
     }
+    if pair_diffs:
+        pair_median, pair_low, pair_high = _median_ci(pair_diffs)
+        result["paired"] = {
+            "queries": paired,
+            "median_difference_ms": round(pair_median, 3),
+            "median_difference_ci95_ms": [round(pair_low, 3), round(pair_high, 3)],
+        }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     typer.echo(
@@ -141,6 +178,13 @@ def main(
         f"{result['server_cpu_ms_per_request']['on']} ms, off {result['server_cpu_ms_per_request']['off']} ms; "
         f"Traffic.show {result['show_us']} µs"
     )
+    if "paired" in result:
+        pair = result["paired"]
+        low, high = pair["median_difference_ci95_ms"]
+        typer.echo(
+            f"paired, {pair['queries']} queries to both back to back: median difference on − off "
+            f"{pair['median_difference_ms']:+.3f} ms, 95 % interval [{low:+.3f}, {high:+.3f}]"
+        )
 
 
 if __name__ == "__main__":
