@@ -83,11 +83,11 @@ class Settings(BaseSettings):
     data_dir: Path | None = None
 
     # The open vocabulary (ssi.open_vocab, docs/guides/open-vocabulary.md): with open_vocab, a BM25 bundle's
-    # lexical part also counts the served documents' words it does not know. Off by default (the published
-    # figures were measured without it): off, nothing is indexed for it and snapshots hold no open_vocab.json.
+    # lexical part also counts the served documents' words it does not know. On by default; off, nothing is
+    # indexed for it and snapshots hold no open_vocab.json (the ranking of the bundle's words alone).
     # At most open_vocab_words such words are indexed per collection (per shard on the Ray cluster), as documents
     # bring them; once full, a document's words not yet held are left out (counted).
-    open_vocab: bool = False
+    open_vocab: bool = True
     open_vocab_words: int = Field(default=1_000_000, ge=0)
     # Whose statistics the lexical part uses with open_vocab on (ssi.open_vocab): "bundle" (its training corpus's
     # idf and avg_len for its words) or "collection" (every word's idf from the collection's live document

@@ -329,7 +329,9 @@ class EventStore:
         if deleted:
             # executescript steps the pragma to its end (execute stops after its first freed page).
             self._writer.executescript("PRAGMA incremental_vacuum;")
-            self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        # Every check, not only after a delete: the write-ahead log keeps its size until truncated (up to SQLite's
+        # 1,000-page autocheckpoint, 4 MB), which on a small bound is several times the bound itself.
+        self._writer.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
         return deleted
 
     def _delete(self, select: str, args: tuple[object, ...]) -> int:

@@ -61,7 +61,7 @@ class Hit:
 class Model:
     """A loaded bundle and the corpus it ranks (documents featurized once, when loaded).
 
-    `open_vocab` (off by default): a BM25 bundle's lexical part also covers the documents' words it does not
+    `open_vocab` (on by default): a BM25 bundle's lexical part also covers the documents' words it does not
     know (ssi.open_vocab, docs/guides/open-vocabulary.md); off, it ranks by the bundle's words only. `statistics`
     (with `open_vocab`): "bundle" keeps the bundle's idf and avg_len for its words, "collection" takes every
     word's from the documents ranked (the corpus; for `score`, the documents given).
@@ -72,11 +72,11 @@ class Model:
         bundle: Bundle,
         documents: Sequence[Document] | None = None,
         *,
-        open_vocab: bool = False,
+        open_vocab: bool = True,
         statistics: Statistics = "bundle",
     ) -> None:
         if statistics != "bundle" and not open_vocab:
-            raise ValueError("statistics='collection' is a rule of the open vocabulary: add open_vocab=True")
+            raise ValueError("statistics='collection' is a rule of the open vocabulary: not with open_vocab=False")
         self.bundle = bundle
         self.open_vocab = open_vocab
         self.statistics: Statistics = statistics
@@ -188,14 +188,14 @@ def load(
     corpus: StrPath | Sequence[Document] | Sequence[str] | None = None,
     *,
     verify_hashes: bool = True,
-    open_vocab: bool = False,
+    open_vocab: bool = True,
     statistics: Statistics = "bundle",
 ) -> Model:
     """Load a bundle (verified: `ssi.bundle.BundleError` names what is wrong) to rank `corpus` in process.
 
     `corpus`: a JSONL file as `ssi train` reads (id, title, text), a list of `Document`s, or a list of texts
     (their ids are their positions, "0", "1", ...); None for a model that only scores given pairs
-    (`Model.score`). `bundle` may be what `ssi.train` returned. `open_vocab=True` (off by default) lets a BM25
+    (`Model.score`). `bundle` may be what `ssi.train` returned. `open_vocab` (on by default) lets a BM25
     bundle's lexical part count the corpus's words it never saw (ssi.open_vocab, docs/guides/open-vocabulary.md);
     with it, `statistics="collection"` weighs every word with the corpus's own idf and avg_len (BM25 over the corpus)
     instead of the bundle's.

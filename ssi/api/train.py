@@ -60,7 +60,7 @@ class Trained:
         self,
         corpus: StrPath | list[Document] | list[str] | None = None,
         *,
-        open_vocab: bool = False,
+        open_vocab: bool = True,
         statistics: Statistics = "bundle",
     ) -> Model:
         """The trained model, ready to rank `corpus` in this process (see `ssi.load`, its `open_vocab` and

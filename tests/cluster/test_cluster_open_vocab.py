@@ -204,10 +204,12 @@ def test_a_query_without_new_words_ranks_as_closed_in_one_round_trip(open_world:
 
 def test_the_collections_statistics_are_refused_by_the_cluster(open_world: dict) -> None:
     """SSI_OPEN_VOCAB_STATISTICS=collection: a clear error at startup (before any Ray cluster is joined)."""
-    with pytest.raises(ClusterIndexError, match="SSI_OPEN_VOCAB_STATISTICS=collection"):
-        open_vocab_of(Settings(open_vocab=True, open_vocab_statistics="collection"))
-    assert not open_vocab_of(Settings(open_vocab_statistics="collection"))  # closed: nothing to refuse
-    env = {"SSI_OPEN_VOCAB": "true", "SSI_OPEN_VOCAB_STATISTICS": "collection"}
+    for given in ({"open_vocab": True}, {}):  # told, and on by default
+        with pytest.raises(ClusterIndexError, match="SSI_OPEN_VOCAB_STATISTICS=collection"):
+            open_vocab_of(Settings(open_vocab_statistics="collection", **given))  # type: ignore[arg-type]
+    closed = Settings(open_vocab=False, open_vocab_statistics="collection")
+    assert not open_vocab_of(closed)  # closed: nothing to refuse
+    env = {"SSI_OPEN_VOCAB_STATISTICS": "collection"}  # SSI_OPEN_VOCAB unset: on
     served = CliRunner().invoke(cli(), ["cluster", "serve", "--index", str(open_world["index"])], env=env)
     assert served.exit_code == 2, served.output
     assert "SSI_OPEN_VOCAB_STATISTICS=collection is not supported" in served.output

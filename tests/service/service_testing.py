@@ -24,6 +24,7 @@ import pytest
 import scipy.sparse as sp
 
 from service.server import http_protocol
+from service.settings import Settings
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import DocumentKeys, Form, form_class
 from ssi.keywords import keyword_query
@@ -165,11 +166,11 @@ def make_bundle(
 @dataclass
 class Oracle:
     """Brute force over the whole collection: the bundle's form's reference score f(q, d) for every document;
-    with `open_vocab` (as SSI_OPEN_VOCAB), plus the open vocabulary's term."""
+    with `open_vocab` (as SSI_OPEN_VOCAB, on unless told), plus the open vocabulary's term."""
 
     bundle_dir: Path
     docs: list[Document]
-    open_vocab: bool = False
+    open_vocab: bool = Settings.model_fields["open_vocab"].default
     # With the open vocabulary, "collection" (SSI_OPEN_VOCAB_STATISTICS): every word's idf from these documents and
     # `avg_len`, the service's (the documents' its index was computed from), or these documents' own where None.
     statistics: str = "bundle"
@@ -289,7 +290,6 @@ class ThreadServer:
         import uvicorn
 
         from service.app import create_app
-        from service.settings import Settings
 
         self.port = free_port()
         self.settings = Settings(host="127.0.0.1", port=self.port, **settings)

@@ -1,8 +1,8 @@
 """The open vocabulary served (ssi.open_vocab, service.open_lexical): a document written after training is found by
 a word only it holds, over HTTP; deleting it takes the word out; the served top-k is the brute force of the reference
 score plus the open term after writes, deletes, compaction, a snapshot and a restart. The switch (SSI_OPEN_VOCAB) is
-off by default: these tests turn it on, check that off serves and saves exactly the closed vocabulary, and that a
-snapshot written on one side of the switch loads (or is rebuilt) on the other."""
+on by default: these tests check that on is the default, that off serves and saves exactly the closed vocabulary,
+and that a snapshot written on one side of the switch loads (or is rebuilt) on the other."""
 
 from __future__ import annotations
 
@@ -135,7 +135,7 @@ def test_metrics_and_model_report_the_open_vocabulary_size(tmp_path: Path) -> No
         described = server.client.get("/model").json()["index"]["open_vocab"]
         assert described["dropped"] == gauges["ssi_open_vocab_dropped"] and described["max_words"] == 1
     with ThreadServer(
-        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "off", api_key=API_KEY, scan_pool=POOL
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "off", api_key=API_KEY, scan_pool=POOL, open_vocab=False
     ) as server:
         server.client.put("/documents/x", json={"title": NEW.title, "text": NEW.text}, headers=KEY)
         assert _open_gauges(server) == {}
@@ -206,11 +206,18 @@ def _check(served: Collection, oracle: Oracle, queries: list[str]) -> None:
             assert hits == [], query
 
 
-def test_off_by_default_nothing_is_indexed_served_or_saved(tmp_path: Path) -> None:
-    """SSI_OPEN_VOCAB unset: a new word finds nothing, /model says nothing of it, a snapshot has no open_vocab.json."""
+def test_on_by_default_and_off_nothing_is_indexed_served_or_saved(tmp_path: Path) -> None:
+    """SSI_OPEN_VOCAB unset: on. SSI_OPEN_VOCAB=false: a new word finds nothing, /model says nothing of it, a
+    snapshot has no open_vocab.json."""
     known, later, corpus, bundle = _world(tmp_path)
+    with ThreadServer(bundle=bundle, corpus=corpus, cache_dir=tmp_path / "on", api_key=API_KEY, scan_pool=POOL) as on:
+        assert on.settings.open_vocab and "open_vocab" in on.client.get("/model").json()["index"]
+        body = {"title": NEW.title, "text": NEW.text}
+        put = on.client.put("/documents/" + quote(NEW.id, safe=""), json=body, headers=KEY)
+        assert put.status_code == 200, put.text
+        assert on.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"][0]["id"] == NEW.id
     with ThreadServer(
-        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL, open_vocab=False
     ) as server:
         assert not server.settings.open_vocab
         response = server.client.put(
@@ -219,11 +226,13 @@ def test_off_by_default_nothing_is_indexed_served_or_saved(tmp_path: Path) -> No
         assert response.status_code == 200, response.text
         assert server.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"] == []
         assert "open_vocab" not in server.client.get("/model").json()["index"]
-    settings = Settings(bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True)
+    settings = Settings(
+        bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, open_vocab=False
+    )
     served = _collection(settings)
     served.put(later)
     assert served.ready_state().open.n_words == 0
-    _check(served, Oracle(bundle, [*known, NEW, *later]), _queries([*known, *later]))
+    _check(served, Oracle(bundle, [*known, NEW, *later], open_vocab=False), _queries([*known, *later]))
     path = served.snapshot()
     served.close()
     assert path is not None and not (path / "open_vocab.json").exists()
@@ -240,11 +249,11 @@ def test_a_snapshot_loads_or_is_rebuilt_across_the_switch(tmp_path: Path) -> Non
     opened.close()
     assert written_on is not None and (written_on / "open_vocab.json").exists()
 
-    closed = _collection(Settings(**common))  # type: ignore[arg-type]
+    closed = _collection(Settings(**common, open_vocab=False))  # type: ignore[arg-type]
     assert closed.ready_state().report.source == "cache" and closed.ready_state().open.n_words == 0
-    _check(closed, Oracle(bundle, [*known, *later]), queries)
+    _check(closed, Oracle(bundle, [*known, *later], open_vocab=False), queries)
     closed.put([NEW])
-    _check(closed, Oracle(bundle, [*known, *later, NEW]), queries)
+    _check(closed, Oracle(bundle, [*known, *later, NEW], open_vocab=False), queries)
     written_off = closed.snapshot()
     closed.close()
     assert written_off is not None and not (written_off / "open_vocab.json").exists()
@@ -319,10 +328,10 @@ def test_match_ranks_adverts_with_the_open_term_as_search_does(tmp_path: Path) -
         matched = match(server, long_page)
         assert NEW.id in [ad["id"] for ad in matched]
         assert_same_ranking(matched, Oracle(bundle, [*known, NEW], open_vocab=True), cut, 5)
-    with ThreadServer(**common, cache_dir=tmp_path / "off") as server:  # type: ignore[arg-type]
+    with ThreadServer(**common, cache_dir=tmp_path / "off", open_vocab=False) as server:  # type: ignore[arg-type]
         put_ad(server, NEW)
         assert match(server, "zymurgical") == []
-        assert_same_ranking(match(server, page), Oracle(bundle, [*known, NEW]), page, 5)
+        assert_same_ranking(match(server, page), Oracle(bundle, [*known, NEW], open_vocab=False), page, 5)
 
 
 @pytest.mark.parametrize("stemmer", [None, "english"])

@@ -1,6 +1,7 @@
 """The open vocabulary (ssi.open_vocab): a word the bundle never saw is found through the lexical part, in process;
 a collection without new words ranks bit for bit as before; deletes, the cap and a tf-idf bundle behave as stated.
-It is off by default (`open_vocab=False`, `--closed-vocab`): these tests turn it on, and check that off is closed."""
+It is on by default; `open_vocab=False` (`--closed-vocab`) closes it, and these tests check that closed is the
+bundle's words only, bit for bit."""
 
 from __future__ import annotations
 
@@ -140,11 +141,12 @@ def test_rank_and_eval_share_the_rule(world: dict, tmp_path: Path) -> None:
     assert int(np.argmax(scores[0])) == len(world["docs"])
 
 
-def test_off_by_default_the_vocabulary_is_closed(world: dict) -> None:
-    """Without `open_vocab` (the default) nothing of the open term is built or added: the reference scores, bit
-    for bit, even for a query whose new word a document holds."""
+def test_on_by_default_and_closed_when_told(world: dict) -> None:
+    """By default a document's new word finds it; with `open_vocab=False` nothing of the open term is built or
+    added: the reference scores, bit for bit, even for a query whose new word a document holds."""
     docs = [*world["docs"], NEW]
-    model = ssi.load(world["bm25"], corpus=docs)
+    assert ssi.load(world["bm25"], corpus=docs).search("zymurgical", k=3)[0].id == "new-doc"
+    model = ssi.load(world["bm25"], corpus=docs, open_vocab=False)
     assert model.search("zymurgical", k=3) == []
     assert all(hit.id != "new-doc" for hit in model.search("quuxblarg notes", k=3))
     assert not model.score(["zymurgical"], ["a zymurgical text", "nothing here"]).any()
@@ -212,13 +214,15 @@ def test_load_rank_and_score_take_the_collection_statistics(world: dict) -> None
     assert model.search("quuxblarg", k=1)[0].id == NEW.id
     texts = [d.full_text for d in docs]
     assert np.array_equal(model.score(queries, texts), scorer.score(queries))
+    by_default = ssi.load(world["bm25"], corpus=docs, statistics="collection")  # the open vocabulary is the default
+    assert np.array_equal(by_default.scores(queries), scorer.score(queries))
     with pytest.raises(ValueError, match="open_vocab"):
-        ssi.load(world["bm25"], corpus=docs, statistics="collection")
+        ssi.load(world["bm25"], corpus=docs, open_vocab=False, statistics="collection")
 
 
 def test_rank_and_eval_take_statistics_on_the_command_line(world: dict, tmp_path: Path) -> None:
     """`ssi rank --open-vocab --statistics collection` writes FormScorer's order; `ssi eval` notes the choice in its
-    results.json; `--statistics collection` without `--open-vocab` is a one-line usage error."""
+    results.json; `--statistics collection` with `--closed-vocab` is a one-line usage error."""
     docs = [*world["docs"][40:], NEW]
     corpus = write_corpus(tmp_path / "corpus.jsonl", docs)
     queries = tmp_path / "queries.tsv"
@@ -233,8 +237,12 @@ def test_rank_and_eval_take_statistics_on_the_command_line(world: dict, tmp_path
     ranked = [line.split(" ")[2] for line in run.read_text(encoding="utf-8").splitlines()]
     cols, _ = top_k(scores, 5)
     assert ranked == [docs[c].id for row in cols for c in row.tolist()]
-    refused = CliRunner().invoke(build_app(), [*common, "--out", str(tmp_path / "x"), "--statistics", "collection"])
-    assert refused.exit_code == 2 and "--open-vocab" in refused.stderr and "Traceback" not in refused.output
+    by_default = CliRunner().invoke(build_app(), [*common, "--out", str(tmp_path / "d"), "--k", "5",
+                                                  "--statistics", "collection"])  # fmt: skip
+    assert by_default.exit_code == 0 and (tmp_path / "d").read_text(encoding="utf-8") == run.read_text(encoding="utf-8")
+    refused = CliRunner().invoke(build_app(), [*common, "--out", str(tmp_path / "x"), "--closed-vocab",
+                                               "--statistics", "collection"])  # fmt: skip
+    assert refused.exit_code == 2 and "--closed-vocab" in refused.stderr and "Traceback" not in refused.output
     qrels = tmp_path / "qrels.tsv"
     qrels.write_text("query-id\tcorpus-id\tscore\nq0\tnew-doc\t1\nq1\t" + docs[10].id + "\t1\n", encoding="utf-8")
     beir = tmp_path / "queries.jsonl"

@@ -40,7 +40,7 @@ SCORERS = "Scorers"
 RUN = "Run"
 OPEN_VOCAB_HELP = (
     "Let a BM25 bundle's lexical part also count the corpus's words it never saw (docs/guides/open-vocabulary.md); "
-    "off by default: the bundle's words only."
+    "on by default (--closed-vocab: the bundle's words only)."
 )
 STATISTICS_HELP = (
     "With --open-vocab, whose idf and avg_len the lexical part uses: 'bundle' (its training corpus's, for the words "
@@ -55,7 +55,7 @@ def _statistics(statistics: str, open_vocab: bool) -> Statistics:
     if statistics not in STATISTICS:
         raise UsageError(f"--statistics: one of {', '.join(STATISTICS)}, got {statistics!r}")
     if statistics != "bundle" and not open_vocab:
-        raise UsageError("--statistics collection is a rule of the open vocabulary: add --open-vocab")
+        raise UsageError("--statistics collection is a rule of the open vocabulary: not with --closed-vocab")
     return statistics  # type: ignore[return-value]
 
 
@@ -249,7 +249,7 @@ def eval_command(
     ] = DEFAULT_BLOCK,
     open_vocab: Annotated[
         bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP, rich_help_panel=SCORERS)
-    ] = False,
+    ] = True,
     statistics: Annotated[str, typer.Option(help=STATISTICS_HELP, rich_help_panel=SCORERS)] = "bundle",
 ) -> None:
     """Score a bundle and the classic baselines on one split, in one process, and save the table.
@@ -406,7 +406,7 @@ def rank_command(
     queries: Annotated[Path, typer.Option(help="Queries TSV: 'query_id<TAB>query text' per line.")],
     out: Annotated[Path, typer.Option(help="TREC run file to write: 'qid Q0 docid rank score tag'.")],
     k: Annotated[int, typer.Option("--k", help="Documents per query (ranks 1..k).")] = 1000,
-    open_vocab: Annotated[bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP)] = False,
+    open_vocab: Annotated[bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP)] = True,
     statistics: Annotated[str, typer.Option(help=STATISTICS_HELP)] = "bundle",
 ) -> None:
     """Rank every query against the corpus by the exact SSI score and write a TREC run file.
