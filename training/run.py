@@ -183,8 +183,8 @@ SELF_PAIR_RECIPE: dict[str, float | int] = {"lr": 0.01, "margin": 4.0, "n_dims":
 # into one model (training.ensemble). On the simulated loop's logs (docs/guides/learn.md: SciFact's validation
 # claims) the smaller start lifted NDCG@10 by 0.007 and 0.012 on average (benchmarks.click_debias, two logs x three
 # seeds): a click log's few thousand query words leave more of U's random start untrained. One seed's model
-# still moved by up to 0.02 (0.7908-0.8127 on one log); the fold of three gave 0.8117 there, against their
-# mean 0.8040. --init-scale and --ensemble override.
+# still moved by up to 0.02 (0.7908-0.8127 on one log); the fold of three landed near its members' mean, above
+# it on four logs (+0.002 to +0.011) and below on one (-0.004). --init-scale and --ensemble override.
 CLICK_RECIPE: dict[str, float | int] = {"init_scale": 0.01, "ensemble": 3}
 
 
