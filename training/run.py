@@ -274,10 +274,10 @@ def run_training(
         prepared = time.perf_counter()
         result = trainer.run(show_progress=show_progress)
         stream_info = stream_summary(trainer)
-        if result.stopped_without_gain:
-            notes.append(no_gain_note(settings, result))
-            if echo is not None:
-                echo(notes[-1])
+    if result.stopped_without_gain:  # a lone run's, or every member's of an ensemble
+        notes.append(no_gain_note(settings, result))
+        if echo is not None:
+            echo(notes[-1])
     summary = finish_training(
         settings, data, result, init, stream_info, seconds=(loaded - started, prepared - loaded), started=started
     )
@@ -315,6 +315,7 @@ def train_ensemble(
         triples=sum(m.triples for m in members),
         seconds=sum(m.seconds for m in members),
         history=first.history,  # the plot draws one run; every member's summary is in `members`
+        stopped_without_gain=all(m.stopped_without_gain for m in members),
         device=first.device,
         members=[
             {"seed": settings.seed + i, "best_step": one.best_step, "valid": one.best_metrics}

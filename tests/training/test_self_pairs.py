@@ -146,17 +146,19 @@ def test_validation_asks_among_the_held_out_documents_or_among_all(tmp_path: Pat
         TrainSettings(corpus=corpus, out=tmp_path / "b", pairs=corpus, self_pair_valid_among="all")
 
 
-def test_self_pairs_that_gain_nothing_stop_and_export_the_step_0_model(tmp_path: Path) -> None:
-    """U = V = 0 (--init-scale 0) is a saddle the model never leaves: validation stays at step 0's BM25."""
+@pytest.mark.parametrize("ensemble", [1, 2])
+def test_self_pairs_that_gain_nothing_stop_and_export_the_step_0_model(tmp_path: Path, ensemble: int) -> None:
+    """U = V = 0 (--init-scale 0) is a saddle the model never leaves: validation stays at step 0's BM25 (for every
+    member of an ensemble, which then says so too)."""
     corpus = tmp_path / "corpus.jsonl"
     make_titled_corpus(corpus)
     args = ["train", "--corpus", str(corpus), "--self-pairs", "title", "--valid-share", "0.2", "--init-scale", "0"]
     args += ["--out", str(tmp_path / "b"), "--epochs", "50", "--dims", "8", "--no-progress", "--threads", "1"]
-    args += ["--eval-every", "1", "--base-patience", "3", "--base-patience-minutes", "0"]
+    args += ["--eval-every", "1", "--base-patience", "3", "--base-patience-minutes", "0", "--ensemble", str(ensemble)]
     result = CliRunner().invoke(build_app(), args)
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output[result.output.index("{") :])
-    assert summary["steps"] == 3 and summary["best_step"] == 0
+    assert summary["steps"] == 3 * ensemble and summary["best_step"] == 0
     assert "no gain" in result.output and "events.sqlite" in summary["notes"][-1]
     assert "equals its BM25 base" in summary["notes"][-1]
     history = load_bundle(tmp_path / "b").manifest.training["history"]
