@@ -156,7 +156,8 @@ def run_arm(
     served_model = start_model
     # The judge: what candidates are compared with (the bundle the served one was refit from: it never saw the
     # held-out queries either); at the start, the start bundle itself.
-    judge_path, judge_model, judge_ranker = served_path, start_model, start_ranker
+    # With --folds K, one judge per fold: the last promoted round's candidate of that fold.
+    judge_paths, judge_rankers = [served_path] * opts["folds"], [start_ranker] * opts["folds"]
     rounds: list[dict[str, Any]] = []
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -168,14 +169,14 @@ def run_arm(
                 store = next((root / "data" / "stores").glob("*/events.sqlite"))
                 outcome = run_round(
                     RoundSettings(
-                        log=store, served=served_path, judge=judge_path, corpus=world.corpus, bundles=bundles,
-                        name=f"round-{n}",
+                        log=store, served=served_path, judges=judge_paths, folds=opts["folds"],
+                        corpus=world.corpus, bundles=bundles, name=f"round-{n}",
                         debias=arm, warm=opts["warm"], warm_lr_scale=opts["warm_lr_scale"], epochs=opts["epochs"],
                         lr=opts["lr"], seed=opts["seed"], threads=opts["threads"], z=opts["z"],
                         train_args=["--hard-fraction", "0", "--valid-share", str(opts["valid_share"])],
                         server=server.url, admin_key=ADMIN_KEY,
                     ),
-                    served_model=judge_model, served_ranker=judge_ranker,
+                    judge_rankers=judge_rankers,
                 )  # fmt: skip
                 report = outcome.report
                 row: dict[str, Any] = {
@@ -186,17 +187,21 @@ def run_arm(
                     "error": report.get("error"),
                 }  # fmt: skip
                 before = model_ndcg(served_model, world.valid_task)
-                if outcome.candidate is not None:
-                    candidate = model_ndcg(outcome.candidate, world.valid_task)
+                if outcome.candidates:
+                    folds = [model_ndcg(c, world.valid_task) for c in outcome.candidates]
                     est = report["estimate"]
                     row.update(
                         estimate={k: est[k] for k in ("mean", "stderr", "ci95", "lower", "queries", "clicks", "eta")},
-                        candidate_ndcg=[candidate.mean, candidate.stderr],
+                        candidate_ndcg=[
+                            float(np.mean([f.mean for f in folds])),
+                            float(np.mean([f.stderr for f in folds])),
+                        ],
+                        candidate_ndcg_folds=[f.mean for f in folds],
                         promoted=outcome.promoted,
                     )
                     if outcome.promoted:
-                        judge_path, judge_model = Path(report["candidate"]), outcome.candidate
-                        judge_ranker = Ranker(judge_model)
+                        judge_paths = [Path(c) for c in report["candidates"]]
+                        judge_rankers = [Ranker(c) for c in outcome.candidates]
                         served_path, served_model = Path(report["serving"]), outcome.serving
                 else:
                     row["promoted"] = False
@@ -253,6 +258,9 @@ def main(
     warm: Annotated[bool, typer.Option("--warm/--cold", help="Warm-start each round from the served bundle.")] = False,
     warm_lr_scale: Annotated[float, typer.Option(help="ssi train --warm-lr-scale of a warm start.")] = 1.0,
     z: Annotated[float, typer.Option(help="Promotion: mean >= 0 and mean - z·SE >= -1 % of served.")] = 1.0,
+    folds: Annotated[
+        int, typer.Option(min=1, help="ssi learn --folds: cross-fitted candidates, every train claim judges.")
+    ] = 1,
     valid_share: Annotated[
         float,
         typer.Option(
@@ -279,7 +287,7 @@ def main(
     opts = {
         "rounds": rounds, "sessions": sessions, "eta": eta, "p_relevant": p_relevant, "p_other": p_other,
         "explore": explore, "page_size": page_size, "epochs": epochs, "lr": lr, "warm": warm,
-        "warm_lr_scale": warm_lr_scale, "z": z,
+        "warm_lr_scale": warm_lr_scale, "z": z, "folds": folds,
         "seed": seed, "threads": threads, "valid_share": valid_share,
     }  # fmt: skip
     world = load_world(data)
@@ -336,7 +344,7 @@ def print_table(result: dict[str, Any], start: MetricSummary, bm25: dict[str, Me
         f"click loop on SciFact: {result['corpus_documents']} abstracts, {result['train_claims']} train claims asked, "
         f"NDCG@10 on {result['valid_claims']} validation claims (mean ± SE); eta {s['eta']}, clicks "
         f"{s['p_relevant']}/{s['p_other']}, explore {s['explore']}, epochs {s['epochs']}, lr {s['lr']}, "
-        f"{'warm' if s['warm'] else 'cold'} start, z {s['z']}",
+        f"{'warm' if s['warm'] else 'cold'} start, z {s['z']}, folds {s.get('folds', 1)}",
         f"BM25 start bundle (k1 1.5, b 0.75, stems): {fmt(start)}; "
         + "; ".join(f"BM25 on stems {k}: {fmt(v)}" for k, v in bm25.items())
         + f"; target (best + {TARGET_GAIN}): {result['target']:.4f}",

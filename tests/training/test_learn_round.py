@@ -97,3 +97,28 @@ def test_learn_round_trains_estimates_and_reports(world: dict[str, Path]) -> Non
     # A query names its topic's neighbour, which its relevant document mentions once and the neighbour's own
     # documents three times: BM25 ranks those first; learning from the clicks moves the clicked one up.
     assert estimate["mean"] > 0
+
+
+def test_learn_round_cross_fits_every_query(world: dict[str, Path]) -> None:
+    """--folds 2: two candidates, each trained on the other fold's queries; every impression is held out once, so
+    every query judges; one judge per fold or one for all, anything else is refused by name."""
+    app = typer.Typer()
+    register(app)
+    report = world["root"] / "folds.json"
+    args = ["learn", "--log", str(world["store"]), "--served", str(world["served"]), "--corpus", str(world["corpus"])]
+    args += ["--name", "folded", "--report", str(report), "--epochs", "100", "--lr", "0.1", "--eta", "0.5"]
+    args += ["--folds", "2", "--debias", "ips", "--threads", "1", "--train-args", "--valid-share 0"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["folds"] == 2 and data["impressions"]["held_out"] == 240  # all of them, once
+    assert [Path(c).name for c in data["candidates"]] == ["folded-fold1", "folded-fold2"]
+    assert all(any(Path(c).iterdir()) for c in data["candidates"])
+    assert data["estimate"]["folds"] == 2 and data["estimate"]["queries"] == len(TOPICS)
+    assert data["judges"] == [str(world["served"])] * 2
+    assert data["promoted"] == ("serving" in data)
+    if data["promoted"]:
+        assert Path(data["serving"]).name == "folded-refit"  # no candidate saw every query: the refit is served
+    three = args + ["--name", "three"] + ["--judge", str(world["served"])] * 3
+    refused = CliRunner().invoke(app, three)
+    assert refused.exit_code == 2 and "3 judges given for 2 folds" in refused.output

@@ -13,14 +13,18 @@ import pytest
 from ssi.traffic import ShownResult
 from ssi.vocab import Vocabulary
 from training.feedback.promote import (
+    Fold,
     HeldOutImpression,
     Ranker,
     dcg_gain,
     estimate,
+    estimate_folds,
     fixed_propensities,
     held_out_impressions,
     propensities_of,
+    split_by_query,
     split_by_time,
+    split_into_folds,
 )
 
 N_DOCS = 20
@@ -167,3 +171,36 @@ def test_propensities_are_estimated_from_randomized_impressions() -> None:
     log = simulate_log(np.random.default_rng(5), 1500, eta=1.0, noise=0.0)
     p = propensities_of(log)
     assert p.estimated and 0.8 < p.eta < 1.2
+
+
+def test_folds_partition_the_queries_and_fold_zero_is_the_query_split() -> None:
+    log = simulate_log(np.random.default_rng(6), 300)
+    folds = split_into_folds(log, 3)
+    held = [{r.text for r in fold.held_out} for fold in folds]
+    assert set().union(*held) == set(QUERIES) and sum(map(len, held)) == N_DOCS  # each query held out once
+    for fold, queries in zip(folds, held, strict=True):
+        assert not queries & {r.text for r in fold.train}  # a fold's candidate never sees its judging queries
+        assert len(fold.train) + len(fold.held_out) == len(log)
+    assert {r.text for r in split_by_query(log, 1 / 3).held_out} == held[0]  # the same hash, the same queries
+    with pytest.raises(ValueError):
+        split_into_folds(log, 1)
+
+
+@pytest.mark.parametrize("labels", ["ips", "pbm"])
+def test_pooled_folds_equal_one_estimate_over_all_their_queries(vocab: Vocabulary, labels: str) -> None:
+    """Cross-fitting pools per-query rows: two folds judged by the same pair of models give exactly the estimate
+    of that pair over all the queries at once (and every query counts, not a held-out share)."""
+    served = model(vocab, {q: 1 + i % 5 for i, q in enumerate(QUERIES)})
+    candidate = model(vocab, {q: 1 + (i + 1) % 4 for i, q in enumerate(QUERIES)})
+    impressions, _ = held_out_impressions(simulate_log(np.random.default_rng(7), 400))
+    first = {q for q in QUERIES[: N_DOCS // 2]}
+    halves = [[h for h in impressions if (h.key in first) == side] for side in (True, False)]
+    p = fixed_propensities(1.0)
+    whole = estimate(served, candidate, impressions, p, labels=labels)
+    pooled = estimate_folds([Fold(served, candidate, half) for half in halves], p, labels=labels)
+    assert pooled.queries == whole.queries and pooled.folds == 2 and whole.folds == 1
+    assert whole.queries == N_DOCS if labels == "ips" else whole.queries > N_DOCS // 2  # pbm: labelled queries
+    tol = 1e-9 if labels == "ips" else 1e-3  # pbm: the click model is fitted on each fold's lines
+    assert pooled.mean == pytest.approx(whole.mean, rel=tol) and pooled.stderr == pytest.approx(whole.stderr, rel=tol)
+    assert pooled.impressions == whole.impressions and pooled.clicks == whole.clicks
+    assert pooled.promote == whole.promote

@@ -91,13 +91,24 @@ def learn_command(
         ),
     ] = "query",
     judge: Annotated[
-        Path | None,
+        list[Path] | None,
         typer.Option(
             help="The bundle to compare the candidate with (default: --served): the bundle the served one was "
-            "refit from, which never saw the held-out queries (the last round's report names it 'candidate').",
+            "refit from, which never saw the held-out queries (the last round's report names it in 'candidates'). "
+            "With --folds K: once, or K times in fold order.",
             rich_help_panel=DECISION,
         ),
     ] = None,
+    folds: Annotated[
+        int,
+        typer.Option(
+            min=1,
+            max=10,
+            help="Cross-fitting (with --split query): K candidates, each trained on K - 1 folds of the queries and "
+            "judged on the last, so every query judges (1: the --holdout share only). A promotion serves the refit.",
+            rich_help_panel=DECISION,
+        ),
+    ] = 1,
     refit: Annotated[
         bool,
         typer.Option(
@@ -154,7 +165,9 @@ def learn_command(
         raise typer.BadParameter("--queries and --qrels go together")
     settings = RoundSettings(
         log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout, z=z,
-        split=split, judge=judge, refit=refit, tolerance=tolerance, eta=eta, clip=clip, cutoff=cutoff,
+        split=split, judge=judge[0] if judge and len(judge) == 1 else None,
+        judges=judge if judge and len(judge) > 1 else None, folds=folds, refit=refit, tolerance=tolerance, eta=eta,
+        clip=clip, cutoff=cutoff,
         queries=queries, qrels=qrels, warm=warm, dims=dims,
         epochs=epochs, max_minutes=max_minutes, lr=lr, warm_lr_scale=warm_lr_scale, seed=seed, threads=threads,
         train_args=shlex.split(train_args), server=server, admin_key=admin_key, collection=collection,
@@ -174,7 +187,8 @@ def learn_command(
     typer.echo(
         f"held out {result['impressions']['held_out']} of "
         f"{result['impressions']['train'] + result['impressions']['held_out']} impressions; "
-        f"candidate {result['candidate']} ({result['start']}, {result['train_seconds']} s)"
+        f"candidate{'s' if result['folds'] > 1 else ''} {', '.join(result['candidates'])} ({result['start']}, "
+        f"{result['train_seconds']} s)"
     )
     typer.echo(result["propensities"])
     typer.echo(result["estimate_text"])

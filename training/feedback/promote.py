@@ -130,6 +130,31 @@ def split_by_time(results: Sequence[ShownResult], holdout: float = DEFAULT_HOLDO
     )
 
 
+def query_share(result: ShownResult) -> float:
+    """Where a result's query falls in [0, 1): a hash of its text (or of its hash, or of the impression where the
+    service kept neither), so a query lands in the same share, and the same fold, every round."""
+    key = (result.text if result.text is not None else result.text_hash or result.impression).encode(
+        "utf-8", "surrogatepass"
+    )
+    return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2.0**64
+
+
+def _query_split(results: Sequence[ShownResult], low: float, high: float) -> TimeSplit:
+    """The queries whose share falls in [low, high) held out whole, the rest to train on."""
+    train: list[ShownResult] = []
+    held_out: list[ShownResult] = []
+    for r in results:
+        (held_out if low <= query_share(r) < high else train).append(r)
+    if not train or not held_out:
+        raise ValueError(f"holding out {high - low:.0%} of the queries leaves nothing to train on or to judge by")
+    return TimeSplit(
+        train=train,
+        held_out=held_out,
+        cutoff=min(r.time for r in held_out),
+        impressions=(len({r.impression for r in train}), len({r.impression for r in held_out})),
+    )
+
+
 def split_by_query(results: Sequence[ShownResult], holdout: float = DEFAULT_HOLDOUT) -> TimeSplit:
     """A `holdout` share of the distinct queries (by a hash of their text, so the same ones every round) held out
     whole: none of their impressions trains a candidate, and the estimate is taken on all of them.
@@ -142,21 +167,19 @@ def split_by_query(results: Sequence[ShownResult], holdout: float = DEFAULT_HOLD
     """
     if not 0.0 < holdout < 1.0:
         raise ValueError(f"the held-out share must be in (0, 1), got {holdout}")
+    return _query_split(results, 0.0, holdout)
 
-    def held(r: ShownResult) -> bool:
-        key = (r.text if r.text is not None else r.text_hash or r.impression).encode("utf-8", "surrogatepass")
-        return int.from_bytes(hashlib.blake2b(key, digest_size=8).digest(), "big") / 2.0**64 < holdout
 
-    train = [r for r in results if not held(r)]
-    held_out = [r for r in results if held(r)]
-    if not train or not held_out:
-        raise ValueError(f"holding out {holdout:.0%} of the queries leaves nothing to train on or to judge by")
-    return TimeSplit(
-        train=train,
-        held_out=held_out,
-        cutoff=min(r.time for r in held_out),
-        impressions=(len({r.impression for r in train}), len({r.impression for r in held_out})),
-    )
+def split_into_folds(results: Sequence[ShownResult], folds: int) -> list[TimeSplit]:
+    """`folds` query splits whose held-out parts partition the queries: fold j holds out the queries whose share
+    is in [j/folds, (j+1)/folds) (fold 0 is `split_by_query(results, 1/folds)`).
+
+    Why: each fold's candidate trains on the other folds and is judged on its own, so every query judges once
+    and none is lost to training for good (the refit trains on all of them).
+    """
+    if folds < 2:
+        raise ValueError(f"cross-fitting needs at least two folds, got {folds}")
+    return [_query_split(results, j / folds, (j + 1) / folds) for j in range(folds)]
 
 
 def write_log(results: Iterable[ShownResult], out: Path) -> int:
@@ -339,6 +362,7 @@ class PromotionEstimate:
     cutoff: int | None
     skipped: dict[str, int] = field(default_factory=dict)
     labels: str = "ips"  # what a held-out click is worth: ips (1/p per click) or pbm (the click model's γ̂)
+    folds: int = 1  # the folds pooled (estimate_folds)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -355,10 +379,46 @@ class PromotionEstimate:
         )
 
 
+@dataclass(frozen=True)
+class Fold:
+    """One fold of the comparison: a candidate and the judge it is compared with, on the held-out impressions of
+    queries that neither trained on (with --folds K, each fold's candidate trained on the other K − 1 folds)."""
+
+    served: Any
+    candidate: Any
+    impressions: Sequence[HeldOutImpression]
+    served_ranker: Ranker | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Rows:
+    """One fold's per-query rows (Δ, served value, candidate value) and counts, before the decision."""
+
+    values: np.ndarray
+    evidence: bool  # some held-out label, and some difference between the two rankings
+    impressions: int
+    clicks: int
+    clipped: int = 0
+
+
 def estimate(
     served: Any,
     candidate: Any,
     impressions: Sequence[HeldOutImpression],
+    propensities: Propensities,
+    *,
+    served_ranker: Ranker | None = None,
+    **options: Any,
+) -> PromotionEstimate:
+    """Δ per impression (module docstring), averaged per query, then over queries; the decision.
+
+    `served`, `candidate`: `ssi.load(bundle, corpus=...)` models over the same corpus. Options as `estimate_folds`.
+    """
+    return estimate_folds([Fold(served, candidate, impressions, served_ranker)], propensities, **options)
+
+
+def estimate_folds(
+    folds: Sequence[Fold],
     propensities: Propensities,
     *,
     clip: float = DEFAULT_CLIP,
@@ -366,33 +426,47 @@ def estimate(
     tolerance: float = DEFAULT_TOLERANCE,
     cutoff: int | None = None,
     skipped: Skipped | None = None,
-    served_ranker: Ranker | None = None,
     labels: str = "ips",
     relevance_floor: float = DEFAULT_RELEVANCE_FLOOR,
 ) -> PromotionEstimate:
-    """Δ per impression (module docstring), averaged per query, then over queries; the decision.
+    """The estimate over every fold's queries pooled: each query is held out of exactly one fold, so the mean and
+    its standard error are over all of them (cross-fitting; with one fold, the held-out share only).
+
+    Why pool: in the simulated loop the estimate on 137 held-out queries matched the two bundles' true NDCG@10
+    difference on those queries (−0.0017 ± 0.0047 against −0.0006), while the same two differed by +0.0086 on the
+    validation claims: which queries are held out decides more than the estimate's own noise, and only more of
+    them narrows that.
 
     `labels` "pbm": the held-out clicks are first made labels by the position-based click model the trainer
     uses (training.debias: a document's clicks per expected examination, beyond `relevance_floor`), per query
     over all its held-out impressions, and each model is scored by the DCG of those labels (`_click_model_dcg`).
-
-    `served`, `candidate`: `ssi.load(bundle, corpus=...)` models over the same corpus. `cutoff`: λ is 0 past
-    this rank (None: full depth, as the paper's DCG). With no clicked held-out impression, or none ranked
-    differently, the estimate is 0 ± 0 and the candidate is not promoted: there is no evidence for it.
+    `cutoff`: λ is 0 past this rank (None: full depth, as the paper's DCG). With no clicked held-out impression,
+    or none ranked differently, the estimate is 0 ± 0 and the candidate is not promoted: there is no evidence.
     """
     if labels == "pbm":
-        return _click_model_dcg(
-            served, candidate, impressions, propensities, z=z, tolerance=tolerance, cutoff=cutoff,
-            skipped=skipped, served_ranker=served_ranker, floor=relevance_floor,
-        )  # fmt: skip
-    texts = [h.query for h in impressions]
-    docs = [[doc for doc, _ in h.clicks] for h in impressions]
-    ranks_s = (served_ranker or Ranker(served)).ranks(texts, docs)
-    ranks_c = Ranker(candidate).ranks(texts, docs)
+        parts = [_click_model_dcg(fold, propensities, cutoff=cutoff, floor=relevance_floor) for fold in folds]
+    else:
+        parts = [_ips_dcg(fold, propensities, clip=clip, cutoff=cutoff) for fold in folds]
+    return _decided(
+        np.concatenate([part.values for part in parts]).reshape(-1, 3), z, tolerance,
+        any(part.evidence for part in parts),
+        impressions=sum(part.impressions for part in parts), clicks=sum(part.clicks for part in parts),
+        eta=propensities.eta, eta_estimated=propensities.estimated, clip=0.0 if labels == "pbm" else clip,
+        clipped_clicks=sum(part.clipped for part in parts), cutoff=cutoff,
+        skipped=asdict(skipped) if skipped is not None else {}, labels=labels, folds=len(folds),
+    )  # fmt: skip
+
+
+def _ips_dcg(fold: Fold, propensities: Propensities, *, clip: float, cutoff: int | None) -> _Rows:
+    """Per query, the mean over its impressions of Σ_clicks [λ(rank_cand) − λ(rank_served)] / p(r) (clipped)."""
+    texts = [h.query for h in fold.impressions]
+    docs = [[doc for doc, _ in h.clicks] for h in fold.impressions]
+    ranks_s = (fold.served_ranker or Ranker(fold.served)).ranks(texts, docs)
+    ranks_c = Ranker(fold.candidate).ranks(texts, docs)
     per_query: dict[str, list[tuple[float, float, float]]] = {}
     n_clicks = clipped = 0
     moved = False  # some held-out click ranked differently by the two models
-    for h, rs, rc in zip(impressions, ranks_s, ranks_c, strict=True):
+    for h, rs, rc in zip(fold.impressions, ranks_s, ranks_c, strict=True):
         diff = value_s = value_c = 0.0
         for (_, position), a, b in zip(h.clicks, rs, rc, strict=True):
             inverse = 1.0 / propensities.at(position)
@@ -406,26 +480,10 @@ def estimate(
             diff += weight * (gain_c - gain_s)
         per_query.setdefault(h.key, []).append((diff, value_s, value_c))
     means = np.array([np.mean(v, axis=0) for v in per_query.values()]).reshape(-1, 3)
-    return _decided(
-        means, z, tolerance, n_clicks > 0 and moved,
-        impressions=len(impressions), clicks=n_clicks, eta=propensities.eta, eta_estimated=propensities.estimated,
-        clip=clip, clipped_clicks=clipped, cutoff=cutoff, skipped=asdict(skipped) if skipped is not None else {},
-    )  # fmt: skip
+    return _Rows(means, n_clicks > 0 and moved, len(fold.impressions), n_clicks, clipped)
 
 
-def _click_model_dcg(
-    served: Any,
-    candidate: Any,
-    impressions: Sequence[HeldOutImpression],
-    propensities: Propensities,
-    *,
-    z: float,
-    tolerance: float,
-    cutoff: int | None,
-    skipped: Skipped | None,
-    served_ranker: Ranker | None,
-    floor: float,
-) -> PromotionEstimate:
+def _click_model_dcg(fold: Fold, propensities: Propensities, *, cutoff: int | None, floor: float) -> _Rows:
     """Δ per query of Σ_d ℓ(q, d) λ(rank(d)), ℓ the position-based model's max(0, γ̂ − floor) from the held-out lines,
     rank(d) the rank of d among the results the query was shown (each model reorders the logged results).
 
@@ -440,6 +498,7 @@ def _click_model_dcg(
     simulated loop (docs/guides/learn.md) IPS-DCG kept candidates whose validation NDCG was 0.01 higher as "worse
     by 0.05 ± 0.01"; labels from the click model leave the noise out as the trainer does.
     """
+    impressions = fold.impressions
     lines = []
     for h in impressions:
         clicked = set(h.clicks)
@@ -457,7 +516,7 @@ def _click_model_dcg(
     for h in impressions:
         text_of.setdefault(h.key, h.query)
         shown.setdefault(h.key, {}).update(dict.fromkeys(doc for doc, _ in h.shown))
-    rank_s, rank_c = served_ranker or Ranker(served), Ranker(candidate)
+    rank_s, rank_c = fold.served_ranker or Ranker(fold.served), Ranker(fold.candidate)
     rows = []
     moved = False
     for key in keys:
@@ -469,10 +528,5 @@ def _click_model_dcg(
         value_c = sum(g * dcg_gain(b, cutoff) for g, b in zip(gains.values(), rc, strict=True))
         moved |= value_s != value_c
         rows.append((value_c - value_s, value_s, value_c))
-    means = np.array(rows, dtype=np.float64).reshape(-1, 3)
-    return _decided(
-        means, z, tolerance, bool(rows) and moved,
-        impressions=len(impressions), clicks=made.clicks, eta=propensities.eta, eta_estimated=propensities.estimated,
-        clip=0.0, clipped_clicks=0, cutoff=cutoff, skipped=asdict(skipped) if skipped is not None else {},
-        labels="pbm",
-    )  # fmt: skip
+    values = np.array(rows, dtype=np.float64).reshape(-1, 3)
+    return _Rows(values, bool(rows) and moved, len(impressions), made.clicks)

@@ -9,6 +9,12 @@ default with the query split): the same training on the whole log, so that the h
 too; the refit is what is served, the candidate is the next round's judge. With a server given, the served
 bundle is swapped in with POST /admin/reload; bundles are written beside the served one, under the folder the
 server allows reloads from (SSI_BUNDLE_ROOT, or by default the served bundle's parent).
+
+With `folds` K >= 2 (cross-fitting) the queries are cut into K folds by the same hash; K candidates are trained,
+each on the other K - 1 folds, each judged on its own fold against that fold's judge (the last promoted round's
+candidate of the same fold, which never saw those queries either), and the per-query differences of all folds
+pool into one estimate over every query (training.feedback.promote.estimate_folds). A promotion serves the refit
+on the whole log; the K candidates judge the next round.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,20 +35,24 @@ import numpy as np
 
 import ssi
 from ssi.bundle import load_bundle
+from ssi.traffic import ShownResult
 from training.debias import DEFAULT_CLIP
 from training.feedback.promote import (
     DEFAULT_HOLDOUT,
     DEFAULT_TOLERANCE,
     DEFAULT_Z,
+    Fold,
     PromotionEstimate,
     Ranker,
-    estimate,
+    Skipped,
+    estimate_folds,
     fixed_propensities,
     held_out_impressions,
     propensities_of,
     read_log,
     split_by_query,
     split_by_time,
+    split_into_folds,
     write_log,
 )
 
@@ -59,6 +70,8 @@ class RoundSettings:
     holdout: float = DEFAULT_HOLDOUT
     split: str = "query"  # query: a share of the queries held out whole; time: the newest impressions
     judge: Path | None = None  # what the candidate is compared with (default: the served bundle)
+    folds: int = 1  # >= 2: cross-fitted, one candidate per fold of the queries, all queries judge (split query)
+    judges: list[Path] | None = None  # with folds: each fold's judge (the last promoted round's candidates)
     refit: bool = True  # a promoted candidate is trained again on the whole log, and that is served
     z: float = DEFAULT_Z
     tolerance: float = DEFAULT_TOLERANCE
@@ -174,82 +187,124 @@ def reload_server(server: str, admin_key: str | None, bundle: Path, collection: 
 
 @dataclass
 class RoundOutcome:
-    """A round's JSON-ready report, and the candidate as loaded for the estimate (None if training failed)."""
+    """A round's JSON-ready report, and the candidates as loaded for the estimate (empty if training failed)."""
 
     report: dict[str, Any]
-    candidate: Any | None = None
+    candidates: list[Any] = field(default_factory=list)  # one per fold
     serving: Any | None = None  # what is served after the round when promoted: the refit, or the candidate
 
     @property
     def promoted(self) -> bool:
         return bool(self.report.get("promoted"))
 
+    @property
+    def candidate(self) -> Any | None:
+        """The first fold's candidate (the only one without --folds)."""
+        return self.candidates[0] if self.candidates else None
+
+
+def _train(
+    settings: RoundSettings, lines: Sequence[ShownResult], out: Path
+) -> tuple[subprocess.CompletedProcess[str], list[str], str, float]:
+    """`ssi train` on these log lines into `out`: the finished process, its command, how it started, seconds."""
+    with tempfile.TemporaryDirectory(prefix="ssi-learn-") as work:
+        clicks = Path(work) / "clicks.jsonl"
+        write_log(lines, clicks)
+        args, start = train_command(settings, clicks, out)
+        t0 = time.perf_counter()
+        done = subprocess.run(args, capture_output=True, text=True, check=False)
+    return done, args, start, round(time.perf_counter() - t0, 1)
+
+
+def _failed(done: subprocess.CompletedProcess[str], what: str) -> str:
+    return f"{what} failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+
 
 def run_round(
-    settings: RoundSettings, served_model: Any | None = None, served_ranker: Ranker | None = None
+    settings: RoundSettings,
+    served_model: Any | None = None,
+    served_ranker: Ranker | None = None,
+    judge_rankers: Sequence[Ranker] | None = None,
 ) -> RoundOutcome:
-    """One round (module docstring). `served_model`, `served_ranker`: the served bundle already loaded."""
+    """One round (module docstring). `served_model`, `served_ranker`: the judge already loaded (one fold);
+    `judge_rankers`: each fold's judge already loaded (with --folds)."""
     started = time.perf_counter()
     results = read_log(settings.log)
-    split = (split_by_query if settings.split == "query" else split_by_time)(results, settings.holdout)
+    folds = settings.folds
+    if folds > 1 and settings.split != "query":
+        raise ValueError("--folds splits the queries: it goes with --split query")
+    if folds > 1:
+        splits = split_into_folds(results, folds)
+    else:
+        splits = [(split_by_query if settings.split == "query" else split_by_time)(results, settings.holdout)]
     out = candidate_folder(settings)
+    outs = [out] if folds == 1 else [out.with_name(f"{out.name}-fold{j + 1}") for j in range(folds)]
+    judges = list(settings.judges) if settings.judges else [settings.judge or settings.served] * folds
+    if len(judges) != folds:
+        raise ValueError(f"{len(judges)} judges given for {folds} folds: give one per fold, or one for all")
     report: dict[str, Any] = {
         "log": str(settings.log),
         "served": str(settings.served),
-        "candidate": str(out),
+        "candidate": str(out) if folds == 1 else None,
+        "candidates": [str(o) for o in outs],
         "debias": settings.debias,
-        "holdout": settings.holdout,
-        "impressions": {"train": split.impressions[0], "held_out": split.impressions[1]},
-        "cutoff_time": split.cutoff,
-        "train_clicks": sum(r.clicked for r in split.train),
+        "holdout": settings.holdout if folds == 1 else None,
+        "folds": folds,
+        "impressions": {"train": splits[0].impressions[0], "held_out": sum(s.impressions[1] for s in splits)},
+        "cutoff_time": min(s.cutoff for s in splits),
+        "train_clicks": sum(r.clicked for r in splits[0].train),
+        "train_seconds": 0.0,
     }
-    with tempfile.TemporaryDirectory(prefix="ssi-learn-") as work:
-        clicks = Path(work) / "clicks.train.jsonl"
-        write_log(split.train, clicks)
-        args, start = train_command(settings, clicks, out)
-        report["start"] = start
-        report["train_command"] = shlex.join(args)
-        t0 = time.perf_counter()
-        done = subprocess.run(args, capture_output=True, text=True, check=False)
-        report["train_seconds"] = round(time.perf_counter() - t0, 1)
-    if done.returncode != 0:
-        report["error"] = f"ssi train failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
-        report["promoted"] = False
-        return RoundOutcome(report)
-    summary = _summary(done.stdout)
-    report["train"] = {k: summary.get(k) for k in ("content_hash", "valid", "best_step", "steps", "seconds")}
-    report["train_messages"] = done.stderr.strip()[-2000:]
-    judge = settings.judge or settings.served
-    report["judge"] = str(judge)
-    served = served_model if served_model is not None else ssi.load(judge, corpus=settings.corpus)
-    candidate = ssi.load(out, corpus=settings.corpus)
+    trained = []
+    for split, where in zip(splits, outs, strict=True):
+        done, args, start, seconds = _train(settings, split.train, where)
+        report["start"], report["train_command"] = start, shlex.join(args)
+        report["train_seconds"] += seconds
+        if done.returncode != 0:
+            report["error"] = _failed(done, "ssi train")
+            report["promoted"] = False
+            return RoundOutcome(report)
+        trained.append(_summary(done.stdout))
+        report["train_messages"] = done.stderr.strip()[-2000:]
+    report["train"] = {k: trained[0].get(k) for k in ("content_hash", "valid", "best_step", "steps", "seconds")}
+    report["judges"] = [str(j) for j in judges]
+    report["judge"] = report["judges"][0]
+    if judge_rankers is None:
+        one = served_ranker or (Ranker(served_model) if served_model is not None else None)
+        judge_rankers = [one] * folds if one is not None and folds == 1 else None
+    if judge_rankers is None:
+        loaded: dict[Path, Ranker] = {}
+        for j in judges:
+            if j not in loaded:
+                loaded[j] = Ranker(ssi.load(j, corpus=settings.corpus))
+        judge_rankers = [loaded[j] for j in judges]
+    candidates = [ssi.load(o, corpus=settings.corpus) for o in outs]
     propensities = fixed_propensities(settings.eta) if settings.eta is not None else propensities_of(results)
     report["propensities"] = propensities.describe()
-    impressions, skipped = held_out_impressions(split.held_out, settings.kind)
-    result: PromotionEstimate = estimate(
-        served, candidate, impressions, propensities, clip=settings.clip, z=settings.z,
-        tolerance=settings.tolerance, cutoff=settings.cutoff, skipped=skipped, served_ranker=served_ranker,
-        labels="pbm" if settings.debias == "pbm" else "ips",
+    parts, no_text, other = [], 0, 0
+    for split, judge, candidate in zip(splits, judge_rankers, candidates, strict=True):
+        impressions, skipped = held_out_impressions(split.held_out, settings.kind)
+        no_text, other = no_text + skipped.no_text, other + skipped.other_kind
+        parts.append(Fold(judge.model, candidate, impressions, judge))
+    result: PromotionEstimate = estimate_folds(
+        parts, propensities, clip=settings.clip, z=settings.z, tolerance=settings.tolerance, cutoff=settings.cutoff,
+        skipped=Skipped(no_text=no_text, other_kind=other), labels="pbm" if settings.debias == "pbm" else "ips",
     )  # fmt: skip
     report["estimate"] = result.to_dict()
     report["estimate_text"] = result.describe()
     report["promoted"] = result.promote
-    serving, serving_path = candidate, out
-    if result.promote and settings.refit and settings.split == "query":
+    serving, serving_path = candidates[0], out
+    if result.promote and settings.split == "query" and (settings.refit or folds > 1):
         serving_path = out.with_name(out.name + "-refit")
-        with tempfile.TemporaryDirectory(prefix="ssi-learn-") as work:
-            everything = Path(work) / "clicks.all.jsonl"
-            write_log(results, everything)
-            args, _ = train_command(settings, everything, serving_path)
-            done = subprocess.run(args, capture_output=True, text=True, check=False)
+        done, _, _, _ = _train(settings, results, serving_path)
         if done.returncode != 0:
-            report["error"] = f"the refit failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
+            report["error"] = _failed(done, "the refit")
             report["promoted"] = False
-            return RoundOutcome(report, candidate)
+            return RoundOutcome(report, candidates)
         serving = ssi.load(serving_path, corpus=settings.corpus)
     if result.promote:
         report["serving"] = str(serving_path)
     if result.promote and settings.server is not None:
         report["reload"] = reload_server(settings.server, settings.admin_key, serving_path, settings.collection)
     report["seconds"] = round(time.perf_counter() - started, 1)
-    return RoundOutcome(report, candidate, serving if result.promote else None)
+    return RoundOutcome(report, candidates, serving if result.promote else None)
