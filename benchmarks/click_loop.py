@@ -41,7 +41,7 @@ from ssi.records import Query
 from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.metrics import NDCG10, MetricSummary, quick_metrics, summarize
 from training.evaluate.tasks import RetrievalTask, beir_task
-from training.feedback.promote import Ranker
+from training.feedback.promote import DEFAULT_FOLDS, Ranker
 from training.feedback.round import RoundSettings, run_round
 from training.feedback.start import write_bm25_start
 from training.splits import split_by_query
@@ -260,7 +260,7 @@ def main(
     z: Annotated[float, typer.Option(help="Promotion: mean >= 0 and mean - z·SE >= -1 % of served.")] = 1.0,
     folds: Annotated[
         int, typer.Option(min=1, help="ssi learn --folds: cross-fitted candidates, every train claim judges.")
-    ] = 1,
+    ] = DEFAULT_FOLDS,
     valid_share: Annotated[
         float,
         typer.Option(

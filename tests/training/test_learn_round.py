@@ -15,6 +15,8 @@ from typer.testing import CliRunner
 
 from ssi.traffic import EVENTS_SCHEMA, EVENTS_SCHEMA_VERSION
 from training.cli import register
+from training.feedback.promote import DEFAULT_FOLDS
+from training.feedback.round import RoundSettings, fold_count
 from training.feedback.start import write_bm25_start
 
 TOPICS = ["river", "money", "music", "forest", "storm", "harbour", "market", "valley"]
@@ -122,3 +124,17 @@ def test_learn_round_cross_fits_every_query(world: dict[str, Path]) -> None:
     three = args + ["--name", "three"] + ["--judge", str(world["served"])] * 3
     refused = CliRunner().invoke(app, three)
     assert refused.exit_code == 2 and "3 judges given for 2 folds" in refused.output
+
+
+def test_folds_default_to_cross_fitting_only_where_they_can(tmp_path: Path) -> None:
+    """The query split cross-fits by default; a time split or a held-out share asked for is one fold; folds with
+    either is refused by name rather than one of the two silently ignored."""
+    base = {"log": tmp_path, "served": tmp_path, "corpus": tmp_path}
+    assert fold_count(RoundSettings(**base)) == DEFAULT_FOLDS > 1
+    assert fold_count(RoundSettings(**base, split="time")) == 1
+    assert fold_count(RoundSettings(**base, holdout=0.3)) == 1
+    assert fold_count(RoundSettings(**base, folds=5)) == 5
+    with pytest.raises(ValueError, match="--split query"):
+        fold_count(RoundSettings(**base, split="time", folds=2))
+    with pytest.raises(ValueError, match="--folds 1"):
+        fold_count(RoundSettings(**base, holdout=0.3, folds=2))

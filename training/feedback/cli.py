@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from training.debias import DEBIAS_MODES, DEFAULT_CLIP
-from training.feedback.promote import DEFAULT_HOLDOUT, DEFAULT_TOLERANCE, DEFAULT_Z
+from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, DEFAULT_TOLERANCE, DEFAULT_Z
 from training.feedback.round import RoundSettings, run_round
 
 DATA = "Data"
@@ -75,13 +75,13 @@ def learn_command(
         str, typer.Option(help="More `ssi train` flags, as one shell-quoted string.", rich_help_panel=TRAIN)
     ] = "",
     holdout: Annotated[
-        float,
+        float | None,
         typer.Option(
-            help="Share held out of training, to decide on: of the distinct queries (--split query) or of the "
-            "newest impressions (--split time).",
+            help="Judge on one held-out share instead of folds: of the distinct queries (--split query; implies "
+            f"--folds 1) or of the newest impressions (--split time). Default {DEFAULT_HOLDOUT}.",
             rich_help_panel=DECISION,
         ),
-    ] = DEFAULT_HOLDOUT,
+    ] = None,
     split: Annotated[
         str,
         typer.Option(
@@ -100,15 +100,16 @@ def learn_command(
         ),
     ] = None,
     folds: Annotated[
-        int,
+        int | None,
         typer.Option(
             min=1,
             max=10,
-            help="Cross-fitting (with --split query): K candidates, each trained on K - 1 folds of the queries and "
-            "judged on the last, so every query judges (1: the --holdout share only). A promotion serves the refit.",
+            help="Cross-fitting: K candidates, each trained on K - 1 folds of the queries and judged on the last, so "
+            f"every query judges; a promotion serves the refit on all. Default {DEFAULT_FOLDS} with --split query "
+            "(1 with --split time or --holdout: one held-out share).",
             rich_help_panel=DECISION,
         ),
-    ] = 1,
+    ] = None,
     refit: Annotated[
         bool,
         typer.Option(

@@ -38,6 +38,7 @@ from ssi.bundle import load_bundle
 from ssi.traffic import ShownResult
 from training.debias import DEFAULT_CLIP
 from training.feedback.promote import (
+    DEFAULT_FOLDS,
     DEFAULT_HOLDOUT,
     DEFAULT_TOLERANCE,
     DEFAULT_Z,
@@ -67,10 +68,10 @@ class RoundSettings:
     bundles: Path | None = None  # where the candidate goes (default: beside the served bundle)
     name: str | None = None  # the candidate's folder name (default: learn-<UTC time>)
     debias: str = "pbm"
-    holdout: float = DEFAULT_HOLDOUT
+    holdout: float | None = None  # the held-out share with one fold (None: DEFAULT_HOLDOUT)
     split: str = "query"  # query: a share of the queries held out whole; time: the newest impressions
     judge: Path | None = None  # what the candidate is compared with (default: the served bundle)
-    folds: int = 1  # >= 2: cross-fitted, one candidate per fold of the queries, all queries judge (split query)
+    folds: int | None = None  # >= 2: cross-fitted, one candidate per fold, every query judges (`fold_count`)
     judges: list[Path] | None = None  # with folds: each fold's judge (the last promoted round's candidates)
     refit: bool = True  # a promoted candidate is trained again on the whole log, and that is served
     z: float = DEFAULT_Z
@@ -93,6 +94,18 @@ class RoundSettings:
     server: str | None = None
     admin_key: str | None = None
     collection: str | None = None
+
+
+def fold_count(settings: RoundSettings) -> int:
+    """The folds a round cross-fits: as given; else DEFAULT_FOLDS with the query split and no held-out share
+    given, 1 otherwise (a time split, or a share asked for)."""
+    if settings.folds is None:
+        return DEFAULT_FOLDS if settings.split == "query" and settings.holdout is None else 1
+    if settings.folds > 1 and settings.split != "query":
+        raise ValueError("--folds splits the queries: it goes with --split query (or give --folds 1)")
+    if settings.folds > 1 and settings.holdout is not None:
+        raise ValueError("--holdout is the held-out share of one fold: it goes with --folds 1")
+    return settings.folds
 
 
 def candidate_folder(settings: RoundSettings) -> Path:
@@ -230,13 +243,12 @@ def run_round(
     `judge_rankers`: each fold's judge already loaded (with --folds)."""
     started = time.perf_counter()
     results = read_log(settings.log)
-    folds = settings.folds
-    if folds > 1 and settings.split != "query":
-        raise ValueError("--folds splits the queries: it goes with --split query")
+    folds = fold_count(settings)
+    holdout = settings.holdout if settings.holdout is not None else DEFAULT_HOLDOUT
     if folds > 1:
         splits = split_into_folds(results, folds)
     else:
-        splits = [(split_by_query if settings.split == "query" else split_by_time)(results, settings.holdout)]
+        splits = [(split_by_query if settings.split == "query" else split_by_time)(results, holdout)]
     out = candidate_folder(settings)
     outs = [out] if folds == 1 else [out.with_name(f"{out.name}-fold{j + 1}") for j in range(folds)]
     judges = list(settings.judges) if settings.judges else [settings.judge or settings.served] * folds
@@ -248,7 +260,7 @@ def run_round(
         "candidate": str(out) if folds == 1 else None,
         "candidates": [str(o) for o in outs],
         "debias": settings.debias,
-        "holdout": settings.holdout if folds == 1 else None,
+        "holdout": holdout if folds == 1 else None,
         "folds": folds,
         "impressions": {"train": splits[0].impressions[0], "held_out": sum(s.impressions[1] for s in splits)},
         "cutoff_time": min(s.cutoff for s in splits),
