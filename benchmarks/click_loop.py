@@ -5,9 +5,10 @@ On SciFact, `ssi serve` (a subprocess, real HTTP) starts from a bundle that rank
 by `ssi train --valid-share 0.2`'s split; never a validation claim) with k = 10; a user examines position r
 with probability (1/r)^η and clicks an examined relevant document (qrels) with probability --p-relevant, an
 examined other one with --p-other, and reports each click with POST /clicks. After each round of S sessions,
-`ssi learn`'s round runs on the log so far (time split, `ssi train --clicks --debias`, the counterfactual
+`ssi learn`'s round runs on the log so far (query folds, `ssi train --clicks --debias`, the counterfactual
 estimate, POST /admin/reload when promoted), and NDCG@10 of the served model on the validation claims is
-measured in process (the same exact ranking as served).
+measured in process (the same exact ranking as served). Beside each estimate, the same candidate − judge
+difference is measured on the true labels of the train claims that judged it (what the estimate stands for).
 
 Arms: --debias ips and naive, each with its own service and log; beside them, in the same process, BM25 on
 stems (the evaluation harness's bm25s scorer at `ssi eval`'s two settings, and the start bundle itself) and
@@ -41,7 +42,7 @@ from ssi.records import Query
 from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.metrics import NDCG10, MetricSummary, quick_metrics, summarize
 from training.evaluate.tasks import RetrievalTask, beir_task
-from training.feedback.promote import DEFAULT_FOLDS, Ranker
+from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, Ranker, fold_of, text_share
 from training.feedback.round import RoundSettings, run_round
 from training.feedback.start import write_bm25_start
 from training.splits import split_by_query
@@ -79,6 +80,31 @@ def load_world(data: Path) -> World:
         corpus, queries_path, qrels_path, [by_id[q] for q in sorted(relevant)],
         {q: frozenset(d) for q, d in relevant.items()}, task,
     )  # fmt: skip
+
+
+def judging_tasks(world: World, folds: int) -> list[RetrievalTask]:
+    """Per fold of `ssi learn`, the train claims it judges on (by the same hash), with their qrels: what the
+    estimate would read if it had the true labels instead of clicks."""
+    docs = read_corpus(world.corpus)
+    pairs = [p for p in read_qrels(world.qrels_path) if p.query_id in world.relevant]
+    share = {q.id: text_share(q.text) for q in world.train_claims}
+    tasks = []
+    for j in range(folds):
+        judged = {q for q, s in share.items() if (fold_of(s, folds) == j if folds > 1 else s < DEFAULT_HOLDOUT)}
+        claims = [q for q in world.train_claims if q.id in judged]
+        tasks.append(beir_task(docs, claims, [p for p in pairs if p.query_id in judged], name=f"fold-{j + 1}"))
+    return tasks
+
+
+def judging_truth(candidates: list[Any], judges: list[Ranker], tasks: list[RetrievalTask]) -> MetricSummary:
+    """Candidate − judge NDCG@10 per judging claim, pooled over the folds (mean ± SE over claims)."""
+    diffs = []
+    for candidate, judge, task in zip(candidates, judges, tasks, strict=True):
+        texts = list(task.query_texts)
+        ours = quick_metrics(candidate.scores(texts), task.relevant_matrix, task.excluded_matrix)[NDCG10]
+        theirs = quick_metrics(judge.model.scores(texts), task.relevant_matrix, task.excluded_matrix)[NDCG10]
+        diffs.append(np.asarray(ours) - np.asarray(theirs))
+    return summarize(np.concatenate(diffs))
 
 
 def ndcg(scores: np.ndarray, task: RetrievalTask) -> MetricSummary:
@@ -158,6 +184,7 @@ def run_arm(
     # held-out queries either); at the start, the start bundle itself.
     # With --folds K, one judge per fold: the last promoted round's candidate of that fold.
     judge_paths, judge_rankers = [served_path] * opts["folds"], [start_ranker] * opts["folds"]
+    tasks = judging_tasks(world, opts["folds"])
     rounds: list[dict[str, Any]] = []
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -189,6 +216,7 @@ def run_arm(
                 before = model_ndcg(served_model, world.valid_task)
                 if outcome.candidates:
                     folds = [model_ndcg(c, world.valid_task) for c in outcome.candidates]
+                    truth = judging_truth(outcome.candidates, judge_rankers, tasks)
                     est = report["estimate"]
                     row.update(
                         estimate={k: est[k] for k in ("mean", "stderr", "ci95", "lower", "queries", "clicks", "eta")},
@@ -197,6 +225,7 @@ def run_arm(
                             float(np.mean([f.stderr for f in folds])),
                         ],
                         candidate_ndcg_folds=[f.mean for f in folds],
+                        judging_truth=[truth.mean, truth.stderr],
                         promoted=outcome.promoted,
                     )
                     if outcome.promoted:
@@ -210,7 +239,10 @@ def run_arm(
                 row["promotion_hurt"] = bool(row["promoted"]) and after.mean < before.mean
                 rounds.append(row)
                 est_text = (
-                    f"Δ {row['estimate']['mean']:+.4f} ± {row['estimate']['stderr']:.4f}" if "estimate" in row else "—"
+                    f"Δ {row['estimate']['mean']:+.4f} ± {row['estimate']['stderr']:.4f} (on their qrels "
+                    f"{row['judging_truth'][0]:+.4f} ± {row['judging_truth'][1]:.4f})"
+                    if "estimate" in row
+                    else "—"
                 )
                 typer.echo(
                     f"  {arm:<5} round {n}: {row['sessions']:>5} sessions, {row['clicks']:>5} clicks; candidate "
@@ -371,7 +403,10 @@ def print_table(result: dict[str, Any], start: MetricSummary, bm25: dict[str, Me
             served = f"{m:.4f} ± {se:.4f} ({m / start.mean:.3f}× start)"
             if "estimate" in row:
                 e, verdict = row["estimate"], "promoted" if row["promoted"] else "kept"
-                decision = f"{e['mean']:+.4f} ± {e['stderr']:.4f} → {verdict} ({row['candidate_ndcg'][0]:.4f})"
+                decision = (
+                    f"{e['mean']:+.4f} ± {e['stderr']:.4f} → {verdict} ({row['candidate_ndcg'][0]:.4f}; "
+                    f"on the judging claims' qrels {row['judging_truth'][0]:+.4f})"
+                )
             else:
                 decision = f"training failed: {row.get('error')}"
             cells += [served, decision]
