@@ -109,7 +109,7 @@ def test_learn_round_cross_fits_every_query(world: dict[str, Path]) -> None:
     report = world["root"] / "folds.json"
     args = ["learn", "--log", str(world["store"]), "--served", str(world["served"]), "--corpus", str(world["corpus"])]
     args += ["--name", "folded", "--report", str(report), "--epochs", "100", "--lr", "0.1", "--eta", "0.5"]
-    args += ["--folds", "2", "--debias", "ips", "--threads", "1", "--train-args", "--valid-share 0"]
+    args += ["--folds", "2", "--debias", "ips", "--labels", "ips", "--threads", "1", "--train-args", "--valid-share 0"]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
     data = json.loads(report.read_text())

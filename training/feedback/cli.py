@@ -118,6 +118,16 @@ def learn_command(
             rich_help_panel=DECISION,
         ),
     ] = True,
+    labels: Annotated[
+        str,
+        typer.Option(
+            help="What a judging click is worth, whatever --debias trains with: pbm, the click model's relevance "
+            "(the default: in the simulated loop it followed the true labels' difference), or ips, each click "
+            "1/p(r) (it favours the ranker that logged the traffic: it refused a candidate better by +0.013 as "
+            "-0.015 ± 0.005).",
+            rich_help_panel=DECISION,
+        ),
+    ] = "pbm",
     z: Annotated[
         float,
         typer.Option(
@@ -160,6 +170,8 @@ def learn_command(
     newest part (propensity-weighted DCG of the clicked documents), and reload the server if it is no worse."""
     if debias not in DEBIAS_MODES:
         raise typer.BadParameter(f"--debias is one of {', '.join(DEBIAS_MODES)}, not {debias!r}")
+    if labels not in ("pbm", "ips"):
+        raise typer.BadParameter(f"--labels is pbm or ips, not {labels!r}")
     if split not in ("query", "time"):
         raise typer.BadParameter(f"--split is query or time, not {split!r}")
     if (queries is None) != (qrels is None):
@@ -168,7 +180,7 @@ def learn_command(
         log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout, z=z,
         split=split, judge=judge[0] if judge and len(judge) == 1 else None,
         judges=judge if judge and len(judge) > 1 else None, folds=folds, refit=refit, tolerance=tolerance, eta=eta,
-        clip=clip, cutoff=cutoff,
+        clip=clip, cutoff=cutoff, labels=labels,
         queries=queries, qrels=qrels, warm=warm, dims=dims,
         epochs=epochs, max_minutes=max_minutes, lr=lr, warm_lr_scale=warm_lr_scale, seed=seed, threads=threads,
         train_args=shlex.split(train_args), server=server, admin_key=admin_key, collection=collection,

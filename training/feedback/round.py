@@ -19,6 +19,7 @@ on the whole log; the K candidates judge the next round.
 
 from __future__ import annotations
 
+import glob
 import json
 import shlex
 import subprocess
@@ -75,6 +76,7 @@ class RoundSettings:
     judges: list[Path] | None = None  # with folds: each fold's judge (the last promoted round's candidates)
     refit: bool = True  # a promoted candidate is trained again on the whole log, and that is served
     z: float = DEFAULT_Z
+    labels: str = "pbm"  # what a judging click is worth, whatever --debias trains with: pbm (click model) or ips
     tolerance: float = DEFAULT_TOLERANCE
     eta: float | None = None  # None: estimated from the randomized impressions
     clip: float = DEFAULT_CLIP
@@ -113,7 +115,7 @@ def candidate_folder(settings: RoundSettings) -> Path:
     root = settings.bundles or settings.served.resolve().parent
     name = settings.name or time.strftime("learn-%Y%m%dT%H%M%S", time.gmtime())
     out, n = root / name, 1
-    while out.exists():
+    while out.exists() or any(root.glob(f"{glob.escape(out.name)}-*")):  # its folds and refit are taken too
         n += 1
         out = root / f"{name}-{n}"
     return out
@@ -300,7 +302,7 @@ def run_round(
         parts.append(Fold(judge.model, candidate, impressions, judge))
     result: PromotionEstimate = estimate_folds(
         parts, propensities, clip=settings.clip, z=settings.z, tolerance=settings.tolerance, cutoff=settings.cutoff,
-        skipped=Skipped(no_text=no_text, other_kind=other), labels="pbm" if settings.debias == "pbm" else "ips",
+        skipped=Skipped(no_text=no_text, other_kind=other), labels=settings.labels,
     )  # fmt: skip
     report["estimate"] = result.to_dict()
     report["estimate_text"] = result.describe()
