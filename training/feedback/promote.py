@@ -51,7 +51,7 @@ from training.debias import DEFAULT_CLIP, DEFAULT_RELEVANCE_FLOOR, Propensities,
 from training.evaluate.features import TextFeatures
 
 DEFAULT_HOLDOUT = 0.2
-DEFAULT_FOLDS = 3  # `ssi learn`'s cross-fitting with the query split (docs/guides/learn.md: the loop with folds)
+DEFAULT_FOLDS = 2  # `ssi learn`'s cross-fitting with the query split (docs/guides/learn.md: the loop with folds)
 DEFAULT_Z = 1.0
 DEFAULT_TOLERANCE = 0.0  # a share of the served model's value that the lower end may reach below it
 Z_95 = 1.959963984540054
