@@ -1,8 +1,10 @@
 """Safe promotion: is a candidate bundle at least as good as the served one on held-out recent traffic?
 
-A new bundle is trained on the older part of the service's log; the newest share of impressions (by time)
-is held out and never trained on. On those impressions the two bundles are compared counterfactually, with
-the propensity-weighted ranking metric of Joachims, Swaminathan & Schnabel (2017, "Unbiased Learning-to-Rank
+A new bundle is trained on part of the service's log; the rest is held out and never trained on: the queries of
+one fold (`split_into_folds`, cross-fitting: each fold's candidate is judged on its own fold, and the folds pool),
+a share of the queries (`split_by_query`) or the newest impressions (`split_by_time`). On those impressions the two
+bundles are compared counterfactually, by the DCG of click-model labels (`_click_model_dcg`, `ssi learn`'s
+default) or with the propensity-weighted ranking metric of Joachims, Swaminathan & Schnabel (2017, "Unbiased Learning-to-Rank
 with Biased Feedback", WSDM, section 4): a click on document d shown at position r is evidence of relevance
 seen through the examination probability p(r), so
 
