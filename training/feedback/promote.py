@@ -4,9 +4,9 @@ A new bundle is trained on part of the service's log; the rest is held out and n
 one fold (`split_into_folds`, cross-fitting: each fold's candidate is judged on its own fold, and the folds pool),
 a share of the queries (`split_by_query`) or the newest impressions (`split_by_time`). On those impressions the two
 bundles are compared counterfactually, by the DCG of click-model labels (`_click_model_dcg`, `ssi learn`'s
-default) or with the propensity-weighted ranking metric of Joachims, Swaminathan & Schnabel (2017, "Unbiased Learning-to-Rank
-with Biased Feedback", WSDM, section 4): a click on document d shown at position r is evidence of relevance
-seen through the examination probability p(r), so
+default) or with the propensity-weighted ranking metric of Joachims, Swaminathan & Schnabel (2017, "Unbiased
+Learning-to-Rank with Biased Feedback", WSDM, section 4): a click on document d shown at position r is evidence
+of relevance seen through the examination probability p(r), so
 
     Δ(x) = Σ_{clicked d} [λ(rank_cand(d | x)) − λ(rank_served(d | x))] / p(r_shown(d)),   λ(k) = 1/log2(1 + k)
 
