@@ -166,8 +166,9 @@ def learn_command(
         str | None, typer.Option(help="The collection to reload (default: the default one).", rich_help_panel=SERVER)
     ] = None,
 ) -> None:
-    """Split the traffic log by time, train a candidate on the older part, compare it with the served bundle on the
-    newest part (propensity-weighted DCG of the clicked documents), and reload the server if it is no worse."""
+    """Cut the traffic log's queries into folds, train a candidate on each fold's complement, judge each on its
+    own fold against the served bundle (or --judge) by the click model's labels, and when the candidates are
+    better, refit on the whole log and reload the server (training/feedback/round.py)."""
     if debias not in DEBIAS_MODES:
         raise typer.BadParameter(f"--debias is one of {', '.join(DEBIAS_MODES)}, not {debias!r}")
     if labels not in ("pbm", "ips"):
@@ -178,8 +179,7 @@ def learn_command(
         raise typer.BadParameter("--queries and --qrels go together")
     settings = RoundSettings(
         log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout, z=z,
-        split=split, judge=judge[0] if judge and len(judge) == 1 else None,
-        judges=judge if judge and len(judge) > 1 else None, folds=folds, refit=refit, tolerance=tolerance, eta=eta,
+        split=split, judges=judge or None, folds=folds, refit=refit, tolerance=tolerance, eta=eta,
         clip=clip, cutoff=cutoff, labels=labels,
         queries=queries, qrels=qrels, warm=warm, dims=dims,
         epochs=epochs, max_minutes=max_minutes, lr=lr, warm_lr_scale=warm_lr_scale, seed=seed, threads=threads,

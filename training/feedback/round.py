@@ -71,9 +71,10 @@ class RoundSettings:
     debias: str = "pbm"
     holdout: float | None = None  # the held-out share with one fold (None: DEFAULT_HOLDOUT)
     split: str = "query"  # query: a share of the queries held out whole; time: the newest impressions
-    judge: Path | None = None  # what the candidate is compared with (default: the served bundle)
     folds: int | None = None  # >= 2: cross-fitted, one candidate per fold, every query judges (`fold_count`)
-    judges: list[Path] | None = None  # with folds: each fold's judge (the last promoted round's candidates)
+    # What the candidates are compared with: one bundle for every fold, or one per fold (the last promoted round's
+    # candidates); default: the served bundle.
+    judges: list[Path] | None = None
     refit: bool = True  # a promoted candidate is trained again on the whole log, and that is served
     z: float = DEFAULT_Z
     labels: str = "pbm"  # what a judging click is worth, whatever --debias trains with: pbm (click model) or ips
@@ -235,14 +236,8 @@ def _failed(done: subprocess.CompletedProcess[str], what: str) -> str:
     return f"{what} failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
 
 
-def run_round(
-    settings: RoundSettings,
-    served_model: Any | None = None,
-    served_ranker: Ranker | None = None,
-    judge_rankers: Sequence[Ranker] | None = None,
-) -> RoundOutcome:
-    """One round (module docstring). `served_model`, `served_ranker`: the judge already loaded (one fold);
-    `judge_rankers`: each fold's judge already loaded (with --folds)."""
+def run_round(settings: RoundSettings, judge_rankers: Sequence[Ranker] | None = None) -> RoundOutcome:
+    """One round (module docstring). `judge_rankers`: each fold's judge already loaded (`settings.judges`)."""
     started = time.perf_counter()
     results = read_log(settings.log)
     folds = fold_count(settings)
@@ -253,7 +248,8 @@ def run_round(
         splits = [(split_by_query if settings.split == "query" else split_by_time)(results, holdout)]
     out = candidate_folder(settings)
     outs = [out] if folds == 1 else [out.with_name(f"{out.name}-fold{j + 1}") for j in range(folds)]
-    judges = list(settings.judges) if settings.judges else [settings.judge or settings.served] * folds
+    judges = list(settings.judges or [settings.served])
+    judges = judges * folds if len(judges) == 1 else judges
     if len(judges) != folds:
         raise ValueError(f"{len(judges)} judges given for {folds} folds: give one per fold, or one for all")
     report: dict[str, Any] = {
@@ -283,9 +279,6 @@ def run_round(
     report["train"] = {k: trained[0].get(k) for k in ("content_hash", "valid", "best_step", "steps", "seconds")}
     report["judges"] = [str(j) for j in judges]
     report["judge"] = report["judges"][0]
-    if judge_rankers is None:
-        one = served_ranker or (Ranker(served_model) if served_model is not None else None)
-        judge_rankers = [one] * folds if one is not None and folds == 1 else None
     if judge_rankers is None:
         loaded: dict[Path, Ranker] = {}
         for j in judges:
