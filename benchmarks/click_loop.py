@@ -42,7 +42,7 @@ from ssi.records import Query
 from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.metrics import NDCG10, MetricSummary, quick_metrics, summarize
 from training.evaluate.tasks import RetrievalTask, beir_task
-from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, Ranker, fold_of, text_share
+from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, Z_95, Ranker, fold_of, text_share
 from training.feedback.round import RoundSettings, run_round
 from training.feedback.start import write_bm25_start
 from training.splits import split_by_query
@@ -113,6 +113,15 @@ def ndcg(scores: np.ndarray, task: RetrievalTask) -> MetricSummary:
 
 def model_ndcg(model: Any, task: RetrievalTask) -> MetricSummary:
     return ndcg(model.scores(list(task.query_texts)), task)
+
+
+def paired_change(before: Any, after: Any, task: RetrievalTask) -> MetricSummary:
+    """After − before NDCG@10 per claim (mean ± SE over claims): what a promotion changed, with the noise of
+    162 claims beside it (two consecutive served models differ on a few claims only)."""
+    texts = list(task.query_texts)
+    old = quick_metrics(before.scores(texts), task.relevant_matrix, task.excluded_matrix)[NDCG10]
+    new = quick_metrics(after.scores(texts), task.relevant_matrix, task.excluded_matrix)[NDCG10]
+    return summarize(np.asarray(new) - np.asarray(old))
 
 
 @dataclass
@@ -213,7 +222,7 @@ def run_arm(
                     "start": report.get("start"), "propensities": report.get("propensities"),
                     "error": report.get("error"),
                 }  # fmt: skip
-                before = model_ndcg(served_model, world.valid_task)
+                before_model = served_model
                 if outcome.candidates:
                     folds = [model_ndcg(c, world.valid_task) for c in outcome.candidates]
                     truth = judging_truth(outcome.candidates, judge_rankers, tasks)
@@ -236,7 +245,11 @@ def run_arm(
                     row["promoted"] = False
                 after = model_ndcg(served_model, world.valid_task)
                 row["served_ndcg"] = [after.mean, after.stderr]
-                row["promotion_hurt"] = bool(row["promoted"]) and after.mean < before.mean
+                if row["promoted"]:
+                    change = paired_change(before_model, served_model, world.valid_task)
+                    row["promotion_change"] = [change.mean, change.stderr]
+                    row["promotion_hurt"] = change.mean < 0
+                    row["promotion_significantly_worse"] = change.mean + Z_95 * change.stderr < 0
                 rounds.append(row)
                 est_text = (
                     f"Δ {row['estimate']['mean']:+.4f} ± {row['estimate']['stderr']:.4f} (on their qrels "
@@ -289,7 +302,7 @@ def main(
     ] = 0.03,
     warm: Annotated[bool, typer.Option("--warm/--cold", help="Warm-start each round from the served bundle.")] = False,
     warm_lr_scale: Annotated[float, typer.Option(help="ssi train --warm-lr-scale of a warm start.")] = 1.0,
-    z: Annotated[float, typer.Option(help="Promotion: mean >= 0 and mean - z·SE >= -1 % of served.")] = 1.0,
+    z: Annotated[float, typer.Option(help="ssi learn --z: promote when the estimate mean - z·SE >= 0.")] = 1.0,
     folds: Annotated[
         int, typer.Option(min=1, help="ssi learn --folds: cross-fitted candidates, every train claim judges.")
     ] = DEFAULT_FOLDS,
@@ -364,6 +377,7 @@ def main(
         passed = [r["sessions"] for r in res["rounds"] if r["served_ndcg"][0] >= target]
         res["sessions_to_target"] = passed[0] if passed else None
         res["promotions_that_hurt"] = sum(bool(r.get("promotion_hurt")) for r in res["rounds"])
+        res["promotions_significantly_worse"] = sum(bool(r.get("promotion_significantly_worse")) for r in res["rounds"])
     result["seconds"] = round(time.perf_counter() - started, 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
@@ -407,6 +421,9 @@ def print_table(result: dict[str, Any], start: MetricSummary, bm25: dict[str, Me
                     f"{e['mean']:+.4f} ± {e['stderr']:.4f} → {verdict} ({row['candidate_ndcg'][0]:.4f}; "
                     f"on the judging claims' qrels {row['judging_truth'][0]:+.4f})"
                 )
+                if "promotion_change" in row:
+                    c, c_se = row["promotion_change"]
+                    decision += f"; served changed {c:+.4f} ± {c_se:.4f}"
             else:
                 decision = f"training failed: {row.get('error')}"
             cells += [served, decision]
@@ -418,7 +435,8 @@ def print_table(result: dict[str, Any], start: MetricSummary, bm25: dict[str, Me
         passed = f"reached BM25 + 0.05 after {reached} sessions" if reached else "did not reach BM25 + 0.05"
         lines.append(
             f"{a}: {passed}; "
-            f"promotions that lowered validation NDCG@10: {res['promotions_that_hurt']}; "
+            f"promotions that lowered validation NDCG@10: {res['promotions_that_hurt']} "
+            f"(by more than 1.96 SE of the paired change: {res['promotions_significantly_worse']}); "
             f"clicks {res['users']['clicks']} ({res['users']['relevant_clicks']} on relevant documents)"
         )
     lines.append(f"total {result['seconds']} s")
