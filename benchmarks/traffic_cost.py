@@ -12,6 +12,10 @@ Then `--paired` more queries, each sent to both servers one right after the othe
 a block's p50 moves with whatever the machine's neighbours did during that block, a request pair's two
 latencies share their moment. Reported: the median of the per-query differences with a bootstrap 95 % interval.
 
+Which server starts first moves the result (an A/A run differs by −0.02 ms; on − off moved by 0.09 ms between the
+two start orders): `--crossover` measures both orders, each with two new servers, and reports the mean of the two
+orders' paired medians, with a bootstrap interval that resamples each order's pairs on its own.
+
     python -m benchmarks.traffic_cost --bundle BUNDLE --corpus ../shared/data/wikispeedia/docs.jsonl.gz \
         --passages 100000 --blocks 12 --block-queries 300
 """
@@ -23,6 +27,7 @@ import random
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -85,9 +90,117 @@ def _show_cost(work: Path, calls: int) -> float:
         traffic.close()
 
 
+def _crossover_ci(
+    first: list[float], second: list[float], seed: int = 1, rounds: int = 2000
+) -> tuple[float, float, float]:
+    """The mean of the two orders' medians, and its bootstrap 95 % interval (each order resampled on its own)."""
+    boot = random.Random(seed)
+    means = sorted(
+        (statistics.median(boot.choices(first, k=len(first))) + statistics.median(boot.choices(second, k=len(second))))
+        / 2
+        for _ in range(rounds)
+    )
+    return (
+        (statistics.median(first) + statistics.median(second)) / 2,
+        means[int(0.025 * rounds)],
+        means[int(0.975 * rounds) - 1],
+    )
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+@dataclass
+class Setup:
+    """What one measurement serves and sends."""
+
+    bundle: Path
+    served: Path
+    queries: list[str]
+    blocks: int
+    block_queries: int
+    paired: int
+    seed: int
+    control: bool
+
+
+def measure(setup: Setup, work: Path, off_first: bool) -> tuple[dict[str, Any], list[float]]:
+    """One measurement with two new servers, started in the order given: (its result, the paired differences)."""
+    arms = {"on": "false" if setup.control else "true", "off": "false"}
+    if off_first:  # which server starts first (and gets which cores' caches) shows in an A/A run: swap it
+        arms = {"off": arms["off"], "on": arms["on"]}
+    servers = {
+        arm: ServedProcess(
+            setup.bundle, setup.served, work, {"SSI_CACHE_DIR": str(work / arm), "SSI_EVENTS": flag, "SSI_WORKERS": "1"}
+        )
+        for arm, flag in arms.items()
+    }
+    times: dict[str, list[float]] = {arm: [] for arm in arms}
+    block_p50: dict[str, list[float]] = {arm: [] for arm in arms}
+    cpu: dict[str, float] = dict.fromkeys(arms, 0.0)  # server CPU seconds over the measured blocks
+    queries = setup.queries
+    try:
+        for server in servers.values():
+            server.start()
+        clients = {arm: httpx.Client(base_url=s.url, timeout=60) for arm, s in servers.items()}
+        for client in clients.values():  # warm both: first requests compile and fill caches
+            _block(client, queries[:100])
+        rng = random.Random(setup.seed)
+        for b in range(setup.blocks):
+            order = ["on", "off"] if b % 2 == 0 else ["off", "on"]
+            sample = rng.sample(queries, setup.block_queries)
+            for arm in order:
+                before = servers[arm].cpu_seconds()
+                found = _block(clients[arm], sample)
+                cpu[arm] += servers[arm].cpu_seconds() - before
+                times[arm] += found
+                block_p50[arm].append(statistics.median(found))
+        pair_diffs = _paired(clients, rng.sample(queries, setup.paired)) if setup.paired else []
+        for client in clients.values():
+            client.close()
+    finally:
+        for server in servers.values():
+            server.stop()
+    diffs = [a - b for a, b in zip(block_p50["on"], block_p50["off"], strict=True)]
+    block_median, block_low, block_high = _median_ci(diffs)
+    result: dict[str, Any] = {
+        "started_first": next(iter(arms)),
+        "p50_ms": {arm: round(statistics.median(v), 3) for arm, v in times.items()},
+        "p99_ms": {arm: round(_percentile(v, 0.99), 3) for arm, v in times.items()},
+        "p50_difference_ms": round(block_median, 3),
+        "p50_difference_ci95_ms": [round(block_low, 3), round(block_high, 3)],
+        "ratio_p50_on_off": round(statistics.median(times["on"]) / statistics.median(times["off"]), 4),
+        # CPU per request counts what the server did, not what its neighbours did meanwhile.
+        "server_cpu_ms_per_request": {arm: round(cpu[arm] / len(times[arm]) * 1000, 3) for arm in arms},
+    }
+    if pair_diffs:
+        pair_median, pair_low, pair_high = _median_ci(pair_diffs)
+        result["paired"] = {
+            "queries": setup.paired,
+            "median_difference_ms": round(pair_median, 3),
+            "median_difference_ci95_ms": [round(pair_low, 3), round(pair_high, 3)],
+        }
+    return result, pair_diffs
+
+
+def report(result: dict[str, Any], setup: Setup) -> None:
+    typer.echo(
+        f"/search, 1 client, {setup.blocks} blocks × {setup.block_queries} per arm, {result['started_first']} "
+        f"started first: p50 on {result['p50_ms']['on']} ms, off {result['p50_ms']['off']} ms "
+        f"(ratio {result['ratio_p50_on_off']}); median block difference {result['p50_difference_ms']:+.3f} ms, "
+        f"95 % interval [{result['p50_difference_ci95_ms'][0]:+.3f}, {result['p50_difference_ci95_ms'][1]:+.3f}]; "
+        f"p99 on {result['p99_ms']['on']} ms, off {result['p99_ms']['off']} ms; server CPU per request on "
+        f"{result['server_cpu_ms_per_request']['on']} ms, off {result['server_cpu_ms_per_request']['off']} ms"
+    )
+    if "paired" in result:
+        pair = result["paired"]
+        low, high = pair["median_difference_ci95_ms"]
+        typer.echo(
+            f"paired, {pair['queries']} queries to both back to back: median difference on − off "
+            f"{pair['median_difference_ms']:+.3f} ms, 95 % interval [{low:+.3f}, {high:+.3f}]"
+        )
 
 
 def main(
@@ -99,6 +212,9 @@ def main(
     seed: Annotated[int, typer.Option(help="Query sampling seed.")] = 0,
     paired: Annotated[int, typer.Option(help="Queries sent to both servers back to back, after the blocks.")] = 2000,
     off_first: Annotated[bool, typer.Option(help="Start the server that records nothing first.")] = False,
+    crossover: Annotated[
+        bool, typer.Option(help="Measure with each server started first in turn; report the mean of both orders.")
+    ] = False,
     control: Annotated[
         bool, typer.Option(help="An A/A run: both servers record nothing (how far two like servers differ).")
     ] = False,
@@ -109,82 +225,34 @@ def main(
     work.mkdir(parents=True, exist_ok=True)
     served = passage_corpus(corpus, work / "passages.jsonl", limit=passages) if passages else corpus
     queries = keyword_queries(served, max(block_queries * 2, paired), 5, seed=seed, sampler="positions")
-    arms = {"on": "false" if control else "true", "off": "false"}
-    if off_first:  # which server starts first (and gets which cores' caches) shows in an A/A run: swap it
-        arms = {"off": arms["off"], "on": arms["on"]}
-    servers = {
-        arm: ServedProcess(
-            bundle, served, work, {"SSI_CACHE_DIR": str(work / arm), "SSI_EVENTS": flag, "SSI_WORKERS": "1"}
-        )
-        for arm, flag in arms.items()
-    }
-    times: dict[str, list[float]] = {arm: [] for arm in arms}
-    block_p50: dict[str, list[float]] = {arm: [] for arm in arms}
-    cpu: dict[str, float] = dict.fromkeys(arms, 0.0)  # server CPU seconds over the measured blocks
-    try:
-        for server in servers.values():
-            server.start()
-        clients = {arm: httpx.Client(base_url=s.url, timeout=60) for arm, s in servers.items()}
-        for client in clients.values():  # warm both: first requests compile and fill caches
-            _block(client, queries[:100])
-        rng = random.Random(seed)
-        for b in range(blocks):
-            order = ["on", "off"] if b % 2 == 0 else ["off", "on"]
-            sample = rng.sample(queries, block_queries)
-            for arm in order:
-                before = servers[arm].cpu_seconds()
-                found = _block(clients[arm], sample)
-                cpu[arm] += servers[arm].cpu_seconds() - before
-                times[arm] += found
-                block_p50[arm].append(statistics.median(found))
-        pair_diffs = _paired(clients, rng.sample(queries, paired)) if paired else []
-        for client in clients.values():
-            client.close()
-    finally:
-        for server in servers.values():
-            server.stop()
-    diffs = [a - b for a, b in zip(block_p50["on"], block_p50["off"], strict=True)]
-    block_median, block_low, block_high = _median_ci(diffs)
-    result: dict[str, Any] = {
+    setup = Setup(bundle, served, queries, blocks, block_queries, paired, seed, control)
+    orders = [False, True] if crossover else [off_first]
+    runs = []
+    for i, first_off in enumerate(orders):
+        order_work = work / f"order-{i}"
+        order_work.mkdir(exist_ok=True)
+        result, pairs = measure(setup, order_work, first_off)
+        report(result, setup)
+        runs.append((result, pairs))
+    summary: dict[str, Any] = {
         "documents": sum(1 for _ in served.open(encoding="utf-8")),
         "queries": len(queries),
         "blocks": blocks,
-        "control": control,
         "block_queries": block_queries,
-        "p50_ms": {arm: round(statistics.median(v), 3) for arm, v in times.items()},
-        "p99_ms": {arm: round(_percentile(v, 0.99), 3) for arm, v in times.items()},
-        "p50_difference_ms": round(block_median, 3),
-        "p50_difference_ci95_ms": [round(block_low, 3), round(block_high, 3)],
-        "ratio_p50_on_off": round(statistics.median(times["on"]) / statistics.median(times["off"]), 4),
+        "control": control,
         "show_us": round(_show_cost(work, 20_000), 2),
-        # CPU per request counts what the server did, not what its neighbours did meanwhile.
-        "server_cpu_ms_per_request": {arm: round(cpu[arm] / len(times[arm]) * 1000, 3) for arm in arms},
+        "runs": [r for r, _ in runs],
     }
-    if pair_diffs:
-        pair_median, pair_low, pair_high = _median_ci(pair_diffs)
-        result["paired"] = {
-            "queries": paired,
-            "median_difference_ms": round(pair_median, 3),
-            "median_difference_ci95_ms": [round(pair_low, 3), round(pair_high, 3)],
-        }
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    typer.echo(
-        f"/search, 1 client, {result['documents']} documents, {blocks} blocks × {block_queries} per arm: "
-        f"p50 on {result['p50_ms']['on']} ms, off {result['p50_ms']['off']} ms (ratio {result['ratio_p50_on_off']}); "
-        f"median block difference {result['p50_difference_ms']:+.3f} ms, 95 % interval "
-        f"[{result['p50_difference_ci95_ms'][0]:+.3f}, {result['p50_difference_ci95_ms'][1]:+.3f}]; "
-        f"p99 on {result['p99_ms']['on']} ms, off {result['p99_ms']['off']} ms; server CPU per request on "
-        f"{result['server_cpu_ms_per_request']['on']} ms, off {result['server_cpu_ms_per_request']['off']} ms; "
-        f"Traffic.show {result['show_us']} µs"
-    )
-    if "paired" in result:
-        pair = result["paired"]
-        low, high = pair["median_difference_ci95_ms"]
+    typer.echo(f"{summary['documents']} documents; Traffic.show {summary['show_us']} µs in process")
+    if crossover and paired:
+        mean, low, high = _crossover_ci(runs[0][1], runs[1][1])
+        summary["crossover_ms"] = {"mean_of_medians": round(mean, 3), "ci95": [round(low, 3), round(high, 3)]}
         typer.echo(
-            f"paired, {pair['queries']} queries to both back to back: median difference on − off "
-            f"{pair['median_difference_ms']:+.3f} ms, 95 % interval [{low:+.3f}, {high:+.3f}]"
+            f"crossover: the two start orders' paired medians, averaged: on − off {mean:+.3f} ms, "
+            f"95 % interval [{low:+.3f}, {high:+.3f}]"
         )
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(summary, indent=2))
 
 
 if __name__ == "__main__":
