@@ -72,10 +72,37 @@ class ClickOutcome:
     position: int
 
 
+class _RandomBytes:
+    """The operating system's random bytes (os.urandom), read 4 kB at a time: one system call per 341 ids rather
+    than one per search (each took 4–24 µs here, a call that also hands the GIL to the log's writer thread).
+    Emptied in a forked child, so two workers of a group never hand out the same bytes."""
+
+    def __init__(self, chunk: int = 4096) -> None:
+        self._chunk = chunk
+        self._reset()
+        os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()  # new in a child: another thread may have held the parent's at the fork
+        self._buffer = b""
+        self._at = 0
+
+    def take(self, n: int) -> bytes:
+        with self._lock:
+            if self._at + n > len(self._buffer):
+                self._buffer, self._at = os.urandom(max(n, self._chunk)), 0
+            out = self._buffer[self._at : self._at + n]
+            self._at += n
+            return out
+
+
+_RANDOM = _RandomBytes()
+
+
 def new_impression_id(now: float) -> str:
     """An unguessable id (96 random bits) that also tells when it was issued (its first 6 bytes: milliseconds)."""
     stamp = int(now * 1000).to_bytes(_ID_TIME_BYTES, "big")
-    return base64.urlsafe_b64encode(stamp + secrets.token_bytes(12)).decode("ascii")
+    return base64.urlsafe_b64encode(stamp + _RANDOM.take(12)).decode("ascii")
 
 
 def issued_at(impression_id: str) -> float | None:

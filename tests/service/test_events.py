@@ -3,6 +3,7 @@ read back by the trainer's reader (ssi.traffic) exactly as shown."""
 
 from __future__ import annotations
 
+import multiprocessing
 import sqlite3
 import time
 from pathlib import Path
@@ -134,6 +135,28 @@ def test_age_and_size_bounds_keep_the_newest(tmp_path: Path) -> None:
     with pytest.raises(Exception, match="unknown or expired"):
         store.click(ids[0], "d1", None)
     store.close()
+
+
+def _ids_in_child(out: multiprocessing.connection.Connection) -> None:
+    out.send([new_impression_id(time.time()) for _ in range(50)])
+
+
+def test_ids_are_distinct_in_a_process_and_in_the_workers_it_forks() -> None:
+    # Ids draw on a buffer of the system's random bytes: a forked worker must not hand out the parent's.
+    now = time.time()
+    parent = [new_impression_id(now) for _ in range(50)]  # the buffer is part used when the workers fork
+    context = multiprocessing.get_context("fork")
+    children = []
+    for _ in range(2):
+        receive, send = context.Pipe(duplex=False)
+        worker = context.Process(target=_ids_in_child, args=(send,))
+        worker.start()
+        children.append(receive.recv())
+        worker.join()
+    parent += [new_impression_id(now) for _ in range(50)]
+    every = parent + children[0] + children[1]
+    assert len(set(every)) == len(every) == 200
+    assert len({i[8:] for i in every}) == 200  # the random part alone (the time part is the same)
 
 
 def test_ids_carry_their_time_and_export_writes_the_click_log(tmp_path: Path) -> None:
