@@ -30,5 +30,5 @@ def router_traffic(settings: Settings, data_dir: Path | None) -> Traffic:
     """The router's Traffic over `data_dir` (its stores/ folder holds the log); None: no log is kept, as with
     SSI_EVENTS=false (answers name no impression, /clicks answers 403)."""
     if data_dir is None:
-        return Traffic(settings.model_copy(update={"events": False}))
+        return Traffic(settings, enabled=False)
     return Traffic(settings.model_copy(update={"data_dir": Path(data_dir)}))

@@ -59,6 +59,9 @@ class CollectionSpec(BaseModel):
     bundle: Path
     corpus: Path | None = None
     type: CollectionType = "documents"
+    # Record this collection's traffic (impressions, clicks); None: as SSI_EVENTS says. An internal collection can
+    # stay out of the log while the public one feeds it.
+    events: bool | None = None
 
 
 class Settings(BaseSettings):

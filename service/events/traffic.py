@@ -40,9 +40,10 @@ def served_model(collection: Collection) -> str:
 class Traffic:
     """The event stores of a service's collections by name (none when SSI_EVENTS is off); also the router's."""
 
-    def __init__(self, settings: Settings, metrics: Metrics | None = None) -> None:
+    def __init__(self, settings: Settings, metrics: Metrics | None = None, *, enabled: bool = True) -> None:
         self.settings = settings
         self.metrics = metrics
+        self.enabled = enabled  # False: nothing is recorded, whatever the settings (a router without a data folder)
         self._stores: dict[str, EventStore] = {}
         self._lock = threading.Lock()
         self._rng = random.Random()
@@ -52,7 +53,7 @@ class Traffic:
     def store(self, name: str) -> EventStore | None:
         """The collection's event store, opened on first use; None when this server records no traffic, or when
         the store cannot be opened now (a full disk: tried again after OPEN_RETRY seconds; searches go on)."""
-        if not self.settings.events:
+        if not self.records(name):
             return None
         found = self._stores.get(name)
         if found is not None:
@@ -77,6 +78,13 @@ class Traffic:
                     self.metrics.traffic_bytes.labels(name).set_function(found.file_bytes)
                 self._stores[name] = found
             return found
+
+    def records(self, name: str) -> bool:
+        """Whether collection `name`'s traffic is recorded: its own `events`, else SSI_EVENTS."""
+        if not self.enabled:
+            return False
+        spec = self.settings.collections.get(name)
+        return self.settings.events if spec is None or spec.events is None else spec.events
 
     def show(
         self,
@@ -116,10 +124,13 @@ class Traffic:
     def click(self, name: str, impression: str, doc_id: str, dwell_ms: float | None) -> ClickOutcome:
         """Record a click (blocking: a durable commit); Forbidden when this server records no traffic."""
         store = self.store(name)
-        if store is None and self.settings.events:
+        if store is None and self.records(name):
             raise Unavailable("the traffic log cannot be written now (see the server log); retry later")
         if store is None:
-            raise Forbidden("this server records no traffic (SSI_EVENTS=false): clicks are not kept")
+            raise Forbidden(
+                f"collection {name!r} records no traffic (SSI_EVENTS=false, or its own events=false): "
+                "clicks are not kept"
+            )
         outcome = store.click(impression, doc_id, dwell_ms)
         if self.metrics is not None:
             self.metrics.clicks.labels(name, "recorded" if outcome.recorded else "repeat").inc()

@@ -12,6 +12,7 @@ import pytest
 from service_testing import Oracle, ThreadServer, assert_same_ranking
 
 from service.events.store import EventStore, issued_at, new_impression_id
+from service.settings import CollectionSpec
 from ssi.traffic import EVENTS_FILE, export_events, read_events
 
 
@@ -78,6 +79,23 @@ def test_answers_stay_exact_with_recording_on(server: ThreadServer, small_world:
     for doc in small_world["docs"][:10]:
         hits = server.client.post("/search", json={"query": doc.title, "k": 10}).json()["hits"]
         assert_same_ranking(hits, oracle, doc.title, 10)
+
+
+def test_a_collection_can_stay_out_of_the_log_while_another_feeds_it(small_world: dict, tmp_path: Path) -> None:
+    quiet = CollectionSpec(bundle=small_world["bundle"], corpus=small_world["corpus"], events=False)
+    with ThreadServer(
+        bundle=small_world["bundle"], corpus=small_world["corpus"], cache_dir=tmp_path, collections={"quiet": quiet}
+    ) as s:
+        query = small_world["docs"][25].title
+        logged = s.client.post("/search", json={"query": query, "k": 3}).json()
+        unlogged = s.client.post("/collections/quiet/search", json={"query": query, "k": 3}).json()
+        assert logged["impression"] and unlogged["impression"] is None
+        assert [h["id"] for h in unlogged["hits"]] == [h["id"] for h in logged["hits"]]
+        refused = s.client.post("/collections/quiet/clicks", json={"impression": logged["impression"], "id": "x"})
+        assert refused.status_code == 403 and "'quiet' records no traffic" in refused.json()["detail"]
+        s.app.state.traffic.flush()
+        assert (s.settings.store_dir / "documents" / EVENTS_FILE).exists()
+        assert not (s.settings.store_dir / "quiet" / EVENTS_FILE).exists()
 
 
 def test_explore_shuffles_the_top_of_a_share_of_answers_and_marks_them(small_world: dict, tmp_path: Path) -> None:
