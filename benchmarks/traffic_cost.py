@@ -14,7 +14,10 @@ latencies share their moment. Reported: the median of the per-query differences 
 
 Which server starts first moves the result (an A/A run differs by −0.02 ms; on − off moved by 0.09 ms between the
 two start orders): `--crossover` measures both orders, each with two new servers, and reports the mean of the two
-orders' paired medians, with a bootstrap interval that resamples each order's pairs on its own.
+orders' paired medians, with a bootstrap interval that resamples each order's pairs on its own. `--same-process`
+leaves the two processes out: one server holds two collections over the same bundle and corpus, the default one
+recording and `quiet` not (its own `"events": false` in SSI_COLLECTIONS), and the arms are `/search` and
+`/collections/quiet/search` (the server's CPU time is then shared by both arms, and counted per block).
 
     python -m benchmarks.traffic_cost --bundle BUNDLE --corpus ../shared/data/wikispeedia/docs.jsonl.gz \
         --passages 100000 --blocks 12 --block-queries 300
@@ -40,31 +43,31 @@ from service.events.traffic import Traffic
 from service.settings import Settings
 
 
-def _block(client: httpx.Client, queries: list[str]) -> list[float]:
+def _block(client: httpx.Client, queries: list[str], path: str = "/search") -> list[float]:
     """Milliseconds of each request of one block, one after another."""
     times = []
     for query in queries:
         started = time.perf_counter()
-        response = client.post("/search", json={"query": query, "k": 10})
+        response = client.post(path, json={"query": query, "k": 10})
         times.append((time.perf_counter() - started) * 1000)
         response.raise_for_status()
     return times
 
 
-def _timed(client: httpx.Client, query: str) -> float:
+def _timed(client: httpx.Client, query: str, path: str) -> float:
     started = time.perf_counter()
-    response = client.post("/search", json={"query": query, "k": 10})
+    response = client.post(path, json={"query": query, "k": 10})
     elapsed = (time.perf_counter() - started) * 1000
     response.raise_for_status()
     return elapsed
 
 
-def _paired(clients: dict[str, httpx.Client], queries: list[str]) -> list[float]:
-    """Milliseconds on minus off for each query, sent to both servers back to back (alternating who goes first)."""
+def _paired(clients: dict[str, httpx.Client], paths: dict[str, str], queries: list[str]) -> list[float]:
+    """Milliseconds on minus off for each query, sent to both arms back to back (alternating who goes first)."""
     diffs = []
     for i, query in enumerate(queries):
         order = ["on", "off"] if i % 2 == 0 else ["off", "on"]
-        got = {arm: _timed(clients[arm], query) for arm in order}
+        got = {arm: _timed(clients[arm], query, paths[arm]) for arm in order}
         diffs.append(got["on"] - got["off"])
     return diffs
 
@@ -137,36 +140,59 @@ def measure(setup: Setup, work: Path, off_first: bool) -> tuple[dict[str, Any], 
         )
         for arm, flag in arms.items()
     }
+    return _measure(setup, servers, dict.fromkeys(arms, "/search"))
+
+
+def measure_same_process(setup: Setup, work: Path) -> tuple[dict[str, Any], list[float]]:
+    """One server, two collections: the default one recording, `quiet` not (`--same-process`)."""
+    quiet = {"quiet": {"bundle": str(setup.bundle), "corpus": str(setup.served), "events": False}}
+    server = ServedProcess(
+        setup.bundle,
+        setup.served,
+        work,
+        {
+            "SSI_CACHE_DIR": str(work / "both"), "SSI_EVENTS": "false" if setup.control else "true",
+            "SSI_WORKERS": "1", "SSI_COLLECTIONS": json.dumps(quiet),
+        },
+    )  # fmt: skip
+    return _measure(setup, {"on": server, "off": server}, {"on": "/search", "off": "/collections/quiet/search"})
+
+
+def _measure(
+    setup: Setup, servers: dict[str, ServedProcess], paths: dict[str, str]
+) -> tuple[dict[str, Any], list[float]]:
+    arms = list(servers)  # in the order they start
     times: dict[str, list[float]] = {arm: [] for arm in arms}
     block_p50: dict[str, list[float]] = {arm: [] for arm in arms}
     cpu: dict[str, float] = dict.fromkeys(arms, 0.0)  # server CPU seconds over the measured blocks
     queries = setup.queries
+    distinct = list({id(s): s for s in servers.values()}.values())
     try:
-        for server in servers.values():
+        for server in distinct:
             server.start()
         clients = {arm: httpx.Client(base_url=s.url, timeout=60) for arm, s in servers.items()}
-        for client in clients.values():  # warm both: first requests compile and fill caches
-            _block(client, queries[:100])
+        for arm, client in clients.items():  # warm both: first requests compile and fill caches
+            _block(client, queries[:100], paths[arm])
         rng = random.Random(setup.seed)
         for b in range(setup.blocks):
             order = ["on", "off"] if b % 2 == 0 else ["off", "on"]
             sample = rng.sample(queries, setup.block_queries)
             for arm in order:
                 before = servers[arm].cpu_seconds()
-                found = _block(clients[arm], sample)
+                found = _block(clients[arm], sample, paths[arm])
                 cpu[arm] += servers[arm].cpu_seconds() - before
                 times[arm] += found
                 block_p50[arm].append(statistics.median(found))
-        pair_diffs = _paired(clients, rng.sample(queries, setup.paired)) if setup.paired else []
+        pair_diffs = _paired(clients, paths, rng.sample(queries, setup.paired)) if setup.paired else []
         for client in clients.values():
             client.close()
     finally:
-        for server in servers.values():
+        for server in distinct:
             server.stop()
     diffs = [a - b for a, b in zip(block_p50["on"], block_p50["off"], strict=True)]
     block_median, block_low, block_high = _median_ci(diffs)
     result: dict[str, Any] = {
-        "started_first": next(iter(arms)),
+        "started_first": "one process" if len(distinct) == 1 else next(iter(arms)),
         "p50_ms": {arm: round(statistics.median(v), 3) for arm, v in times.items()},
         "p99_ms": {arm: round(_percentile(v, 0.99), 3) for arm, v in times.items()},
         "p50_difference_ms": round(block_median, 3),
@@ -186,9 +212,11 @@ def measure(setup: Setup, work: Path, off_first: bool) -> tuple[dict[str, Any], 
 
 
 def report(result: dict[str, Any], setup: Setup) -> None:
+    first = result["started_first"]
+    where = "both arms in one server" if first == "one process" else f"{first} started first"
     typer.echo(
-        f"/search, 1 client, {setup.blocks} blocks × {setup.block_queries} per arm, {result['started_first']} "
-        f"started first: p50 on {result['p50_ms']['on']} ms, off {result['p50_ms']['off']} ms "
+        f"/search, 1 client, {setup.blocks} blocks × {setup.block_queries} per arm, {where}: "
+        f"p50 on {result['p50_ms']['on']} ms, off {result['p50_ms']['off']} ms "
         f"(ratio {result['ratio_p50_on_off']}); median block difference {result['p50_difference_ms']:+.3f} ms, "
         f"95 % interval [{result['p50_difference_ci95_ms'][0]:+.3f}, {result['p50_difference_ci95_ms'][1]:+.3f}]; "
         f"p99 on {result['p99_ms']['on']} ms, off {result['p99_ms']['off']} ms; server CPU per request on "
@@ -215,6 +243,9 @@ def main(
     crossover: Annotated[
         bool, typer.Option(help="Measure with each server started first in turn; report the mean of both orders.")
     ] = False,
+    same_process: Annotated[
+        bool, typer.Option(help="One server, two collections: one recording, one not (no process to start first).")
+    ] = False,
     control: Annotated[
         bool, typer.Option(help="An A/A run: both servers record nothing (how far two like servers differ).")
     ] = False,
@@ -231,7 +262,10 @@ def main(
     for i, first_off in enumerate(orders):
         order_work = work / f"order-{i}"
         order_work.mkdir(exist_ok=True)
-        result, pairs = measure(setup, order_work, first_off)
+        if same_process:
+            result, pairs = measure_same_process(setup, order_work)
+        else:
+            result, pairs = measure(setup, order_work, first_off)
         report(result, setup)
         runs.append((result, pairs))
     summary: dict[str, Any] = {
