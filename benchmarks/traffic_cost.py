@@ -16,8 +16,9 @@ Which server starts first moves the result (an A/A run differs by −0.02 ms; on
 two start orders): `--crossover` measures both orders, each with two new servers, and reports the mean of the two
 orders' paired medians, with a bootstrap interval that resamples each order's pairs on its own. `--same-process`
 leaves the two processes out: one server holds two collections over the same bundle and corpus, the default one
-recording and `quiet` not (its own `"events": false` in SSI_COLLECTIONS), and the arms are `/search` and
-`/collections/quiet/search` (the server's CPU time is then shared by both arms, and counted per block).
+recording and `other` not (its own `"events": false` in SSI_COLLECTIONS), and the arms are `/search` and
+`/collections/other/search`; with `--crossover`, the second run swaps which of the two records (the server's CPU
+time is then shared by both arms, and counted per block).
 
     python -m benchmarks.traffic_cost --bundle BUNDLE --corpus ../shared/data/wikispeedia/docs.jsonl.gz \
         --passages 100000 --blocks 12 --block-queries 300
@@ -143,19 +144,24 @@ def measure(setup: Setup, work: Path, off_first: bool) -> tuple[dict[str, Any], 
     return _measure(setup, servers, dict.fromkeys(arms, "/search"))
 
 
-def measure_same_process(setup: Setup, work: Path) -> tuple[dict[str, Any], list[float]]:
-    """One server, two collections: the default one recording, `quiet` not (`--same-process`)."""
-    quiet = {"quiet": {"bundle": str(setup.bundle), "corpus": str(setup.served), "events": False}}
+def measure_same_process(setup: Setup, work: Path, swap: bool) -> tuple[dict[str, Any], list[float]]:
+    """One server, two collections over the same bundle and corpus, one recording and one not (`--same-process`):
+    the default collection records and `other` does not, or with `swap` the other way round."""
+    record_default, record_other = (not swap, swap) if not setup.control else (False, False)
+    other = {"other": {"bundle": str(setup.bundle), "corpus": str(setup.served), "events": record_other}}
     server = ServedProcess(
         setup.bundle,
         setup.served,
         work,
         {
-            "SSI_CACHE_DIR": str(work / "both"), "SSI_EVENTS": "false" if setup.control else "true",
-            "SSI_WORKERS": "1", "SSI_COLLECTIONS": json.dumps(quiet),
+            "SSI_CACHE_DIR": str(work / "both"), "SSI_EVENTS": "true" if record_default else "false",
+            "SSI_WORKERS": "1", "SSI_COLLECTIONS": json.dumps(other),
         },
     )  # fmt: skip
-    return _measure(setup, {"on": server, "off": server}, {"on": "/search", "off": "/collections/quiet/search"})
+    paths = {"on": "/search", "off": "/collections/other/search"}
+    if swap:
+        paths = {"on": paths["off"], "off": paths["on"]}
+    return _measure(setup, {"on": server, "off": server}, paths)
 
 
 def _measure(
@@ -193,6 +199,7 @@ def _measure(
     block_median, block_low, block_high = _median_ci(diffs)
     result: dict[str, Any] = {
         "started_first": "one process" if len(distinct) == 1 else next(iter(arms)),
+        "recording": paths["on"],
         "p50_ms": {arm: round(statistics.median(v), 3) for arm, v in times.items()},
         "p99_ms": {arm: round(_percentile(v, 0.99), 3) for arm, v in times.items()},
         "p50_difference_ms": round(block_median, 3),
@@ -213,7 +220,11 @@ def _measure(
 
 def report(result: dict[str, Any], setup: Setup) -> None:
     first = result["started_first"]
-    where = "both arms in one server" if first == "one process" else f"{first} started first"
+    where = (
+        f"both arms in one server, {result['recording']} recording"
+        if first == "one process"
+        else f"{first} started first"
+    )
     typer.echo(
         f"/search, 1 client, {setup.blocks} blocks × {setup.block_queries} per arm, {where}: "
         f"p50 on {result['p50_ms']['on']} ms, off {result['p50_ms']['off']} ms "
@@ -239,12 +250,18 @@ def main(
     block_queries: Annotated[int, typer.Option(help="Searches per block.")] = 300,
     seed: Annotated[int, typer.Option(help="Query sampling seed.")] = 0,
     paired: Annotated[int, typer.Option(help="Queries sent to both servers back to back, after the blocks.")] = 2000,
-    off_first: Annotated[bool, typer.Option(help="Start the server that records nothing first.")] = False,
+    off_first: Annotated[
+        bool,
+        typer.Option(
+            help="Start the server that records nothing first (--same-process: `other` records, not /search)."
+        ),
+    ] = False,
     crossover: Annotated[
         bool, typer.Option(help="Measure with each server started first in turn; report the mean of both orders.")
     ] = False,
     same_process: Annotated[
-        bool, typer.Option(help="One server, two collections: one recording, one not (no process to start first).")
+        bool,
+        typer.Option(help="One server, two collections: one recording, one not (no process to start first)."),
     ] = False,
     control: Annotated[
         bool, typer.Option(help="An A/A run: both servers record nothing (how far two like servers differ).")
@@ -263,7 +280,7 @@ def main(
         order_work = work / f"order-{i}"
         order_work.mkdir(exist_ok=True)
         if same_process:
-            result, pairs = measure_same_process(setup, order_work)
+            result, pairs = measure_same_process(setup, order_work, first_off)
         else:
             result, pairs = measure(setup, order_work, first_off)
         report(result, setup)
