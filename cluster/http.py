@@ -27,7 +27,7 @@ from fastapi.responses import JSONResponse
 
 from cluster.events import router_traffic, served_model
 from cluster.fanout import Fanout
-from service.advert_schemas import AdMatch, MatchRequest, MatchResponse
+from service.advert_schemas import MatchRequest, MatchResponse
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
 from service.deps import (
@@ -42,6 +42,7 @@ from service.deps import (
 )
 from service.errors import Forbidden, NotFound, error_responses
 from service.events.schemas import ClickRequest, ClickResponse
+from service.events.traffic import id_of_result
 from service.metrics import Metrics
 from service.routes import metrics
 from service.routes.documents import OFFSET, K, LookupId, WrittenId
@@ -55,7 +56,6 @@ from service.schemas import (
     DocumentIn,
     DocumentOut,
     DocumentsIn,
-    Hit,
     ModelResponse,
     NearestWordsResponse,
     ReloadRequest,
@@ -75,14 +75,6 @@ async def get_fanout(request: Request) -> Fanout:
 
 def took_ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
-
-
-def hit_id(hit: Hit) -> str:
-    return hit.id
-
-
-def ad_id(ad: AdMatch) -> str:
-    return ad.id
 
 
 def build_app(
@@ -131,7 +123,7 @@ def build_app(
         async with limiter.slot():
             (result,) = await fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
         result.impression, result.hits = traffic.show(
-            name, served_model(about), "search", body.query, result.hits, hit_id, body.offset + 1
+            name, served_model(about), "search", body.query, result.hits, id_of_result, body.offset + 1
         )
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
@@ -145,7 +137,7 @@ def build_app(
             results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
         for query, result in zip(body.queries, results, strict=True):
             result.impression, result.hits = traffic.show(
-                name, served_model(about), "search", query, result.hits, hit_id, body.offset + 1
+                name, served_model(about), "search", query, result.hits, id_of_result, body.offset + 1
             )
         return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
 
@@ -185,7 +177,9 @@ def build_app(
         async with limiter.slot():
             results = await fanout.match(texts, body.k, body.filters)
         for page, result in zip(texts, results, strict=True):
-            result.impression, result.ads = traffic.show(name, served_model(about), "match", page, result.ads, ad_id)
+            result.impression, result.ads = traffic.show(
+                name, served_model(about), "match", page, result.ads, id_of_result
+            )
         return MatchResponse(collection=name, results=results, took_ms=took_ms(started))
 
     @app.post(

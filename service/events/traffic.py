@@ -16,7 +16,8 @@ import sqlite3
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from operator import attrgetter
+from typing import TypeVar
 
 from service.collection import Collection
 from service.errors import Forbidden, ServiceError, Unavailable
@@ -30,6 +31,10 @@ DAY = 86_400.0
 OPEN_RETRY = 30.0  # seconds before a store that could not be opened is tried again
 
 log = logging.getLogger(__name__)
+
+
+# The id of a hit or an advert as `show` takes it: a C-level getter (a Python function is a frame per result).
+id_of_result = attrgetter("id")
 
 
 def served_model(collection: Collection) -> str:
@@ -48,7 +53,6 @@ class Traffic:
         self._lock = threading.Lock()
         self._rng = random.Random()
         self._retry_at: dict[str, float] = {}  # a store that could not be opened, and when to try again
-        self._counted: dict[tuple[str, bool], Any] = {}  # the impressions counter's child of (collection, recorded)
 
     def store(self, name: str) -> EventStore | None:
         """The collection's event store, opened on first use; None when this server records no traffic, or when
@@ -69,6 +73,9 @@ class Traffic:
                         text_mode=self.settings.events_text,
                         max_age=self.settings.events_max_age_days * DAY,
                         max_bytes=int(self.settings.events_max_mb * (1 << 20)),
+                        committed=None
+                        if self.metrics is None
+                        else self.metrics.impressions.labels(name, "recorded").inc,
                     )
                 except (sqlite3.Error, OSError, ServiceError) as exc:
                     log.warning("the traffic log of %r cannot be opened (%s); answers name no impression", name, exc)
@@ -86,6 +93,11 @@ class Traffic:
         spec = self.settings.collections.get(name)
         return self.settings.events if spec is None or spec.events is None else spec.events
 
+    def _recorded(self, name: str) -> Callable[[int], None]:
+        """What the store tells how many of its impressions each commit wrote: the `recorded` counter."""
+        assert self.metrics is not None
+        return self.metrics.impressions.labels(name, "recorded").inc
+
     def show(
         self,
         name: str,
@@ -96,30 +108,28 @@ class Traffic:
         id_of: Callable[[T], str],
         first_position: int = 1,
     ) -> tuple[str | None, list[T]]:
-        """(impression id or None, the results in the order to answer with) for one ranked answer of `model`."""
+        """(impression id or None, the results in the order to answer with) for one ranked answer of `model`.
+
+        On every search's path, so it does the least it can: the store is looked up in a dict, the ids taken in one
+        C-level map, and the impressions counted by the writer as it commits them (only a dropped one is counted
+        here)."""
         shown = list(results)
-        store = self.store(name)
+        store = self._stores.get(name) or self.store(name)
         if store is None:
             return None, shown
         randomized = False
-        depth = min(self.settings.events_explore_depth, len(shown))
-        if first_position == 1 and depth > 1 and self._rng.random() < self.settings.events_explore:
-            top = shown[:depth]
-            self._rng.shuffle(top)
-            shown[:depth] = top
-            randomized = True
-        impression = store.record(kind, text, model, [id_of(r) for r in shown], first_position, randomized)
-        if self.metrics is not None:
-            self._impressions_counter(name, impression is not None).inc()
+        explore = self.settings.events_explore
+        if explore and first_position == 1:
+            depth = min(self.settings.events_explore_depth, len(shown))
+            if depth > 1 and self._rng.random() < explore:
+                top = shown[:depth]
+                self._rng.shuffle(top)
+                shown[:depth] = top
+                randomized = True
+        impression = store.record(kind, text, model, list(map(id_of, shown)), first_position, randomized)
+        if impression is None and self.metrics is not None:
+            self.metrics.impressions.labels(name, "dropped").inc()
         return impression, shown
-
-    def _impressions_counter(self, name: str, recorded: bool) -> Any:
-        """The counter child of one collection and outcome, looked up once: `labels()` took a third of `show`."""
-        key = (name, recorded)
-        child = self._counted.get(key)
-        if child is None and self.metrics is not None:
-            child = self._counted[key] = self.metrics.impressions.labels(name, "recorded" if recorded else "dropped")
-        return child
 
     def click(self, name: str, impression: str, doc_id: str, dwell_ms: float | None) -> ClickOutcome:
         """Record a click (blocking: a durable commit); Forbidden when this server records no traffic."""

@@ -36,7 +36,7 @@ from service.catalog import Catalog
 from service.collection import Collection
 from service.deps import ApiKeyDep, CatalogDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
 from service.errors import InvalidInput, NotFound, Unavailable, error_responses
-from service.events.traffic import Traffic, served_model
+from service.events.traffic import Traffic, id_of_result, served_model
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
 from service.schemas import DeleteResponse, DocumentIn, WriteResponse
@@ -148,10 +148,6 @@ def match_batcher_for(collection: Collection, books: AdvertBooks, settings: Sett
         return batcher
 
 
-def _ad_id(ad: AdMatch) -> str:
-    return ad.id
-
-
 def page_match_out(match: PageMatch) -> PageMatchOut:
     """A page's matches as the response body; a shard of the sharded router answers with it too."""
     return PageMatchOut(
@@ -211,7 +207,7 @@ async def match(
     traffic: Traffic = request.app.state.traffic
     model = served_model(collection)
     for page, out in zip(pages, results_out, strict=True):
-        out.impression, out.ads = traffic.show(collection.name, model, "match", page, out.ads, _ad_id)
+        out.impression, out.ads = traffic.show(collection.name, model, "match", page, out.ads, id_of_result)
     return MatchResponse(collection=collection.name, results=results_out, took_ms=round(took, 3))
 
 

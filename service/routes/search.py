@@ -15,7 +15,7 @@ from service.bounds import check_search
 from service.collection import Collection
 from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
-from service.events.traffic import served_model
+from service.events.traffic import id_of_result, served_model
 from service.model_state import QueryResult
 from service.schemas import (
     BatchSearchRequest,
@@ -67,10 +67,6 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
             _batchers[collection] = batcher
             weakref.finalize(collection, batcher.close)
         return batcher
-
-
-def _hit_id(hit: Hit) -> str:
-    return hit.id
 
 
 def scan_chars(settings: Settings, hits: int) -> int:
@@ -140,7 +136,7 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
         result: SearchResult = await asyncio.wrap_future(batcher_for(collection, settings).submit(body.query, key))
     impression, hits = searching.traffic.show(
-        collection.name, served_model(collection), "search", body.query, result.hits, _hit_id, body.offset + 1
+        collection.name, served_model(collection), "search", body.query, result.hits, id_of_result, body.offset + 1
     )
     took = (time.perf_counter() - started) * 1000
     return json_response(
@@ -180,7 +176,7 @@ async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Res
     model = served_model(collection)
     for query, result in zip(body.queries, results, strict=True):
         result.impression, result.hits = searching.traffic.show(
-            collection.name, model, "search", query, result.hits, _hit_id, body.offset + 1
+            collection.name, model, "search", query, result.hits, id_of_result, body.offset + 1
         )
     took = (time.perf_counter() - started) * 1000
     return json_response(BatchSearchResponse(collection=collection.name, results=results, took_ms=round(took, 3)))
