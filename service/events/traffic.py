@@ -93,11 +93,6 @@ class Traffic:
         spec = self.settings.collections.get(name)
         return self.settings.events if spec is None or spec.events is None else spec.events
 
-    def _recorded(self, name: str) -> Callable[[int], None]:
-        """What the store tells how many of its impressions each commit wrote: the `recorded` counter."""
-        assert self.metrics is not None
-        return self.metrics.impressions.labels(name, "recorded").inc
-
     def show(
         self,
         name: str,
