@@ -5,9 +5,8 @@ new words, o(q, d) ≥ 0 (ssi.open_vocab computes it: the one home of the rule).
 document holds is never wrapped, so its path (and its cost) is exactly the closed vocabulary's.
 
 Every bound service.rerank relies on still holds: o ≥ 0, so `nonnegative` is the wrapped term's; `max_gain`
-grows by the most o is on any row (its exact maximum: every row's o is at hand, so no sum of per-word maxima is
-needed, a looser bound that let more of the pool through to exact scoring); `above(θ)` lists every row with
-l⁺ + o > θ: a row with o = 0 is in the wrapped `above(θ)`, and every row with o > 0 is added with its exact l.
+grows by the most o can be; `above(θ)` lists every row with l⁺ + o > θ: a row with o = 0 is in the wrapped
+`above(θ)`, and every row with o > 0 is added with its exact l.
 """
 
 from __future__ import annotations
@@ -24,12 +23,12 @@ from ssi.open_vocab import OpenPostings
 class OpenLexicalQuery:
     """l(d) + o(d) of one query: `rows` (sorted) hold o > 0, `values` their o."""
 
-    def __init__(self, inner: LexicalQuery, rows: np.ndarray, values: np.ndarray) -> None:
+    def __init__(self, inner: LexicalQuery, rows: np.ndarray, values: np.ndarray, bound: float) -> None:
         self.inner = inner
         self.rows = rows
         self.values = values
         self.nonnegative = inner.nonnegative
-        self.max_gain = inner.max_gain + (float(values.max()) if values.shape[0] else 0.0)
+        self.max_gain = inner.max_gain + bound
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -85,4 +84,4 @@ def with_open(
     if not weights:
         return query
     rows, values = postings.scores(weights)
-    return OpenLexicalQuery(query, rows, values)
+    return OpenLexicalQuery(query, rows, values, postings.bound(weights))

@@ -338,6 +338,10 @@ class OpenPostings:
         order = np.argsort(rows)
         return rows[order], values[order]
 
+    def bound(self, weights: Mapping[str, float]) -> float:
+        """The most o can be for any row: Σ_t weights[t] · max_d d_t."""
+        return float(sum(w * max(self.postings[t].values()) for t, w in weights.items() if t in self.postings))
+
     def to_json(self) -> dict[str, object]:
         """Rows and their entries, for a snapshot (restores with `from_json`)."""
         rows = sorted(self.row_words)
