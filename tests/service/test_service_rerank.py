@@ -15,6 +15,7 @@ import service.rerank as rerank_module
 from service import busy
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex
+from service.open_lexical import OpenLexicalQuery
 from service.quantized import QUANTIZED_QUERIES
 from service.rerank import every_row_top, exact_top
 from service.rows import RowTable
@@ -44,9 +45,10 @@ def brute(E, X, w, uq, ids, vals, live):
     return f
 
 
-def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True, dense=None):
+def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True, dense=None, wrap=None):
     """exact_top with a real flat index; `scan=False` applies the widening rule of an HNSW index, `dense`
-    picks the lexical route of a scanning one (None: by cost)."""
+    picks the lexical route of a scanning one (None: by cost); `wrap` replaces the query's lexical term (the
+    open vocabulary's term around it)."""
     live = np.ones(E.shape[0], dtype=bool) if live is None else live
     index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E)
     split = E.shape[0] * 3 // 4  # rows in both the base matrix and the appended delta
@@ -60,6 +62,8 @@ def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True, dense=None):
 
     n_live = int(live.sum())
     query = lexical.query(ids, vals)
+    if wrap is not None:
+        query = wrap(query)
     return exact_top(uq, want, search, query, index.vectors, live, n_live, pool, scan=scan, dense=dense)
 
 
@@ -162,6 +166,33 @@ def test_lexical_term_decides_beyond_the_faiss_pool() -> None:
     assert ranked.rows[0] == target == int(np.argmax(f))
     semantic_rank = int((E @ uq > E[target] @ uq).sum())
     assert semantic_rank > 500  # far outside the 5 candidates FAISS returned
+
+
+@pytest.mark.parametrize("scan", [False, True])
+def test_a_new_words_term_keeps_a_pool_row_the_bundle_words_alone_would_drop(scan: bool) -> None:
+    """The open term o (service.open_lexical) joins `max_gain`, which decides which rows of an HNSW index's pool
+    are scored at all (`scan=False`); rows of the pool are not brought back by the lexical candidates. So a pool
+    row with a low semantic score, no bundle word of the query, and an o that puts it first must still rank
+    first (and does on a scanning index's path too)."""
+    X, E = random_collection(11)
+    rng = np.random.default_rng(5)
+    uq = rng.standard_normal(E.shape[1])
+    ids, vals = query_vector(rng, X.shape[1], 3)
+    target = int(np.argsort(-(E @ uq))[30])  # in a pool of 50, well below its 5th semantic score
+    X = X.tolil()
+    X[target, :] = 0  # none of the query's bundle words: l = 0 there
+    X = sp.csr_matrix(X, dtype=np.float32)
+    w = np.full(X.shape[1], 0.01)  # a bundle-word term too small to lift any pool row past the 5th
+    o = 5.0
+
+    def wrap(query):
+        return OpenLexicalQuery(query, np.array([target]), np.array([o]), o)
+
+    ranked = run(E, X, w, uq, ids, vals, want=5, pool=50, scan=scan, wrap=wrap)
+    f = brute(E, X, w, uq, ids, vals, np.ones(E.shape[0], bool))
+    f[target] += o
+    assert ranked.rows[0] == target == int(np.argmax(f))
+    assert list(ranked.rows) == list(np.argsort(-f, kind="stable")[:5])
 
 
 def test_lexical_scores_match_dense_product_both_paths() -> None:
