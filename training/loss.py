@@ -21,6 +21,8 @@ import numba
 import numpy as np
 import torch
 
+from training.numba_threads import use_torch_threads
+
 
 def margin_ranking(
     scores: torch.Tensor,
@@ -76,7 +78,7 @@ def _coefficients(
         if neg.size and np.all(np.diff(neg // n_cols) >= 0):  # triples grouped by query, as the samplers draw them
             out = np.empty((n_rows, n_cols), dtype=np.float32)
             starts = np.searchsorted(neg // n_cols, np.arange(n_rows + 1))
-            numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+            use_torch_threads()
             _row_sums(neg % n_cols, pos - (pos // n_cols) * n_cols, w, starts, out)
             return torch.from_numpy(out)
         sums = np.bincount(neg, weights=w, minlength=size)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-import numba
 import numpy as np
 
 from ssi.forms.topics import TopicModel
@@ -25,6 +24,7 @@ from training.fitted.em_loop import run_em
 from training.fitted.lm_mixture import BACKGROUND_WEIGHT, collection_model, em_result
 from training.fitted.sides import Sides
 from training.fitted.topic_em import TopicEM, TopicState
+from training.numba_threads import use_threads
 from training.trainer import TrainResult
 
 FOLD_IN_ITERATIONS = 20  # the paper folds documents in with 20 EM iterations (section 5.2)
@@ -36,10 +36,6 @@ def words_only(context: FitContext) -> np.ndarray:
     if context.data.vocab.hashing is not None:
         raise ValueError(f"--kind {context.settings.kind} counts words: it cannot use a correlated-hashing vocabulary")
     return np.asarray(context.data.vocab.idf, dtype=np.float32)
-
-
-def set_threads(threads: int) -> None:
-    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))
 
 
 class TopicKind(FittedKind):
@@ -61,7 +57,7 @@ class TopicKind(FittedKind):
 
     def fit(self, context: FitContext) -> TrainResult:
         s = context.settings
-        set_threads(s.threads)
+        use_threads(s.threads)
         idf = words_only(context)
         em = TopicEM(self.sides(context, idf), s.n_dims, self.shared, pr_steps=self.pr_steps, threads=s.threads)
         state: TopicState

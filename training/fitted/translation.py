@@ -18,7 +18,8 @@ from training.fitted.em_loop import run_em
 from training.fitted.ibm1 import Model1EM, top_translations
 from training.fitted.lm_mixture import BACKGROUND_WEIGHT, collection_model, em_result
 from training.fitted.sides import Sides
-from training.fitted.topics import set_threads, words_only
+from training.fitted.topics import words_only
+from training.numba_threads import use_threads
 from training.trainer import TrainResult
 
 TRANSLATION_WORDS = 3000
@@ -30,7 +31,7 @@ class Translation(FittedKind):
 
     def fit(self, context: FitContext) -> TrainResult:
         s, data = context.settings, context.data
-        set_threads(s.threads)
+        use_threads(s.threads)
         idf = words_only(context)
         if data.train.size == 0:
             raise ValueError("--kind translation trains on pairs, and there are none")

@@ -23,6 +23,7 @@ from ssi.forms.hashkernel import csr_parts, hashed_scores, window_offset
 from training.models.base import ModelShape, SSIModel
 from training.models.block import Block
 from training.models.optim import EPS
+from training.numba_threads import use_torch_threads
 
 # Above this share of the vocabulary touched by a query's g_b, whole windows of W are updated
 # (contiguous) instead of the touched words one by one (scattered).
@@ -113,7 +114,7 @@ class HashKernel(SSIModel):
 
     def __init__(self, shape: ModelShape) -> None:
         super().__init__(shape)
-        numba.set_num_threads(max(1, min(torch.get_num_threads(), numba.config.NUMBA_NUM_THREADS)))
+        use_torch_threads()
         self.W = np.zeros(shape.hash_size, dtype=np.float32)
         self.w = np.ones(shape.vocab_size, dtype=np.float32)
         self._acc_W = np.zeros_like(self.W)

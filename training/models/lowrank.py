@@ -22,6 +22,7 @@ from ssi.forms.symmetric import Symmetric as SymmetricForm
 from training.models.base import ModelShape, SSIModel, host
 from training.models.block import Block, union_rows
 from training.models.optim import RowAdagrad
+from training.models.spmm import coefficient_products
 
 
 class LowRank(SSIModel):
@@ -75,8 +76,9 @@ class LowRank(SSIModel):
 
     def update(self, block: Block, coeff: torch.Tensor) -> None:
         assert self._EQ is not None and self._ED is not None, "scores() must come first"
-        grad_U = block.queries.t_times(coeff @ self._ED)
-        grad_V = block.docs.t_times(coeff.T @ self._EQ)
+        of_queries, of_docs = coefficient_products(coeff, self._ED, self._EQ)
+        grad_U = block.queries.t_times(of_queries)
+        grad_V = block.docs.t_times(of_docs)
         if self.opt_V is None:  # symmetric: one table gets both sides' gradients
             grad_U += grad_V
             self.opt_U.step(grad_U, union_rows(block.queries.update_rows, block.docs.update_rows))
