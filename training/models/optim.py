@@ -21,6 +21,7 @@ from training.numba_threads import use_torch_threads
 
 DENSE_SHARE = 0.25
 EPS = 1e-8
+NUMBA_DENSE = True  # the CPU's dense update in one numba pass (False: PyTorch's ops; benchmarks.train_kernels)
 
 
 class RowAdagrad:
@@ -41,7 +42,7 @@ class RowAdagrad:
 
     def dense_step(self, grad: torch.Tensor) -> None:
         """Apply `grad` to every row (same shape as the table)."""
-        if self.weight.device.type == "cpu" and _fits_kernel(self.weight, self.accumulator, grad):
+        if NUMBA_DENSE and self.weight.device.type == "cpu" and _fits_kernel(self.weight, self.accumulator, grad):
             use_torch_threads()
             _dense_step(self.weight.numpy(), self.accumulator.numpy(), grad.numpy(), self.lr)
             return
