@@ -209,7 +209,8 @@ def words_of_tokens(vocab: Vocabulary, token_lists: Sequence[Sequence[str]]) -> 
     tokens = list(chain.from_iterable(token_lists))
     ids = vocab.ids_of(tokens)
     counts = np.fromiter(map(len, token_lists), dtype=np.int64, count=len(token_lists))
-    return TextWords(ids, counts, [tokens[i] for i in np.flatnonzero(ids < 0).tolist()])  # a few in a hundred
+    # a few in a hundred (nonzero itself: np.flatnonzero's Python layers added ~4 µs to a /match's page, cold)
+    return TextWords(ids, counts, [tokens[i] for i in (ids < 0).nonzero()[0].tolist()])
 
 
 @dataclass

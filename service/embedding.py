@@ -24,6 +24,7 @@ from ssi.bundle import Bundle, BundleError
 from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, weighing
 from ssi.records import Document
 from ssi.tokenize import tokenize
+from ssi.vocab import TermCounts
 from ssi.weighting import Bm25
 
 BULK_QUERY_CHARS = 4096  # texts at least this long in all are featurized with arrays (service.bulk_featurize)
@@ -126,10 +127,11 @@ class Embedder:
         `max_words` keeps the bundle words its row kept and every new word (`QueryWords.keeping`): the text with
         every other word removed."""
         words = self._words(texts)
-        full = self.bundle.vocab.rows_from_ids(words.ids, words.counts, documents=False)
+        counts = self.bundle.vocab.term_counts(words.ids, words.counts)
+        full = self.bundle.vocab.rows_from_counts(counts, words.counts, documents=False)
         rows = full if max_words is None else keep_top_words(full, max_words)
-        out = self._query_words(words)
-        if max_words is not None:
+        out = self._query_words(words, counts)
+        if rows is not full:  # some text was cut (keep_top_words returns the rows themselves where none is)
             for i in range(rows.shape[0]):
                 kept = rows.indices[rows.indptr[i] : rows.indptr[i + 1]]
                 if kept.shape[0] >= max_words:  # perhaps cut (one within the cap keeps all its words either way)
@@ -138,7 +140,10 @@ class Embedder:
 
     def query_words(self, texts: Sequence[str]) -> list[QueryWords] | None:
         """Each text's words for the open term (not cut), or None for a closed vocabulary."""
-        return None if self.open_rule is None else self._query_words(self._words(texts))
+        if self.open_rule is None:
+            return None
+        words = self._words(texts)
+        return self._query_words(words, self.bundle.vocab.term_counts(words.ids, words.counts))
 
     def _words(self, texts: Sequence[str]) -> TextWords:
         """The texts' words with their ids and unknown words, found as `featurize_queries` finds them. Only with an
@@ -150,9 +155,14 @@ class Embedder:
             return self._bulk.words(texts, unknown=True)
         return words_of_tokens(self.bundle.vocab, [tokenize(t) for t in texts])
 
-    def _query_words(self, words: TextWords) -> list[QueryWords]:
-        vocab = self.bundle.vocab
-        return [QueryWords.of(vocab, ids, unknown) for ids, unknown in words.per_text()]
+    def _query_words(self, words: TextWords, counts: TermCounts) -> list[QueryWords]:
+        """Each text's `QueryWords` from its words and their term counts (`Vocabulary.term_counts`), which its row is
+        weighed from: the bundle words are counted once for both."""
+        vocab, at = self.bundle.vocab, counts.indptr.tolist()
+        return [
+            QueryWords.of(vocab, counts.indices[at[i] : at[i + 1]], counts.data[at[i] : at[i + 1]], unknown)
+            for i, (_, unknown) in enumerate(words.per_text())
+        ]
 
     def warm_page_featurizer(self) -> None:
         """Build what a web page's featurizing makes on first use (the word table, and the word-character table of

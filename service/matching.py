@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 import numpy as np
 import scipy.sparse as sp
@@ -170,6 +171,7 @@ def explain(
         lexical_vals = state.lexical_values(page, 0, int(page.indptr[1])).astype(np.float64)
         ad_values = state.lexical.query(q_ids, q_vals).values_of(at)  # [ads, page words]: d_i
         ad_embedded = state.index.vectors(at).astype(np.float32)  # [ads, M], as the index holds them
+        opened = state.open_shares(open_weights or {}, rows)  # each advert's new words shared with the page
     page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
     if embedder.form.normalizes_query:  # a cosine form's query embedding is A q/‖A q‖: its shares scale alike
         page_map /= max(float(np.linalg.norm(page_map @ q_vals)), UNIT_EPS)
@@ -177,15 +179,14 @@ def explain(
     contribution = (ad_embedded @ page_map) * q_vals[None, :]
     # q_i d_i, not w_i q_i d_i: a form without the identity (w = 0) still shows the words it shares
     shares = ad_values * lexical_vals[None, :]
-    opened = state.open_shares(open_weights or {}, rows)
     shared_all, related_all = [], []
     for a in range(at.shape[0]):
         present = np.flatnonzero(shares[a] > 0)
         strongest = present[np.lexsort((-q_ids[present], -shares[a, present]))][:EXPLAIN_WORDS]
         shared = [(float(shares[a, j]), vocab.feature_name(int(q_ids[j]))) for j in strongest.tolist()]
-        if opened[a]:  # new words beside bundle words, by share (a bundle word first on a tie)
-            shared += sorted(((v, w) for w, v in opened[a].items()), key=lambda item: (-item[0], item[1]))
-            shared.sort(key=lambda item: -item[0])
+        if opened[a]:  # new words beside bundle words, by share (a bundle word first on a tie: a stable sort)
+            shared += [(-v, w) for v, w in sorted((-v, w) for w, v in opened[a].items())]  # by share, then word
+            shared.sort(key=itemgetter(0), reverse=True)
         shared_all.append([word for _, word in shared[:EXPLAIN_WORDS]])
         order = np.argsort(-contribution[a])[:EXPLAIN_WORDS]
         related_all.append([vocab.feature_name(int(q_ids[j])) for j in order.tolist() if contribution[a, j] > 0])

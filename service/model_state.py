@@ -273,22 +273,19 @@ class ModelState:
     def open_shares(self, weights: Mapping[str, float], rows: Sequence[int]) -> list[dict[str, float]]:
         """For each of `rows`, its new words shared with a query whose new words were weighed `weights`
         (QueryResult.open_weights) and their q_t·d_t (o(q, d) = w_new · Σ_t q_t·d_t, the bundle words' q_i·d_i in
-        the same scale): why an advert matched (service.matching)."""
+        the same scale): why an advert matched (service.matching). The caller holds the read lock."""
         rule = self.embedder.open_rule
         if rule is None or not weights or not rows:
             return [{} for _ in rows]
-        with self.lock.read():
-            lists = {word: self.open.postings.get(word, {}) for word in weights}
-            return [{w: weights[w] / rule.weight * lists[w][row] for w in weights if row in lists[w]} for row in rows]
+        held = [(w, weights[w] / rule.weight, lists) for w in weights if (lists := self.open.postings.get(w))]
+        return [{w: q * lists[row] for w, q, lists in held if row in lists} for row in rows]
 
-    def own_counts(self) -> OpenCounts:
-        """This collection's live counts of its new words (the caller holds the read lock)."""
-        return OpenCounts(self.open.df(), self.table.n_live)
-
-    def _counts(self, open_counts: Sequence[OpenCounts | None] | None, query: int) -> OpenCounts:
-        """What weighs query `query`'s new words: the counts given for it (`search`), else this collection's own."""
+    def _counts(self, open_counts: Sequence[OpenCounts | None] | None, query: int) -> tuple[Mapping[str, int], int]:
+        """What weighs query `query`'s new words, (document frequencies, live documents): the counts given for it
+        (`search`), else this collection's own live counts (the caller holds the read lock; no `OpenCounts` made
+        for them: asked for every query with a new word)."""
         given = open_counts[query] if open_counts is not None else None
-        return given if given is not None else self.own_counts()
+        return (given.df, given.n_docs) if given is not None else (self.open.df(), self.table.n_live)
 
     def search_rows(
         self,
@@ -409,9 +406,9 @@ class ModelState:
         rule = self.embedder.open_rule
         weights: dict[str, float] = {}
         if rule is not None and open_words is not None:
-            counts = self._counts(open_counts, query)
-            if counts.df:
-                weights = rule.query_weights(open_words[query], counts.df, counts.n_docs)
+            df, n_docs = self._counts(open_counts, query)
+            if df:
+                weights = rule.query_weights(open_words[query], df, n_docs)
         memo[query] = (self.version, weights)
         return weights
 

@@ -44,7 +44,7 @@ findable once a slot is free and a later document brings it.
 from __future__ import annotations
 
 import dataclasses
-from collections import Counter
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -55,7 +55,7 @@ import scipy.sparse as sp
 from ssi.forms import Form
 from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
-from ssi.weighting import Bm25, average_length, bm25_idf
+from ssi.weighting import Bm25, average_length, bm25_idf, bm25_idf_of
 
 DEFAULT_MAX_WORDS = 1_000_000  # open words held per collection (each a dict of postings)
 
@@ -151,34 +151,38 @@ def collection_statistics(vocab: Vocabulary, rows: sp.csr_matrix, lengths: np.nd
     return CollectionStatistics.of(vocab, df, rows.shape[0], int(np.asarray(lengths, dtype=np.int64).sum()))
 
 
-def new_counts(vocab: Vocabulary, tokens: Sequence[str]) -> Counter[str]:
+def new_counts(vocab: Vocabulary, tokens: Sequence[str]) -> dict[str, int]:
     """The tokens the vocabulary lacks, as it spells words (stemmed where it stems), with their counts."""
     tokens = list(tokens)
     return _spelled_counts(vocab, [t for t, i in zip(tokens, vocab.ids_of(tokens).tolist(), strict=True) if i < 0])
 
 
-def _spelled_counts(vocab: Vocabulary, unknown: list[str]) -> Counter[str]:
+def _spelled_counts(vocab: Vocabulary, unknown: list[str]) -> dict[str, int]:
     """Tokens the vocabulary lacks, named as it spells words (a new word's name), with their counts in order of
-    first appearance."""
-    return Counter(vocab.spelled(unknown)) if unknown else Counter()
+    first appearance. (Counted in a loop: for a page's handful, `Counter` cost 29 µs right after another page's
+    ranking, its Python layers cold.)"""
+    counts: dict[str, int] = {}
+    for word in vocab.spelled(unknown) if unknown else ():
+        counts[word] = counts.get(word, 0) + 1
+    return counts
 
 
 @dataclass(frozen=True, slots=True)
 class QueryWords:
     """What a query's open term is weighed from (`OpenRule.query_weights`), found once per query text: its new words
     with their counts, in order of first appearance (the order the term's sums are taken in), and its bundle words'
-    ids with their counts, for Z(q). Built from the ids the query's row was made from (service.bulk_featurize), so a
-    long page is neither tokenized nor looked up a second time for its new words."""
+    ids with their counts, for Z(q). Built from the ids and counts the query's row was made from
+    (service.bulk_featurize, `Vocabulary.term_counts`), so a long page is neither tokenized nor looked up nor counted
+    a second time."""
 
-    new: Counter[str]
-    known: np.ndarray  # int64, the distinct ids of its bundle words, sorted
-    qtf: np.ndarray  # int64, each one's count
+    new: dict[str, int]
+    known: np.ndarray  # the distinct ids of its bundle words, sorted
+    qtf: np.ndarray  # float64, each one's count
 
     @classmethod
-    def of(cls, vocab: Vocabulary, ids: np.ndarray, unknown: list[str]) -> QueryWords:
-        """From every token's id (`vocab.ids_of`; −1: not in the vocabulary) and the tokens with id −1 in order, as
-        the tokenizer gives them."""
-        known, qtf = np.unique(ids[ids >= 0], return_counts=True)
+    def of(cls, vocab: Vocabulary, known: np.ndarray, qtf: np.ndarray, unknown: list[str]) -> QueryWords:
+        """From its row's term counts (`Vocabulary.term_counts`: the distinct ids `known`, sorted, and their counts
+        `qtf`) and the tokens the vocabulary lacks in order, as the tokenizer gives them."""
         return cls(_spelled_counts(vocab, unknown), known, qtf)
 
     @classmethod
@@ -186,7 +190,9 @@ class QueryWords:
         """From a query's tokens (`ssi.tokenize.tokenize`)."""
         tokens = list(tokens)
         ids = vocab.ids_of(tokens)
-        return cls.of(vocab, ids, [t for t, i in zip(tokens, ids.tolist(), strict=True) if i < 0])
+        counts = vocab.term_counts(ids, np.array([ids.shape[0]], dtype=np.int64))
+        unknown = [t for t, i in zip(tokens, ids.tolist(), strict=True) if i < 0]
+        return cls.of(vocab, counts.indices, counts.data, unknown)
 
     def keeping(self, words: np.ndarray) -> QueryWords:
         """The words of the text with every bundle word but `words` removed (a long text cut to its heaviest words,
@@ -236,18 +242,30 @@ class OpenRule:
         return dict(zip(words, values.tolist(), strict=True))
 
     def query_weights(self, words: QueryWords, df: Mapping[str, int], n_docs: int) -> dict[str, float]:
-        """w_new · idf_t · qtf_t / Z(q) for each new query word some live document holds (empty: o = 0)."""
-        present = {w: c for w, c in words.new.items() if df.get(w, 0) > 0}
-        if not present:
+        """w_new · idf_t · qtf_t / Z(q) for each new query word some live document holds (empty: o = 0).
+
+        Asked for every query with a new word (every page of a /match): its handful of words are weighed as Python
+        floats (the same float64 operations as on arrays, in the same order; each idf `bm25_idf_of`, remembered),
+        since numpy's per-call work on arrays of a few values was most of its time. Norms are √(x·x), as
+        `np.linalg.norm` takes them."""
+        new: list[str] = []
+        held: list[int] = []
+        counts: list[int] = []
+        for word, count in words.new.items():
+            n = df.get(word, 0)
+            if n > 0:
+                new.append(word)
+                held.append(n)
+                counts.append(count)
+        if not new:
             return {}
-        new = list(present)
-        idf = bm25_idf(np.asarray([df[w] for w in new], dtype=np.float64), n_docs).astype(np.float64)
-        raw = idf * np.asarray([present[w] for w in new], dtype=np.float64)
-        known, qtf = words.known, words.qtf
-        z = float(np.linalg.norm(self.vocab.idf[known].astype(np.float64) * qtf)) if known.size else 0.0
+        raw = [bm25_idf_of(n, n_docs) * count for n, count in zip(held, counts, strict=True)]  # float32 idf
+        known = self.vocab.idf[words.known] * words.qtf  # float64, as qtf
+        z = math.sqrt(known.dot(known)) if known.size else 0.0
         if z <= 0.0:
-            z = float(np.linalg.norm(raw))
-        return dict(zip(new, (self.weight * raw / z).tolist(), strict=True))
+            summed = np.asarray(raw, dtype=np.float64)
+            z = math.sqrt(summed.dot(summed))
+        return {word: self.weight * value / z for word, value in zip(new, raw, strict=True)}
 
 
 @dataclass
@@ -325,22 +343,26 @@ class OpenPostings:
             self.dropped,
         )
 
-    def scores(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray]:
-        """(rows sorted, o) of every row holding a weighted word: o = Σ weights[t] · d_t, float64."""
+    def scores(self, weights: Mapping[str, float]) -> tuple[np.ndarray, np.ndarray, float]:
+        """(rows, o, bound): every row holding a weighted word (each once, in the order first met) and its
+        o = Σ weights[t] · d_t, float64, and the most o can be for any row, Σ_t weights[t] · max_d d_t (what
+        service.rerank's pruning adds to its bound), from one pass over the weighted words' postings."""
         summed: dict[int, float] = {}
+        bound = 0.0
         for word, weight in weights.items():
-            for row, value in self.postings.get(word, {}).items():
-                summed[row] = summed.get(row, 0.0) + weight * value
+            lists = self.postings.get(word)
+            if lists is None:
+                continue
+            bound += weight * max(lists.values())
+            for row, value in lists.items():
+                if row in summed:
+                    summed[row] += weight * value
+                else:  # 0.0 + x: x itself (x ≥ 0)
+                    summed[row] = weight * value
         if not summed:
-            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64), bound
         rows = np.fromiter(summed, dtype=np.int64, count=len(summed))
-        values = np.fromiter(summed.values(), dtype=np.float64, count=len(summed))
-        order = np.argsort(rows)
-        return rows[order], values[order]
-
-    def bound(self, weights: Mapping[str, float]) -> float:
-        """The most o can be for any row: Σ_t weights[t] · max_d d_t."""
-        return float(sum(w * max(self.postings[t].values()) for t, w in weights.items() if t in self.postings))
+        return rows, np.fromiter(summed.values(), dtype=np.float64, count=len(summed)), bound
 
     def to_json(self) -> dict[str, object]:
         """Rows and their entries, for a snapshot (restores with `from_json`)."""
@@ -404,7 +426,7 @@ def open_scores(
         weights = rule.query_weights(QueryWords.of_tokens(rule.vocab, tokens), df, n_docs)
         if not weights:
             continue
-        rows, values = postings.scores(weights)
+        rows, values, _ = postings.scores(weights)
         if out is None:
             out = np.zeros((len(query_tokens), n_rows), dtype=np.float64)
         out[i, rows] = values

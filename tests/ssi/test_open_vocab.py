@@ -15,7 +15,7 @@ from typer.testing import CliRunner
 import ssi
 from ssi.bundle import Bundle, load_bundle
 from ssi.forms import Form, form_class
-from ssi.open_vocab import OpenPostings, OpenRule, build_postings, open_scores
+from ssi.open_vocab import OpenPostings, OpenRule, QueryWords, build_postings, open_scores
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.weighting import bm25_idf
@@ -87,6 +87,44 @@ def test_the_open_term_is_bm25_with_live_statistics(world: dict) -> None:
         tf = tokens.count("zymurgical")
         d = tf / (tf + bm25.k1 * (1 - bm25.b + bm25.b * len(tokens) / bm25.avg_len))
         assert o[0, row] == pytest.approx(idf * d / z, rel=1e-6)
+
+
+def test_the_weights_and_the_term_are_the_array_formulas_bit_for_bit(world: dict) -> None:
+    """`query_weights` weighs a query's few words as Python floats, each idf remembered (`bm25_idf_of`), and `scores`
+    sums the term (each row once, unsorted) and its bound in one pass: the same floats as the array formulas they
+    replaced (idf from `bm25_idf`, Z(q) = np.linalg.norm), with and without bundle words, and the bound
+    Σ_t w_t · max_d d_t."""
+    bundle = load_bundle(world["bm25"])
+    rule = OpenRule.of(bundle.vocab, bundle.form)
+    assert rule is not None
+    rng = np.random.default_rng(3)
+    postings = OpenPostings()
+    for row in range(200):  # new words of a wide range of document frequencies
+        postings.add(
+            row, {f"new{int(w)}": float(rng.random()) for w in rng.integers(0, 60, size=int(rng.integers(1, 8)))}
+        )
+    df = postings.df()
+    for trial in range(40):
+        new = {f"new{int(w)}": int(c) for w, c in zip(rng.integers(0, 80, 12), rng.integers(1, 4, 12), strict=True)}
+        known = np.unique(rng.integers(0, bundle.vocab.n_words, int(rng.integers(0, 30))))
+        qtf = rng.integers(1, 5, known.shape[0]).astype(np.float64)
+        weights = rule.query_weights(QueryWords(new, known, qtf), df, 250)
+        present = [w for w in new if df.get(w, 0) > 0]
+        assert list(weights) == present
+        if not present:
+            continue
+        idf = bm25_idf(np.array([df[w] for w in present], dtype=np.float64), 250).astype(np.float64)
+        raw = idf * np.array([new[w] for w in present], dtype=np.float64)
+        z = float(np.linalg.norm(bundle.vocab.idf[known].astype(np.float64) * qtf)) if known.size else 0.0
+        z = z if z > 0.0 else float(np.linalg.norm(raw))
+        assert [weights[w] for w in present] == (rule.weight * raw / z).tolist(), trial
+        rows, values, bound = postings.scores(weights)
+        summed: dict[int, float] = {}
+        for w, weight in weights.items():
+            for row, value in postings.postings[w].items():
+                summed[row] = summed.get(row, 0.0) + weight * value
+        assert dict(zip(rows.tolist(), values.tolist(), strict=True)) == summed and rows.shape[0] == len(summed)
+        assert bound == sum(weight * max(postings.postings[w].values()) for w, weight in weights.items())
 
 
 def test_deletes_take_postings_out_and_the_cap_drops_new_words() -> None:

@@ -125,3 +125,17 @@ def test_the_memo_of_word_ids_is_bounded(monkeypatch: pytest.MonkeyPatch) -> Non
     assert vocab.ids_of(["zzz1", "zzz2", "zzz3"]).tolist() == [-1, -1, -1]
     assert len(vocab._token_ids) <= 4
     assert vocab.ids_of(["claims", "running", "mice"]).tolist() == first.tolist() and (first >= 0).all()
+
+
+def test_a_word_is_spelled_as_the_stemmer_spells_it_and_the_memo_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`spelled` (a new word's name in the open vocabulary) remembers each token's stem: the stemmer's stems, the
+    same again from the memo, and the same once the memo has emptied itself."""
+    monkeypatch.setattr(vocab_module, "MEMO_WORDS", 4)
+    vocab = Vocabulary.build(TEXTS, min_df=1, stemmer="english")
+    english = Stemmer.Stemmer("english")
+    tokens = ["zymurgically", "quuxblargs", "running", "zymurgically", "fermentations"]
+    assert vocab.spelled(tokens) == english.stemWords(tokens) == vocab.spelled(tokens)
+    assert vocab.spelled(["brewing", "brewers", "maltings"]) == english.stemWords(["brewing", "brewers", "maltings"])
+    assert len(vocab._spellings) <= 4
+    assert vocab.spelled(tokens) == english.stemWords(tokens) and vocab.spelled([]) == []
+    assert Vocabulary.build(TEXTS, min_df=1).spelled(tokens) == tokens  # no stemmer: the tokens themselves
