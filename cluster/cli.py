@@ -66,6 +66,14 @@ def index(
             "(SSI_OPEN_VOCAB=true); default: SSI_OPEN_VOCAB",
         ),
     ] = None,
+    statistics: Annotated[
+        str | None,
+        typer.Option(
+            help="With the open vocabulary, whose statistics the cluster will weigh the lexical part with: bundle, "
+            "or collection (every shard's rows at the avg_len of every document, recorded in cluster.json; "
+            "SSI_OPEN_VOCAB_STATISTICS=collection serves it); default: SSI_OPEN_VOCAB_STATISTICS",
+        ),
+    ] = None,
 ) -> None:
     """Build a sharded index: each document's vectors computed once (in parallel with --ray), written per shard."""
     from cluster.index_job import build_index
@@ -79,7 +87,10 @@ def index(
         raise fail(f"--index-type must be flat, hnsw or ivf (got {index_type!r})")
     if collection_type not in ("documents", "adverts"):
         raise fail(f"--type must be documents or adverts (got {collection_type!r})")
-    settings = _settings(None, None, False)  # SSI_OPEN_VOCAB and SSI_OPEN_VOCAB_WORDS, as the cluster will serve
+    if statistics not in (None, "bundle", "collection"):
+        raise fail(f"--statistics must be bundle or collection (got {statistics!r})")
+    # SSI_OPEN_VOCAB, SSI_OPEN_VOCAB_WORDS and SSI_OPEN_VOCAB_STATISTICS, as the cluster will serve
+    settings = _settings(None, None, False)
     started = time.perf_counter()
     try:
         manifest = build_index(
@@ -94,6 +105,7 @@ def index(
             collection_type=collection_type,  # type: ignore[arg-type]
             open_vocab=settings.open_vocab if open_vocab is None else open_vocab,
             open_vocab_words=settings.open_vocab_words,
+            statistics=settings.open_vocab_statistics if statistics is None else statistics,  # type: ignore[arg-type]
         )
     except (ClusterIndexError, BundleError, DataFileError, ValueError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None
@@ -201,14 +213,11 @@ def local_command(
     require_ray()
     from cluster.deploy import ClusterOptions
     from cluster.local import LocalCluster
-    from cluster.manifest import MANIFEST_FILE, ClusterIndexError
+    from cluster.manifest import MANIFEST_FILE
     from cluster.shard_settings import open_vocab_of
 
     settings = _settings(host, port, insecure_writes)
-    try:
-        open_vocab = open_vocab_of(settings)  # refused before a cluster starts
-    except ClusterIndexError as exc:
-        raise fail(str(exc)) from None
+    open_vocab = open_vocab_of(settings)
     local = LocalCluster(workers=workers)
     try:
         local.connect()
@@ -222,6 +231,7 @@ def local_command(
                 ray=local.address,
                 collection_type=collection_type,
                 open_vocab=open_vocab,
+                statistics=settings.open_vocab_statistics,
             )
         options = ClusterOptions(shard_cpus=0, threads=threads)
         _serve_forever(out, settings, options, local.address, None)

@@ -10,9 +10,10 @@ replica comes back with every acknowledged write: the store is the truth and its
 replayed over the snapshot (service.state_builder). One process serves a folder
 (service.instance_lock), so with `replicas` > 1 each replica serves a private copy of its shard's
 folder, read-only (more query throughput; writes answer 403): replicas share no store, and
-replicating writes between them is not done here. SSI_OPEN_VOCAB and SSI_OPEN_VOCAB_WORDS are the router's
-settings, given to every shard (cluster.shard_settings). The router keeps the traffic log (cluster.events) in a
-data folder of its own, `<index>/router` unless `router_data_dir` says otherwise; its replicas share it.
+replicating writes between them is not done here. SSI_OPEN_VOCAB, SSI_OPEN_VOCAB_WORDS and
+SSI_OPEN_VOCAB_STATISTICS are the router's settings, given to every shard (cluster.shard_settings). The router keeps
+the traffic log (cluster.events) in a data folder of its own, `<index>/router` unless `router_data_dir` says
+otherwise; its replicas share it.
 Imported only by the `ssi cluster` commands.
 """
 
@@ -30,7 +31,7 @@ from cluster.fanout import Fanout, retrying
 from cluster.http import build_app
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.shard_server import Reply, ShardServer
-from cluster.shard_settings import open_vocab_of
+from cluster.shard_settings import open_vocab_of, statistics_of
 from cluster.sharding import shard_folder_name
 from service.settings import Settings
 
@@ -102,6 +103,7 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
     if options.replicas < 1:
         raise ClusterIndexError(f"replicas must be at least 1 (got {options.replicas})")
     open_vocab = open_vocab_of(settings)
+    statistics = statistics_of(settings, manifest)
     shard_app = serve.deployment(ShardServer)
     handles = [
         shard_app.options(
@@ -110,7 +112,15 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
             ray_actor_options={"num_cpus": options.shard_cpus},
             max_ongoing_requests=options.max_ongoing_requests,
             health_check_period_s=2,
-        ).bind(str(index.resolve()), i, options.threads, options.replicas > 1, open_vocab, settings.open_vocab_words)
+        ).bind(
+            str(index.resolve()),
+            i,
+            options.threads,
+            options.replicas > 1,
+            open_vocab,
+            settings.open_vocab_words,
+            statistics,
+        )
         for i in range(manifest.shards)
     ]
     about = manifest.model_dump(exclude={"entries"}) | {"documents_per_shard": [e.documents for e in manifest.entries]}
@@ -132,8 +142,8 @@ def start(
     """Connect to the cluster, start Serve's HTTP proxy on settings.host:port and deploy; returns the router handle."""
     from cluster.connect import connect
 
-    read_manifest(index)  # a bad folder, or settings the cluster cannot serve, refused before any cluster is joined
-    open_vocab_of(settings)
+    # a bad folder, or settings the cluster cannot serve, refused before any cluster is joined
+    statistics_of(settings, read_manifest(index))
     connect(address, num_cpus=num_cpus)
     serve.start(http_options={"host": settings.host, "port": settings.port})
     return serve.run(application(index, settings, options), name=APP_NAME, route_prefix="/", blocking=False)

@@ -14,7 +14,11 @@ must weigh them by the cluster's counts, as one node holding every document woul
 words no shard holds (every query while the vocabulary is closed) costs one round trip, as before: each shard says
 what it needs with its answer. Where a shard holds one of them, it ranks that query only once the router has summed
 every shard's document frequencies of those words and live documents, and sent them back (a second round trip,
-to the shards that need them only). The merge is then exact as above.
+to the shards that need them only). The merge is then exact as above. With the collection's statistics
+(SSI_OPEN_VOCAB_STATISTICS=collection) every word's idf is the collection's, so a shard also reports the live
+document frequency of each of the query's bundle words it holds, the router sums those too (`OpenCounts.summed`),
+and every query with a word some shard holds takes the second round trip; each shard's lexical rows are weighed with
+the cluster's avg_len (cluster.shard_settings).
 
 A shard that cannot answer (its replica died, is restarting, or is unreachable) is retried until
 `retry_seconds` have passed; after that the request fails with a 503 naming the shard. A shard call
@@ -119,17 +123,14 @@ class Fanout:
 
     async def ranked(self, method: str, texts: list[str], *args: Any) -> list[list[dict[str, Any]]]:
         """Every shard's answers to `texts` (ShardServer.`method`(texts, *args, counts) answers ShardAnswers):
-        answers[shard][i], each shard's exact top for text i with the cluster's counts of its new words."""
+        answers[shard][i], each shard's exact top for text i with the cluster's counts of its words."""
         first: list[ShardAnswers] = await self._all(method, texts, *args)
         n_docs = sum(answers.n_live for answers in first)
         counts: dict[int, OpenCounts] = {}
         for i in range(len(texts)):
-            summed: dict[str, int] = {}
-            for answers in first:
-                for word, df in (answers.needs[i] or {}).items():
-                    summed[word] = summed.get(word, 0) + df
-            if summed:  # some shard holds one of its new words: the shards that need them rank it again
-                counts[i] = OpenCounts(summed, n_docs)
+            summed = OpenCounts.summed([need for answers in first if (need := answers.needs[i]) is not None], n_docs)
+            if summed.df or summed.known:  # some shard holds one of its words: the shards that need them rank it again
+                counts[i] = summed
         asked = {s: [i for i in counts if first[s].needs[i] is not None] for s in range(self.shards.count)}
         asked = {s: texts_asked for s, texts_asked in asked.items() if texts_asked}
         replies = await asyncio.gather(

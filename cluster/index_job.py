@@ -10,7 +10,12 @@ advert's metadata (category, advertiser, active, budget: the extra fields of its
 reads them) travels with its row and is written into its shard's metadata book (cluster.shard_build).
 
 With `open_vocab` (`ssi index --open-vocab`, or SSI_OPEN_VOCAB) each shard's snapshot also holds its documents' new
-words (cluster.shard_build.open_postings), so a cluster serving the open vocabulary starts from it.
+words (cluster.shard_build.open_postings), so a cluster serving the open vocabulary starts from it. With the
+collection's statistics as well (`statistics="collection"`, `ssi index --statistics collection` or
+SSI_OPEN_VOCAB_STATISTICS), the embedding pass counts every document's tokens, and every shard is written with the
+avg_len of all of them (its lexical rows, its new words' values), which the manifest records (`avg_len`): a shard
+that computes its index again, or a document written later, is weighed with it, as a single node keeps the avg_len
+its index was computed with.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cluster.manifest import MANIFEST_FILE, ClusterIndexError, ClusterManifest, ShardEntry, write_manifest
-from cluster.shard_build import Block, advert_meta, embed_block, write_shard
+from cluster.shard_build import Block, advert_meta, counted_avg_len, embed_block, write_shard
 from cluster.shard_settings import shard_settings
 from cluster.sharding import shard_folder_name
 from service.embedding import Embedder
@@ -30,7 +35,7 @@ from service.settings import CollectionType, IndexType
 from service.state_builder import index_config
 from ssi.bundle import load_bundle
 from ssi.corpus import iter_corpus, numbered_lines
-from ssi.open_vocab import DEFAULT_MAX_WORDS
+from ssi.open_vocab import DEFAULT_MAX_WORDS, Statistics
 from ssi.records import Document
 
 
@@ -56,9 +61,11 @@ def build_index(
     collection_type: CollectionType = "documents",
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
+    statistics: Statistics = "bundle",
 ) -> ClusterManifest:
     """Build the sharded index of `corpus` (documents, or adverts with their metadata) under `out`; its manifest.
-    `open_vocab`: write each shard's open postings (at most `open_vocab_words` words a shard)."""
+    `open_vocab`: write each shard's open postings (at most `open_vocab_words` words a shard), weighed with the
+    `statistics` the cluster will serve (the collection's: with the avg_len of every document)."""
     if shards < 1:
         raise ClusterIndexError(f"shards must be at least 1 (got {shards})")
     if not corpus.exists():
@@ -68,9 +75,11 @@ def build_index(
     bundle = load_bundle(bundle_path, mmap=False)
     Embedder(bundle, 1)  # refuses a form the service cannot serve before any work
     out.mkdir(parents=True, exist_ok=True)
+    collection = open_vocab and statistics == "collection"
+    avg_len: float | None = None
     try:
         if ray_address is None:
-            entries, embed_seconds = _build_here(
+            entries, embed_seconds, avg_len = _build_here(
                 corpus,
                 bundle_path,
                 out,
@@ -79,11 +88,12 @@ def build_index(
                 batch_size,
                 collection_type,
                 (open_vocab, open_vocab_words),
+                collection,
             )
         else:
             from cluster.ray_index import build_with_ray
 
-            entries, embed_seconds = build_with_ray(
+            entries, embed_seconds, avg_len = build_with_ray(
                 corpus,
                 bundle_path,
                 out,
@@ -95,11 +105,13 @@ def build_index(
                 collection_type=collection_type,
                 open_vocab=open_vocab,
                 open_vocab_words=open_vocab_words,
+                collection_statistics=collection,
             )
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # half an index is no index: the folder was empty before
         raise
-    index_tag = index_config(shard_settings(out / shard_folder_name(0), bundle.path, index_type)).tag()
+    settings = shard_settings(out / shard_folder_name(0), bundle.path, index_type, 1, open_vocab, 0, statistics)
+    index_tag = index_config(settings).tag()
     manifest = ClusterManifest(
         bundle=str(bundle.path.resolve()),
         bundle_hash=bundle.content_hash,
@@ -109,6 +121,7 @@ def build_index(
         index_type=index_type,
         index_tag=index_tag,
         documents=sum(e.documents for e in entries),
+        avg_len=avg_len,
         engine="local" if ray_address is None else "ray",
         ray_address=ray_address,
         embed_seconds=round(embed_seconds, 3),
@@ -128,9 +141,11 @@ def _build_here(
     batch_size: int,
     collection_type: CollectionType = "documents",
     open_vocab: tuple[bool, int] = (False, DEFAULT_MAX_WORDS),
-) -> tuple[list[ShardEntry], float]:
+    collection_statistics: bool = False,
+) -> tuple[list[ShardEntry], float, float | None]:
     """The single-process build: every block embedded here, then each shard written (`open_vocab`: whether with
-    its open postings, and at most how many words)."""
+    its open postings, and at most how many words; `collection_statistics`: with the avg_len of every document,
+    counted as they are embedded, which it returns)."""
     started = time.perf_counter()
     bundle = load_bundle(bundle_path, mmap=False)
     embedder = Embedder(bundle, 1)
@@ -139,17 +154,22 @@ def _build_here(
     for row in _corpus_rows(corpus, collection_type):
         batch.append(row)
         if len(batch) == batch_size:
-            _split(_embed(embedder, batch, shards), per_shard)
+            _split(_embed(embedder, batch, shards, collection_statistics), per_shard)
             batch = []
     if batch:
-        _split(_embed(embedder, batch, shards), per_shard)
+        _split(_embed(embedder, batch, shards, collection_statistics), per_shard)
     embed_seconds = time.perf_counter() - started
     dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
+    counted = [b.lengths for blocks in per_shard for b in blocks]
+    n_tokens, n_docs = sum(int(c.sum()) for c in counted), sum(c.shape[0] for c in counted)
+    avg_len = counted_avg_len(bundle, n_tokens, n_docs) if collection_statistics else None
     entries = [
-        write_shard(out, shard, bundle, Block.concat(blocks, dims, vocab), index_type, collection_type, *open_vocab)
+        write_shard(
+            out, shard, bundle, Block.concat(blocks, dims, vocab), index_type, collection_type, *open_vocab, avg_len
+        )
         for shard, blocks in enumerate(per_shard)
     ]
-    return entries, embed_seconds
+    return entries, embed_seconds, avg_len
 
 
 def _corpus_rows(corpus: Path, collection_type: CollectionType) -> Iterator[tuple[Document, str]]:
@@ -164,8 +184,8 @@ def _corpus_rows(corpus: Path, collection_type: CollectionType) -> Iterator[tupl
     return zip(docs, (advert_meta(json.loads(line)) for _, line in numbered_lines(corpus)), strict=True)
 
 
-def _embed(embedder: Embedder, rows: list[tuple[Document, str]], shards: int) -> Block:
-    return embed_block(embedder, [doc for doc, _ in rows], shards, [meta for _, meta in rows])
+def _embed(embedder: Embedder, rows: list[tuple[Document, str]], shards: int, count_tokens: bool) -> Block:
+    return embed_block(embedder, [doc for doc, _ in rows], shards, [meta for _, meta in rows], count_tokens)
 
 
 def _split(block: Block, per_shard: list[list[Block]]) -> None:

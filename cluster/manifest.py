@@ -63,6 +63,13 @@ class ClusterManifest(BaseModel):
     index_type: str
     index_tag: str
     documents: int
+    avg_len: float | None = Field(
+        default=None,
+        gt=0,
+        description="the mean token count of every document the index was built from, which every shard weighs its "
+        "lexical rows with under the collection's statistics (SSI_OPEN_VOCAB_STATISTICS=collection); None: built "
+        "with the bundle's",
+    )
     engine: Literal["ray", "local"] = Field(description="who computed the vectors: a Ray Data job or this process")
     ray_address: str | None = None
     embed_seconds: float = Field(description="reading, featurizing and embedding every document")

@@ -3,7 +3,8 @@
     read_json / read_parquet (blocks, in parallel)
       → map_batches(embed_batch): each block's shard, tf-idf rows and vectors (cluster.shard_build.embed_block),
         one bundle load per worker process
-      → materialize (the embedding stage is timed on its own)
+      → materialize (the embedding stage is timed on its own; with the collection's statistics the documents' token
+        counts are summed from it: the cluster's avg_len, given to every shard's write)
       → groupby("shard").map_groups(write_group): each shard's store and snapshot written by one task
 
 The output folder must be one every worker can write (a shared file system on a real cluster; on a
@@ -23,7 +24,7 @@ import numpy as np
 
 from cluster.connect import connect
 from cluster.manifest import ClusterIndexError, ShardEntry
-from cluster.shard_build import Block, advert_meta, document_of, embed_block, write_shard
+from cluster.shard_build import Block, advert_meta, counted_avg_len, document_of, embed_block, write_shard
 from service.embedding import Embedder
 from service.settings import CollectionType, IndexType
 from ssi.bundle import load_bundle
@@ -39,10 +40,10 @@ def _embedder(bundle_path: str) -> Embedder:
 
 
 def embed_batch(
-    batch: dict[str, np.ndarray], bundle_path: str, shards: int, adverts: bool = False
+    batch: dict[str, np.ndarray], bundle_path: str, shards: int, adverts: bool = False, count_tokens: bool = False
 ) -> dict[str, np.ndarray]:
     """A Ray Data task: one block of corpus records → its rows with shard, vectors and tf-idf (cluster.shard_build),
-    and with `adverts` each advert's metadata from the same record.
+    with `adverts` each advert's metadata from the same record, with `count_tokens` each document's token count.
 
     Tasks rather than actors: an actor pool holds its CPUs for the whole job, and on a small cluster it
     can hold every CPU while the read tasks that feed it wait for one.
@@ -51,7 +52,8 @@ def embed_batch(
     n = len(batch[columns[0]]) if columns else 0
     records = [{name: batch[name][i] for name in columns} for i in range(n)]
     meta = [advert_meta(record) for record in records] if adverts else None
-    return embed_block(_embedder(bundle_path), [document_of(r) for r in records], shards, meta).columns()
+    docs = [document_of(r) for r in records]
+    return embed_block(_embedder(bundle_path), docs, shards, meta, count_tokens).columns()
 
 
 def write_group(
@@ -62,9 +64,10 @@ def write_group(
     collection_type: str = "documents",
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
+    avg_len: float | None = None,
 ) -> dict[str, np.ndarray]:
-    """One shard's rows (a Ray Data group) → its store and snapshot (and metadata book, open postings); its manifest
-    entry as JSON."""
+    """One shard's rows (a Ray Data group) → its store and snapshot (and metadata book, open postings, weighed with
+    the cluster's `avg_len` under the collection's statistics); its manifest entry as JSON."""
     bundle = load_bundle(Path(bundle_path), mmap=False)
     block = Block.from_columns(batch, bundle.manifest.vocab_size)
     shard = int(block.shards[0])
@@ -77,6 +80,7 @@ def write_group(
         collection_type,  # type: ignore[arg-type]
         open_vocab,
         open_vocab_words,
+        avg_len,
     )
     return {"entry": np.asarray([entry.model_dump_json()], dtype=object)}
 
@@ -107,8 +111,10 @@ def build_with_ray(
     collection_type: CollectionType = "documents",
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
-) -> tuple[list[ShardEntry], float]:
-    """Run the job on the cluster at `address`; returns the shards' entries and the embedding stage's seconds."""
+    collection_statistics: bool = False,
+) -> tuple[list[ShardEntry], float, float | None]:
+    """Run the job on the cluster at `address`; returns the shards' entries, the embedding stage's seconds and with
+    `collection_statistics` the avg_len of every document (every shard's rows are weighed with it)."""
     connect(address, num_cpus=workers)
     ray_data = importlib.import_module("ray.data")
 
@@ -120,13 +126,23 @@ def build_with_ray(
         read_corpus(ray_data, corpus.resolve())
         .map_batches(
             embed_batch,
-            fn_kwargs={"bundle_path": str(bundle_path.resolve()), "shards": shards, "adverts": adverts},
+            fn_kwargs={
+                "bundle_path": str(bundle_path.resolve()),
+                "shards": shards,
+                "adverts": adverts,
+                "count_tokens": collection_statistics,
+            },
             batch_size=batch_size,
             batch_format="numpy",
         )
         .materialize()
     )
     embed_seconds = time.perf_counter() - started
+    bundle = load_bundle(bundle_path, mmap=False)
+    avg_len: float | None = None
+    if collection_statistics:  # the embedding pass counted every document's tokens
+        n_docs = embedded.count()
+        avg_len = counted_avg_len(bundle, int(embedded.sum("lengths") or 0) if n_docs else 0, n_docs)
     written = (
         embedded.groupby("shard", num_partitions=shards)
         .map_groups(
@@ -139,17 +155,17 @@ def build_with_ray(
                 "collection_type": collection_type,
                 "open_vocab": open_vocab,
                 "open_vocab_words": open_vocab_words,
+                "avg_len": avg_len,
             },
         )
         .take_all()
     )
     entries = [ShardEntry.model_validate_json(row["entry"]) for row in written]
     have = {e.shard for e in entries}
-    bundle = load_bundle(bundle_path, mmap=False)
     dims, vocab = bundle.manifest.index_dims, bundle.manifest.vocab_size
     for shard in sorted(set(range(shards)) - have):
         empty = Block.concat([], dims, vocab)
         entries.append(
-            write_shard(out, shard, bundle, empty, index_type, collection_type, open_vocab, open_vocab_words)
+            write_shard(out, shard, bundle, empty, index_type, collection_type, open_vocab, open_vocab_words, avg_len)
         )
-    return entries, embed_seconds
+    return entries, embed_seconds, avg_len

@@ -11,9 +11,14 @@
    snapshot holds the shard's open postings (open_vocab.json), as the single node's state builder writes
    them; without them a shard serving it open would recompute its index from the store once.
 
+With the collection's statistics (SSI_OPEN_VOCAB_STATISTICS=collection) the first step also counts each document's
+tokens, the cluster's avg_len is taken from all of them (`counted_avg_len`), and the second weighs the shard's
+lexical rows and new words with it (`lexical_rows`) and saves it in open_vocab.json, as a single node weighs its
+collection with the avg_len of all its documents.
+
 A block travels between Ray workers as columns: ids, titles, texts, the shard, the vectors as one
-float32 matrix, each tf-idf row packed into bytes (word ids int32, then weights float32) and each
-advert's metadata as JSON ("" in a documents collection).
+float32 matrix, each tf-idf row packed into bytes (word ids int32, then weights float32), each
+advert's metadata as JSON ("" in a documents collection) and each document's token count (0: not counted).
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ from service.snapshot import SnapshotData, cache_folder, write_snapshot
 from service.state_builder import index_config
 from service.store import DocumentStore
 from ssi.bundle import Bundle
-from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenRule, build_postings
+from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenRule, Statistics, at_avg_len, build_postings
 from ssi.records import Document
 from ssi.tokenize import tokenize
+from ssi.weighting import average_length
 
 
 @dataclass
@@ -55,6 +61,9 @@ class Block:
     embeddings: np.ndarray  # float32 [n, M]
     tfidf: sp.csr_matrix  # [n, D], unit rows
     meta: list[str]  # an advert's metadata (AdvertMeta.to_json), "" for a document
+    # int64: each document's token count (|d|, every token) where the build counts them (the collection's
+    # statistics: the cluster's avg_len), else 0
+    lengths: np.ndarray
 
     def columns(self) -> dict[str, np.ndarray]:
         """The block as Ray Data columns (numpy batch format)."""
@@ -66,6 +75,7 @@ class Block:
             "embedding": self.embeddings,
             "tfidf": np.asarray(pack_rows(self.tfidf), dtype=object),
             "meta": np.asarray(self.meta, dtype=object),
+            "lengths": self.lengths,
         }
 
     @classmethod
@@ -80,6 +90,7 @@ class Block:
             embeddings=embeddings.astype(np.float32, copy=False).reshape(len(ids), -1),
             tfidf=unpack_rows(list(columns["tfidf"]), vocab_size),
             meta=[str(x) for x in columns["meta"]],
+            lengths=np.asarray(columns["lengths"], dtype=np.int64),
         )
 
     def select(self, rows: np.ndarray) -> Block:
@@ -92,6 +103,7 @@ class Block:
             embeddings=self.embeddings[rows],
             tfidf=self.tfidf[rows],
             meta=[self.meta[i] for i in picked],
+            lengths=self.lengths[rows],
         )
 
     @classmethod
@@ -105,6 +117,7 @@ class Block:
                 np.zeros((0, index_dims), np.float32),
                 sp.csr_matrix((0, vocab_size), dtype=np.float32),
                 [],
+                np.zeros(0, np.int64),
             )
         return cls(
             ids=[x for b in blocks for x in b.ids],
@@ -114,6 +127,7 @@ class Block:
             embeddings=np.concatenate([b.embeddings for b in blocks]),
             tfidf=sp.vstack([b.tfidf for b in blocks], format="csr"),
             meta=[x for b in blocks for x in b.meta],
+            lengths=np.concatenate([b.lengths for b in blocks]),
         )
 
 
@@ -166,11 +180,20 @@ def advert_meta(record: dict) -> str:
     return AdvertMeta.from_record(plain).to_json()
 
 
-def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int, meta: Sequence[str] | None = None) -> Block:
+def embed_block(
+    embedder: Embedder,
+    docs: Sequence[Document],
+    shards: int,
+    meta: Sequence[str] | None = None,
+    count_tokens: bool = False,
+) -> Block:
     """Each document's owner shard, tf-idf row and index vector (what service.state_builder.computed computes);
-    `meta`: each advert's metadata (advert_meta) in an adverts collection."""
+    `meta`: each advert's metadata (advert_meta) in an adverts collection; with `count_tokens`, each document's
+    token count, as the single node counts them for the collection's avg_len (the build's first pass)."""
     ids = [d.id for d in docs]
-    tfidf = embedder.featurize_documents([d.full_text for d in docs])
+    texts = [d.full_text for d in docs]
+    tfidf = embedder.featurize_documents(texts)
+    lengths = [len(tokenize(text)) for text in texts] if count_tokens else [0] * len(texts)
     return Block(
         ids=ids,
         titles=[d.title for d in docs],
@@ -179,19 +202,47 @@ def embed_block(embedder: Embedder, docs: Sequence[Document], shards: int, meta:
         embeddings=embedder.embed_documents(tfidf, ids),
         tfidf=tfidf,
         meta=list(meta) if meta is not None else [""] * len(ids),
+        lengths=np.asarray(lengths, dtype=np.int64),
     )
 
 
-def open_postings(bundle: Bundle, block: Block, settings: Settings) -> dict[str, object] | None:
-    """open_vocab.json of a shard's snapshot: its documents' new words (ssi.open_vocab), rows numbered as the block's,
-    as service.state_builder indexes a collection's; None with the open vocabulary off or a bundle that stays closed."""
-    rule = OpenRule.of(bundle.vocab, bundle.form) if settings.open_vocab else None
-    if rule is None:
-        return None
-    texts = (
+def counted_avg_len(bundle: Bundle, n_tokens: int, n_docs: int) -> float:
+    """The avg_len of a collection of `n_docs` documents holding `n_tokens` tokens (their counted `lengths`), as the
+    single node computes its collection's (service.state_builder.computed; the bundle's for no document)."""
+    if not n_docs and bundle.vocab.bm25 is not None:
+        return bundle.vocab.bm25.avg_len
+    return average_length(n_tokens, n_docs)
+
+
+def lexical_rows(bundle: Bundle, block: Block, avg_len: float | None) -> tuple[sp.csr_matrix, OpenRule | None]:
+    """A shard's lexical rows and how its new words are weighed: the bundle's rows and rule, or with the collection's
+    statistics both at the cluster's `avg_len` (as service.embedding.Embedder weighs a single node's)."""
+    rule = OpenRule.of(bundle.vocab, bundle.form)
+    if avg_len is None or rule is None:
+        return block.tfidf, rule
+    vocab = at_avg_len(bundle.vocab, avg_len)
+    return vocab.featurize_documents(block_texts(block)), OpenRule.of(bundle.vocab, bundle.form, vocab.bm25)
+
+
+def block_texts(block: Block) -> list[str]:
+    """Each document's full text (title and text), as the service featurizes and tokenizes it."""
+    return [
         Document(id=i, title=t, text=x).full_text for i, t, x in zip(block.ids, block.titles, block.texts, strict=True)
-    )
-    return build_postings(rule, [tokenize(text) for text in texts], settings.open_vocab_words).to_json()
+    ]
+
+
+def open_postings(
+    rule: OpenRule | None, block: Block, settings: Settings, avg_len: float | None = None
+) -> dict[str, object] | None:
+    """open_vocab.json of a shard's snapshot: its documents' new words (ssi.open_vocab), rows numbered as the block's,
+    as service.state_builder indexes a collection's, and with the collection's statistics the avg_len its rows were
+    weighed with (service.writes saves it so); None with the open vocabulary off or a bundle that stays closed."""
+    if rule is None or not settings.open_vocab:
+        return None
+    saved = build_postings(rule, [tokenize(text) for text in block_texts(block)], settings.open_vocab_words).to_json()
+    if avg_len is not None:
+        saved["avg_len"] = avg_len
+    return saved
 
 
 def write_shard(
@@ -203,9 +254,11 @@ def write_shard(
     collection_type: CollectionType = "documents",
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
+    avg_len: float | None = None,
 ) -> ShardEntry:
     """Seed the shard's store with its documents and save the snapshot the shard server will load (with
-    `open_vocab`, its documents' new words too: at most `open_vocab_words` of them).
+    `open_vocab`, its documents' new words too: at most `open_vocab_words` of them; with `avg_len`, the cluster's,
+    its lexical rows and new words weighed with it: the collection's statistics).
 
     The store is seeded from a JSONL file exactly as `ssi serve --corpus` seeds one (a repeated id is
     refused there), and so is an adverts collection's metadata book (the lines carry each advert's
@@ -214,7 +267,8 @@ def write_shard(
     started = time.perf_counter()
     folder = shard_dir(root, shard)
     folder.mkdir(parents=True, exist_ok=True)
-    settings = shard_settings(folder, bundle.path, index_type, open_vocab=open_vocab, open_vocab_words=open_vocab_words)
+    statistics: Statistics = "collection" if avg_len is not None else "bundle"
+    settings = shard_settings(folder, bundle.path, index_type, 1, open_vocab, open_vocab_words, statistics, avg_len)
     seed = folder / "seed.jsonl"
     with seed.open("w", encoding="utf-8") as handle:
         for doc_id, title, text, meta in zip(block.ids, block.titles, block.texts, block.meta, strict=True):
@@ -230,6 +284,7 @@ def write_shard(
         embeddings = np.ascontiguousarray(block.embeddings, dtype=np.float32).reshape(len(block.ids), dims)
         # A flat index is its vectors, saved as embeddings; the others are saved built (holding their vectors).
         blob = VectorIndex.build(config, dims, embeddings).serialize()
+        lexical, rule = lexical_rows(bundle, block, settings.open_vocab_avg_len)
         write_snapshot(
             cache_folder(settings.index_dir, COLLECTION, bundle.content_hash, store.uuid, config.tag()),
             SnapshotData(
@@ -240,10 +295,10 @@ def write_shard(
                 index_blob=blob,
                 embeddings=embeddings if blob is None else None,
                 dims=dims,
-                tfidf=sp.csc_matrix(block.tfidf, dtype=np.float32),
+                tfidf=sp.csc_matrix(lexical, dtype=np.float32),
                 doc_ids=list(block.ids),
                 live=np.ones(len(block.ids), dtype=bool),
-                open_vocab=open_postings(bundle, block, settings),
+                open_vocab=open_postings(rule, block, settings, settings.open_vocab_avg_len),
             ),
         )
     finally:

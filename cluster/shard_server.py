@@ -4,7 +4,9 @@ A shard of an adverts index (the manifest's `type`) is an adverts collection wit
 (service.adverts), and matches pages with the single node's code (service.matching.match_pages).
 
 With the open vocabulary (the router's SSI_OPEN_VOCAB), a ranking method answers `ShardAnswers`: a text whose new
-words this shard holds is not ranked at once but waits for the cluster's counts of them (cluster.fanout).
+words this shard holds (with the collection's statistics, SSI_OPEN_VOCAB_STATISTICS, also any of its bundle words) is
+not ranked at once but waits for the cluster's counts of them (cluster.fanout); its lexical rows are then weighed
+with the cluster's avg_len from cluster.json (cluster.shard_settings.cluster_avg_len).
 
 The Ray Serve deployment of a shard is this class (cluster.deploy); the router's in-process twin
 (cluster.fanout.LocalShards) uses it directly. Every method answers a `Reply` instead of raising: a
@@ -24,7 +26,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster.manifest import COLLECTION, ClusterIndexError, read_manifest, write_manifest
-from cluster.shard_settings import shard_settings
+from cluster.shard_settings import cluster_avg_len, shard_settings
 from service.adverts import AdFilter, AdvertBooks
 from service.bounds import cut_long_text
 from service.collection import Collection
@@ -38,7 +40,7 @@ from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
 from service.settings import CollectionSpec
 from service.store import DocumentStore
-from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenCounts
+from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenCounts, Statistics
 from ssi.records import Document
 
 T = TypeVar("T")
@@ -57,13 +59,18 @@ class Reply:
 @dataclass(frozen=True, slots=True)
 class ShardAnswers:
     """A shard's answers to a batch of texts (queries, pages): `results[i]` text i's exact top k here as a dict, or
-    None where it waits for the cluster's counts of its new words; `needs[i]` what it needs from the other shards
-    (ModelState.shard_counts: None, nothing; else the live document frequency here of each of its new words held
-    here, and its answer is final only if no shard holds one); `n_live` the live documents here."""
+    None where it waits for the cluster's counts of its words; `needs[i]` what it needs from the other shards
+    (ModelState.shard_counts: None, nothing; else its own counts of the text's words held here, to be summed, and
+    its answer is final only if no shard holds one); `n_live` the live documents here."""
 
     results: list[dict[str, Any] | None]
-    needs: list[dict[str, int] | None]
+    needs: list[OpenCounts | None]
     n_live: int
+
+
+def waits(need: OpenCounts | None) -> bool:
+    """Whether a text's ranking here waits for the cluster's counts: some word it is weighed by is held here."""
+    return need is not None and bool(need.df or need.known)
 
 
 def answer(work: Callable[[], T]) -> Reply:
@@ -84,6 +91,7 @@ class ShardServer:
         read_only: bool = False,
         open_vocab: bool = False,
         open_vocab_words: int = DEFAULT_MAX_WORDS,
+        statistics: Statistics = "bundle",
     ) -> None:
         index = Path(root)
         manifest = read_manifest(index)
@@ -108,6 +116,8 @@ class ShardServer:
             threads,
             open_vocab,
             open_vocab_words,
+            statistics,
+            cluster_avg_len(manifest, statistics if open_vocab else "bundle"),  # one avg_len for every shard
         )
         spec = CollectionSpec(bundle=bundle, type=manifest.type)
         self.collection = Collection(COLLECTION, spec, self.settings, Metrics())
@@ -205,7 +215,7 @@ class ShardServer:
         if counts is not None:
             return ShardAnswers(rank(texts, counts), [None] * len(texts), state.table.n_live)
         needs, n_live = state.shard_counts(texts)
-        ready = [i for i, need in enumerate(needs) if not need]  # None, or {}: ranked with its own (none held here)
+        ready = [i for i, need in enumerate(needs) if not waits(need)]  # ranked with its own counts (none held here)
         results: list[dict[str, Any] | None] = [None] * len(texts)
         if ready:
             for i, result in zip(ready, rank([texts[i] for i in ready], None), strict=True):

@@ -21,11 +21,10 @@ import scipy.sparse as sp
 from service.bulk_featurize import BulkFeaturizer, TextWords, words_of_tokens
 from service.encoder import QueryEncoder
 from ssi.bundle import Bundle, BundleError
-from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, weighing
+from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, at_avg_len
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.vocab import TermCounts
-from ssi.weighting import Bm25
 
 BULK_QUERY_CHARS = 4096  # texts at least this long in all are featurized with arrays (service.bulk_featurize)
 
@@ -93,8 +92,7 @@ class Embedder:
         if not self.collection_statistics:
             raise RuntimeError("the collection's avg_len weighs rows only with SSI_OPEN_VOCAB_STATISTICS=collection")
         vocab = self.bundle.vocab
-        assert vocab.bm25 is not None  # an open rule exists: a BM25 bundle
-        self.lexical_vocab = weighing(vocab, Bm25(k1=vocab.bm25.k1, b=vocab.bm25.b, avg_len=avg_len))
+        self.lexical_vocab = at_avg_len(vocab, avg_len)
         self.open_rule = OpenRule.of(vocab, self.form, self.lexical_vocab.bm25)
         self._avg_len_set = True
 

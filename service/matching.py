@@ -126,7 +126,7 @@ def _match_one(
     stored = collection.get_many([result.doc_ids[j] for j in chosen])
     chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup
     ids = [result.doc_ids[j] for j in chosen]
-    shared, related = explain(state, page, [result.rows[j] for j in chosen], result.open_weights)
+    shared, related = explain(state, page, [result.rows[j] for j in chosen], result.open_weights, counts)
     position = {result.doc_ids[j]: j for j in chosen}
     hits = [
         AdHit(
@@ -150,11 +150,13 @@ def explain(
     page: sp.csr_matrix,
     rows: list[int],
     open_weights: Mapping[str, float] | None = None,
+    counts: OpenCounts | None = None,
 ) -> tuple[list[list[str]], list[list[str]]]:
     """(shared words, related page words) of each advert, strongest first, for the adverts at `rows` of `state`
     as they were ranked; `page` is the page's query row as it was searched, `open_weights` the weights its new
-    words were ranked with (QueryResult.open_weights; empty or None: no open term), and a new word shared with an
-    advert counts among its shared words by q_t·d_t.
+    words were ranked with (QueryResult.open_weights; empty or None: no open term), `counts` the counts it was
+    ranked with where not the collection's own (a shard's: the cluster's), and a new word shared with an advert
+    counts among its shared words by q_t·d_t.
 
     Both come from what the state holds, not from the adverts' texts: each advert's value of each page word
     from the lexical index's posting lists, its e(d) from the vector index (rows are never renumbered within
@@ -168,7 +170,7 @@ def explain(
     at = np.asarray(rows, dtype=np.int64)
     with state.lock.read():
         # the page's lexical values as it was ranked (the collection's idf where the collection's statistics are on)
-        lexical_vals = state.lexical_values(page, 0, int(page.indptr[1])).astype(np.float64)
+        lexical_vals = state.lexical_values(page, 0, int(page.indptr[1]), counts).astype(np.float64)
         ad_values = state.lexical.query(q_ids, q_vals).values_of(at)  # [ads, page words]: d_i
         ad_embedded = state.index.vectors(at).astype(np.float32)  # [ads, M], as the index holds them
         opened = state.open_shares(open_weights or {}, rows)  # each advert's new words shared with the page

@@ -219,16 +219,17 @@ class ModelState:
             return self.embedder.featurize_queries(queries, max_words), None
         return self.embedder.featurize_with_words(queries, max_words)
 
-    def shard_counts(self, texts: Sequence[str]) -> tuple[list[dict[str, int] | None], int]:
+    def shard_counts(self, texts: Sequence[str]) -> tuple[list[OpenCounts | None], int]:
         """What this collection, one shard of a sharded one, needs from the other shards to rank each text as one
         node holding every document would (cluster.fanout), and its live documents.
 
-        None: nothing (a closed vocabulary; no new word; or a bundle word and no new word held here: the open term
-        is 0 on every row here whatever the counts). Else the live document frequency here of each of its new
-        words held here: its ranking waits for the summed counts; empty (none held here, no bundle word): only
-        whether another shard holds one decides whether it ranks anything here."""
+        None: nothing (a closed vocabulary; or no new word held here and, with the collection's statistics, no bundle
+        word held here either: the scores here are the same whatever the counts). Else its own counts (`OpenCounts`:
+        the live document frequency here of each of its new words held here, and with the collection's statistics
+        of each of its bundle words held here): where any is held its ranking waits for the summed counts; where none
+        is (new words, no bundle word) only whether another shard holds one decides whether it ranks anything here."""
         words = self.embedder.query_words(texts)
-        needs: list[dict[str, int] | None] = []
+        needs: list[OpenCounts | None] = []
         with self.lock.read():
             n_live = self.table.n_live
             if words is None:
@@ -236,25 +237,32 @@ class ModelState:
             df = self.open.df()
             for text_words in words:
                 held = {word: df[word] for word in text_words.new if df.get(word, 0) > 0}
-                if held:
-                    needs.append(held)
-                elif text_words.new and not text_words.known.size:
-                    needs.append({})
+                known: dict[int, int] = {}
+                if self.embedder.collection_statistics and text_words.known.size:
+                    counted = self._document_frequency(text_words.known)
+                    known = {w: n for w, n in zip(text_words.known.tolist(), counted.tolist(), strict=True) if n > 0}
+                if held or known or (text_words.new and not text_words.known.size):
+                    needs.append(OpenCounts(held, n_live, known))
                 else:
                     needs.append(None)
         return needs, n_live
 
-    def lexical_values(self, rows: sp.csr_matrix, start: int, end: int) -> np.ndarray:
+    def lexical_values(self, rows: sp.csr_matrix, start: int, end: int, counts: OpenCounts | None = None) -> np.ndarray:
         """The lexical values of the query whose bundle row is rows' entries start … end − 1: those values, or with
         the collection's statistics each times idf_c / idf_b, idf_c from the words' live document frequencies
-        (ssi.open_vocab.collection_query_values). The caller holds the read lock."""
+        (ssi.open_vocab.collection_query_values): `counts`' where given (a shard's: the cluster's), else this
+        collection's own. The caller holds the read lock."""
         values = rows.data[start:end]
         if not self.embedder.collection_statistics or end == start:
             return values
         words = rows.indices[start:end]
-        df = self._document_frequency(words)
+        if counts is None:
+            df, n_docs = self._document_frequency(words), self.table.n_live
+        else:
+            df = np.fromiter((counts.known.get(w, 0) for w in words.tolist()), dtype=np.int64, count=words.shape[0])
+            n_docs = counts.n_docs
         vocab = self.bundle.vocab
-        return collection_query_values(vocab, words, values, collection_idf(vocab, words, df, self.table.n_live))
+        return collection_query_values(vocab, words, values, collection_idf(vocab, words, df, n_docs))
 
     def _document_frequency(self, words: np.ndarray) -> np.ndarray:
         """Live rows holding each of `words` (the caller holds the read lock): the posting lists' lengths while every
@@ -358,7 +366,11 @@ class ModelState:
         stop = min(start + size, tfidf.shape[0])
         bits = self.table.live_bits()
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
-        lexical = [self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b)) for a, b in spans]
+        given = [None] * len(spans) if open_counts is None else open_counts[start:stop]
+        lexical = [
+            self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b, counts))
+            for (a, b), counts in zip(spans, given, strict=True)
+        ]
         if open_words is not None:
             memo = {} if weighed is None else weighed
             lexical = [

@@ -96,6 +96,10 @@ class Settings(BaseSettings):
     # idf and avg_len for its words) or "collection" (every word's idf from the collection's live document
     # frequencies, and the avg_len of the documents its index was computed from: BM25 over the collection).
     open_vocab_statistics: Literal["bundle", "collection"] = "bundle"
+    # With the collection's statistics: the avg_len to weigh the lexical rows with where it is not that of the
+    # documents the index is computed from. A shard of the Ray cluster is given the whole cluster's (cluster.json),
+    # so its rows are one node's; None: its own documents'.
+    open_vocab_avg_len: float | None = Field(default=None, gt=0)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)

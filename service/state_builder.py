@@ -67,7 +67,7 @@ def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, setting
         state: ModelState | None = None
         for path in snapshots(folder):
             try:
-                state = from_snapshot(path, view, **common)
+                state = from_snapshot(path, view, avg_len=settings.open_vocab_avg_len, **common)
                 break
             except (SnapshotError, IndexLoadError, ValueError) as exc:
                 log.warning("[%s] ignoring snapshot %s (removed it): %s", collection, path.name, exc)
@@ -101,8 +101,10 @@ def needs_compaction(state: ModelState, settings: Settings) -> bool:
     return bool(state.table.rows) and state.table.n_dead / state.table.rows > settings.compact_dead_fraction
 
 
-def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
-    """The state saved in snapshot `path`, as of its write sequence (the caller replays what came after)."""
+def from_snapshot(path: Path, view: StoreView, avg_len: float | None = None, **common: Any) -> ModelState:
+    """The state saved in snapshot `path`, as of its write sequence (the caller replays what came after).
+    `avg_len`: the one its lexical rows must have been weighed with (collection statistics; a shard's, the
+    cluster's), else it is refused and the index computed again with it."""
     bundle: Bundle = common["bundle"]
     config: IndexConfig = common["config"]
     embedder: Embedder = common["embedder"]
@@ -141,10 +143,12 @@ def from_snapshot(path: Path, view: StoreView, **common: Any) -> ModelState:
         if open_postings.row_words and max(open_postings.row_words) >= data.rows:
             raise SnapshotError(f"{path}: open_vocab.json names rows beyond the snapshot's {data.rows}")
         if embedder.collection_statistics:  # its rows were weighed with the avg_len it saved
-            avg_len = data.open_vocab.get("avg_len")
-            if not isinstance(avg_len, int | float) or not avg_len > 0:
+            saved = data.open_vocab.get("avg_len")
+            if not isinstance(saved, int | float) or not saved > 0:
                 raise SnapshotError(f"{path}: open_vocab.json has no avg_len (collection statistics)")
-            embedder.use_avg_len(float(avg_len))
+            if avg_len is not None and float(saved) != avg_len:
+                raise SnapshotError(f"{path}: its rows were weighed with avg_len {saved}, not the {avg_len} given")
+            embedder.use_avg_len(float(saved))
     return ModelState(
         index=index,
         lexical=LexicalIndex(bundle.form.lexical_weights(), data.tfidf),
@@ -179,14 +183,17 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
         log.info("featurizing %d documents in %d worker processes", total, workers)
     batches = view.iter_batches(settings.embed_batch)
     # Collection statistics: the lexical rows wait for the documents' avg_len, so this pass counts their tokens and a
-    # second one weighs them (an index computed in about twice the time).
+    # second one weighs them (an index computed in about twice the time); a given avg_len (a shard's: the cluster's)
+    # is not counted.
     collection = embedder.collection_statistics
+    given = settings.open_vocab_avg_len if collection else None
     n_tokens = 0
     with progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
         for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):
             embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch])
             if collection:
-                n_tokens += sum(len(tokenize(text)) for text in _full_texts(batch))
+                if given is None:
+                    n_tokens += sum(len(tokenize(text)) for text in _full_texts(batch))
             else:
                 parts.append(tfidf)
                 _add_open_entries(embedder, open_postings, row, batch)
@@ -198,7 +205,9 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     if collection:
         # An empty collection has no length to measure: its later documents are weighed with the bundle's avg_len.
         assert bundle.vocab.bm25 is not None  # collection statistics: a BM25 bundle
-        embedder.use_avg_len(average_length(n_tokens, total) if total else bundle.vocab.bm25.avg_len)
+        if given is None:
+            given = average_length(n_tokens, total) if total else bundle.vocab.bm25.avg_len
+        embedder.use_avg_len(given)
         row = 0
         lexical_featurizer = BulkFeaturizer(embedder.lexical_vocab)
         batches = view.iter_batches(settings.embed_batch)

@@ -144,6 +144,13 @@ def weighing(vocab: Vocabulary, bm25: Bm25) -> Vocabulary:
     return vocab if bm25 == vocab.bm25 else dataclasses.replace(vocab, bm25=bm25)
 
 
+def at_avg_len(vocab: Vocabulary, avg_len: float) -> Vocabulary:
+    """`vocab` weighing document rows with the bundle's k1 and b and a collection's `avg_len` (a BM25 bundle)."""
+    if vocab.bm25 is None:
+        raise ValueError("a collection's avg_len weighs BM25 rows: this bundle weighs tf-idf")
+    return weighing(vocab, Bm25(k1=vocab.bm25.k1, b=vocab.bm25.b, avg_len=avg_len))
+
+
 def collection_statistics(vocab: Vocabulary, rows: sp.csr_matrix, lengths: np.ndarray) -> CollectionStatistics:
     """The statistics of a collection given as its bundle-word document rows (any weighting: only which words a row
     holds counts) and its documents' token counts."""
@@ -204,11 +211,26 @@ class QueryWords:
 @dataclass(frozen=True, slots=True)
 class OpenCounts:
     """The live counts a query's new words are weighed by (`OpenRule.query_weights`): each word's document frequency
-    and the number of live documents. A collection's own (`OpenPostings.df`, its live rows); a sharded collection's
-    are its shards' summed (cluster.fanout), so each shard weighs a new word as one node holding every document."""
+    and the number of live documents; with the collection's statistics also its bundle words' document frequencies
+    by id (`known`: their `collection_idf`). A collection's own (`OpenPostings.df`, its live rows); a sharded
+    collection's are its shards' summed (cluster.fanout), so each shard weighs every word as one node holding every
+    document."""
 
     df: Mapping[str, int]
     n_docs: int
+    known: Mapping[int, int] = field(default_factory=dict)  # bundle word id → live document frequency (> 0)
+
+    @classmethod
+    def summed(cls, parts: Sequence[OpenCounts], n_docs: int) -> OpenCounts:
+        """The counts of a collection made of `parts` (its shards' own) holding `n_docs` live documents in all."""
+        df: dict[str, int] = {}
+        known: dict[int, int] = {}
+        for part in parts:
+            for word, n in part.df.items():
+                df[word] = df.get(word, 0) + n
+            for word_id, n in part.known.items():
+                known[word_id] = known.get(word_id, 0) + n
+        return cls(df, n_docs, known)
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,11 +19,10 @@ from typer.testing import CliRunner
 
 from cluster.fanout import LocalShards
 from cluster.index_job import build_index
-from cluster.manifest import ClusterIndexError, read_manifest
+from cluster.manifest import read_manifest
 from cluster.shard_server import Reply, ShardServer
-from cluster.shard_settings import open_vocab_of
 from cluster.sharding import shard_of
-from service.settings import CollectionSpec, Settings
+from service.settings import CollectionSpec
 from service.snapshot import snapshots
 from ssi.bundle import load_bundle
 from ssi.records import Document
@@ -200,19 +199,6 @@ def test_a_query_without_new_words_ranks_as_closed_in_one_round_trip(open_world:
     search(router, f"{new_word_of(holder, open_world['bundle'], open_world['docs'])} {open_world['docs'][2].title}")
     again = (shard_of(holder.id, SHARDS), "search")
     assert sorted(shards.calls) == sorted([*((s, "search") for s in range(SHARDS)), again]), shards.calls
-
-
-def test_the_collections_statistics_are_refused_by_the_cluster(open_world: dict) -> None:
-    """SSI_OPEN_VOCAB_STATISTICS=collection: a clear error at startup (before any Ray cluster is joined)."""
-    for given in ({"open_vocab": True}, {}):  # told, and on by default
-        with pytest.raises(ClusterIndexError, match="SSI_OPEN_VOCAB_STATISTICS=collection"):
-            open_vocab_of(Settings(open_vocab_statistics="collection", **given))  # type: ignore[arg-type]
-    closed = Settings(open_vocab=False, open_vocab_statistics="collection")
-    assert not open_vocab_of(closed)  # closed: nothing to refuse
-    env = {"SSI_OPEN_VOCAB_STATISTICS": "collection"}  # SSI_OPEN_VOCAB unset: on
-    served = CliRunner().invoke(cli(), ["cluster", "serve", "--index", str(open_world["index"])], env=env)
-    assert served.exit_code == 2, served.output
-    assert "SSI_OPEN_VOCAB_STATISTICS=collection is not supported" in served.output
 
 
 def test_match_weighs_new_words_by_the_cluster_as_the_single_node(open_world: dict, tmp_path: Path) -> None:

@@ -279,3 +279,46 @@ def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: 
             assert [s["open_vocab"]["words"] for s in per_shard] == [0, 0]
     finally:
         serve.delete("open")
+
+
+def test_the_collections_statistics_are_served_through_the_ray_router(cluster: dict, tmp_path: Path) -> None:
+    """SSI_OPEN_VOCAB_STATISTICS=collection on the router starts (it was refused before) over an index the Ray Data
+    job built with them: its avg_len is the local build's, and the ranking is the brute force over every document
+    with the collection's statistics at that avg_len, through a write and a delete."""
+    from ray import serve
+
+    from cluster.deploy import ClusterOptions, application
+    from service.settings import Settings
+
+    docs = make_corpus(120, seed=9, vocab_words=300)
+    bundle = make_bundle(tmp_path / "bundle", docs[:60], n_dims=16, seed=3, lexical="bm25")
+    corpus = write_corpus(tmp_path / "corpus.jsonl", docs[30:])
+    here = build_index(corpus, bundle, tmp_path / "here", 2, open_vocab=True, statistics="collection")
+    index = tmp_path / "index"
+    address = cluster["local"].address
+    built = build_index(
+        corpus, bundle, index, 2, ray_address=address, batch_size=25, open_vocab=True, statistics="collection"
+    )
+    assert built.avg_len is not None and built.avg_len == here.avg_len
+    settings = Settings(insecure_writes=True, open_vocab=True, open_vocab_statistics="collection")
+    serve.run(application(index, settings, ClusterOptions(shard_cpus=0)), name="stats", route_prefix="/stats")
+    http = cluster["client"]
+    new = Document("written-later", "Quuxblarg notes", f"quuxblarg {docs[40].text}")
+    try:
+        wait_ready(str(http.base_url).rstrip("/") + "/stats", timeout=120)
+        live = list(docs[30:])
+        for step in ("built", "written", "deleted"):
+            if step == "written":
+                assert http.put(f"/stats/documents/{new.id}", json={"title": new.title, "text": new.text}).is_success
+                live.append(new)
+            if step == "deleted":
+                assert http.delete(f"/stats/documents/{docs[40].id}").is_success
+                live = [d for d in live if d.id != docs[40].id]
+            oracle = Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=built.avg_len)
+            for query in (docs[35].title, " ".join(docs[40].text.split()[:4]), f"quuxblarg {docs[50].title}"):
+                hits = http.post("/stats/search", json={"query": query, "k": 8}).json()["hits"]
+                assert_same_ranking(hits, oracle, query, 8)
+        per_shard = http.get("/stats/model").json()["index"]["per_shard"]
+        assert [s["open_vocab"]["avg_len"] for s in per_shard] == [built.avg_len] * 2
+    finally:
+        serve.delete("stats")
