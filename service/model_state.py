@@ -189,8 +189,9 @@ class ModelState:
 
         `exclude[i]`, when given, is a document id left out of query i's results (the query document
         of "more like this"); `max_words` keeps only a long text's most heavily weighted words;
-        `open_counts[i]`, when given, weighs query i's new words instead of this collection's own counts
-        (a shard of a sharded collection: the cluster's, cluster.fanout).
+        `open_counts[i]`, when given, weighs query i's new words (and with the collection's statistics its bundle
+        words) instead of this collection's own counts (a shard of a sharded collection: the cluster's,
+        cluster.fanout).
         """
         tfidf, words = self.featurize(queries, max_words, counted=open_counts is not None)
         return self.search_rows(
