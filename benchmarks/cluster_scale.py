@@ -14,6 +14,10 @@ depend on N, D and the documents' lengths, not on the values learned). Then, in 
 
 Every figure is also given as a ratio to the single node. On a machine with fewer cores than nodes
 the Ray figures measure overhead, not scaling: read them with the core count printed at the top.
+
+`--open-vocab` serves both with SSI_OPEN_VOCAB=1 (a BM25 bundle) and `--statistics` with that
+SSI_OPEN_VOCAB_STATISTICS: with `collection` every query takes the router's second round trip (each
+shard's document frequencies of the query's words, summed), the cost it measures against `bundle`.
 """
 
 from __future__ import annotations
@@ -37,11 +41,13 @@ from service.bench.server import ServedProcess, free_port
 from ssi.bundle import load_bundle
 
 
-def random_bundle(path: Path, dims: int, vocab_words: int, seed: int = 0) -> Path:
-    """A lowrank bundle with random U, V over `vocab_words` generated words (costs as a trained one's)."""
+def random_bundle(path: Path, dims: int, vocab_words: int, seed: int = 0, bm25: bool = False) -> Path:
+    """A lowrank bundle with random U, V over `vocab_words` generated words (costs as a trained one's); `bm25`:
+    weighed the BM25 way (the open vocabulary's bundles), else tf-idf."""
     from ssi.bundle import write_bundle
     from ssi.forms import form_class
     from ssi.vocab import Vocabulary
+    from ssi.weighting import Bm25
     from training.encoder import build_encoder
 
     rng = np.random.default_rng(seed)
@@ -51,7 +57,10 @@ def random_bundle(path: Path, dims: int, vocab_words: int, seed: int = 0) -> Pat
         {"".join(rng.choice(letters, 3)) + "".join(rng.choice(vowels, 2)) + str(i) for i in range(vocab_words)}
     )
     vocab = Vocabulary.build(
-        [" ".join(words[i : i + 50]) for i in range(0, len(words), 50)], max_words=vocab_words, min_df=1
+        [" ".join(words[i : i + 50]) for i in range(0, len(words), 50)],
+        max_words=vocab_words,
+        min_df=1,
+        bm25=Bm25() if bm25 else None,
     )
     cls = form_class("lowrank")
     arrays = {
@@ -81,7 +90,10 @@ def folder_bytes(path: Path) -> int:
 def single_node(bundle: Path, corpus: Path, work: Path, bodies: list[dict], args: argparse.Namespace) -> dict[str, Any]:
     threads = str(args.single_threads)
     shutil.rmtree(work / "single", ignore_errors=True)  # a start from scratch, not from an earlier run's cache
-    served = ServedProcess(bundle, corpus, work, {"SSI_CACHE_DIR": str(work / "single"), "SSI_THREADS": threads})
+    env = {"SSI_CACHE_DIR": str(work / "single"), "SSI_THREADS": threads}
+    if args.open_vocab:
+        env |= {"SSI_OPEN_VOCAB": "1", "SSI_OPEN_VOCAB_STATISTICS": args.statistics}
+    served = ServedProcess(bundle, corpus, work, env)
     try:
         ready = served.start()
         idle_uss = uss_mb(served.process.pid)  # type: ignore[union-attr]
@@ -111,9 +123,21 @@ def sharded(
     index = work / f"index-{shards}"
     shutil.rmtree(index, ignore_errors=True)
     started = time.perf_counter()
-    manifest = build_index(corpus, bundle, index, shards, ray_address=address, batch_size=args.batch_size)
+    manifest = build_index(
+        corpus,
+        bundle,
+        index,
+        shards,
+        ray_address=address,
+        batch_size=args.batch_size,
+        open_vocab=args.open_vocab,
+        statistics=args.statistics,
+    )
     build = time.perf_counter() - started
-    settings = Settings(host="127.0.0.1", port=args.port)  # Serve's proxy keeps the port it started on
+    # Serve's proxy keeps the port it started on
+    settings = Settings(
+        host="127.0.0.1", port=args.port, open_vocab=args.open_vocab, open_vocab_statistics=args.statistics
+    )
     url = f"http://127.0.0.1:{settings.port}"
     serve_started = time.perf_counter()
     start(index, settings, ClusterOptions(shard_cpus=0, threads=1), address=address)
@@ -166,6 +190,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--check", type=int, default=50, help="queries whose top 10 is compared with the single node's")
     parser.add_argument("--batch-size", type=int, default=4096)
+    parser.add_argument("--open-vocab", action="store_true", help="SSI_OPEN_VOCAB=1 (the bundle weighs BM25)")
+    parser.add_argument(
+        "--statistics", choices=("bundle", "collection"), default="bundle", help="SSI_OPEN_VOCAB_STATISTICS"
+    )
     parser.add_argument("--work", type=Path, default=Path("runs/cluster-scale"))
     parser.add_argument("--out", type=Path, default=Path("runs/cluster-scale.json"))
     args = parser.parse_args()
@@ -174,7 +202,8 @@ def main() -> None:
     from cluster.local import LocalCluster
 
     args.work.mkdir(parents=True, exist_ok=True)
-    bundle = args.bundle or random_bundle(args.work / "bundle", args.dims, args.vocab)
+    name = "bundle-bm25" if args.open_vocab else "bundle"
+    bundle = args.bundle or random_bundle(args.work / name, args.dims, args.vocab, bm25=args.open_vocab)
     corpus = args.work / f"corpus-{args.docs}.jsonl"
     if not corpus.exists():
         generate_corpus(corpus, load_bundle(bundle).vocab, args.docs)
