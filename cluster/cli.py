@@ -214,10 +214,9 @@ def local_command(
     from cluster.deploy import ClusterOptions
     from cluster.local import LocalCluster
     from cluster.manifest import MANIFEST_FILE
-    from cluster.shard_settings import open_vocab_of
 
     settings = _settings(host, port, insecure_writes)
-    open_vocab = open_vocab_of(settings)
+    open_vocab = settings.open_vocab
     local = LocalCluster(workers=workers)
     try:
         local.connect()

@@ -31,7 +31,7 @@ from cluster.fanout import Fanout, retrying
 from cluster.http import build_app
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.shard_server import Reply, ShardServer
-from cluster.shard_settings import open_vocab_of, statistics_of
+from cluster.shard_settings import statistics_of
 from cluster.sharding import shard_folder_name
 from service.settings import Settings
 
@@ -102,7 +102,7 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
     manifest = read_manifest(index)
     if options.replicas < 1:
         raise ClusterIndexError(f"replicas must be at least 1 (got {options.replicas})")
-    open_vocab = open_vocab_of(settings)
+    open_vocab = settings.open_vocab  # the router's, given to every shard
     statistics = statistics_of(settings, manifest)
     shard_app = serve.deployment(ShardServer)
     handles = [

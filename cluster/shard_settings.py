@@ -52,11 +52,6 @@ def shard_settings(
     )
 
 
-def open_vocab_of(settings: Settings) -> bool:
-    """Whether the cluster serving with `settings` (the router's) opens its shards' vocabulary (SSI_OPEN_VOCAB)."""
-    return settings.open_vocab
-
-
 def statistics_of(settings: Settings, manifest: ClusterManifest) -> Statistics:
     """The statistics the cluster serving `manifest`'s index with `settings` (the router's) weighs the lexical part
     with (SSI_OPEN_VOCAB_STATISTICS, "bundle" with the open vocabulary off); refuses the collection's for an index

@@ -21,7 +21,7 @@ from cluster.http import build_app
 from cluster.index_job import build_index
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.shard_server import ShardServer
-from cluster.shard_settings import open_vocab_of, statistics_of
+from cluster.shard_settings import statistics_of
 from cluster.sharding import shard_of
 from service.settings import Settings
 from ssi.records import Document
@@ -37,7 +37,7 @@ class Router:
         manifest = read_manifest(index)
         app_settings = Settings(**settings)
         # given to shards as cluster.deploy gives them
-        open_vocab = (open_vocab_of(app_settings), app_settings.open_vocab_words, statistics_of(app_settings, manifest))
+        open_vocab = (app_settings.open_vocab, app_settings.open_vocab_words, statistics_of(app_settings, manifest))
         self.servers = [ShardServer(str(index), i, 1, False, *open_vocab) for i in range(manifest.shards)]
         about = manifest.model_dump(exclude={"entries"})  # what cluster.deploy gives the Serve router
         self.shards = shards(self.servers)
