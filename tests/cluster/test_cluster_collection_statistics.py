@@ -241,14 +241,11 @@ def test_an_index_built_without_the_collections_statistics_is_refused(stats_worl
 def test_match_weighs_every_word_by_the_cluster_as_the_single_node(stats_world: dict, tmp_path: Path) -> None:
     """POST /match on an adverts index served with the collection's statistics: the single node's adverts, scores
     and shared words (bundle words weighed by the cluster's idf, new words among them), filtered or not."""
-    from tests.cluster.test_cluster_match import assert_same_matches, meta_of
+    from tests.cluster.test_cluster_match import assert_same_matches, write_adverts
     from tests.service.service_testing import ThreadServer
 
     served, bundle = stats_world["served"], stats_world["bundle"]
-    corpus = tmp_path / "adverts.jsonl"
-    with corpus.open("w", encoding="utf-8") as handle:
-        for i, doc in enumerate(served):
-            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text, **meta_of(i)}) + "\n")
+    corpus = write_adverts(tmp_path / "adverts.jsonl", served)
     index = tmp_path / "index"
     build_index(corpus, bundle, index, SHARDS, collection_type="adverts", open_vocab=True, statistics="collection")
     later = served[-50:]

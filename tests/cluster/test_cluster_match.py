@@ -42,14 +42,19 @@ def meta_of(i: int) -> dict[str, object]:
     return meta if i % 10 == 9 else meta | {"category": f"cat{i % 3}", "advertiser": f"adv{i % 5}"}
 
 
+def write_adverts(corpus: Path, docs: list[Document]) -> Path:
+    """`docs` as an adverts corpus at `corpus`, advert i with metadata `meta_of(i)`."""
+    with corpus.open("w", encoding="utf-8") as handle:
+        for i, doc in enumerate(docs):
+            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text, **meta_of(i)}) + "\n")
+    return corpus
+
+
 @pytest.fixture(scope="module")
 def ad_world(world: dict) -> dict:
     """The world's documents as adverts with metadata, and the pages to match: short ones and a 1,000+ word one."""
     docs: list[Document] = world["docs"]
-    corpus = world["root"] / "adverts.jsonl"
-    with corpus.open("w", encoding="utf-8") as handle:
-        for i, doc in enumerate(docs):
-            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text, **meta_of(i)}) + "\n")
+    corpus = write_adverts(world["root"] / "adverts.jsonl", docs)
     long_page = " ".join(doc.text for doc in docs[::5])
     assert len(long_page.split()) >= 1000
     pages = [*probe_queries(docs, 3, seed=7), docs[11].full_text, long_page]

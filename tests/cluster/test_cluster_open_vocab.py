@@ -8,7 +8,6 @@ documents of the corpus, whose last 50 bring words it never saw; the index job w
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -204,13 +203,10 @@ def test_a_query_without_new_words_ranks_as_closed_in_one_round_trip(open_world:
 def test_match_weighs_new_words_by_the_cluster_as_the_single_node(open_world: dict, tmp_path: Path) -> None:
     """POST /match on an adverts index served open: the single node's adverts, scores and shared words (new words
     among them) for pages holding new words, alone, among bundle words, in a long page, and filtered."""
-    from tests.cluster.test_cluster_match import assert_same_matches, meta_of
+    from tests.cluster.test_cluster_match import assert_same_matches, write_adverts
 
     docs, bundle = open_world["docs"], open_world["bundle"]
-    corpus = tmp_path / "adverts.jsonl"
-    with corpus.open("w", encoding="utf-8") as handle:
-        for i, doc in enumerate(docs):
-            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text, **meta_of(i)}) + "\n")
+    corpus = write_adverts(tmp_path / "adverts.jsonl", docs)
     index = tmp_path / "index"
     build_index(corpus, bundle, index, SHARDS, collection_type="adverts", open_vocab=True)
     later = docs[150:]
