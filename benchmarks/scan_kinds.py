@@ -1,10 +1,11 @@
-"""The two every-row scans of a flat index, side by side: BLAS's float32 product and the int8 pass.
+"""The every-row scans of a flat index, side by side: BLAS's float32 product, numba's int8 pass, onnxruntime's.
 
-For each batch size, one thread, median wall ms per query of `VectorIndex.every_score`'s two kinds of work
-over the same rows (service.quantized; QUANTIZED_QUERIES sets where the index switches), measured in this
-process, alternating the two. With `--bundle` and `--corpus`, the vectors are a served collection's (built
+For each batch size, one thread, median wall ms per query of `VectorIndex.every_score`'s kinds of work over
+the same rows (service.quantized, service.int8_gemm: the index takes the last for the rows it started with;
+with SSI_INT8_GEMM=false, QUANTIZED_QUERIES sets where it switches between the first two), measured in this
+process, alternating them. With `--bundle` and `--corpus`, the vectors are a served collection's (built
 or read from the cache in `--work-dir`, as `ssi bench` does) and the report adds how many rows the int8
-pass's bound leaves to rescore exactly for the bench's random-words queries (`service.rerank.every_row_top`'s
+bound leaves to rescore exactly for the bench's random-words queries (`service.rerank.every_row_top`'s
 candidates); without, random normal vectors of the same shape.
 
     python -m benchmarks.scan_kinds --bundle B --corpus $W/docs.jsonl.gz --passages 100000 --work-dir D
@@ -36,25 +37,37 @@ def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
 
 def compare(vectors: np.ndarray, batches: list[int], repeats: int, seed: int = 0) -> list[dict[str, Any]]:
     """ms per query of each scan for each batch size (the queries random normal: the cost does not depend
-    on them)."""
-    from service import quantized
+    on them): BLAS's float32 product, numba's int8 pass, and onnxruntime's integer product in the index's
+    pieces (service.int8_gemm, the queries' quantization and the scaling included)."""
+    from service import int8_gemm, quantized
+    from service.index import SCAN_PIECE_ROWS
 
     codes = quantized.quantize(vectors)
+    starts = range(0, vectors.shape[0], SCAN_PIECE_ROWS)
+    pieces = [(int8_gemm.PieceProducts(codes.codes[a : a + SCAN_PIECE_ROWS]), a) for a in starts]
+
+    def multiplied(queries: np.ndarray, out: np.ndarray) -> None:
+        coded, step = int8_gemm.quantize_queries(queries)
+        for piece, a in pieces:
+            int8_gemm.scores(piece, codes.scales[a : a + piece.rows], coded, step, out[:, a : a + piece.rows])
+
     rng = np.random.default_rng(seed)
     rows = []
     for batch in batches:
         queries = rng.standard_normal((batch, vectors.shape[1])).astype(np.float32)
         out = np.empty((batch, vectors.shape[0]), dtype=np.float32)
-        blas, int8 = [], []
-        for _ in range(3):  # alternated, so that a neighbour's burst falls on both
+        blas, int8, gemm = [], [], []
+        for _ in range(3):  # alternated, so that a neighbour's burst falls on each
             blas.append(_median_ms(lambda q=queries, o=out: np.matmul(q, vectors.T, out=o), repeats))
             int8.append(_median_ms(lambda q=queries, o=out: quantized.scores(codes, q, o), repeats))
+            gemm.append(_median_ms(lambda q=queries, o=out: multiplied(q, o), repeats))
         rows.append(
             {
                 "queries": batch,
                 "blas_ms_per_query": round(min(blas) / batch, 3),
                 "int8_ms_per_query": round(min(int8) / batch, 3),
-                "index_takes": "int8" if batch <= quantized.QUANTIZED_QUERIES else "blas",
+                "int8_gemm_ms_per_query": round(min(gemm) / batch, 3),
+                "without_int8_gemm_the_index_takes": "int8" if batch <= quantized.QUANTIZED_QUERIES else "blas",
             }
         )
     return rows
@@ -133,7 +146,8 @@ def main() -> None:
     for row in report["scans"]:
         print(
             f"{row['queries']:>3} queries: BLAS {row['blas_ms_per_query']:.3f} ms/query, "
-            f"int8 {row['int8_ms_per_query']:.3f} ms/query (the index takes {row['index_takes']})"
+            f"int8 {row['int8_ms_per_query']:.3f}, onnxruntime int8 {row['int8_gemm_ms_per_query']:.3f} "
+            f"(without it the index takes {row['without_int8_gemm_the_index_takes']})"
         )
     if args.out is not None:
         args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")

@@ -65,7 +65,7 @@ from typing import Literal
 import faiss
 import numpy as np
 
-from service import busy, quantized
+from service import busy, int8_gemm, quantized
 from service.quantized import QUANTIZED_QUERIES, Codes
 from service.rows import EmbeddingRows
 from service.settings import IndexType
@@ -86,6 +86,7 @@ class IndexConfig:
     ivf_nlist: int = 0  # 0: auto_nlist
     ivf_nprobe: int = 0  # 0: auto_nprobe
     threads: int = 1  # OpenMP threads for builds and batch searches (not part of what is built)
+    int8_gemm: bool = True  # a flat scan's first rows by onnxruntime's integer product (service.int8_gemm)
     # Whose statistics weigh the stored lexical rows (SSI_OPEN_VOCAB_STATISTICS with SSI_OPEN_VOCAB on): the
     # collection's avg_len changes every row, so its snapshots are kept apart from the bundle's.
     lexical_statistics: Literal["bundle", "collection"] = "bundle"
@@ -222,6 +223,14 @@ class VectorIndex:
         self.config = config
         self.dim = dim
         self.radius = radius  # R of the MIPS-to-L2 reduction (HNSW only; None until the first vectors)
+        # A flat index's first rows (they never change) in pieces of SCAN_PIECE_ROWS, each packed once for
+        # onnxruntime's integer product; rows appended later take numba's pass (service.quantized).
+        self._products: list[int8_gemm.PieceProducts] = []
+        if rows is not None and config.int8_gemm and 0 < dim <= int8_gemm.MAX_DIM:
+            base = rows.base_codes.codes
+            self._products = [
+                int8_gemm.PieceProducts(base[a : a + SCAN_PIECE_ROWS]) for a in range(0, base.shape[0], SCAN_PIECE_ROWS)
+            ]
         self.beyond_radius = 0  # vectors added since the build that were longer than R
 
     @property
@@ -351,35 +360,52 @@ class VectorIndex:
         each may be off: the flat scan kept whole instead of cut to a top k, for the exact ranking when the
         lexical part is known for every row too (service.rerank.every_row_top). Flat indexes only.
 
-        At most QUANTIZED_QUERIES queries are scored from the rows' int8 codes (a quarter of the bytes to
-        stream; each score within ‖q‖₁ × its row's radius, service.quantized), more by BLAS's float32 product
-        (rounding only). The rows go in pieces of SCAN_PIECE_ROWS, spread with the `beside` tasks (run first)
-        over this thread and the cores no other search is using (service.busy): all on this one under load."""
+        The rows the index started with go through onnxruntime's integer product with the queries quantized
+        to 7 bits (service.int8_gemm; its bound adds a term), rows appended since through numba's int8 pass
+        (service.quantized); without the former (SSI_INT8_GEMM=false, or a query not finite), at most
+        QUANTIZED_QUERIES queries take the int8 pass and more BLAS's float32 product (rounding only). The rows go
+        in pieces of SCAN_PIECE_ROWS, spread with the `beside` tasks (run first) over this thread and the cores
+        no other search is using (service.busy): all on this one under load."""
         assert self._rows is not None, "every_score needs a flat index"
         queries = _f32(queries).reshape(-1, self.dim)
         out = np.empty((queries.shape[0], self._rows.rows), dtype=np.float32)
         tasks = list(beside)
-        if queries.shape[0] <= QUANTIZED_QUERIES:
+        products = self._products if self._products and bool(np.isfinite(queries).all()) else []
+        if not products and queries.shape[0] > QUANTIZED_QUERIES:
 
-            def coded(piece: Codes, first: int) -> None:
-                quantized.scores(piece, queries, out[:, first : first + piece.codes.shape[0]])
+            def product(piece: np.ndarray, first: int) -> None:
+                np.matmul(queries, piece.T, out=out[:, first : first + piece.shape[0]])
 
-            for codes, first in self._rows.coded_parts():
-                for a in range(0, codes.codes.shape[0], SCAN_PIECE_ROWS):
-                    b = a + SCAN_PIECE_ROWS
-                    piece = Codes(codes.codes[a:b], codes.scales[a:b], codes.radius[a:b])
-                    tasks.append(partial(coded, piece, first + a))
+            for part, first in self._rows.parts():
+                for a in range(0, part.shape[0], SCAN_PIECE_ROWS):
+                    tasks.append(partial(product, part[a : a + SCAN_PIECE_ROWS], first + a))
             busy.board().spread(tasks)
-            return EveryScore(out, self._rows.radius(), quantized.query_factor(queries))
+            return EveryScore(out, None, None)
 
-        def product(piece: np.ndarray, first: int) -> None:
-            np.matmul(queries, piece.T, out=out[:, first : first + piece.shape[0]])
+        def coded(piece: Codes, first: int) -> None:
+            quantized.scores(piece, queries, out[:, first : first + piece.codes.shape[0]])
 
-        for part, first in self._rows.parts():
-            for a in range(0, part.shape[0], SCAN_PIECE_ROWS):
-                tasks.append(partial(product, part[a : a + SCAN_PIECE_ROWS], first + a))
+        codes_a, step = int8_gemm.quantize_queries(queries) if products else (None, None)
+
+        def multiplied(piece: int8_gemm.PieceProducts, scales: np.ndarray, first: int) -> None:
+            int8_gemm.scores(piece, scales, codes_a, step, out[:, first : first + piece.rows])
+
+        for codes, first in self._rows.coded_parts():
+            if products and first == 0:  # the first rows, in the pieces packed when the index was made
+                a = 0
+                for packed in products:
+                    tasks.append(partial(multiplied, packed, codes.scales[a : a + packed.rows], a))
+                    a += packed.rows
+                continue
+            for a in range(0, codes.codes.shape[0], SCAN_PIECE_ROWS):
+                b = a + SCAN_PIECE_ROWS
+                piece = Codes(codes.codes[a:b], codes.scales[a:b], codes.radius[a:b])
+                tasks.append(partial(coded, piece, first + a))
         busy.board().spread(tasks)
-        return EveryScore(out, None, None)
+        factor = quantized.query_factor(queries)
+        if not products:
+            return EveryScore(out, self._rows.radius(), factor)
+        return EveryScore(out, self._rows.radius(), factor, self._rows.l1(), int8_gemm.step_factor(step))
 
     def vector_parts(self) -> list[np.ndarray] | None:
         """A flat index's embeddings in row order, as its own arrays (filled rows never change: a snapshot saves

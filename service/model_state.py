@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse as sp
 
-from service import quantized, topk
+from service import int8_gemm, quantized, topk
 from service.embedding import Embedder
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex, LexicalQuery, RareSum
@@ -165,6 +165,7 @@ class ModelState:
         if index.scans_every_row:
             topk.warm()
             quantized.warm()
+            int8_gemm.warm()
 
     def first_pool(self, candidate_pool: int, scan_pool: int) -> int:
         """K of the first index search: SSI_CANDIDATE_POOL for HNSW (its cost grows with K), else SSI_SCAN_POOL

@@ -140,6 +140,28 @@ def scores(part: Codes, queries: np.ndarray, out: np.ndarray) -> None:
         _each(part.codes, part.scales, queries[grouped:], out[grouped:])
 
 
+def l1_norms(part: Codes) -> np.ndarray:
+    """‖ẽ‖₁ = scale · Σ|codes| of each row, float32 rounded up: what a quantized query's bound is measured in
+    (service.int8_gemm)."""
+    out = np.empty(part.codes.shape[0], dtype=np.float32)
+    _l1_norms(part.codes, part.scales, out)
+    return out
+
+
+@numba.njit(nogil=True, cache=False)
+def _l1_norms(codes: np.ndarray, scales: np.ndarray, out: np.ndarray) -> None:
+    n, dim = codes.shape
+    for i in range(n):
+        total = 0
+        for j in range(dim):
+            total += abs(np.int64(codes[i, j]))
+        norm = np.float64(total) * np.float64(scales[i])
+        r = np.float32(norm)
+        if np.float64(r) < norm:
+            r = np.nextafter(r, np.float32(np.inf))
+        out[i] = r
+
+
 def query_factor(queries: np.ndarray) -> np.ndarray:
     """‖q‖₁ of each query (float64): a row's score from `scores` is within this × its `radius` of q·e."""
     return np.abs(np.asarray(queries, dtype=np.float64)).sum(axis=1)
@@ -152,6 +174,7 @@ def warm() -> None:
         part = quantize(np.ones((2, 2), dtype=np.float32))
         for array in (part.codes, part.scales, part.radius):
             array.flags.writeable = writeable
+        l1_norms(part)
         # One query's slice of the output is contiguous, a few queries' a strided view; 5 queries take both passes.
         for n in (1, 2, 5):
             scores(part, np.ones((n, 2), dtype=np.float32), np.empty((n, 2), dtype=np.float32))

@@ -256,17 +256,20 @@ def every_row_top(
     is query number `query`, and the dense lexical pass): no pool, no bound on the weights and no rows beyond
     it, so any weights, negative ones included.
 
-    s came from float32 sums, and from the rows' int8 codes for a few queries; l may leave the query's common
-    words out (service.lexical.RareSum, within known bounds). So every row whose f may reach the `want`-th best
-    (service.topk) is kept, its l completed by looking its common words up, its s rescored in float64 from its
-    embedding, and those are ordered by that exact f (ties by row). Where the bounds keep so many rows that
-    the lookups would cost more than the common words' lists, those are summed for every row and the pass
-    runs again on the whole l."""
+    s came from float32 sums, or from the rows' int8 codes (and the queries' 7-bit ones, service.int8_gemm); l may
+    leave the query's common words out (service.lexical.RareSum, within known bounds). So every row whose f may
+    reach the `want`-th best (service.topk) is kept, its l completed by looking its common words up, its s rescored
+    in float64 from its embedding, and those are ordered by that exact f (ties by row). Where the bounds keep so
+    many rows that the lookups would cost more than the common words' lists, those are summed for every row and the
+    pass runs again on the whole l."""
     factor = 0.0 if every.factor is None else float(every.factor[query])
+    l1_factor = 0.0 if every.l1_factor is None else float(every.l1_factor[query])
     scores = every.scores[query]
 
     def kept(l_all: np.ndarray, below: float, above: float) -> np.ndarray:
-        rows, upper, cut = topk.best(scores, l_all, live, want, TOPK_MARGIN, every.radius, factor, below, above)
+        rows, upper, cut = topk.best(
+            scores, l_all, live, want, TOPK_MARGIN, every.radius, factor, below, above, every.l1, l1_factor
+        )
         return rows[upper >= cut - 2 * _float_slack(cut)] if np.isfinite(cut) else rows
 
     rows = kept(lexical.summed, lexical.below, lexical.above)

@@ -12,7 +12,7 @@ import mmap
 
 import numpy as np
 
-from service.quantized import Codes, quantize
+from service.quantized import Codes, l1_norms, quantize
 
 
 class EmbeddingRows:
@@ -41,9 +41,12 @@ class EmbeddingRows:
         self._tail = np.empty((1024, dim), dtype=np.float32)
         self._tail_codes = _empty_codes(1024, dim)
         self._tail_rows = 0
-        # Every row's error radius in one array (the top-k pass reads it by row), grown like the tail.
+        # Every row's error radius and ‖ẽ‖₁ in arrays of every row (the top-k pass reads them by row), grown
+        # like the tail.
         self._radius = np.empty(initial.shape[0] + 1024, dtype=np.float32)
         self._radius[: initial.shape[0]] = self._base_codes.radius
+        self._l1 = np.empty(initial.shape[0] + 1024, dtype=np.float32)
+        self._l1[: initial.shape[0]] = l1_norms(self._base_codes)
 
     @property
     def rows(self) -> int:
@@ -78,6 +81,15 @@ class EmbeddingRows:
     def radius(self) -> np.ndarray:
         """Each filled row's error radius (service.quantized): its int8 score is within ‖q‖₁ × this of q·e."""
         return self._radius[: self.rows]
+
+    def l1(self) -> np.ndarray:
+        """Each filled row's ‖ẽ‖₁ (service.quantized.l1_norms), for the bound of quantized queries."""
+        return self._l1[: self.rows]
+
+    @property
+    def base_codes(self) -> Codes:
+        """The codes of the rows it started with, which never change (service.int8_gemm packs them once)."""
+        return self._base_codes
 
     def take(self, rows: np.ndarray) -> np.ndarray:
         """The embeddings of `rows` (a new array, one row each)."""
@@ -114,16 +126,22 @@ class EmbeddingRows:
                 mine[: self._tail_rows] = theirs[: self._tail_rows]
             self._tail, self._tail_codes = grown, grown_codes
         if first + block.shape[0] > self._radius.shape[0]:
-            radius = np.empty(max(first + block.shape[0], 2 * self._radius.shape[0]), dtype=np.float32)
-            radius[:first] = self._radius[:first]
-            self._radius = radius
+            size = max(first + block.shape[0], 2 * self._radius.shape[0])
+            self._radius, self._l1 = (_grown(array, first, size) for array in (self._radius, self._l1))
         coded = quantize(block)
         self._tail[self._tail_rows : needed] = block
         for mine, theirs in zip(_fields(self._tail_codes), _fields(coded), strict=True):
             mine[self._tail_rows : needed] = theirs
         self._radius[first : first + block.shape[0]] = coded.radius
+        self._l1[first : first + block.shape[0]] = l1_norms(coded)
         self._tail_rows = needed
         return first
+
+
+def _grown(array: np.ndarray, filled: int, size: int) -> np.ndarray:
+    grown = np.empty(size, dtype=array.dtype)
+    grown[:filled] = array[:filled]
+    return grown
 
 
 def _empty_codes(rows: int, dim: int) -> Codes:

@@ -50,6 +50,7 @@ def index_config(settings: Settings) -> IndexConfig:
         ivf_nlist=settings.ivf_nlist,
         ivf_nprobe=settings.ivf_nprobe,
         threads=settings.threads,
+        int8_gemm=settings.int8_gemm,
         lexical_statistics=settings.open_vocab_statistics if settings.open_vocab else "bundle",
     )
 

@@ -20,11 +20,14 @@ import numpy as np
 @dataclass(frozen=True, slots=True)
 class EveryScore:
     """Every row's s for some queries (float32 [queries, rows]): `scores[q, i]` is within `factor[q] ×
-    radius[i]` of q·e_i (service.quantized's int8 pass), or, where `radius` is None, within float32 rounding."""
+    radius[i]` of q·e_i (service.quantized's int8 pass), plus `l1_factor[q] × l1[i]` where the queries were
+    quantized too (service.int8_gemm), or, where `radius` is None, within float32 rounding."""
 
     scores: np.ndarray
     radius: np.ndarray | None
     factor: np.ndarray | None
+    l1: np.ndarray | None = None
+    l1_factor: np.ndarray | None = None
 
 
 @numba.njit(nogil=True, cache=False)
@@ -36,12 +39,15 @@ def _best(
     margin: float,
     radius: np.ndarray,
     factor: float,
+    l1: np.ndarray,
+    l1_factor: float,
     below: float,
     above: float,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     heap = np.empty(want, dtype=np.float64)  # a min-heap of the best `want` lower ends seen so far
     size = 0
     bounded = radius.shape[0] > 0
+    quantized_queries = l1.shape[0] > 0
     rows = np.empty(semantic.shape[0], dtype=np.int64)  # rows whose upper end was within the margin when seen
     values = np.empty(semantic.shape[0], dtype=np.float64)
     kept = 0
@@ -51,6 +57,8 @@ def _best(
             continue
         f = np.float64(semantic[row]) + lexical[row]
         r = factor * np.float64(radius[row]) if bounded else 0.0
+        if quantized_queries:
+            r += l1_factor * np.float64(l1[row])
         high = f + r + above
         if high < bound:
             continue
@@ -100,20 +108,28 @@ def best(
     factor: float = 0.0,
     below: float = 0.0,
     above: float = 0.0,
+    l1: np.ndarray | None = None,
+    l1_factor: float = 0.0,
 ) -> tuple[np.ndarray, np.ndarray, float]:
     """(rows, their upper ends, cut) of f = s + l over the live rows, summed in float64 from float32 `semantic`
     and float64 `lexical`, where row i's s may be off by `factor` × `radius[i]` (None: exact but for rounding)
-    and its l by `below` ≤ 0 down and `above` ≥ 0 up (words left out of `lexical`, service.lexical.RareSum).
+    plus `l1_factor` × `l1[i]` (None: nothing more), and its l by `below` ≤ 0 down and `above` ≥ 0 up (words
+    left out of `lexical`, service.lexical.RareSum).
 
     `cut` is the `want`-th best lower end f − r (−inf when fewer rows are live): `want` rows have f at least
     that, so a row whose upper end f + r is below it cannot be among the best. `rows` (in row order) hold
     every live row with f + r ≥ cut − margin·(1 + |cut|), and some below it (those within the margin of the
     cut so far when they were seen), so the caller filters them by its own bound at or above that one."""
     radius = _UNBOUNDED if radius is None else radius
-    return _best(semantic, lexical, live, max(1, want), margin, radius, float(factor), float(below), float(above))
+    l1 = _UNBOUNDED if l1 is None else l1
+    want = max(1, want)
+    below, above = float(below), float(above)
+    return _best(semantic, lexical, live, want, margin, radius, float(factor), l1, float(l1_factor), below, above)
 
 
 def warm() -> None:
     """Compile the kernel for the arrays the service passes, before a request needs it."""
     for radius in (None, np.ones(2, dtype=np.float32)):
-        best(np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float64), np.ones(2, dtype=bool), 1, 1e-4, radius)
+        for l1 in (None, np.ones(2, dtype=np.float32)):
+            semantic, lexical, live = np.zeros(2, dtype=np.float32), np.zeros(2, dtype=np.float64), np.ones(2, bool)
+            best(semantic, lexical, live, 1, 1e-4, radius, 1.0, l1=l1, l1_factor=1.0)

@@ -286,18 +286,28 @@ def test_heads_let_a_common_word_be_skipped_without_losing_a_row(
     assert 7 in lexical.query(ids, vals).above(0.1)[0]  # l⁺ ≥ 0.7 · 0.2 · 0.9 from its head posting alone
 
 
+SCANS = {  # (SSI_INT8_GEMM, queries a batch): every kind of scan every_score takes
+    "int8 gemm, 1 query": (True, 1),
+    "int8 gemm, a batch": (True, QUANTIZED_QUERIES + 1),
+    "numba int8": (False, 1),
+    "blas": (False, QUANTIZED_QUERIES + 1),
+}
+
+
 @pytest.mark.parametrize("common", ["none", "looked up", "summed after all"])
-@pytest.mark.parametrize("queries", [1, QUANTIZED_QUERIES + 1])
+@pytest.mark.parametrize("scan", list(SCANS))
 @pytest.mark.parametrize("idle_cores", [0, 3])
 @pytest.mark.parametrize("negative_weights", [False, True])
 @pytest.mark.parametrize("seed", [0, 1])
 def test_every_row_top_equals_brute_force(
-    seed: int, negative_weights: bool, idle_cores: int, queries: int, common: str, monkeypatch: pytest.MonkeyPatch
+    seed: int, negative_weights: bool, idle_cores: int, scan: str, common: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """s and l of every row (a flat index's every_score, the dense lexical pass), any weights, dead rows, exact
     ties broken by row, the rows appended after the first part; with idle cores the scan's pieces are spread
-    over other threads (service.busy) and must come back in their places. A few queries' s come from the
-    rows' int8 codes, each within its stated bound; more queries' from BLAS's float32 product. The query's
+    over other threads (service.busy) and must come back in their places. s comes from onnxruntime's integer
+    product for the first rows and numba's int8 pass for the appended ones (service.int8_gemm), or without the
+    former from numba's pass for a few queries and BLAS's float32 product for more; each int8 score within its
+    stated bound. The query's
     common words are left out of the every-row l and bounded (service.lexical.RareSum), then looked up for
     the rows kept, or summed for every row after all where the lookups would cost more."""
     if common != "none":  # every word of more than 1 % of the rows is common here
@@ -313,7 +323,8 @@ def test_every_row_top_equals_brute_force(
     if negative_weights:
         w[rng.random(X.shape[1]) < 0.3] *= -1
     live = rng.random(E.shape[0]) > 0.1
-    index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E[:500])
+    gemm, queries = SCANS[scan]
+    index = VectorIndex.build(IndexConfig("flat", int8_gemm=gemm), E.shape[1], E[:500])
     index.add(E[500:])
     lexical = LexicalIndex(w, X[:500]).appended(X[500:])
     spread = []
@@ -330,9 +341,12 @@ def test_every_row_top_equals_brute_force(
         with busy.board().searching():
             scanned = index.every_score(uqs.astype(np.float32))
         exact = uqs @ E.astype(np.float64).T
-        if queries <= QUANTIZED_QUERIES:
+        if gemm or queries <= QUANTIZED_QUERIES:
             assert scanned.radius is not None and scanned.factor is not None
             bound = scanned.factor[:, None] * scanned.radius[None, :].astype(np.float64)
+            assert (scanned.l1 is not None) == gemm
+            if scanned.l1 is not None and scanned.l1_factor is not None:
+                bound += scanned.l1_factor[:, None] * scanned.l1[None, :].astype(np.float64)
             assert (np.abs(scanned.scores - exact) <= bound).all()
             assert np.abs(scanned.scores - exact).max() > 1e-5  # the int8 pass is approximate: the bound matters
         else:
