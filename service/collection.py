@@ -206,6 +206,7 @@ class Collection:
                 self.state = fresh
                 self.status = "ready"
         self._record_load(fresh)
+        release_free_memory()  # what the load copied and dropped (onnxruntime's copies of the int8 codes among it)
         freeze_loaded_objects()
         return fresh
 
@@ -478,6 +479,7 @@ class Collection:
             self.bundle_path = path
             self._record_load(state)
         del previous  # its objects go with the last request still using it
+        release_free_memory()
         freeze_loaded_objects()
         log.info("[%s] serving %s (%s)", self.name, path, state.bundle.content_hash[:12])
         if state.saved_seq != state.seq:

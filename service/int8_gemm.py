@@ -22,6 +22,8 @@ and shared (docs/operate/workers.md). SSI_INT8_GEMM=false leaves the scan to num
 
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 import onnxruntime as ort
@@ -96,6 +98,7 @@ class PieceProducts:
         options.intra_op_num_threads = 1
         options.inter_op_num_threads = 1
         options.enable_cpu_mem_arena = False  # outputs come and go with each batch; an arena would keep its peak
+        options.enable_mem_pattern = False
         transposed = np.ascontiguousarray(codes.T)
         options.add_external_initializers(["B"], [ort.OrtValue.ortvalue_from_numpy(transposed)])
         self._session = ort.InferenceSession(
@@ -103,9 +106,24 @@ class PieceProducts:
         )
 
     def run(self, queries: np.ndarray) -> np.ndarray:
-        """int32 [queries, rows]: each 7-bit query code row (uint8 with ZERO added) times every row's codes."""
-        (out,) = self._session.run(["Y"], {"A": queries})
+        """int32 [queries, rows]: each 7-bit query code row (uint8 with ZERO added) times every row's codes.
+
+        The answer lies in this thread's scratch array, valid until the thread's next `run`: onnxruntime's own
+        output, allocated for every call, left the heap of a loaded worker tens of MB larger (glibc keeps what
+        a few MB blocks freed), where a scratch array a thread costs at most queries × rows × 4 bytes."""
+        needed = queries.shape[0] * self.rows
+        scratch: np.ndarray | None = getattr(_scratch, "array", None)
+        if scratch is None or scratch.shape[0] < needed:
+            scratch = _scratch.array = np.empty(needed, dtype=np.int32)
+        out = scratch[:needed].reshape(queries.shape[0], self.rows)
+        binding = self._session.io_binding()
+        binding.bind_cpu_input("A", np.ascontiguousarray(queries, dtype=np.uint8))
+        binding.bind_output("Y", "cpu", 0, np.int32, list(out.shape), out.ctypes.data)
+        self._session.run_with_iobinding(binding)
         return out
+
+
+_scratch = threading.local()
 
 
 def quantize_queries(queries: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
