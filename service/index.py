@@ -360,9 +360,10 @@ class VectorIndex:
         each may be off: the flat scan kept whole instead of cut to a top k, for the exact ranking when the
         lexical part is known for every row too (service.rerank.every_row_top). Flat indexes only.
 
-        The rows the index started with go through onnxruntime's integer product with the queries quantized
-        to 7 bits (service.int8_gemm; its bound adds a term), rows appended since through numba's int8 pass
-        (service.quantized); without the former (SSI_INT8_GEMM=false, or a query not finite), at most
+        From two queries on, the rows the index started with go through onnxruntime's integer product with the
+        queries quantized to 7 bits (service.int8_gemm; its bound adds a term), rows appended since through
+        numba's int8 pass (service.quantized); without the former (SSI_INT8_GEMM=false, a lone query, or a
+        query not finite), at most
         QUANTIZED_QUERIES queries take the int8 pass and more BLAS's float32 product (rounding only). The rows go
         in pieces of SCAN_PIECE_ROWS, spread with the `beside` tasks (run first) over this thread and the cores
         no other search is using (service.busy): all on this one under load."""
@@ -370,7 +371,8 @@ class VectorIndex:
         queries = _f32(queries).reshape(-1, self.dim)
         out = np.empty((queries.shape[0], self._rows.rows), dtype=np.float32)
         tasks = list(beside)
-        products = self._products if self._products and bool(np.isfinite(queries).all()) else []
+        products = self._products if queries.shape[0] >= int8_gemm.FROM_QUERIES else []
+        products = products if products and bool(np.isfinite(queries).all()) else []
         if not products and queries.shape[0] > QUANTIZED_QUERIES:
 
             def product(piece: np.ndarray, first: int) -> None:

@@ -12,7 +12,7 @@ import scipy.sparse as sp
 import service.index as index_module
 import service.lexical as lexical_module
 import service.rerank as rerank_module
-from service import busy
+from service import busy, int8_gemm
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex
 from service.open_lexical import OpenLexicalQuery
@@ -287,9 +287,10 @@ def test_heads_let_a_common_word_be_skipped_without_losing_a_row(
 
 
 SCANS = {  # (SSI_INT8_GEMM, queries a batch): every kind of scan every_score takes
-    "int8 gemm, 1 query": (True, 1),
+    "int8 gemm, 2 queries": (True, 2),
     "int8 gemm, a batch": (True, QUANTIZED_QUERIES + 1),
     "numba int8": (False, 1),
+    "numba int8 for a lone query": (True, 1),
     "blas": (False, QUANTIZED_QUERIES + 1),
 }
 
@@ -344,7 +345,7 @@ def test_every_row_top_equals_brute_force(
         if gemm or queries <= QUANTIZED_QUERIES:
             assert scanned.radius is not None and scanned.factor is not None
             bound = scanned.factor[:, None] * scanned.radius[None, :].astype(np.float64)
-            assert (scanned.l1 is not None) == gemm
+            assert (scanned.l1 is not None) == (gemm and queries >= int8_gemm.FROM_QUERIES)
             if scanned.l1 is not None and scanned.l1_factor is not None:
                 bound += scanned.l1_factor[:, None] * scanned.l1[None, :].astype(np.float64)
             assert (np.abs(scanned.scores - exact) <= bound).all()
