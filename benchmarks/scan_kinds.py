@@ -73,8 +73,12 @@ def compare(vectors: np.ndarray, batches: list[int], repeats: int, seed: int = 0
     return rows
 
 
-def rescored(bundle: Path, corpus: Path, work_dir: Path, n_queries: int, k: int) -> tuple[np.ndarray, dict[str, Any]]:
-    """The served collection's vectors, and the rows each query's int8 bound leaves to rescore exactly."""
+def rescored(
+    bundle: Path, corpus: Path, work_dir: Path, n_queries: int, k: int, batch: int
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """The served collection's vectors, and the rows each query's int8 bound leaves to rescore exactly, the
+    queries scanned in batches of `batch` (a lone query takes numba's pass, batches onnxruntime's product
+    unless SSI_INT8_GEMM=false: service.index.VectorIndex.every_score)."""
     from service.bench.queries import keyword_queries
     from service.collection import Collection
     from service.metrics import Metrics
@@ -90,15 +94,16 @@ def rescored(bundle: Path, corpus: Path, work_dir: Path, n_queries: int, k: int)
         tfidf = state.embedder.featurize_queries(queries)
         embedded = state.embedder.embed_queries(tfidf)
         counts = []
-        for i in range(len(queries)):
-            a, b = tfidf.indptr[i], tfidf.indptr[i + 1]
-            if a == b:
-                continue
-            summed = state.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]).everywhere_but_common()
-            scanned = state.index.every_score(embedded[i : i + 1])
-            uq = embedded[i].astype(np.float64)
-            ranked = every_row_top(uq, k, scanned, 0, summed, state.index.vectors, state.table.live)
-            counts.append(ranked.candidates)
+        for first in range(0, len(queries), batch):
+            scanned = state.index.every_score(embedded[first : first + batch])
+            for at, i in enumerate(range(first, min(first + batch, len(queries)))):
+                a, b = tfidf.indptr[i], tfidf.indptr[i + 1]
+                if a == b:
+                    continue
+                summed = state.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]).everywhere_but_common()
+                uq = embedded[i].astype(np.float64)
+                ranked = every_row_top(uq, k, scanned, at, summed, state.index.vectors, state.table.live)
+                counts.append(ranked.candidates)
         vectors = np.array(state.index.all_vectors())
     finally:
         collection.close()
@@ -106,6 +111,7 @@ def rescored(bundle: Path, corpus: Path, work_dir: Path, n_queries: int, k: int)
     summary = {
         "queries": int(found.shape[0]),
         "k": k,
+        "batch": batch,
         "rescored_p50": float(np.percentile(found, 50)),
         "rescored_p90": float(np.percentile(found, 90)),
         "rescored_p99": float(np.percentile(found, 99)),
@@ -124,6 +130,7 @@ def main() -> None:
     parser.add_argument("--dim", type=int, default=100, help="random vectors' dimension (without --bundle)")
     parser.add_argument("--batches", default="1,2,4,8,16,32")
     parser.add_argument("--queries", type=int, default=500)
+    parser.add_argument("--rescore-batch", type=int, default=8, help="queries a scan, for the rows rescored")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
@@ -137,7 +144,7 @@ def main() -> None:
 
         args.work_dir.mkdir(parents=True, exist_ok=True)
         corpus = passage_corpus(args.corpus, args.work_dir / f"passages-{args.passages}.jsonl", limit=args.passages)
-        vectors, report["rescored"] = rescored(args.bundle, corpus, args.work_dir, args.queries, 10)
+        vectors, report["rescored"] = rescored(args.bundle, corpus, args.work_dir, args.queries, 10, args.rescore_batch)
         print(f"rows rescored exactly (k = 10, {report['rescored']['queries']} queries): {report['rescored']}")
     else:
         vectors = np.random.default_rng(1).standard_normal((args.rows, args.dim)).astype(np.float32)
