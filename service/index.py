@@ -362,11 +362,10 @@ class VectorIndex:
 
         From two queries on, the rows the index started with go through onnxruntime's integer product with the
         queries quantized to 7 bits (service.int8_gemm; its bound adds a term), rows appended since through
-        numba's int8 pass (service.quantized); without the former (SSI_INT8_GEMM=false, a lone query, or a
-        query not finite), at most
-        QUANTIZED_QUERIES queries take the int8 pass and more BLAS's float32 product (rounding only). The rows go
-        in pieces of SCAN_PIECE_ROWS, spread with the `beside` tasks (run first) over this thread and the cores
-        no other search is using (service.busy): all on this one under load."""
+        numba's int8 pass (service.quantized). Without the former (SSI_INT8_GEMM=false, a lone query, a query
+        not finite), at most QUANTIZED_QUERIES queries take the int8 pass and more BLAS's float32 product
+        (rounding only). The rows go in pieces of SCAN_PIECE_ROWS, spread with the `beside` tasks (run first)
+        over this thread and the cores no other search is using (service.busy): all on this one under load."""
         assert self._rows is not None, "every_score needs a flat index"
         queries = _f32(queries).reshape(-1, self.dim)
         out = np.empty((queries.shape[0], self._rows.rows), dtype=np.float32)

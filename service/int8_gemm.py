@@ -3,9 +3,9 @@
 numba's int8 pass (service.quantized) sums each row's products in float32 lanes and then across them, and
 converts each code to float for every four queries: ~0.6 ms a query over 100k rows of 100 on a 2-core AMD
 EPYC, what a flat scan of a loaded worker mostly costs. onnxruntime's integer GEMM (MLAS) multiplies the
-codes as integers, packed once for its kernels: 0.22–0.33 ms a query in batches of 4–16 there, one thread
-(`python -m benchmarks.scan_kinds`). So the rows a flat index starts with (they never change) get one
-session a piece, and a batch of queries runs through them as 7-bit integers.
+codes as integers, packed once for its kernels: 0.34–0.45 ms a query in batches of 8 there and 0.27 in 16,
+one thread (`python -m benchmarks.scan_kinds`, docs/performance/search.md). So the rows a flat index starts
+with (they never change) get one session a piece, and a batch of queries runs through them as 7-bit integers.
 
 The query is quantized too, so a score's bound grows (`step_factor`): q = σ·c + δ with |δ_j| ≤ σ/2, and
 |q·ẽ − σ·c·ẽ| ≤ σ/2 · ‖ẽ‖₁, where ẽ = scale · codes is the row the int8 pass already bounds. Products are
@@ -15,9 +15,10 @@ int16 sums (255 · 127 · 2 > 32,767), and 127 · 127 · 2 does not saturate (th
 
 The model is a single MatMulInteger node, written here as protobuf bytes (the service does not import the
 `onnx` package, a training dependency), its B the piece's codes transposed, given as an external
-initializer so that onnxruntime copies it once and packs it. That copy is this process's own: ~1.2–1.7 ×
-the codes (12–17 MB a worker for 100k rows of 100, measured as RSS), where the codes themselves stay mapped
-and shared (docs/operate/workers.md). SSI_INT8_GEMM=false leaves the scan to numba's pass alone.
+initializer so that onnxruntime copies it and packs it. The packed copy is this process's own, about the
+codes' size (1.04 × in one process; ~10 MB of PSS a worker at 100k rows of 100), where the codes themselves
+stay mapped and shared (docs/operate/workers.md). SSI_INT8_GEMM=false leaves the scan to numba's pass and
+BLAS, as before.
 """
 
 from __future__ import annotations
