@@ -35,6 +35,7 @@ import onnxruntime as ort
 FROM_QUERIES = 2
 ZERO = 64  # the queries' zero point: a 7-bit code c in [-63, 63] travels as the byte c + 64
 LEVELS = 63
+SCRATCH_QUERIES = 32  # a thread keeps the products of at most this many queries (`PieceProducts.run`)
 MAX_DIM = 2000  # beyond, an integer product may not be exact in float32 (see the module)
 _UINT8, _INT8, _INT32 = 2, 3, 6  # onnx.TensorProto data types
 _EXTERNAL = 1  # onnx.TensorProto.DataLocation.EXTERNAL
@@ -115,10 +116,13 @@ class PieceProducts:
 
         The answer lies in this thread's scratch array, valid until the thread's next `run`: onnxruntime's own
         output, allocated for every call, left the heap of a loaded worker tens of MB larger (glibc keeps what
-        a few MB blocks freed), where a scratch array a thread costs at most queries × rows × 4 bytes."""
+        a few MB blocks freed), where a thread's scratch array costs at most SCRATCH_QUERIES × rows × 4 bytes
+        (1.6 MB for a scan piece), so even the busy board's helper threads (service.busy) keep little."""
         needed = queries.shape[0] * self.rows
         scratch: np.ndarray | None = getattr(_scratch, "array", None)
-        if scratch is None or scratch.shape[0] < needed:
+        if queries.shape[0] > SCRATCH_QUERIES:  # a large batch's (POST /search/batch) is not kept
+            scratch = np.empty(needed, dtype=np.int32)
+        elif scratch is None or scratch.shape[0] < needed:
             scratch = _scratch.array = np.empty(needed, dtype=np.int32)
         out = scratch[:needed].reshape(queries.shape[0], self.rows)
         binding = self._session.io_binding()
