@@ -303,14 +303,13 @@ SCANS = {  # (SSI_INT8_GEMM, queries a batch): every kind of scan every_score ta
 def test_every_row_top_equals_brute_force(
     seed: int, negative_weights: bool, idle_cores: int, scan: str, common: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """s and l of every row (a flat index's every_score, the dense lexical pass), any weights, dead rows, exact
-    ties broken by row, the rows appended after the first part; with idle cores the scan's pieces are spread
-    over other threads (service.busy) and must come back in their places. s comes from onnxruntime's integer
-    product for the first rows and numba's int8 pass for the appended ones (service.int8_gemm), or without the
-    former from numba's pass for a few queries and BLAS's float32 product for more; each int8 score within its
-    stated bound. The query's
-    common words are left out of the every-row l and bounded (service.lexical.RareSum), then looked up for
-    the rows kept, or summed for every row after all where the lookups would cost more."""
+    """s and l of every row (a flat index's every_score, the dense lexical pass), any weights, dead rows, exact ties
+    broken by row, the rows appended after the first part; with idle cores the scan's pieces are spread over other
+    threads (service.busy) and must come back in their places. s comes from onnxruntime's integer product for the
+    first rows and numba's int8 pass for the appended ones (service.int8_gemm), or without the former from numba's
+    pass for a few queries and BLAS's float32 product for more; each int8 score within its stated bound. The query's
+    common words are left out of the every-row l and bounded (service.lexical.RareSum), then looked up for the rows
+    kept, or summed for every row after all where the lookups would cost more."""
     if common != "none":  # every word of more than 1 % of the rows is common here
         monkeypatch.setattr(lexical_module, "COMMON_SHARE", 0.01)
         monkeypatch.setattr(lexical_module, "COMMON_POSTINGS_PER_ROW", 0.0)
