@@ -16,7 +16,7 @@ int16 sums (255 · 127 · 2 > 32,767), and 127 · 127 · 2 does not saturate (th
 The model is a single MatMulInteger node, written here as protobuf bytes (the service does not import the
 `onnx` package, a training dependency), its B the piece's codes transposed, given as an external
 initializer so that onnxruntime copies it and packs it. The packed copy is this process's own, about the
-codes' size (1.04 × in one process; ~10 MB of PSS a worker at 100k rows of 100), where the codes themselves
+codes' size (~10 MB of PSS a worker at 100k rows of 100, `ssi bench`), where the codes themselves
 stay mapped and shared (docs/operate/workers.md). SSI_INT8_GEMM=false leaves the scan to numba's pass and
 BLAS, as before.
 """
@@ -115,8 +115,8 @@ class PieceProducts:
         """int32 [queries, rows]: each 7-bit query code row (uint8 with ZERO added) times every row's codes.
 
         The answer lies in this thread's scratch array, valid until the thread's next `run`: onnxruntime's own
-        output, allocated for every call, left the heap of a loaded worker tens of MB larger (glibc keeps what
-        a few MB blocks freed), where a thread's scratch array costs at most SCRATCH_QUERIES × rows × 4 bytes
+        output, allocated for every call, left a loaded worker ~30 MB larger (glibc keeps what a few MB blocks
+        freed), where a thread's scratch array costs at most SCRATCH_QUERIES × rows × 4 bytes
         (1.6 MB for a scan piece), so even the busy board's helper threads (service.busy) keep little."""
         needed = queries.shape[0] * self.rows
         scratch: np.ndarray | None = getattr(_scratch, "array", None)

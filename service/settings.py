@@ -138,7 +138,8 @@ class Settings(BaseSettings):
     candidate_pool: int = Field(default=64, ge=1, le=100_000, description="K of HNSW searches")
     scan_pool: int = Field(default=128, ge=1, le=1_000_000, description="least K of flat and IVF searches")
     # A flat scan's rows by onnxruntime's integer product (service.int8_gemm): about twice as fast as numba's
-    # int8 pass in batches, for a copy of the codes of each worker's own (~1.2–1.7 × them); false: numba alone.
+    # int8 pass in batches, for a packed copy of the codes each worker holds (about their size); false: the
+    # scan as before (numba's pass, BLAS's product).
     int8_gemm: bool = True
 
     # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.
