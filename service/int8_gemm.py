@@ -168,10 +168,13 @@ def _scaled(products: np.ndarray, scales: np.ndarray, step: np.ndarray, out: np.
 def warm() -> None:
     """Compile the scaling for the arrays the index passes (a mapped snapshot's scales are read-only)."""
     piece = PieceProducts(np.ones((2, 2), dtype=np.int8))
-    for n in (1, 2):  # one query's slice of the index's output is contiguous, more queries' a strided view
-        queries, step = quantize_queries(np.ones((n, 2), dtype=np.float32))
-        for writeable in (True, False):
-            scales = np.ones(2, dtype=np.float32)
-            scales.flags.writeable = writeable
-            for out in (np.empty((n, 2), dtype=np.float32), np.empty((n, 4), dtype=np.float32)[:, :2]):
-                scores(piece, scales, queries, step, out)
+    queries, step = quantize_queries(np.ones((FROM_QUERIES, 2), dtype=np.float32))
+    for writeable in (True, False):
+        scales = np.ones(2, dtype=np.float32)
+        scales.flags.writeable = writeable
+        # A piece's slice of the index's output: the whole of it (one piece), or a strided view (several).
+        for out in (
+            np.empty((FROM_QUERIES, 2), dtype=np.float32),
+            np.empty((FROM_QUERIES, 4), dtype=np.float32)[:, :2],
+        ):
+            scores(piece, scales, queries, step, out)
