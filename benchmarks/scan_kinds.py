@@ -6,7 +6,8 @@ with SSI_INT8_GEMM=false, QUANTIZED_QUERIES sets where it switches between the f
 process, alternating them. With `--bundle` and `--corpus`, the vectors are a served collection's (built
 or read from the cache in `--work-dir`, as `ssi bench` does) and the report adds how many rows the int8
 bound leaves to rescore exactly for the bench's random-words queries (`service.rerank.every_row_top`'s
-candidates); without, random normal vectors of the same shape.
+candidates) and what the top-k pass over every row costs them (service.topk, in blocks and row by row);
+without, random normal vectors of the same shape.
 
     python -m benchmarks.scan_kinds --bundle B --corpus $W/docs.jsonl.gz --passages 100000 --work-dir D
 """
@@ -73,12 +74,31 @@ def compare(vectors: np.ndarray, batches: list[int], repeats: int, seed: int = 0
     return rows
 
 
+def _top_ms(every: Any, query: int, summed: Any, live: np.ndarray, k: int, block: int, repeats: int = 5) -> float:
+    """Best of `repeats` wall ms of service.topk's pass for one query with blocks of `block` rows (as many as
+    there are rows: row by row, the pass before blocks), its data in cache as after the scan."""
+    from service import topk
+    from service.rerank import TOPK_MARGIN
+
+    factor = 0.0 if every.factor is None else float(every.factor[query])
+    args = (every.scores[query], summed.summed, live, k, TOPK_MARGIN, every.radius, factor)
+    l1_factor = 0.0 if every.l1_factor is None else float(every.l1_factor[query])
+    spent = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        topk.best(*args, summed.below, summed.above, every.l1, l1_factor, block=block)
+        spent.append(time.perf_counter() - started)
+    return min(spent) * 1e3
+
+
 def rescored(
     bundle: Path, corpus: Path, work_dir: Path, n_queries: int, k: int, batch: int
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The served collection's vectors, and the rows each query's int8 bound leaves to rescore exactly, the
     queries scanned in batches of `batch` (a lone query takes numba's pass, batches onnxruntime's product
-    unless SSI_INT8_GEMM=false: service.index.VectorIndex.every_score)."""
+    unless SSI_INT8_GEMM=false: service.index.VectorIndex.every_score), and the top-k pass's median ms a query
+    in blocks (service.topk.BLOCK_ROWS) and row by row."""
+    from service import topk
     from service.bench.queries import keyword_queries
     from service.collection import Collection
     from service.metrics import Metrics
@@ -93,7 +113,7 @@ def rescored(
         queries = keyword_queries(corpus, n_queries, 5, sampler="positions")
         tfidf = state.embedder.featurize_queries(queries)
         embedded = state.embedder.embed_queries(tfidf)
-        counts = []
+        counts, blocked, whole = [], [], []
         for first in range(0, len(queries), batch):
             scanned = state.index.every_score(embedded[first : first + batch])
             for at, i in enumerate(range(first, min(first + batch, len(queries)))):
@@ -104,6 +124,8 @@ def rescored(
                 uq = embedded[i].astype(np.float64)
                 ranked = every_row_top(uq, k, scanned, at, summed, state.index.vectors, state.table.live)
                 counts.append(ranked.candidates)
+                for block, spent in ((topk.BLOCK_ROWS, blocked), (scanned.scores.shape[1], whole)):
+                    spent.append(_top_ms(scanned, at, summed, state.table.live, k, block))
         vectors = np.array(state.index.all_vectors())
     finally:
         collection.close()
@@ -116,6 +138,8 @@ def rescored(
         "rescored_p90": float(np.percentile(found, 90)),
         "rescored_p99": float(np.percentile(found, 99)),
         "rescored_max": int(found.max()),
+        "topk_ms_per_query": statistics.median(blocked),
+        "topk_row_by_row_ms_per_query": statistics.median(whole),
     }
     return vectors, summary
 

@@ -9,6 +9,7 @@ instead, stop words as often as the text has them (the workload of issue 25's me
 from __future__ import annotations
 
 import json
+import os
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -76,16 +77,22 @@ def corpus_texts(corpus: Path) -> Iterator[tuple[str, str]]:
 def passage_corpus(source: Path, path: Path, words_per_passage: int = 60, limit: int = 100_000) -> Path:
     """Real text cut into passages of `words_per_passage` whitespace words (the last piece of an article
     may be shorter), at most `limit` of them, written as JSONL to `path` (a benchmark input, never data in
-    the repo). Ids are `<article id>#<n>`, titles the article's title."""
+    the repo). Ids are `<article id>#<n>`, titles the article's title. Written beside `path` and moved onto
+    it at the end: a benchmark that reuses `path` never reads half a file, and `source` may be `path`
+    itself (a passages file given back as the corpus, which had been emptied before it was read)."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     written = 0
-    with path.open("w", encoding="utf-8") as handle:
+    with partial.open("w", encoding="utf-8") as handle:
         for doc in iter_corpus(source):
             words = doc.text.split()
             for n, start in enumerate(range(0, len(words), words_per_passage)):
                 if written >= limit:
-                    return path
+                    break
                 text = " ".join(words[start : start + words_per_passage])
                 handle.write(json.dumps({"id": f"{doc.id}#{n}", "title": doc.title, "text": text}) + "\n")
                 written += 1
+            if written >= limit:
+                break
+    os.replace(partial, path)
     return path

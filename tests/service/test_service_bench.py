@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from service.bench.queries import keyword_queries
+from service.bench.queries import keyword_queries, passage_corpus
 from service.bench.run import BenchConfig, run_bench
 
 
@@ -152,3 +152,24 @@ def test_the_positions_sampler_asks_stop_words_as_often_as_text_has_them(tmp_pat
         assert len(queries) == 200 and all(len(query.split()) == 5 for query in queries)
         share[sampler] = sum(word in ("the", "of") for word in words) / len(words)
     assert share["distinct"] < 0.2 and 0.55 < share["positions"] < 0.8  # 2/22 against 2/3 of the tokens
+
+
+def test_passages_cut_from_a_corpus_and_from_the_passages_file_itself(tmp_path: Path) -> None:
+    """A benchmark's `--corpus` may be the passages file its work folder already holds: cutting it again
+    onto itself gives the same passages back (it had emptied the file before reading it), and no partial
+    file is left beside it."""
+    corpus = tmp_path / "corpus.jsonl"
+    with corpus.open("w", encoding="utf-8") as handle:
+        for i in range(30):
+            text = " ".join(f"w{i}_{j}" for j in range(150))  # 60 + 60 + 30 words
+            handle.write(json.dumps({"id": f"d{i}", "title": f"T{i}", "text": text}) + "\n")
+    passages = passage_corpus(corpus, tmp_path / "work" / "passages.jsonl", limit=50)
+
+    def texts(path: Path) -> list[tuple[str, str]]:
+        return [(row["title"], row["text"]) for row in map(json.loads, path.read_text(encoding="utf-8").splitlines())]
+
+    first = texts(passages)
+    assert len(first) == 50 and [len(text.split()) for _, text in first[:3]] == [60, 60, 30]
+    assert passage_corpus(passages, passages, limit=50) == passages
+    assert texts(passages) == first
+    assert sorted(p.name for p in passages.parent.iterdir()) == ["passages.jsonl"]
