@@ -6,7 +6,8 @@ with SSI_INT8_GEMM=false, QUANTIZED_QUERIES sets where it switches between the f
 process, alternating them. With `--bundle` and `--corpus`, the vectors are a served collection's (built
 or read from the cache in `--work-dir`, as `ssi bench` does) and the report adds how many rows the int8
 bound leaves to rescore exactly for the bench's random-words queries (`service.rerank.every_row_top`'s
-candidates) and what the top-k pass over every row costs them (service.topk, in blocks and row by row);
+candidates), with what their lexical sum over every row and the top-k pass (service.topk, in blocks and
+row by row) cost;
 without, random normal vectors of the same shape.
 
     python -m benchmarks.scan_kinds --bundle B --corpus $W/docs.jsonl.gz --passages 100000 --work-dir D
@@ -96,8 +97,8 @@ def rescored(
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """The served collection's vectors, and the rows each query's int8 bound leaves to rescore exactly, the
     queries scanned in batches of `batch` (a lone query takes numba's pass, batches onnxruntime's product
-    unless SSI_INT8_GEMM=false: service.index.VectorIndex.every_score), and the top-k pass's median ms a query
-    in blocks (service.topk.BLOCK_ROWS) and row by row."""
+    unless SSI_INT8_GEMM=false: service.index.VectorIndex.every_score), with the median ms a query of their
+    lexical sum over every row and of the top-k pass in blocks (service.topk.BLOCK_ROWS) and row by row."""
     from service import topk
     from service.bench.queries import keyword_queries
     from service.collection import Collection
@@ -113,14 +114,16 @@ def rescored(
         queries = keyword_queries(corpus, n_queries, 5, sampler="positions")
         tfidf = state.embedder.featurize_queries(queries)
         embedded = state.embedder.embed_queries(tfidf)
-        counts, blocked, whole = [], [], []
+        counts, lexical_ms, blocked, whole = [], [], [], []
         for first in range(0, len(queries), batch):
             scanned = state.index.every_score(embedded[first : first + batch])
             for at, i in enumerate(range(first, min(first + batch, len(queries)))):
                 a, b = tfidf.indptr[i], tfidf.indptr[i + 1]
                 if a == b:
                     continue
+                started = time.perf_counter()
                 summed = state.lexical.query(tfidf.indices[a:b], tfidf.data[a:b]).everywhere_but_common()
+                lexical_ms.append((time.perf_counter() - started) * 1e3)
                 uq = embedded[i].astype(np.float64)
                 ranked = every_row_top(uq, k, scanned, at, summed, state.index.vectors, state.table.live)
                 counts.append(ranked.candidates)
@@ -138,6 +141,7 @@ def rescored(
         "rescored_p90": float(np.percentile(found, 90)),
         "rescored_p99": float(np.percentile(found, 99)),
         "rescored_max": int(found.max()),
+        "lexical_sum_ms_per_query": statistics.median(lexical_ms),
         "topk_ms_per_query": statistics.median(blocked),
         "topk_row_by_row_ms_per_query": statistics.median(whole),
     }
