@@ -14,8 +14,11 @@
 # last two; below 4 cores both default to no pinning), SECONDS_PER_LEVEL (10: seconds of load), SEARCH_CLIENTS (128),
 # MATCH_CLIENTS (32), ADS (100000), PAGE_KB (20), PASSAGE_COUNT (100000, when cutting), WORK (a new temp folder),
 # STEP_TIMEOUT (600: seconds each benchmark may run). /match runs first, then /search (without the restart timing).
+# COMPARE: settings of the served process (`ssi bench --setting`), space-separated, e.g. "int8_gemm=false": each
+# runs /search once more with it, after the defaults' run, so that one check says what a setting does there.
 # What it writes: machine.txt, search.log + search.json and match.log + match.json (`ssi bench`'s reports),
-# summary.txt + summary.json (python -m benchmarks.serve_check: each must-show, MET or NOT MET).
+# summary.txt + summary.json (python -m benchmarks.serve_check: each must-show, MET or NOT MET); for each COMPARE
+# setting S, search-S.log + search-S.json and summary-S.txt + summary-S.json (S with = and , as _).
 set -euo pipefail
 
 out="${1:-serve-check}"
@@ -87,15 +90,35 @@ timeout -k 10 "$step_timeout" "${on_server_cpus[@]}" "$py" -m ssi_cli bench --sc
     --clients "$match_clients" --seconds "$seconds" --work-dir "$work/match" --out "$out/match.json" 2>&1 \
     | tee "$out/match.log" || status=1
 
+search_run() {  # the /search run: its name (search, search-S) and extra `ssi bench` arguments
+    local name="$1"
+    shift
+    timeout -k 10 "$step_timeout" "${on_server_cpus[@]}" "$py" -m ssi_cli bench --bundle "$bundle" \
+        --corpus "$passages" --index-types flat --no-restart --clients "$search_clients" --seconds "$seconds" \
+        --queries 300 --work-dir "$work/search" --out "$out/$name.json" "$@" 2>&1 | tee "$out/$name.log" || status=1
+}
+
+summary() {  # the must-shows of one /search run (its name) and the /match run, into summary[-S].{txt,json}
+    "$py" -m benchmarks.serve_check --search "$out/$1.json" --match "$out/match.json" \
+        --search-clients "$search_clients" --match-clients "$match_clients" --out "$out/summary$2.json" \
+        | tee "$out/summary$2.txt" || status=1
+}
+
 echo "==> /search, flat, ${search_clients} clients, ssi serve's defaults on ${server_cpus:-every core}"
-timeout -k 10 "$step_timeout" "${on_server_cpus[@]}" "$py" -m ssi_cli bench --bundle "$bundle" \
-    --corpus "$passages" --index-types flat --no-restart --clients "$search_clients" --seconds "$seconds" \
-    --queries 300 --work-dir "$work/search" --out "$out/search.json" 2>&1 | tee "$out/search.log" || status=1
+search_run search
+for setting in ${COMPARE:-}; do
+    tag="${setting//[=,]/_}"
+    echo "==> /search again, with the setting $setting"
+    search_run "search-$tag" --setting "$setting"
+done
 
 echo "==> summary"
-"$py" -m benchmarks.serve_check --search "$out/search.json" --match "$out/match.json" \
-    --search-clients "$search_clients" --match-clients "$match_clients" --out "$out/summary.json" \
-    | tee "$out/summary.txt" || status=1
+summary search ""
+for setting in ${COMPARE:-}; do
+    tag="${setting//[=,]/_}"
+    echo "==> summary with the setting $setting"
+    summary "search-$tag" "-$tag"
+done
 [ -n "${WORK:-}" ] || rm -rf "$work"
 echo "==> written to $out (status $status)"
 exit $status
