@@ -36,9 +36,9 @@ class EveryScore:
 
 
 BLOCK_ROWS = 128
-# 1.4–2× faster than row by row (one block of every row) on the bench's queries over 100k passages, the data in
-# cache (a query's scores, just written): `python -m benchmarks.scan_kinds --bundle B --corpus C`. 64 was slower
-# than 128 and 256 about the same.
+# 1.4–1.7× faster than row by row (one block of every row) on the bench's queries over 100k passages, the data
+# in cache (a query's scores, just written): `python -m benchmarks.scan_kinds --bundle B --corpus C`. In a
+# first comparison 64 was slower than 128, and 256 about the same.
 
 
 @numba.njit(nogil=True, cache=False, inline="always")
@@ -64,6 +64,10 @@ def _reaches(
     elif radius.shape[0] > 0:
         for row in range(start, stop):
             r = factor * np.float64(radius[row])
+            count += not (np.float64(semantic[row]) + lexical[row] + r + above < bound)
+    elif l1.shape[0] > 0:
+        for row in range(start, stop):
+            r = 0.0 + l1_factor * np.float64(l1[row])
             count += not (np.float64(semantic[row]) + lexical[row] + r + above < bound)
     else:
         for row in range(start, stop):

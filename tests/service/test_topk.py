@@ -34,15 +34,15 @@ def _exact_top(case: dict, want: int, factor: float, l1_factor: float, below: fl
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("block", [1, 7, topk.BLOCK_ROWS, 1000])
-@pytest.mark.parametrize("bounds", ["none", "radius", "both"])
+@pytest.mark.parametrize("bounds", ["none", "radius", "l1", "both"])
 def test_blocks_give_the_row_by_row_result(seed: int, block: int, bounds: str) -> None:
     rows = 3_000
     case = _case(seed, rows)
     want = [1, 10, 50][seed % 3]
-    factor = 0.0 if bounds == "none" else 0.5
-    l1_factor = 0.002 if bounds == "both" else 0.0
-    radius = None if bounds == "none" else case["radius"]
-    l1 = case["l1"] if bounds == "both" else None
+    factor = 0.5 if bounds in ("radius", "both") else 0.0
+    l1_factor = 0.002 if bounds in ("l1", "both") else 0.0
+    radius = case["radius"] if bounds in ("radius", "both") else None
+    l1 = case["l1"] if bounds in ("l1", "both") else None
     below, above = (-0.05, 0.1) if seed % 2 else (0.0, 0.0)
     args = (case["semantic"], case["lexical"], case["live"], want, 1e-4, radius, factor, below, above, l1, l1_factor)
     whole = topk.best(*args, block=rows)
