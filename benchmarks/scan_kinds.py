@@ -37,16 +37,25 @@ def _median_ms(fn: Callable[[], Any], repeats: int) -> float:
     return statistics.median(spent) * 1e3
 
 
-def compare(vectors: np.ndarray, batches: list[int], repeats: int, seed: int = 0) -> list[dict[str, Any]]:
+def compare(vectors: np.ndarray, batches: list[int], repeats: int, seed: int = 0) -> tuple[list[dict[str, Any]], float]:
     """ms per query of each scan for each batch size (the queries random normal: the cost does not depend
     on them): BLAS's float32 product, numba's int8 pass, and onnxruntime's integer product in the index's
-    pieces (service.int8_gemm, the queries' quantization and the scaling included)."""
+    pieces (service.int8_gemm, the queries' quantization and the scaling included); and the MB of anonymous
+    PSS the pieces' packed copies took (what each serving worker holds of its own; malloc_trim after the
+    packing, as a loading worker does)."""
     from service import int8_gemm, quantized
+    from service.bench.server import smaps_rollup
     from service.index import SCAN_PIECE_ROWS
+    from service.threads import release_free_memory
 
     codes = quantized.quantize(vectors)
     starts = range(0, vectors.shape[0], SCAN_PIECE_ROWS)
+    int8_gemm.PieceProducts(codes.codes[:1])  # onnxruntime's own start-up, not the packing's
+    release_free_memory()
+    before = smaps_rollup(os.getpid()).get("pss_anon", 0)
     pieces = [(int8_gemm.PieceProducts(codes.codes[a : a + SCAN_PIECE_ROWS]), a) for a in starts]
+    release_free_memory()
+    packed_mb = (smaps_rollup(os.getpid()).get("pss_anon", 0) - before) / 2**20
 
     def multiplied(queries: np.ndarray, out: np.ndarray) -> None:
         coded, step = int8_gemm.quantize_queries(queries)
@@ -72,7 +81,7 @@ def compare(vectors: np.ndarray, batches: list[int], repeats: int, seed: int = 0
                 "without_int8_gemm_the_index_takes": "int8" if batch <= quantized.QUANTIZED_QUERIES else "blas",
             }
         )
-    return rows
+    return rows, packed_mb
 
 
 def _top_ms(every: Any, query: int, summed: Any, live: np.ndarray, k: int, block: int, repeats: int = 5) -> float:
@@ -177,7 +186,10 @@ def main() -> None:
     else:
         vectors = np.random.default_rng(1).standard_normal((args.rows, args.dim)).astype(np.float32)
     report["rows"], report["dim"] = vectors.shape
-    report["scans"] = compare(np.ascontiguousarray(vectors), [int(b) for b in args.batches.split(",")], args.repeats)
+    batches = [int(b) for b in args.batches.split(",")]
+    report["scans"], report["packed_anon_pss_mb"] = compare(np.ascontiguousarray(vectors), batches, args.repeats)
+    packed = report["packed_anon_pss_mb"]
+    print(f"packed copies of {report['rows']} rows of {report['dim']}: {packed:.1f} MB of anonymous PSS")
     for row in report["scans"]:
         print(
             f"{row['queries']:>3} queries: BLAS {row['blas_ms_per_query']:.3f} ms/query, "
