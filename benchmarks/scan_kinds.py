@@ -7,8 +7,8 @@ process, alternating them. With `--bundle` and `--corpus`, the vectors are a ser
 or read from the cache in `--work-dir`, as `ssi bench` does) and the report adds how many rows the int8
 bound leaves to rescore exactly for the bench's random-words queries (`service.rerank.every_row_top`'s
 candidates), with what their lexical sum over every row and the top-k pass (service.topk, in blocks and
-row by row) cost;
-without, random normal vectors of the same shape.
+row by row) cost; without, random normal vectors of the same shape. The report also gives the anonymous PSS
+that packing the rows for onnxruntime took (`packed_anon_pss_mb`: what each serving worker holds of its own).
 
     python -m benchmarks.scan_kinds --bundle B --corpus $W/docs.jsonl.gz --passages 100000 --work-dir D
 """
