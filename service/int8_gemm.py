@@ -17,9 +17,8 @@ The model is a single MatMulInteger node, written here as protobuf bytes (the se
 `onnx` package, a training dependency), its B the piece's codes transposed, given as an external
 initializer so that onnxruntime copies it and packs it. The packed copy is this process's own, about the
 codes' size (~10 MB of PSS a worker at 100k rows of 100, `ssi bench`; 105 MB at 1 M, `benchmarks.scan_kinds
---rows 1000000`), where the codes themselves
-stay mapped and shared (docs/operate/workers.md). SSI_INT8_GEMM=false leaves the scan to numba's pass and
-BLAS, as before.
+--rows 1000000`), where the codes themselves stay mapped and shared (docs/operate/workers.md).
+SSI_INT8_GEMM=false leaves the scan to numba's pass and BLAS, as before.
 """
 
 from __future__ import annotations
