@@ -6,7 +6,11 @@
 # Lints with ruff and checks the import contracts in pyproject.toml with lint-imports (LINT=0 skips
 # both), builds the documentation site with `mkdocs build --strict` into a temporary folder (a broken
 # link, a missing page or a failing generated page fails it; DOCS=0 skips it), then runs pytest in the
-# environment made by scripts/install.sh ($VENV, default .venv).
+# environment made by scripts/install.sh ($VENV, default .venv): spread over $WORKERS pytest-xdist worker
+# processes (default 4, more than the cores, since many tests wait on servers; WORKERS=0 runs in this process),
+# a module to a worker (tests/conftest.py), with line and branch coverage printed file by file and summed by
+# package (COVERAGE=0 skips it), the ten slowest phases and the tests over the one-test budget
+# (docs/contributing.md).
 # Tests that need ../shared/data or Debian's chromium skip with a message when those are absent
 # (set SSI_REQUIRE_BROWSER=1 to make a missing browser an error, as CI does), and the wrk load test
 # when wrk is absent (SSI_REQUIRE_WRK=1 makes that an error).
@@ -41,10 +45,25 @@ if [[ "${DOCS:-1}" != 0 ]]; then
 fi
 
 echo "==> pytest"
+args=()
+workers="${WORKERS:-4}"
+if [[ "$workers" != 0 ]]; then
+    args+=(-n "$workers" --dist loadscope --no-loadscope-reorder)
+fi
+report=""
+if [[ "${COVERAGE:-1}" != 0 ]]; then
+    report="$(mktemp -d)/coverage.json"
+    args+=(--cov --cov-report=term "--cov-report=json:$report")
+fi
 status=0
-"$py" -m pytest "$@" || status=$?
+"$py" -m pytest "${args[@]}" "$@" || status=$?
 if [[ $status -eq 5 ]]; then
     echo "test.sh: pytest collected no tests; failing on purpose" >&2
     exit 1
+fi
+if [[ -n "$report" && -f "$report" ]]; then
+    echo "==> coverage by package (line and branch)"
+    "$py" "$root/scripts/coverage_by_package.py" "$report"
+    rm -rf "$(dirname "$report")"
 fi
 exit $status

@@ -29,6 +29,8 @@ import numba
 import numpy as np
 import onnxruntime as ort
 
+from service.jit_cache import CACHE
+
 # A lone query takes numba's pass: both cost ~1.5 ms over 100k rows of 100 there, and numba's needs no query
 # quantization (a tighter bound) nor a session call a piece; from two queries on the product wins (0.90 ms a
 # query against 1.12 at two, 0.35 against 0.59 at eight).
@@ -157,7 +159,7 @@ def scores(piece: PieceProducts, scales: np.ndarray, queries: np.ndarray, step: 
     _scaled(piece.run(queries), scales, step, out)
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=CACHE)
 def _scaled(products: np.ndarray, scales: np.ndarray, step: np.ndarray, out: np.ndarray) -> None:
     for q in range(products.shape[0]):
         sigma = step[q]

@@ -36,6 +36,8 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from service.jit_cache import CACHE
+
 DELTA_ROWS = 4096  # appended rows kept apart before a merge into the base matrix
 
 # What a step of each way of reading posting lists costs (ns, compiled kernels below, 2-core dev machine):
@@ -139,8 +141,9 @@ class _BaseBounds:
 
 # The two inner loops of long queries (a web page to /match holds ~1,000 words), compiled: in numpy each
 # query word costs a few calls (~10 µs), so a page spent ~10 ms in call overhead alone. They compile on
-# first use (LexicalIndex warms them when built), not cached on disk: the install may be read-only.
-@numba.njit(nogil=True)
+# first use (LexicalIndex warms them when built), cached on disk only where NUMBA_CACHE_DIR names a
+# folder (service.jit_cache): the install may be read-only.
+@numba.njit(nogil=True, cache=CACHE)
 def _add_postings(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -157,7 +160,7 @@ def _add_postings(
             out[first + indices[p]] += weight * data[p]
 
 
-@numba.njit(nogil=True)
+@numba.njit(nogil=True, cache=CACHE)
 def _add_looked_up(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -186,7 +189,7 @@ def _add_looked_up(
                 upper[targets[r]] += positive[j] * value
 
 
-@numba.njit(nogil=True)
+@numba.njit(nogil=True, cache=CACHE)
 def _looked_up_values(
     indptr: np.ndarray,
     indices: np.ndarray,

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from service.jit_cache import CACHE
+
 QUANTIZED_QUERIES = 8  # chunks of at most this many queries take the int8 pass; larger ones BLAS's product
 _LEVELS = 127.0
 _TINY = float(np.finfo(np.float32).tiny)
@@ -50,7 +52,7 @@ def quantize(vectors: np.ndarray) -> Codes:
     return out
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=CACHE)
 def _quantize(vectors: np.ndarray, codes: np.ndarray, scales: np.ndarray, radius: np.ndarray) -> None:
     n, dim = vectors.shape
     rounding = 2.0 * (dim + 1) * _LEVELS * 2.0**-24  # the pass's float32 sums, per unit of scale (module doc)
@@ -85,7 +87,7 @@ def _quantize(vectors: np.ndarray, codes: np.ndarray, scales: np.ndarray, radius
         radius[i] = r
 
 
-@numba.njit(nogil=True, fastmath=True, cache=False)
+@numba.njit(nogil=True, fastmath=True, cache=CACHE)
 def _each(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.ndarray) -> None:
     """One query a pass."""
     n, dim = codes.shape
@@ -98,7 +100,7 @@ def _each(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.nd
             out[k, i] = acc * scales[i]
 
 
-@numba.njit(nogil=True, fastmath=True, cache=False)
+@numba.njit(nogil=True, fastmath=True, cache=CACHE)
 def _fours(codes: np.ndarray, scales: np.ndarray, queries: np.ndarray, out: np.ndarray) -> None:
     """Four queries a pass: each code is converted to float once for the four. Three queries go as four (the
     last repeated); one or two more than a multiple of four are left to the caller (`_each`)."""
@@ -148,7 +150,7 @@ def l1_norms(part: Codes) -> np.ndarray:
     return out
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=CACHE)
 def _l1_norms(codes: np.ndarray, scales: np.ndarray, out: np.ndarray) -> None:
     n, dim = codes.shape
     for i in range(n):

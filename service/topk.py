@@ -21,6 +21,8 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from service.jit_cache import CACHE
+
 
 @dataclass(frozen=True, slots=True)
 class EveryScore:
@@ -41,7 +43,7 @@ BLOCK_ROWS = 128
 # first comparison 64 was slower than 128, and 256 about the same.
 
 
-@numba.njit(nogil=True, cache=False, inline="always")
+@numba.njit(nogil=True, cache=CACHE, inline="always")
 def _reaches(
     semantic: np.ndarray,
     lexical: np.ndarray,
@@ -77,7 +79,7 @@ def _reaches(
     return count > 0
 
 
-@numba.njit(nogil=True, cache=False)
+@numba.njit(nogil=True, cache=CACHE)
 def _best(
     semantic: np.ndarray,
     lexical: np.ndarray,

@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +22,6 @@ class ApiWorld:
     data: SynonymCorpus
     trained: ssi.Trained
     root: Path
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _clean_ssi_environment() -> Iterator[None]:
-    """Settings read SSI_* variables (the trainer's SSI_TRAIN_* too): a developer's shell must not leak in."""
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SSI_")}
-    yield
-    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")

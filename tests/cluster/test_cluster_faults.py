@@ -192,7 +192,9 @@ def report(title: str, outcomes: list[Outcome], killed_at: float) -> dict[str, o
 
 
 def test_a_killed_shard_answers_503s_naming_it_and_loses_no_acknowledged_write(world: dict, cluster: dict) -> None:
-    """SIGKILL of shard 1's only replica during writes and searches; Serve restarts it from its folder."""
+    """SIGKILL of shard 1's only replica during writes and searches; Serve restarts it from its folder.
+
+    Slow: waits, under a live workload, for Ray Serve to replace a killed shard replica."""
     url = deployed(cluster, replicas=1)
     docs = world["docs"]
     texts = [f"{needle_of(docs[i])} {needle_of(docs[i + 1])}" for i in range(0, 40, 2)]
@@ -242,7 +244,9 @@ def test_a_killed_shard_answers_503s_naming_it_and_loses_no_acknowledged_write(w
 
 def test_a_shard_that_cannot_come_back_is_a_bounded_503_naming_it(world: dict, cluster: dict, tmp_path: Path) -> None:
     """Shard 1's folder emptied (a volume not mounted) and its replica killed: Serve's restarts fail, every
-    search is a 503 naming shard 1 within the shard timeout (no hang), /readyz names it; folder back, it serves."""
+    search is a 503 naming shard 1 within the shard timeout (no hang), /readyz names it; folder back, it serves.
+
+    Slow: waits for Serve's restarts of a shard to fail, then for the shard to come back once its folder does."""
     from cluster.manifest import read_manifest
 
     url = deployed(cluster, replicas=1)
@@ -274,7 +278,9 @@ def test_a_shard_that_cannot_come_back_is_a_bounded_503_naming_it(world: dict, c
 
 
 def test_with_two_replicas_searches_keep_answering_while_one_is_killed(world: dict, cluster: dict) -> None:
-    """`replicas=2`: the router's retry goes to the other replica of the shard; no search sees a 503."""
+    """`replicas=2`: the router's retry goes to the other replica of the shard; no search sees a 503.
+
+    Slow: a second Serve application with two replicas a shard, one killed under a live workload and replaced."""
     url = deployed(cluster, replicas=2)
     with httpx.Client(base_url=url, timeout=30) as client:
         pids = replica_pids(client, VICTIM, 2)

@@ -241,7 +241,9 @@ def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: 
     """SSI_OPEN_VOCAB on the router (a second Serve application on the module's cluster: a BM25 bundle's two shards,
     built with their open postings): a document written after training is the first hit for a word only it holds,
     over HTTP and through the Python API (ssi.Client); with a new word on both shards, in different numbers, the
-    ranking is one node's; deleting the documents takes the words out."""
+    ranking is one node's; deleting the documents takes the words out.
+
+    Slow: a Ray Data index build and a second Serve application on the module's cluster."""
     from ray import serve
 
     from cluster.deploy import ClusterOptions, application
@@ -284,7 +286,9 @@ def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: 
 def test_the_collections_statistics_are_served_through_the_ray_router(cluster: dict, tmp_path: Path) -> None:
     """SSI_OPEN_VOCAB_STATISTICS=collection on the router starts (it was refused before) over an index the Ray Data
     job built with them: its avg_len is the local build's, and the ranking is the brute force over every document
-    with the collection's statistics at that avg_len, through a write and a delete."""
+    with the collection's statistics at that avg_len, through a write and a delete.
+
+    Slow: a Ray Data index build and a second Serve application on the module's cluster."""
     from ray import serve
 
     from cluster.deploy import ClusterOptions, application

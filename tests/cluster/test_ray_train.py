@@ -18,6 +18,7 @@ from training.settings import TrainSettings  # noqa: E402
 
 
 def test_two_ray_workers_train_a_bundle_that_beats_tfidf(tmp_path: Path) -> None:
+    """Slow: a local Ray cluster and two Ray Train workers, each importing PyTorch."""
     import ray
 
     data = make_synonym_corpus(tmp_path / "synonyms")

@@ -67,8 +67,13 @@ def test_every_page_is_in_the_navigation() -> None:
 def test_the_test_command_builds_the_site_strictly() -> None:
     assert config()["strict"] is True
     script = (REPO / "scripts" / "test.sh").read_text(encoding="utf-8")
-    lint, build, tests = (script.index(s) for s in ('lint-imports"', "-m mkdocs build --strict", '-m pytest "$@"'))
+    lint, build, tests = (
+        script.index(s) for s in ('lint-imports"', "-m mkdocs build --strict", '-m pytest "${args[@]}" "$@"')
+    )
     assert lint < build < tests
+    # and pytest reports what the suite covers and where its time goes (docs/contributing.md)
+    assert "--cov --cov-report=term" in script and "coverage_by_package.py" in script and "--dist loadscope" in script
+    assert "--durations=10" in (REPO / "pyproject.toml").read_text(encoding="utf-8")
     assert 'extras="serve,train,test,cluster,docs"' in (REPO / "scripts" / "install.sh").read_text(encoding="utf-8")
 
 

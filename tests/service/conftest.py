@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-
 import pytest
 from service_testing import Oracle, make_bundle, make_corpus, write_corpus
-
-
-@pytest.fixture(autouse=True, scope="session")
-def _clean_ssi_environment() -> Iterator[None]:
-    """Settings read SSI_* variables: a developer's shell must not leak into the tests."""
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SSI_")}
-    yield
-    os.environ.update(saved)
 
 
 @pytest.fixture(scope="module")

@@ -44,6 +44,7 @@ def write(url: str, batch: int) -> httpx.Response:
 
 
 def test_a_full_disk_refuses_writes_with_507_and_loses_nothing(small_disk: Path, tmp_path: Path) -> None:
+    """Slow: a real server process on a small mounted file system, written to until it is full and restarted."""
     (tmp_path / "world").mkdir()
     world = process_world(tmp_path / "world", 200, seed=4)
     ballast = small_disk / "ballast"

@@ -12,6 +12,8 @@ from benchmarks.crash_loop import Config, make_world, run_crash_loop
 
 @pytest.mark.parametrize("workers", [1, 2])
 def test_sigkill_loop_loses_nothing_acknowledged_and_keeps_the_ranking_exact(tmp_path: Path, workers: int) -> None:
+    """Slow: five SIGKILLs of a real server, each followed by a restart that reloads its index and a check of every
+    acknowledged write."""
     config = Config(
         work_dir=tmp_path, kills=5, writers=3, documents=600, burst_min=0.3, burst_max=1.0, seed=1, workers=workers
     )

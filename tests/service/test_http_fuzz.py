@@ -14,6 +14,7 @@ from benchmarks.fuzz_api import fuzz
 
 
 def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
+    """Slow: schemathesis generates and sends requests for every operation of the OpenAPI schema."""
     pytest.importorskip("schemathesis", reason="schemathesis is in the test extra: pip install -e '.[test]'")
     summary = fuzz(requests=600, examples=3, seed=7, workers=1, out=tmp_path)
     assert summary["requests"] >= 600

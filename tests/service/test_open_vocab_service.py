@@ -423,7 +423,9 @@ def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(tmp
 def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statistics: str) -> None:
     """SSI_WORKERS=2 with the open vocabulary on (either statistics): whichever worker answers, a new word written
     through another is found at once and the ranking is the brute force; its delete takes it out everywhere; the
-    group restarted from its snapshot ranks the same."""
+    group restarted from its snapshot ranks the same.
+
+    Slow: a group of real worker processes, started twice (the second time from its snapshot)."""
     known, later, _, bundle = _world(tmp_path)
     served = [*known[:100], *later[:25]]
     corpus = write_corpus(tmp_path / "served.jsonl", served)

@@ -13,6 +13,8 @@ from service.bench.run import BenchConfig, run_bench
 
 
 def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, tmp_path: Path) -> None:
+    """Slow: `ssi bench` end to end at its smallest size (a server process, wrk's load, recall against the brute
+    force)."""
     out = tmp_path / "result.json"
     config = BenchConfig(
         bundle=small_world["bundle"],
@@ -61,7 +63,9 @@ def test_bench_writes_latency_recall_and_the_bm25_yardstick(small_world: dict, t
 
 def test_bench_match_scenario_measures_pages_against_adverts_and_its_floors(small_world: dict, tmp_path: Path) -> None:
     """`ssi bench --scenario match`: the corpus cut into passages as adverts, pages of its documents; /match at
-    each client count with no error, the floors of the same run, and an IVF knob's recall against flat."""
+    each client count with no error, the floors of the same run, and an IVF knob's recall against flat.
+
+    Slow: the match scenario of `ssi bench` end to end at its smallest size (a server process and its load)."""
     from service.bench.match import MatchBenchConfig, make_pages, run_match_bench
 
     out = tmp_path / "match.json"

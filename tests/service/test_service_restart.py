@@ -51,6 +51,7 @@ def search_ids(url: str, queries: list[str], k: int = 10) -> list[list[str]]:
 
 
 def test_restart_loads_the_cache_and_survives_a_damaged_snapshot(world: dict, tmp_path: Path) -> None:
+    """Slow: a real server process started three times over one cache (one of them over a damaged snapshot)."""
     cache = tmp_path / "cache"
     docs: list[Document] = world["docs"]
     queries = [d.title for d in docs[:20]]
@@ -148,6 +149,7 @@ class Writer(threading.Thread):
 
 
 def test_sigkill_during_writes_loses_no_acknowledged_write(world: dict, tmp_path: Path) -> None:
+    """Slow: a real server process killed during writes and started again on its folder."""
     cache = tmp_path / "cache"
     docs: list[Document] = world["docs"]
     rng = random.Random(7)

@@ -62,6 +62,7 @@ def fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
 
 
 def test_workers_rank_exactly_and_each_sees_the_others_writes_at_once(world: dict, tmp_path: Path) -> None:
+    """Slow: a group of real worker processes, each loading the model and its index, written to through each other."""
     docs: list[Document] = world["docs"]
     server = group(world, tmp_path / "cache").start()
     try:
@@ -117,7 +118,10 @@ def served_hashes(url: str, tries: int = 80) -> dict[int, str]:
 
 def test_a_reload_reaches_every_worker_and_a_replaced_one(world: dict, tmp_path: Path) -> None:
     """POST /admin/reload to a group answers once both workers serve the new bundle; a worker started again
-    after a crash serves it too; a restarted server serves the bundle it is started with."""
+    after a crash serves it too; a restarted server serves the bundle it is started with.
+
+    Slow: a group of real worker processes (each loads the model and its index), a reload on each, and one killed
+    and replaced."""
     docs: list[Document] = world["docs"]
     other = make_bundle(world["root"] / "bundle-reloaded", docs, n_dims=32, seed=9)
     first_hash = Oracle(world["bundle"], docs[:1]).bundle.content_hash
@@ -184,7 +188,9 @@ def test_ssi_serve_sizes_its_workers_by_the_cores_it_may_use(world: dict, tmp_pa
 def test_every_worker_compacts_its_own_dead_rows(world: dict, tmp_path: Path) -> None:
     """Replaced documents become dead rows in every worker's index (each replays the others' writes); each
     worker compacts its own, not only the one that keeps the snapshots (the other one's dead rows used to pile
-    up for as long as the group served)."""
+    up for as long as the group served).
+
+    Slow: a group of real worker processes, written to until each of them compacts."""
     docs: list[Document] = [d for d in world["docs"] if d.id.startswith("doc-")]
     env = {
         "SSI_CACHE_DIR": str(tmp_path / "cache"),
@@ -222,6 +228,7 @@ def test_every_worker_compacts_its_own_dead_rows(world: dict, tmp_path: Path) ->
 
 
 def test_a_killed_worker_is_replaced_and_the_folder_stays_locked(world: dict, tmp_path: Path) -> None:
+    """Slow: a group of real worker processes, one killed and its replacement waited for."""
     docs: list[Document] = world["docs"]
     server = group(world, tmp_path / "cache").start()
     try:

@@ -402,6 +402,7 @@ def test_ci_runs_the_readmes_test_command() -> None:
 
 
 def test_test_command_fails_when_no_test_runs() -> None:
+    """Slow: runs the test command itself as CI does (with pytest-xdist and coverage), over a selection of nothing."""
     result = subprocess.run(
         ["bash", str(REPO / "scripts" / "test.sh"), "tests/ship/test_ship_files.py", "-k", "no_test_has_this_name"],
         env={**os.environ, "LINT": "0", "DOCS": "0", "VENV": str(Path(sys.executable).parents[1])},
@@ -452,6 +453,7 @@ def _train_bundle(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_train_bundle_trains_once_per_input_and_refuses_missing_files(tmp_path: Path) -> None:
+    """Slow: trains a bundle on a demo corpus through the script, then checks that a second call trains nothing."""
     from ssi.bundle import load_bundle
     from training.demo_corpus import DemoConfig, generate, write
 

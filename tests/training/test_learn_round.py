@@ -103,7 +103,9 @@ def test_learn_round_trains_estimates_and_reports(world: dict[str, Path]) -> Non
 
 def test_learn_round_cross_fits_every_query(world: dict[str, Path]) -> None:
     """--folds 2: two candidates, each trained on the other fold's queries; every impression is held out once, so
-    every query judges; one judge per fold or one for all, anything else is refused by name."""
+    every query judges; one judge per fold or one for all, anything else is refused by name.
+
+    Slow: two candidates trained and judged, one for each fold."""
     app = typer.Typer()
     register(app)
     report = world["root"] / "folds.json"

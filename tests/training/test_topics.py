@@ -41,6 +41,7 @@ def history(bundle_dir: Path) -> list[dict[str, float]]:
 def test_pair_models_learn_synonyms_that_tfidf_cannot_see(
     synonyms: SynonymCorpus, tmp_path: Path, kind: str, form: str, monotone: bool
 ) -> None:
+    """Slow: fits each language-model kind by EM on the synonym corpus and ranks its validation pairs."""
     out = tmp_path / kind
     summary = train(synonyms, out, "--kind", kind, *FAST)
     bundle = load_bundle(out)

@@ -41,6 +41,7 @@ def corpus_vocabulary(docs, tokens: TokenTable, size: int = 30000) -> Vocabulary
 
 
 def test_wikispeedia_tfidf_reference_map() -> None:
+    """Slow: tf-idf over the whole Wikispeedia corpus and its validation links."""
     need(WIKI, "docs.jsonl.gz", "links.train.tsv.gz", "links.valid.tsv.gz")
     docs = read_corpus(WIKI / "docs.jsonl.gz")
     task = doc_doc_task(docs, read_pairs(WIKI / "links.valid.tsv.gz"), read_pairs(WIKI / "links.train.tsv.gz"))

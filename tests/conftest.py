@@ -1,0 +1,126 @@
+"""What every test shares: a clean SSI_* environment, how the suite is split across pytest-xdist workers, and the
+time budget of one test (docs/contributing.md says why each exists)."""
+
+from __future__ import annotations
+
+import inspect
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+# The service's numba kernels cached on disk for every process of the run (service.jit_cache): a server process
+# started by a test then loads them instead of compiling them (7.6 s to ready against 1.6 s, 400 documents).
+# Set before any test module imports the service; a developer's own NUMBA_CACHE_DIR is kept.
+os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".numba-cache"))
+
+# A test's call phase may take this long; one that takes longer says why in its docstring, in a sentence that
+# starts with SLOW_REASON. Fixtures are not counted here: `--durations` lists their setup on its own lines.
+BUDGET_SECONDS = 20.0
+SLOW_REASON = "Slow:"
+
+# Modules that start a local Ray cluster run one after another on one worker: two clusters starting at once on a
+# two-core machine starve each other's raylets, and the fault tests' timeouts are set for one cluster at a time.
+RAY_GROUP = "ray-cluster"
+RAY_MODULES = frozenset(
+    {
+        "tests/cluster/test_cluster_faults.py",
+        "tests/cluster/test_cluster_match.py",
+        "tests/cluster/test_cluster_ray.py",
+        "tests/cluster/test_ray_train.py",
+    }
+)
+
+
+# The variables that steer the tests themselves (CI's SSI_REQUIRE_BROWSER=1 and the like) rather than the code.
+HARNESS_VARIABLES = ("SSI_REQUIRE_", "SSI_SHARED_DATA")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _clean_ssi_environment() -> Iterator[None]:
+    """Settings read SSI_* variables (the trainer's SSI_TRAIN_* too): a developer's shell must not leak into the
+    tests. The harness's own variables stay: CI sets them to turn a missing browser or wrk into a failure."""
+    saved = {
+        k: os.environ.pop(k) for k in list(os.environ) if k.startswith("SSI_") and not k.startswith(HARNESS_VARIABLES)
+    }
+    yield
+    os.environ.update(saved)
+
+
+def _module(nodeid: str) -> str:
+    return nodeid.split("::", 1)[0]
+
+
+def _scope(nodeid: str) -> str:
+    """A module is one unit of work, so its module-scoped fixtures (bundles, servers, clusters) are built once, on
+    one worker; the Ray modules share one unit (RAY_GROUP)."""
+    module = _module(nodeid)
+    return RAY_GROUP if module in RAY_MODULES else module
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """xdist's own `loadscope`, with _scope for its units (its `loadgroup` marks do not reach the node ids under
+    pytest 9.2, which keeps them in `Node._id`)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long units first, so that no worker starts one near the end: the Ray group, then every module that has a
+    test whose docstring says why it is slow, then the rest, each in collection order (xdist hands units out in
+    this order: scripts/test.sh passes --no-loadscope-reorder)."""
+    slow = {_module(item.nodeid) for item in items if _slow_reason(item)}
+    rank = {RAY_GROUP: 0} | dict.fromkeys(slow, 1)
+    items.sort(key=lambda item: rank.get(_scope(item.nodeid), 2))
+
+
+def _slow_reason(item: pytest.Item) -> str:
+    """The sentence of the test's docstring that starts with SLOW_REASON, or ""."""
+    doc = inspect.getdoc(getattr(item, "function", None)) or ""
+    start = doc.find(SLOW_REASON)
+    return " ".join(doc[start:].split(".")[0].split()) if start >= 0 else ""
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    # user_properties travel from an xdist worker to the controller with the report, where the budget is summed.
+    item.user_properties.append(("slow_reason", _slow_reason(item)))
+
+
+class Budget:
+    """Collects each test's call time and prints, at the end of every run, the wall time and who broke the budget."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.calls: dict[str, tuple[float, str]] = {}
+
+    @pytest.hookimpl
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            reason = dict(report.user_properties).get("slow_reason", "")
+            self.calls[report.nodeid] = (report.duration, str(reason))
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_terminal_summary(self, terminalreporter: pytest.TerminalReporter) -> None:
+        over = sorted(
+            ((took, nodeid, reason) for nodeid, (took, reason) in self.calls.items() if took > BUDGET_SECONDS),
+            reverse=True,
+        )
+        write = terminalreporter.write_line
+        terminalreporter.section(f"test budget: {BUDGET_SECONDS:g} s a test (its call phase)")
+        write(f"suite: {len(self.calls)} tests called in {time.monotonic() - self.started:.1f} s of wall time")
+        for took, nodeid, reason in over:
+            write(f"{took:7.1f} s  {nodeid}  [{reason or 'NO REASON: say why in its docstring (' + SLOW_REASON + ')'}]")
+        missing = sum(1 for _, _, reason in over if not reason)
+        write(f"{len(over)} over budget, {missing} of them without a reason" if over else "none over budget")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if not hasattr(config, "workerinput"):  # the controller (or a run without xdist) sums the budget
+        config.pluginmanager.register(Budget(), "ssi-test-budget")
