@@ -16,7 +16,7 @@ import typer
 from ssi_cli.words import register as register_words
 
 # Which half owns each subcommand; tests/test_entry.py checks these against what each `register` adds.
-SERVICE_COMMANDS: frozenset[str] = frozenset({"serve", "bench"})
+SERVICE_COMMANDS: frozenset[str] = frozenset({"serve", "bench", "backup", "restore"})
 TRAINING_COMMANDS: frozenset[str] = frozenset({"train", "eval", "rank", "clicks", "crosslang", "learn"})
 # The optional cluster layer (cluster/, extra `cluster`): Ray is imported only when one of these runs.
 CLUSTER_COMMANDS: frozenset[str] = frozenset({"index", "cluster"})
