@@ -81,6 +81,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     items.sort(key=lambda item: rank.get(_scope(item.nodeid), 2))
 
 
+# The Ray group is the longest unit and its clusters have start-up timeouts (Serve's proxies, the fault tests'
+# restarts): every other worker lowers its priority by this much once it starts its first other module, so that
+# on two cores the cluster's processes are served first and the rest fills the gaps. Priority only orders who
+# waits: the work done, and what each test checks, are the same.
+OTHERS_NICENESS = 5
+_niced = False
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _ray_group_first(request: pytest.FixtureRequest) -> None:
+    global _niced
+    worker = hasattr(request.config, "workerinput")  # only under pytest-xdist: a lone run keeps its priority
+    if worker and not _niced and _scope(request.node.nodeid) != RAY_GROUP:
+        os.nice(OTHERS_NICENESS)  # inherited by the servers and trainers this worker starts from now on
+        _niced = True
+
+
 def _slow_reason(item: pytest.Item) -> str:
     """The sentence of the test's docstring that starts with SLOW_REASON, or ""."""
     doc = inspect.getdoc(getattr(item, "function", None)) or ""
