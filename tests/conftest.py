@@ -1,5 +1,5 @@
-"""What every test shares: a clean SSI_* environment, how the suite is split across pytest-xdist workers, and the
-time budget of one test (docs/contributing.md says why each exists)."""
+"""What every test shares: a clean SSI_* environment, one numba cache, how the suite is split across pytest-xdist
+workers and which of them comes first, and the time budget of one test (docs/contributing.md says why)."""
 
 from __future__ import annotations
 
@@ -21,8 +21,8 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1]
 BUDGET_SECONDS = 20.0
 SLOW_REASON = "Slow:"
 
-# Modules that start a local Ray cluster run one after another on one worker: two clusters starting at once on a
-# two-core machine starve each other's raylets, and the fault tests' timeouts are set for one cluster at a time.
+# Modules that start a local Ray cluster run one after another on one worker: the fault tests' timeouts are set for
+# one cluster at a time, and two clusters at once would compete for the same two cores.
 RAY_GROUP = "ray-cluster"
 RAY_MODULES = frozenset(
     {
