@@ -3,6 +3,7 @@ serves and writes, restored into new folders where a new server gives the same a
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
 from pathlib import Path
@@ -133,6 +134,33 @@ def test_refusals_name_the_problem_and_change_nothing(world: dict, tmp_path: Pat
 
     occupied = runner.invoke(build_app("restore"), ["restore", "--from", str(copy), "--cache-dir", str(live)])
     assert occupied.exit_code == 2 and "not empty" in occupied.output
+    with pytest.raises(BackupError, match="holds no collection ads"):
+        restore(copy, Settings(cache_dir=tmp_path / "elsewhere"), ["ads"])
+    assert not (tmp_path / "elsewhere").exists()
+
+    # Two restores of one backup beside each other: stores apart (--data-dir), one index folder holding both.
+    shared = tmp_path / "shared-cache"
+    for data in ("a", "b"):
+        restore(copy, Settings(cache_dir=shared, data_dir=tmp_path / data))
+        assert (tmp_path / data / "stores" / "documents" / "documents.sqlite").is_file()
+    assert [p.name for p in (shared / "index" / "documents").iterdir()] == [
+        p.name for p in (copy / "index" / "documents").iterdir()
+    ]
+
+    manifest = (copy / MANIFEST).read_text(encoding="utf-8")
+    for damage, reason in [
+        (manifest.replace('"format": 1', '"format": 99'), "backup format 99"),
+        ("{", "cannot be read"),
+    ]:
+        (copy / MANIFEST).write_text(damage, encoding="utf-8")
+        with pytest.raises(BackupError, match=reason):
+            restore(copy, Settings(cache_dir=tmp_path / "target"))
+    (copy / MANIFEST).write_text(manifest, encoding="utf-8")
+    victim = min(json.loads(manifest)["files"])  # any file the manifest lists
+    (copy / victim).rename(tmp_path / "aside")
+    with pytest.raises(BackupError, match=f"incomplete: {victim} is missing"):
+        restore(copy, Settings(cache_dir=tmp_path / "target"))
+    (tmp_path / "aside").rename(copy / victim)
 
     store = copy / "stores" / "documents" / "documents.sqlite"
     data = bytearray(store.read_bytes())
