@@ -91,7 +91,7 @@ def _sha256(path: Path) -> str:
 def _copy_sqlite(source: Path, target: Path) -> None:
     """One consistent state of a live SQLite database, however long its writers keep writing (the backup API
     reads it in one read transaction; WAL writers are not blocked)."""
-    live = sqlite3.connect(f"file:{source}?mode=ro", uri=True, timeout=60)
+    live = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True, timeout=60)
     try:
         copy = sqlite3.connect(target)
         try:
@@ -106,7 +106,7 @@ def _copy_sqlite(source: Path, target: Path) -> None:
 
 def _store_identity(path: Path) -> tuple[str, int, int]:
     """The store's uuid, last write sequence and number of documents."""
-    conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=60)
+    conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True, timeout=60)
     try:
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         documents = conn.execute("SELECT COUNT(*) FROM documents").fetchone()[0]
