@@ -85,7 +85,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 # restarts): every other worker lowers its priority by this much once it starts its first other module, so that
 # on two cores the cluster's processes are served first and the rest fills the gaps. Priority only orders who
 # waits: the work done, and what each test checks, are the same.
-OTHERS_NICENESS = 5
+OTHERS_NICENESS = 10
 _niced = False
 
 
