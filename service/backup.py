@@ -19,7 +19,6 @@ a damaged backup or an occupied data folder is refused with the reason, and noth
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -32,6 +31,7 @@ from pathlib import Path
 from service.settings import Settings
 from service.snapshot import seq_of, snapshots
 from service.store import STORE_FILE
+from ssi.bundle import sha256_file
 from ssi.traffic import EVENTS_FILE
 
 MANIFEST = "backup.json"
@@ -78,14 +78,6 @@ class BackupManifest:
             if isinstance(exc, BackupError):
                 raise
             raise BackupError(f"{path} cannot be read: {exc}") from None
-
-
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def _copy_sqlite(source: Path, target: Path) -> None:
@@ -151,7 +143,7 @@ def backup(settings: Settings, out: Path, names: list[str] | None = None) -> Bac
     work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         collections = {name: _backup_collection(settings, name, work) for name in chosen}
-        files = {str(p.relative_to(work)): _sha256(p) for p in sorted(work.rglob("*")) if p.is_file()}
+        files = {str(p.relative_to(work)): sha256_file(p) for p in sorted(work.rglob("*")) if p.is_file()}
         manifest = BackupManifest(created=time.time(), collections=collections, files=files)
         manifest.write(work)
         os.rename(work, out)
@@ -195,7 +187,7 @@ def restore(source: Path, settings: Settings, names: list[str] | None = None) ->
         path = source / relative
         if not path.is_file():
             raise BackupError(f"{source} is incomplete: {relative} is missing")
-        if _sha256(path) != digest:
+        if sha256_file(path) != digest:
             raise BackupError(f"{source} is damaged: {relative} does not match its sha256 in {MANIFEST}")
     for name in chosen:
         occupied = settings.store_dir / name
