@@ -6,6 +6,20 @@ from __future__ import annotations
 import os
 from typing import Any
 
+# Ray Serve kills an HTTP proxy that is not ready within 5 s (and one whose health check takes 10 s). On a slow or
+# busy machine (two cores shared with other work) a proxy can take longer, and the kill failed the whole first
+# start (`serve.start` raised ActorDiedError: "killed by ray.kill", "cancelled before it started running"). Serve
+# reads these bounds in its controller, a process the cluster starts: they must be in the environment before the
+# cluster's processes are. A value the operator set is kept.
+SERVE_START_BOUNDS = {"RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S": "60", "RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S": "30"}
+
+
+def widen_serve_start_bounds() -> None:
+    """Give Serve's proxies time to start on a slow machine (SERVE_START_BOUNDS), before any Ray process starts."""
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    for name, value in SERVE_START_BOUNDS.items():
+        os.environ.setdefault(name, value)
+
 
 def connect(address: str, num_cpus: int | None = None, object_store_mb: int | None = None) -> Any:
     """ray.init for `address`; a no-op when this process is already connected. Returns the ray module."""
@@ -13,7 +27,7 @@ def connect(address: str, num_cpus: int | None = None, object_store_mb: int | No
 
     if ray.is_initialized():
         return ray
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    widen_serve_start_bounds()
     kwargs: dict[str, Any] = {"include_dashboard": False, "logging_level": "warning", "log_to_driver": False}
     if address == "local":
         kwargs["num_cpus"] = num_cpus or os.cpu_count() or 1

@@ -145,8 +145,21 @@ def start(
     # a bad folder, or settings the cluster cannot serve, refused before any cluster is joined
     statistics_of(settings, read_manifest(index))
     connect(address, num_cpus=num_cpus)
-    serve.start(http_options={"host": settings.host, "port": settings.port})
+    start_proxies(settings)
     return serve.run(application(index, settings, options), name=APP_NAME, route_prefix="/", blocking=False)
+
+
+def start_proxies(settings: Settings, attempts: int = 3) -> None:
+    """`serve.start`, tried again where Serve killed a proxy that was slow to start (ActorDiedError), after
+    the wider start-up bounds of cluster.connect: a slow first start is retried rather than fatal."""
+    for attempt in range(1, attempts + 1):
+        try:
+            serve.start(http_options={"host": settings.host, "port": settings.port})
+            return
+        except RETRIED:
+            if attempt == attempts:
+                raise
+            serve.shutdown()
 
 
 def stop() -> None:

@@ -7,13 +7,14 @@ across nodes exactly as on a real cluster, only the network is loopback.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 
 class LocalCluster:
     def __init__(self, workers: int = 2, cpus_per_node: int = 1, object_store_mb: int = 256) -> None:
-        os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        from cluster.connect import widen_serve_start_bounds
+
+        widen_serve_start_bounds()
         from ray.cluster_utils import Cluster
 
         node = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mb * 1024 * 1024}

@@ -92,7 +92,10 @@ class ShardServer:
         open_vocab: bool = False,
         open_vocab_words: int = DEFAULT_MAX_WORDS,
         statistics: Statistics = "bundle",
+        folder: str | None = None,
     ) -> None:
+        """`folder`: the data folder to serve instead of the index's own shard folder (a replica's copy on its node's
+        disk, cluster.replication); it holds the shard's store and snapshots, the index folder its manifest."""
         index = Path(root)
         manifest = read_manifest(index)
         if not 0 <= shard < manifest.shards:
@@ -103,12 +106,13 @@ class ShardServer:
         self._prepared: ModelState | None = None  # a reload's new state, built and waiting for its commit
         self.shards = manifest.shards
         bundle = Path(manifest.bundle)
-        folder = index / manifest.entries[shard].folder
+        folder = index / manifest.entries[shard].folder if folder is None else Path(folder)
         require_store(folder, bundle, shard)
         self.read_only = read_only
         if read_only:  # one of several replicas: a private copy of the shard's folder (one process serves a folder)
             self._copy = tempfile.TemporaryDirectory(prefix=f"ssi-{folder.name}-")
             folder = Path(shutil.copytree(folder, Path(self._copy.name) / folder.name))
+        self.folder = folder
         self.settings = shard_settings(
             folder,
             bundle,

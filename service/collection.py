@@ -327,29 +327,45 @@ class Collection:
         if not self.settings.writes_enabled:
             raise Forbidden("writes are disabled on this server: set SSI_API_KEY")
 
-    def put(self, docs: Sequence[Document]) -> list[int]:
-        """Add or replace documents: durable in the store when this returns, and visible to searches."""
+    def put(self, docs: Sequence[Document], term: int | None = None) -> list[int]:
+        """Add or replace documents: durable in the store when this returns, and visible to searches. `term`: a
+        replicated shard's primary term, recorded with the writes (cluster.replication)."""
         self.check_writable()
         store = self._ready_store()
         with self._writer:
             state = self.ready_state()
             prepared = state.embedder.prepare(docs)
-            seqs = store.put(docs)
+            seqs = store.put(docs, term)
             self._apply(state, lambda: self._apply_committed(state, prepared, [], seqs[-1]), seqs[-1])
             self._after_write(state, "put", len(docs))
         return seqs
 
-    def delete(self, doc_id: str) -> int:
+    def delete(self, doc_id: str, term: int | None = None) -> int:
         self.check_writable()
         store = self._ready_store()
         with self._writer:
             state = self.ready_state()
-            seq = store.delete(doc_id)
+            seq = store.delete(doc_id, term)
             if seq is None:
                 raise NotFound(f"no document with id {shown(doc_id)} in collection '{self.name}'")
             self._apply(state, lambda: self._apply_committed(state, None, [doc_id], seq), seq)
             self._after_write(state, "delete", 1)
         return seq
+
+    def follow(self, change: Callable[[DocumentStore], None]) -> None:
+        """Run `change` on the store (writes made elsewhere: a replica's catch-up, cluster.replication) and make
+        what it committed visible, replayed from the store's write log as a worker of a group replays the others'."""
+        store = self._ready_store()
+        with self._writer:
+            state = self.ready_state()
+            change(store)
+            self._apply(state, lambda: self._replay_store(state, store), store.last_seq)
+            self._after_write(state, "put", 0)
+
+    @staticmethod
+    def _replay_store(state: ModelState, store: DocumentStore) -> None:
+        with store.view() as view:
+            replay(state, view)
 
     def _apply_committed(self, state: ModelState, prepared: Prepared | None, deleted: list[str], seq: int) -> None:
         """Make this process's committed write visible. Alone, its writes are the only ones; in a group, other
@@ -358,8 +374,7 @@ class Collection:
             apply_writes(state, prepared, deleted, seq)
             return
         assert self.store is not None
-        with self.store.view() as view:
-            replay(state, view)
+        self._replay_store(state, self.store)
 
     def _apply(self, state: ModelState, apply: Callable[[], None], seq: int) -> None:
         """Run a committed write's in-memory apply; if it fails, stop serving the state and rebuild it."""

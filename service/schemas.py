@@ -85,6 +85,20 @@ DocumentId = Annotated[
 DocumentText = Annotated[UnicodeText, Field(json_schema_extra={"pattern": NO_NUL})]
 
 
+def _no_nul(value: str) -> str:
+    """A path with a NUL byte names no file (the OS refuses it; Python's os calls raise ValueError)."""
+    if "\x00" in value:
+        raise ValueError(f"a server path may not hold a NUL byte (one at character {value.index(chr(0))})")
+    return value
+
+
+ServerPath = Annotated[
+    UnicodeText,
+    AfterValidator(_no_nul),
+    Field(min_length=1, max_length=4096, json_schema_extra={"pattern": NO_NUL}),
+]
+
+
 MAX_UNKNOWN_FIELDS = 10
 
 
@@ -254,7 +268,7 @@ class ReloadRequest(Strict):
     collection: str | None = Field(
         default=None, pattern=COLLECTION_NAME.pattern, max_length=64, description="default: the default collection"
     )
-    bundle: Annotated[UnicodeText, Field(min_length=1, max_length=4096)] | None = Field(
+    bundle: ServerPath | None = Field(
         default=None,
         description="a bundle folder under SSI_BUNDLE_ROOT (a new folder, not one copied over the served bundle); "
         "default: the collection's current one",

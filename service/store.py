@@ -60,6 +60,7 @@ CREATE TABLE IF NOT EXISTS documents (
 CREATE UNIQUE INDEX IF NOT EXISTS documents_by_seq ON documents(seq);
 CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, op TEXT NOT NULL, doc_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS seeded (id TEXT PRIMARY KEY, digest TEXT);
+CREATE TABLE IF NOT EXISTS terms (first_seq INTEGER PRIMARY KEY, term INTEGER NOT NULL);
 """
 
 CorpusChange = Literal["merge", "refuse"]
@@ -103,6 +104,21 @@ class StoredDocument:
 
     def as_document(self) -> Document:
         return Document(id=self.id, title=self.title, text=self.text)
+
+
+@dataclass(frozen=True, slots=True)
+class Changes:
+    """The writes after `since` as the store holds them now (a replica's catch-up, cluster.replication): each
+    changed document's current version with its sequence number, each deleted id with its delete's, the sequence
+    the store had reached (`last_seq`) and the term of every write after `since` (`terms`: (first seq, term)
+    ranges, service.store's `terms` table). Applied to a store at `since` whose history matches, it gives the
+    same documents with the same sequence numbers."""
+
+    since: int
+    last_seq: int
+    puts: list[StoredDocument]
+    deletes: list[tuple[str, int]]
+    terms: list[tuple[int, int]]
 
 
 def corpus_fingerprint(path: Path | None) -> str:
@@ -175,6 +191,33 @@ class StoreView:
 
     def get_many(self, ids: Sequence[str]) -> dict[str, StoredDocument]:
         return _get_many(self._conn, ids)
+
+    def term_at(self, seq: int) -> int:
+        """The term write `seq` was made in (0: before any replicated write, or for seq 0)."""
+        return _term_at(self._conn, seq)
+
+    def changes_since(self, seq: int) -> Changes:
+        """What a store at `seq` with the same history lacks (`Changes`); an error if the log no longer reaches."""
+        changed = self.changed_since(seq)
+        current = self.get_many(changed)
+        deletes: list[tuple[str, int]] = []
+        gone = [doc_id for doc_id in changed if doc_id not in current]
+        for start in range(0, len(gone), 500):
+            chunk = gone[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            sql = f"SELECT doc_id, MAX(seq) FROM log WHERE op='delete' AND doc_id IN ({marks}) GROUP BY doc_id"
+            deletes.extend((doc_id, int(at)) for doc_id, at in self._conn.execute(sql, chunk))
+        terms = [(seq + 1, self.term_at(seq + 1))] if self.last_seq > seq else []
+        later = "SELECT first_seq, term FROM terms WHERE first_seq > ? ORDER BY first_seq"
+        rows = self._conn.execute(later, (seq + 1,))
+        terms.extend((int(first), int(term)) for first, term in rows)
+        puts = sorted(current.values(), key=lambda doc: doc.seq)
+        return Changes(seq, self.last_seq, puts, sorted(deletes, key=lambda d: d[1]), terms)
+
+
+def _term_at(conn: sqlite3.Connection, seq: int) -> int:
+    row = conn.execute("SELECT term FROM terms WHERE first_seq <= ? ORDER BY first_seq DESC LIMIT 1", (seq,)).fetchone()
+    return int(row[0]) if row and seq > 0 else 0
 
 
 def _get_many(conn: sqlite3.Connection, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
@@ -379,9 +422,16 @@ class DocumentStore:
     def _set_seq(conn: sqlite3.Connection, seq: int) -> None:
         conn.execute("UPDATE meta SET value=? WHERE key='last_seq'", (str(seq),))
 
-    def put(self, docs: Sequence[Document]) -> list[int]:
+    @staticmethod
+    def _record_term(conn: sqlite3.Connection, first_seq: int, term: int | None) -> None:
+        """Writes from `first_seq` on are of `term` (a replicated shard's primary term; None: not replicated)."""
+        if term is not None and _term_at(conn, first_seq - 1) != term:
+            conn.execute("INSERT OR REPLACE INTO terms(first_seq, term) VALUES (?, ?)", (first_seq, term))
+
+    def put(self, docs: Sequence[Document], term: int | None = None) -> list[int]:
         """Add or replace documents in one durable transaction; returns each one's write sequence number."""
         with self._transaction() as conn:
+            self._record_term(conn, self._next_seq(conn), term)
             return self._put_in(conn, docs)
 
     def _put_in(self, conn: sqlite3.Connection, docs: Sequence[Document]) -> list[int]:
@@ -400,16 +450,35 @@ class DocumentStore:
             self._set_seq(conn, seqs[-1])
         return seqs
 
-    def delete(self, doc_id: str) -> int | None:
+    def delete(self, doc_id: str, term: int | None = None) -> int | None:
         """Delete one document durably; None (and nothing written) when there is no such document."""
         with self._transaction() as conn:
             if conn.execute("SELECT 1 FROM documents WHERE id=?", (doc_id,)).fetchone() is None:
                 return None
             seq = self._next_seq(conn)
+            self._record_term(conn, seq, term)
             conn.execute("DELETE FROM documents WHERE id=?", (doc_id,))
             conn.execute("INSERT INTO log(seq, op, doc_id) VALUES (?, 'delete', ?)", (seq, doc_id))
             self._set_seq(conn, seq)
         return seq
+
+    def apply_changes(self, changes: Changes) -> None:
+        """Bring this store, at `changes.since` with the same history, to the store `changes` was read from, in one
+        durable transaction: the same documents under the same sequence numbers, and the same terms."""
+        with self._transaction() as conn:
+            if self._next_seq(conn) - 1 != changes.since:
+                raise StoreError(f"{self.path}: at write {self._next_seq(conn) - 1}, not at write {changes.since}")
+            conn.execute("DELETE FROM terms WHERE first_seq > ?", (changes.since,))
+            conn.executemany("INSERT OR REPLACE INTO terms(first_seq, term) VALUES (?, ?)", changes.terms)
+            conn.executemany("DELETE FROM documents WHERE id=?", [(doc_id,) for doc_id, _ in changes.deletes])
+            conn.executemany(
+                "INSERT INTO documents(id, seq, title, text) VALUES (?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text",
+                [(d.id, d.seq, d.title, d.text) for d in changes.puts],
+            )
+            log_rows = [(d.seq, "put", d.id) for d in changes.puts] + [(s, "delete", i) for i, s in changes.deletes]
+            conn.executemany("INSERT INTO log(seq, op, doc_id) VALUES (?, ?, ?)", log_rows)
+            self._set_seq(conn, changes.last_seq)
 
     def import_corpus(self, corpus: Path, fingerprint: str, on_progress: Callable[[int], None] | None = None) -> int:
         """Load every document of a JSONL corpus, all or nothing; a repeated id is a `DataFileError`."""

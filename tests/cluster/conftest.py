@@ -3,19 +3,11 @@
 from __future__ import annotations
 
 import builtins
-import os
 from collections.abc import Iterator
 
 import pytest
 
 from tests.service.service_testing import Oracle, make_bundle, make_corpus, write_corpus
-
-# Ray Serve kills an HTTP proxy that is not ready within 5 s (and one whose health check takes 10 s): on two cores
-# shared with the suite's other workers a proxy can take longer to start, and the kill failed a deployment
-# (ActorDiedError: "killed by ray.kill ... cancelled before it started running"). The clusters these tests start
-# inherit this environment; what the tests check (our shards, router and faults) does not depend on these bounds.
-os.environ.setdefault("RAY_SERVE_PROXY_READY_CHECK_TIMEOUT_S", "60")
-os.environ.setdefault("RAY_SERVE_PROXY_HEALTH_CHECK_TIMEOUT_S", "30")
 
 
 @pytest.fixture(autouse=True, scope="module")

@@ -399,6 +399,8 @@ def test_a_reload_through_the_router_swaps_every_shard_or_none(world: dict, tmp_
         broken.mkdir(exist_ok=True)
         refused = call(router, "POST", "/admin/reload", json={"bundle": str(broken)}, headers=key)
         assert refused.status_code == 422 and "cannot reload" in refused.json()["detail"]
+        nul = call(router, "POST", "/admin/reload", json={"bundle": f"{other}\x00"}, headers=key)
+        assert nul.status_code == 422 and "NUL byte" in nul.text
         assert call(router, "GET", "/model").json()["content_hash"] == old_hash
         assert all(s.collection.ready_state().bundle.content_hash == old_hash for s in router.servers)
         hits = call(router, "POST", "/search", json={"query": query, "k": 10}).json()["hits"]

@@ -119,6 +119,10 @@ def test_reload_of_a_bad_bundle_is_refused_and_the_old_model_keeps_serving(world
             response = client.post("/admin/reload", json={"bundle": str(bundle)}, headers=KEY)
             assert response.status_code == 422, response.text
             assert "cannot reload" in response.json()["detail"] and message in response.json()["detail"]
+        # a path with a NUL byte names no file: a 422 naming the problem, not a 500 from the OS call
+        response = client.post("/admin/reload", json={"bundle": f"{world['second']}\x00/x"}, headers=KEY)
+        assert response.status_code == 422, response.text
+        assert "NUL byte" in response.text
         assert client.get("/model").json()["content_hash"] == load_bundle(world["first"]).content_hash
         assert client.post("/search", json={"query": world["docs"][3].title}).json()["hits"] == before
 

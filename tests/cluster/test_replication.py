@@ -1,0 +1,192 @@
+"""Replicated shards, the protocol on real copies in one process (cluster.replication): three copies of one shard,
+each a ShardServer over its own folder ("its node's disk"), the coordinator's rounds run step by step, and a copy
+made unreachable (dead, or frozen past the failure timeout) by the in-process transport."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cluster.index_job import build_index
+from cluster.replication.coordinator import Coordinator
+from cluster.replication.local import LocalPeers
+from cluster.replication.replica import Replica, ServerArgs
+from cluster.replication.shard_map import ShardMap
+from tests.service.service_testing import needle_of
+
+COPIES = 3
+
+
+class Shard:
+    """One shard's three copies, their map and coordinator, under `root` (node-i/ stands for node i's disk)."""
+
+    def __init__(self, index: Path, root: Path) -> None:
+        self.root = root
+        self.args = ServerArgs(str(index), 0)
+        self.map = ShardMap(root / "coordinator" / "map.json", shards=1, replicas=COPIES)
+        self.peers = LocalPeers()
+        self.coordinator = Coordinator(self.map, self.peers)
+        for name in self.map.view(0).replicas:
+            self.start(name)
+
+    def home(self, name: str) -> Path:
+        return self.root / f"node-{name[-1]}" / name
+
+    def start(self, name: str, seed: bool = True) -> Replica:
+        """Start (or restart) copy `name` on its node, as its actor's start does on a cluster."""
+        view = self.map.started(0, name)
+        replica = Replica(name, self.args, self.home(name), self.peers, self.map, view, seed=seed)
+        return self.peers.add(replica)
+
+    def kill(self, name: str) -> None:
+        self.peers.down.add(name)
+        self.peers.replicas.pop(name).close()
+
+    def primary(self) -> Replica:
+        return self.peers.replicas[self.map.view(0).primary]
+
+    def put(self, doc_id: str, text: str) -> int:
+        replica = self.primary()
+        reply = replica.put([{"id": doc_id, "title": doc_id, "text": text}])
+        assert reply.status == 200, reply.message
+        return int(reply.value[0])
+
+    def close(self) -> None:
+        for replica in self.peers.replicas.values():
+            replica.close()
+
+
+def documents(replica: Replica) -> dict[str, tuple[int, str, str]]:
+    """Every document a copy's store holds, with its write sequence number."""
+    store = replica.serving().collection.store
+    assert store is not None
+    with store.view() as view:
+        return {d.id: (d.seq, d.title, d.text) for batch in view.iter_batches(500) for d in batch}
+
+
+def ranking(replica: Replica, query: str) -> list[str]:
+    reply = replica.call("search", [query], 10)
+    assert reply.status == 200, reply.message
+    return [hit["id"] for hit in reply.value.results[0]["hits"]]
+
+
+def assert_copies_agree(shard: Shard, query: str) -> dict[str, tuple[int, str, str]]:
+    held = {name: documents(r) for name, r in shard.peers.replicas.items() if name not in shard.peers.down}
+    first = next(iter(held.values()))
+    assert all(docs == first for docs in held.values()), "the copies hold different documents"
+    rankings = {name: ranking(shard.peers.replicas[name], query) for name in held}
+    assert len({tuple(r) for r in rankings.values()}) == 1, rankings
+    return first
+
+
+@pytest.fixture(scope="module")
+def index(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("replicated") / "index"
+    build_index(world["corpus"], world["bundle"], out, 1, batch_size=64)
+    return out
+
+
+@pytest.fixture
+def shard(index: Path, tmp_path: Path) -> Iterator[Shard]:
+    s = Shard(index, tmp_path)
+    yield s
+    s.close()
+
+
+def test_an_acknowledged_write_is_on_every_copy_under_the_same_sequence_number(world: dict, shard: Shard) -> None:
+    needle = needle_of(world["docs"][0])
+    seq = shard.put("new-1", f"{needle} fresh words")
+    deleted = world["docs"][5].id
+    reply = shard.primary().delete(deleted)
+    assert reply.status == 200, reply.message
+    held = assert_copies_agree(shard, needle)
+    assert held["new-1"][0] == seq and deleted not in held
+    assert ranking(shard.peers.replicas["shard-0000-r2"], needle)[0] == "new-1"
+    # a write sent to a backup is not taken there: only the primary numbers writes
+    refused = shard.peers.replicas["shard-0000-r1"].put([{"id": "x", "title": "x", "text": "x"}])
+    assert refused.status == 503 and "not the primary" in refused.message
+
+
+def test_a_frozen_primary_that_wakes_after_being_replaced_acknowledges_no_write(world: dict, shard: Shard) -> None:
+    old = shard.primary()
+    shard.put("before", "written before the freeze")
+    shard.peers.down.add(old.name)  # frozen: it answers nobody within the failure timeout
+    report = shard.coordinator.tick()
+    view = shard.map.view(0)
+    assert report.promoted == {0: view.primary} and view.primary != old.name and view.term == 2
+    assert old.name not in view.in_sync and len(view.in_sync) == COPIES - 1  # the third copy caught up and rejoined
+    shard.put("after", "written to the new primary")
+
+    shard.peers.down.discard(old.name)  # it wakes up still believing it is the primary of term 1
+    folder = old.serving().folder
+    late = old.put([{"id": "late", "title": "late", "text": "sent to the frozen primary"}])
+    assert late.status == 503 and "not acknowledged" in late.message
+    assert all("late" not in documents(shard.peers.replicas[n]) for n in view.in_sync)
+
+    shard.coordinator.tick()  # it rejoins: its history diverged at its last write, so it takes a whole copy
+    assert set(shard.map.view(0).in_sync) == set(view.replicas)
+    held = assert_copies_agree(shard, "written")
+    assert "late" not in held and {"before", "after"} <= set(held)
+    assert old.term == 2 and old.serving().folder != folder and not folder.exists()
+
+
+def test_a_copy_whose_folder_was_deleted_comes_back_catches_up_and_serves(world: dict, shard: Shard) -> None:
+    lost = "shard-0000-r2"
+    shard.kill(lost)
+    shard.coordinator.tick()
+    assert lost not in shard.map.view(0).in_sync
+    needle = needle_of(world["docs"][7])
+    for i in range(3):  # two copies of three are in sync: writes go on
+        shard.put(f"while-down-{i}", f"{needle} {i}")
+    shutil.rmtree(shard.home(lost).parent)  # the node's disk is gone
+    back = shard.start(lost, seed=False)  # and the node cannot read the built index either
+    assert back.call("search", ["anything"], 10).status == 503  # holds nothing: does not serve
+    shard.coordinator.tick()
+    assert lost in shard.map.view(0).in_sync
+    held = assert_copies_agree(shard, needle)
+    assert {f"while-down-{i}" for i in range(3)} <= set(held)
+    assert ranking(back, needle)[:3] == ranking(shard.primary(), needle)[:3]
+
+
+def test_a_copy_that_fell_behind_catches_up_from_the_write_log_without_a_whole_copy(shard: Shard) -> None:
+    behind = shard.peers.replicas["shard-0000-r1"]
+    folder = behind.serving().folder
+    shard.peers.down.add(behind.name)
+    shard.coordinator.tick()
+    shard.put("missed-1", "a write it missed")
+    shard.primary().delete("missed-1")
+    shard.put("missed-2", "another write it missed")
+    shard.peers.down.discard(behind.name)
+    report = shard.coordinator.tick()
+    assert report.recovered == {0: [behind.name]}
+    assert behind.serving().folder == folder  # the same folder: the writes after its last one, not a copy
+    held = assert_copies_agree(shard, "missed")
+    assert "missed-1" not in held and "missed-2" in held
+
+
+def test_without_enough_copies_in_sync_a_write_is_refused_not_acknowledged_alone(shard: Shard) -> None:
+    for name in ("shard-0000-r1", "shard-0000-r2"):
+        shard.peers.down.add(name)
+    reply = shard.primary().put([{"id": "alone", "title": "alone", "text": "only one copy would hold it"}])
+    assert reply.status == 503 and "copies" in reply.message
+    assert shard.map.view(0).in_sync == ("shard-0000-r0",)
+    for name in ("shard-0000-r1", "shard-0000-r2"):
+        shard.peers.down.discard(name)
+    shard.coordinator.tick()
+    shard.put("together", "three copies again")
+    assert "together" in assert_copies_agree(shard, "copies")
+
+
+def test_the_map_keeps_terms_across_a_coordinator_restart_and_refuses_a_replaced_primary(tmp_path: Path) -> None:
+    first = ShardMap(tmp_path / "map.json", shards=2, replicas=3)
+    view = first.fail(1, "shard-0001-r0", {"shard-0001-r1": (0, 5), "shard-0001-r2": (0, 9)})
+    assert (view.term, view.primary, view.in_sync) == (2, "shard-0001-r2", ("shard-0001-r2",))
+    again = ShardMap(tmp_path / "map.json", shards=2, replicas=3)
+    assert again.view(1) == view and again.view(0).term == 1
+    with pytest.raises(Exception, match="term 2"):
+        again.commit(1, 1, "shard-0001-r0")
+    with pytest.raises(ValueError, match="remove it"):
+        ShardMap(tmp_path / "map.json", shards=3, replicas=3)
