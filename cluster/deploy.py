@@ -30,6 +30,8 @@ from cluster.events import ROUTER_FOLDER
 from cluster.fanout import Fanout, retrying
 from cluster.http import build_app
 from cluster.manifest import ClusterIndexError, read_manifest
+from cluster.replication.ray_replicas import NoCopy, ReplicatedShards, start_replicas, stop_replicas
+from cluster.replication.replica import ServerArgs
 from cluster.shard_server import Reply, ShardServer
 from cluster.shard_settings import statistics_of
 from cluster.sharding import shard_folder_name
@@ -57,6 +59,13 @@ class ClusterOptions:
     # The router's data folder (its traffic log, cluster.events); None: `<index>/router`, on the volume every
     # node mounts, so every router replica writes the one log.
     router_data_dir: Path | None = None
+    # Replicated copies of every shard (cluster.replication): more than 1 keeps each shard on that many labelled
+    # nodes' own disks under `node_dir` (default `<index>/nodes`), every copy taking part in writes, a write
+    # acknowledged once `min_copies` of them hold it.
+    copies: int = 1
+    node_dir: Path | None = None
+    min_copies: int = 2
+    failure_timeout_seconds: float = 2.0
 
 
 class RayShards:
@@ -75,6 +84,25 @@ class RayShards:
         )
 
 
+class RetriedShards:
+    """Replicated shards with the router's retry window: a shard with no copy answering is retried, then a 503."""
+
+    def __init__(self, shards: ReplicatedShards, retry_seconds: float, timeout_seconds: float | None) -> None:
+        self.shards = shards
+        self.count = shards.count
+        self.retry_seconds = retry_seconds
+        self.timeout_seconds = timeout_seconds
+
+    async def call(self, shard: int, method: str, *args: Any) -> Reply:
+        return await retrying(
+            lambda: self.shards.call(shard, method, *args),
+            shard,
+            self.retry_seconds,
+            (*RETRIED, NoCopy),
+            self.timeout_seconds,
+        )
+
+
 @serve.ingress()
 class Router:
     """The HTTP ingress: cluster.http's app over the shard handles."""
@@ -87,9 +115,13 @@ class Router:
         retry_seconds: float,
         timeout_seconds: float | None = None,
         data_dir: str | None = None,
+        replicated: tuple[str, int] | None = None,
     ) -> None:
         self.app_settings = settings
-        self.fanout = Fanout(RayShards(handles, retry_seconds, timeout_seconds))
+        shards: Any = RayShards(handles, retry_seconds, timeout_seconds)
+        if replicated is not None:  # (group, shards): copies reached through the coordinator's map
+            shards = RetriedShards(ReplicatedShards(*replicated), retry_seconds, timeout_seconds)
+        self.fanout = Fanout(shards)
         self.about = about
         self.data_dir = None if data_dir is None else Path(data_dir)
 
@@ -104,25 +136,32 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
         raise ClusterIndexError(f"replicas must be at least 1 (got {options.replicas})")
     open_vocab = settings.open_vocab  # the router's, given to every shard
     statistics = statistics_of(settings, manifest)
+    replicated = None
+    if options.copies > 1:
+        replicated = (start_copies(index, settings, options, manifest.shards, statistics), manifest.shards)
     shard_app = serve.deployment(ShardServer)
-    handles = [
-        shard_app.options(
-            name=shard_folder_name(i),
-            num_replicas=options.replicas,
-            ray_actor_options={"num_cpus": options.shard_cpus},
-            max_ongoing_requests=options.max_ongoing_requests,
-            health_check_period_s=2,
-        ).bind(
-            str(index.resolve()),
-            i,
-            options.threads,
-            options.replicas > 1,
-            open_vocab,
-            settings.open_vocab_words,
-            statistics,
-        )
-        for i in range(manifest.shards)
-    ]
+    handles = (
+        []
+        if replicated
+        else [
+            shard_app.options(
+                name=shard_folder_name(i),
+                num_replicas=options.replicas,
+                ray_actor_options={"num_cpus": options.shard_cpus},
+                max_ongoing_requests=options.max_ongoing_requests,
+                health_check_period_s=2,
+            ).bind(
+                str(index.resolve()),
+                i,
+                options.threads,
+                options.replicas > 1,
+                open_vocab,
+                settings.open_vocab_words,
+                statistics,
+            )
+            for i in range(manifest.shards)
+        ]
+    )
     about = manifest.model_dump(exclude={"entries"}) | {"documents_per_shard": [e.documents for e in manifest.entries]}
     router = serve.deployment(Router).options(
         name="router",
@@ -132,8 +171,50 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
     )
     data_dir = options.router_data_dir or index / ROUTER_FOLDER
     return router.bind(
-        handles, settings, about, options.retry_seconds, options.shard_timeout_seconds, str(data_dir.resolve())
+        handles,
+        settings,
+        about,
+        options.retry_seconds,
+        options.shard_timeout_seconds,
+        str(data_dir.resolve()),
+        replicated,
     )
+
+
+# The actors of the replicated copies this process started (coordinator first), stopped by `stop`, and their groups.
+COPIES: list[Any] = []
+GROUPS: list[str] = []
+
+
+def start_copies(index: Path, settings: Settings, options: ClusterOptions, shards: int, statistics: Any) -> str:
+    """Start the coordinator and every copy of every shard (cluster.replication.ray_replicas); their group name."""
+    import uuid
+
+    group = f"ssi-{uuid.uuid4().hex[:8]}"
+    GROUPS.append(group)
+    args = [
+        ServerArgs(
+            str(index.resolve()),
+            i,
+            options.threads,
+            settings.open_vocab,
+            settings.open_vocab_words,
+            statistics,
+        )
+        for i in range(shards)
+    ]
+    COPIES.extend(
+        start_replicas(
+            group,
+            args,
+            options.copies,
+            (options.node_dir or index / "nodes").resolve(),
+            min_copies=options.min_copies,
+            timeout=options.failure_timeout_seconds,
+            cpus=options.shard_cpus,
+        )
+    )
+    return group
 
 
 def start(
@@ -164,6 +245,8 @@ def start_proxies(settings: Settings, attempts: int = 3) -> None:
 
 def stop() -> None:
     serve.delete(APP_NAME)
+    stop_replicas(COPIES)
+    COPIES.clear()
 
 
 def build(args: dict[str, str]) -> Any:

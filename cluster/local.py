@@ -19,9 +19,20 @@ class LocalCluster:
 
         node = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mb * 1024 * 1024}
         self.cluster: Any = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
-        for _ in range(workers):
-            self.cluster.add_node(**node)
+        self.node_args = node
+        # Worker i is labelled ssi.node=n<i>: copy i of every replicated shard runs there (cluster.replication).
+        self.workers: list[Any] = [self.add_worker(i) for i in range(workers)]
         self.address: str = self.cluster.address
+
+    def add_worker(self, index: int) -> Any:
+        """Start worker node `index` (again, after `kill_worker`: a node that comes back under its label)."""
+        from cluster.replication.ray_replicas import NODE_LABEL, node_label
+
+        return self.cluster.add_node(**self.node_args, labels={NODE_LABEL: node_label(index)})
+
+    def kill_worker(self, index: int) -> None:
+        """Kill every process of worker node `index` (its raylet, object store and workers), as a lost machine."""
+        self.cluster.remove_node(self.workers[index], allow_graceful=False)
 
     def connect(self) -> Any:
         """Join the cluster from this process (the driver); returns the ray module."""

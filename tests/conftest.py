@@ -29,6 +29,7 @@ RAY_MODULES = frozenset(
         "tests/cluster/test_cluster_faults.py",
         "tests/cluster/test_cluster_match.py",
         "tests/cluster/test_cluster_ray.py",
+        "tests/cluster/test_replication_ray.py",
         "tests/cluster/test_ray_train.py",
     }
 )

@@ -20,6 +20,7 @@ The protocol (docs/operate/replication.md; Elasticsearch's data replication mode
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -192,6 +193,18 @@ class Replica:
         assert store is not None
         with store.view() as view:
             return Position(store.uuid, view.last_seq, view.term_at(view.last_seq), view.log_floor, self.term)
+
+    def fingerprint(self) -> tuple[int, int, str]:
+        """(last write, documents, sha256 of every document with its sequence number): equal on copies that hold
+        the same documents (the fault benchmark and tests compare them)."""
+        store = self.serving().collection.store
+        assert store is not None
+        digest = hashlib.sha256()
+        with store.view() as view:
+            for batch in view.iter_batches(1000):
+                for doc in batch:
+                    digest.update(f"{doc.seq}\0{doc.id}\0{doc.title}\0{doc.text}\0".encode("utf-8", "surrogatepass"))
+            return view.last_seq, view.count, digest.hexdigest()
 
     def assign(self, view: ShardView) -> None:
         """The coordinator's newer view of the shard (a new primary, a changed in-sync set)."""

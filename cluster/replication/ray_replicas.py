@@ -1,0 +1,277 @@
+"""Replicated shards on Ray: each copy a Ray actor pinned to its own node, a coordinator actor, the router's view.
+
+- Copy r of every shard runs on the node labelled `ssi.node=n<r>` (`ray start --labels '{"ssi.node": "n0"}'`;
+  `ssi cluster local` labels its worker nodes so), in `<node_dir>/n<r>/<copy>` on that node's own disk. Ray
+  restarts a copy whose process died (`max_restarts=-1`) on the same node, so it finds its folder again; a copy
+  whose node is gone waits until a node with its label joins, and catches up there.
+- The coordinator (cluster.replication.coordinator's round, every `tick_seconds`) runs in one actor on the head
+  node and keeps the shard map in `<node_dir>/coordinator/map.json` on the head's disk. The head node is Ray's own
+  single point of failure (its GCS, without an external Redis), so putting the map there adds none.
+- The router (`ReplicatedShards`, the `Shards` of cluster.fanout) reads the map every second or after a failure:
+  writes go to each shard's primary, reads to its in-sync copies in turn, a reload's steps to every in-sync copy.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.util.scheduling_strategies import In, NodeAffinitySchedulingStrategy, NodeLabelSchedulingStrategy
+
+from cluster.replication.coordinator import Coordinator
+from cluster.replication.replica import Position, Replica, ServerArgs, Unreachable
+from cluster.replication.shard_map import ShardMap, ShardView, replica_name
+from cluster.shard_server import Reply
+
+NAMESPACE = "ssi"
+NODE_LABEL = "ssi.node"
+WRITES = {"put", "delete"}
+EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload"}
+NOT_PRIMARY = "is not the primary"
+
+
+def node_label(index: int) -> str:
+    return f"n{index}"
+
+
+def actor_name(group: str, name: str) -> str:
+    return f"{group}-{name}"
+
+
+class RayPeers:
+    """Copies reached as named actors of `group`; no answer within `timeout` is Unreachable."""
+
+    def __init__(self, group: str, timeout: float) -> None:
+        self.group = group
+        self.timeout = timeout
+        self._handles: dict[str, Any] = {}
+
+    def handle(self, name: str) -> Any:
+        if name not in self._handles:
+            self._handles[name] = ray.get_actor(actor_name(self.group, name), namespace=NAMESPACE)
+        return self._handles[name]
+
+    def call(self, name: str, method: str, *args: Any) -> Any:
+        try:
+            ref = getattr(self.handle(name), method).remote(*args)
+            return ray.get(ref, timeout=self.timeout if method != "recover" else None)
+        except (GetTimeoutError, RayActorError, ValueError) as exc:  # ValueError: no such actor (yet)
+            raise Unreachable(f"{name}: {type(exc).__name__}") from None
+        except RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None
+
+
+class RemoteMap:
+    """The coordinator's calls a primary makes, sent to the coordinator actor."""
+
+    def __init__(self, handle: Any) -> None:
+        self.handle = handle
+
+    def commit(self, shard: int, term: int, primary: str, failed: Sequence[str]) -> ShardView:
+        return self._get(self.handle.commit.remote(shard, term, primary, list(failed)))
+
+    def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView:
+        return self._get(self.handle.add.remote(shard, term, primary, replica))
+
+    @staticmethod
+    def _get(ref: Any) -> ShardView:
+        try:
+            return ray.get(ref)
+        except RayTaskError as exc:
+            raise exc.as_instanceof_cause() from None
+
+
+class CoordinatorActor:
+    """The shard map and the coordinator's round in one actor (threaded: primaries call it during a round)."""
+
+    def __init__(self, group: str, map_path: str, shards: int, replicas: int, timeout: float, every: float) -> None:
+        self.map = ShardMap(Path(map_path), shards, replicas)
+        self.coordinator = Coordinator(self.map, RayPeers(group, timeout))
+        self.every = every
+        self.rounds = 0
+        self.last_report: dict[str, Any] = {}
+        self._stop = threading.Event()
+        threading.Thread(target=self._loop, name="coordinator", daemon=True).start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.every):
+            try:
+                report = self.coordinator.tick()
+                self.rounds += 1
+                self.last_report = report.__dict__
+            except Exception as exc:  # noqa: BLE001 — the next round tries again; the reason is shown by describe
+                self.last_report = {"error": f"{type(exc).__name__}: {exc}"}
+
+    def views(self) -> list[ShardView]:
+        return list(self.map.views)
+
+    def commit(self, shard: int, term: int, primary: str, failed: list[str]) -> ShardView:
+        return self.map.commit(shard, term, primary, failed)
+
+    def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView:
+        return self.map.add(shard, term, primary, replica)
+
+    def started(self, shard: int, replica: str) -> ShardView:
+        return self.map.started(shard, replica)
+
+    def describe(self) -> dict[str, Any]:
+        return {"rounds": self.rounds, "last": self.last_report, "shards": [v.__dict__ for v in self.views()]}
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class ReplicaActor:
+    """One copy of one shard on its node (cluster.replication.replica.Replica), reachable by name."""
+
+    def __init__(self, group: str, name: str, args: ServerArgs, node_dir: str, min_copies: int, timeout: float) -> None:
+        labels = ray.get_runtime_context().get_node_labels()
+        node = labels.get(NODE_LABEL) or ray.get_runtime_context().get_node_id()[:12]
+        coordinator = ray.get_actor(actor_name(group, "coordinator"), namespace=NAMESPACE)
+        view = ray.get(coordinator.started.remote(args.shard, name))
+        self.replica = Replica(
+            name,
+            args,
+            Path(node_dir) / node / name,
+            RayPeers(group, timeout),
+            RemoteMap(coordinator),
+            view,
+            min_copies=min_copies,
+        )
+
+    def position(self) -> Position:
+        return self.replica.position()
+
+    def assign(self, view: ShardView) -> None:
+        self.replica.assign(view)
+
+    def put(self, docs: list[dict[str, str]]) -> Reply:
+        return self.replica.put(docs)
+
+    def delete(self, doc_id: str) -> Reply:
+        return self.replica.delete(doc_id)
+
+    def replicate(self, *args: Any) -> Reply:
+        return self.replica.replicate(*args)
+
+    def recover(self, joiner: str) -> None:
+        self.replica.recover(joiner)
+
+    def install(self, term: int, blob: bytes) -> Reply:
+        return self.replica.install(term, blob)
+
+    def catch_up(self, term: int, changes: Any) -> Reply:
+        return self.replica.catch_up(term, changes)
+
+    def call(self, method: str, *args: Any) -> Reply:
+        return self.replica.call(method, *args)
+
+    def fingerprint(self) -> tuple[int, int, str]:
+        return self.replica.fingerprint()
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
+
+def start_replicas(
+    group: str,
+    args: list[ServerArgs],
+    replicas: int,
+    node_dir: Path,
+    *,
+    min_copies: int = 2,
+    timeout: float = 2.0,
+    tick_seconds: float = 1.0,
+    cpus: float = 0.0,
+) -> list[Any]:
+    """The coordinator and every copy of every shard (`args[i]` for shard i); returns their actor handles."""
+    head = next(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("node:__internal_head__"))
+    coordinator = (
+        ray.remote(CoordinatorActor)
+        .options(
+            name=actor_name(group, "coordinator"),
+            namespace=NAMESPACE,
+            max_restarts=-1,
+            max_concurrency=32,
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False),
+        )
+        .remote(group, str(node_dir / "coordinator" / "map.json"), len(args), replicas, timeout, tick_seconds)
+    )
+    handles = [coordinator]
+    ray.get(coordinator.views.remote())  # the map exists before the first copy says it started
+    for shard_args, r in itertools.product(args, range(replicas)):
+        name = replica_name(shard_args.shard, r)
+        handles.append(
+            ray.remote(ReplicaActor)
+            .options(
+                name=actor_name(group, name),
+                namespace=NAMESPACE,
+                max_restarts=-1,
+                max_concurrency=16,
+                num_cpus=cpus,
+                scheduling_strategy=NodeLabelSchedulingStrategy(hard={NODE_LABEL: In(node_label(r))}),
+            )
+            .remote(group, name, shard_args, str(node_dir), min_copies, timeout)
+        )
+    return handles
+
+
+def stop_replicas(handles: list[Any]) -> None:
+    for handle in handles:
+        ray.kill(handle, no_restart=True)
+
+
+class NoCopy(Exception):
+    """No copy of the shard could answer this time (being replaced, catching up): the router tries again."""
+
+
+class ReplicatedShards:
+    """The router's `Shards` over replicated copies (cluster.fanout), reading the coordinator's map."""
+
+    def __init__(self, group: str, count: int, refresh_seconds: float = 1.0) -> None:
+        self.group = group
+        self.count = count
+        self.refresh_seconds = refresh_seconds
+        self._views: list[ShardView] = []
+        self._read_at = 0.0
+        self._turn = itertools.count()
+        self._peers = RayPeers(group, timeout=0)
+
+    async def views(self, refresh: bool = False) -> list[ShardView]:
+        if refresh or not self._views or time.monotonic() - self._read_at > self.refresh_seconds:
+            coordinator = self._peers.handle("coordinator")
+            self._views = await coordinator.views.remote()
+            self._read_at = time.monotonic()
+        return self._views
+
+    async def call(self, shard: int, method: str, *args: Any) -> Reply:
+        view = (await self.views())[shard]
+        try:
+            if method in WRITES:
+                reply = await getattr(self._peers.handle(view.primary), method).remote(*args)
+                if reply.status == 503 and NOT_PRIMARY in reply.message:  # nothing was written: ask the new one
+                    raise NoCopy(reply.message)
+                return reply
+            if method in EVERY_COPY:
+                calls = [self._peers.handle(name).call.remote(method, *args) for name in view.in_sync]
+                replies = await asyncio.gather(*calls)
+                return next((r for r in replies if r.status != 200), replies[0])
+            copies = view.in_sync
+            name = copies[next(self._turn) % len(copies)]
+            reply = await self._peers.handle(name).call.remote(method, *args)
+            if reply.status == 503 and "catching up" in reply.message:
+                raise NoCopy(reply.message)
+            return reply
+        except (RayActorError, ValueError, NoCopy):
+            await self.views(refresh=True)
+            raise NoCopy(f"shard {shard}: no copy answered {method}") from None

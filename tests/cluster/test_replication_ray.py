@@ -1,0 +1,217 @@
+"""Replicated shards on a local Ray cluster of three labelled worker nodes, each with its own folder as its disk
+(cluster.replication.ray_replicas): a killed primary, a lost node whose folder is deleted before it comes back, and a
+frozen primary, all under writes and searches through the router's HTTP API."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[cluster]")
+
+from cluster.index_job import build_index  # noqa: E402
+from cluster.sharding import shard_of  # noqa: E402
+from tests.service.service_testing import free_port, needle_of, wait_ready  # noqa: E402
+
+SHARDS = 2
+COPIES = 3
+
+
+@pytest.fixture(scope="module")
+def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    from ray import serve
+
+    from cluster import deploy
+    from cluster.local import LocalCluster
+    from service.settings import Settings
+
+    root = tmp_path_factory.mktemp("replicated-ray")
+    index = root / "index"
+    build_index(world["corpus"], world["bundle"], index, SHARDS, batch_size=100)
+    local = LocalCluster(workers=COPIES, cpus_per_node=1, object_store_mb=96)
+    try:
+        local.connect()
+        port = free_port()
+        options = deploy.ClusterOptions(
+            shard_cpus=0, copies=COPIES, node_dir=root / "nodes", retry_seconds=10.0, shard_timeout_seconds=8.0
+        )
+        deploy.start(index, Settings(host="127.0.0.1", port=port, insecure_writes=True), options, address="auto")
+        url = f"http://127.0.0.1:{port}"
+        wait_ready(url, timeout=120)
+        yield {"url": url, "local": local, "nodes": root / "nodes"}
+        deploy.stop()
+        serve.shutdown()
+    finally:
+        local.shutdown()
+
+
+def coordinator() -> Any:
+    from cluster import deploy
+
+    return deploy.COPIES[0]
+
+
+def copy_handle(name: str) -> Any:
+    import ray
+
+    from cluster import deploy
+    from cluster.replication.ray_replicas import NAMESPACE, actor_name
+
+    return ray.get_actor(actor_name(deploy.GROUPS[-1], name), namespace=NAMESPACE)
+
+
+def views() -> list[Any]:
+    import ray
+
+    return list(ray.get(coordinator().views.remote()))
+
+
+def wait_all_in_sync(timeout: float = 90.0) -> list[Any]:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        current = views()
+        if all(len(v.in_sync) == COPIES for v in current):
+            return current
+        time.sleep(0.5)
+    raise AssertionError(f"copies not back in sync after {timeout:g}s: {views()}")
+
+
+def wait_new_primary(shard: int, old: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        view = views()[shard]
+        if view.primary != old:
+            return view
+        time.sleep(0.3)
+    raise AssertionError(f"shard {shard}: {old} still primary after {timeout:g}s")
+
+
+def fingerprints() -> dict[int, set[tuple[int, int, str]]]:
+    import ray
+
+    return {v.shard: {tuple(ray.get(copy_handle(n).fingerprint.remote())) for n in v.replicas} for v in views()}
+
+
+class Traffic:
+    """Two writers and one searcher through the router until stopped; every answer kept."""
+
+    def __init__(self, url: str, texts: list[str], queries: list[str]) -> None:
+        self.url, self.texts, self.queries = url, texts, queries
+        self.stop = threading.Event()
+        self.writes: dict[str, int] = {}
+        self.searches: Counter[int] = Counter()
+        self.partial = 0
+        self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True) for w in range(2)]
+        self.threads.append(threading.Thread(target=self._search, daemon=True))
+        for thread in self.threads:
+            thread.start()
+
+    def _write(self, worker: int) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            n = 0
+            while not self.stop.is_set():
+                doc_id = f"w{worker}-{n}"
+                body = {"title": doc_id, "text": self.texts[n % len(self.texts)]}
+                try:
+                    status = client.put(f"/documents/{quote(doc_id, safe='')}", json=body).status_code
+                except httpx.HTTPError:
+                    status = 0
+                self.writes[doc_id] = status
+                n += 1
+
+    def _search(self) -> None:
+        with httpx.Client(base_url=self.url, timeout=30) as client:
+            n = 0
+            while not self.stop.is_set():
+                try:
+                    response = client.post("/search", json={"query": self.queries[n % len(self.queries)], "k": 10})
+                    self.searches[response.status_code] += 1
+                    if response.status_code == 200 and len(response.json()["hits"]) != 10:
+                        self.partial += 1
+                except httpx.HTTPError:
+                    self.searches[0] += 1
+                n += 1
+
+    def finish(self) -> None:
+        self.stop.set()
+        for thread in self.threads:
+            thread.join(timeout=60)
+
+
+def test_a_killed_primary_and_a_lost_node_lose_no_acknowledged_write(world: dict, cluster: dict) -> None:
+    """Slow: three worker nodes, a primary's process killed and a whole node killed, its folder deleted and the
+    node started again, under writes and searches; each waits for the coordinator's failover and catch-up."""
+    import ray
+
+    docs = world["docs"]
+    traffic = Traffic(
+        cluster["url"], [f"{needle_of(d)} replicated" for d in docs[:20]], [needle_of(d) for d in docs[20:40]]
+    )
+    try:
+        time.sleep(2)
+        victim = views()[0].primary
+        os.kill(int(ray.get(copy_handle(victim).pid.remote())), signal.SIGKILL)
+        promoted = wait_new_primary(0, victim)
+        assert promoted.term >= 2
+        wait_all_in_sync()  # the killed copy was restarted by Ray on its node and caught up
+
+        cluster["local"].kill_worker(2)  # every process of node n2
+        time.sleep(4)
+        shutil.rmtree(cluster["nodes"] / "n2")  # and its disk
+        cluster["local"].workers[2] = cluster["local"].add_worker(2)
+        wait_all_in_sync(timeout=120)
+        time.sleep(2)
+    finally:
+        traffic.finish()
+    acknowledged = [doc_id for doc_id, status in traffic.writes.items() if status == 200]
+    assert len(acknowledged) > 20, Counter(traffic.writes.values())
+    assert set(traffic.writes.values()) <= {0, 200, 503}, Counter(traffic.writes.values())
+    assert set(traffic.searches) <= {200, 503} and traffic.partial == 0, traffic.searches
+    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+        missing = [d for d in acknowledged if client.get(f"/documents/{quote(d, safe='')}").status_code != 200]
+    assert missing == []
+    prints = fingerprints()
+    assert all(len(same) == 1 for same in prints.values()), prints  # every copy of a shard holds the same documents
+    print(f"\nwrites {Counter(traffic.writes.values())}, searches {dict(traffic.searches)}")
+
+
+def test_a_frozen_primary_acknowledges_no_write_after_its_replacement(world: dict, cluster: dict) -> None:
+    """Slow: a primary's process stopped (SIGSTOP) past the failure timeout, replaced, then let go."""
+    import ray
+
+    wait_all_in_sync()
+    shard = 1
+    old = views()[shard].primary
+    pid = int(ray.get(copy_handle(old).pid.remote()))
+    doc_id = next(f"frozen-{i}" for i in range(1000) if shard_of(f"frozen-{i}", SHARDS) == shard)
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        with httpx.Client(base_url=cluster["url"], timeout=60) as client:
+            first = client.put(f"/documents/{doc_id}", json={"title": "t", "text": "sent while frozen"})
+            assert first.status_code == 503, first.text  # the frozen primary never answered: not acknowledged
+            wait_new_primary(shard, old)
+            later = next(f"after-{i}" for i in range(1000) if shard_of(f"after-{i}", SHARDS) == shard)
+            second = client.put(f"/documents/{later}", json={"title": "t", "text": "to the new primary"})
+            assert second.status_code == 200, second.text
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # the write queued to it while frozen runs now, under its old term: refused by the copies, not acknowledged
+    late = ray.get(copy_handle(old).put.remote([{"id": f"{doc_id}-late", "title": "t", "text": "late"}]))
+    assert late.status == 503
+    wait_all_in_sync()
+    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+        assert client.get(f"/documents/{doc_id}").status_code == 404
+        assert client.get(f"/documents/{doc_id}-late").status_code == 404
+        assert client.get(f"/documents/{later}").status_code == 200
+    prints = fingerprints()
+    assert all(len(same) == 1 for same in prints.values()), prints
