@@ -155,6 +155,21 @@ Retry = Annotated[float, typer.Option(min=0, help="Seconds the router retries a 
 ShardTimeout = Annotated[
     float, typer.Option(min=0.1, help="Seconds one shard call may take, retries included, before a 503 naming it")
 ]
+Copies = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Copies of every shard, each on its own node's disk and all taking part in writes (more than 1: "
+        "replicated; copy i runs on the node labelled ssi.node=n<i>)",
+    ),
+]
+NodeDir = Annotated[
+    Path | None,
+    typer.Option(help="Where each node keeps its copies (a local disk on every node). Default: INDEX/nodes"),
+]
+MinCopies = Annotated[
+    int, typer.Option(min=1, help="Copies that must hold a write before it is acknowledged (with --copies > 1)")
+]
 RouterData = Annotated[
     Path | None,
     typer.Option(
@@ -178,12 +193,18 @@ def serve_command(
     shard_timeout: ShardTimeout = 60.0,
     insecure_writes: Insecure = False,
     router_data_dir: RouterData = None,
+    copies: Copies = 1,
+    node_dir: NodeDir = None,
+    min_copies: MinCopies = 2,
 ) -> None:
     """Serve a sharded index on a running Ray cluster: one Serve deployment per shard and a router."""
     require_ray()
     from cluster.deploy import ClusterOptions
 
     options = ClusterOptions(
+        copies=copies,
+        node_dir=node_dir,
+        min_copies=min_copies,
         replicas=replicas,
         shard_cpus=shard_cpus,
         threads=threads,
@@ -208,6 +229,8 @@ def local_command(
     threads: Threads = 1,
     insecure_writes: Insecure = False,
     collection_type: CollectionTypeOption = "documents",
+    copies: Copies = 1,
+    min_copies: MinCopies = 2,
 ) -> None:
     """One command: start a Ray cluster here (a head and worker nodes on loopback), index the corpus on it, serve it."""
     require_ray()
@@ -217,6 +240,8 @@ def local_command(
 
     settings = _settings(host, port, insecure_writes)
     open_vocab = settings.open_vocab
+    if copies > workers:
+        raise fail(f"--copies {copies} needs as many worker nodes (--workers {workers}): each copy has its own node")
     local = LocalCluster(workers=workers)
     try:
         local.connect()
@@ -232,7 +257,7 @@ def local_command(
                 open_vocab=open_vocab,
                 statistics=settings.open_vocab_statistics,
             )
-        options = ClusterOptions(shard_cpus=0, threads=threads)
+        options = ClusterOptions(shard_cpus=0, threads=threads, copies=copies, min_copies=min_copies)
         _serve_forever(out, settings, options, local.address, None)
     finally:
         local.shutdown()

@@ -134,6 +134,13 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
     manifest = read_manifest(index)
     if options.replicas < 1:
         raise ClusterIndexError(f"replicas must be at least 1 (got {options.replicas})")
+    if options.copies > 1 and options.replicas > 1:
+        raise ClusterIndexError("--copies (replicated shards) and --replicas (read-only copies) do not combine")
+    if options.copies > 1 and not 2 <= options.min_copies <= options.copies:
+        raise ClusterIndexError(
+            f"--min-copies must be between 2 (so that losing one node loses no acknowledged write) and --copies "
+            f"({options.copies}); got {options.min_copies}"
+        )
     open_vocab = settings.open_vocab  # the router's, given to every shard
     statistics = statistics_of(settings, manifest)
     replicated = None

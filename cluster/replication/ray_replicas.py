@@ -25,6 +25,7 @@ import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util.scheduling_strategies import In, NodeAffinitySchedulingStrategy, NodeLabelSchedulingStrategy
 
+from cluster.manifest import ClusterIndexError
 from cluster.replication.coordinator import Coordinator
 from cluster.replication.replica import Position, Replica, ServerArgs, Unreachable
 from cluster.replication.shard_map import ShardMap, ShardView, replica_name
@@ -35,6 +36,9 @@ NODE_LABEL = "ssi.node"
 WRITES = {"put", "delete"}
 EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload"}
 NOT_PRIMARY = "is not the primary"
+# Calls that do real work get longer than the failure timeout (a ping's): a write's apply on a backup (featurizing
+# a batch), a catch-up, a whole copy unpacked and loaded, a recovery (all of those, run by the primary).
+LONGER = {"replicate": 10.0, "catch_up": 120.0, "install": 600.0, "recover": 900.0}
 
 
 def node_label(index: int) -> str:
@@ -61,7 +65,7 @@ class RayPeers:
     def call(self, name: str, method: str, *args: Any) -> Any:
         try:
             ref = getattr(self.handle(name), method).remote(*args)
-            return ray.get(ref, timeout=self.timeout if method != "recover" else None)
+            return ray.get(ref, timeout=max(self.timeout, LONGER.get(method, 0.0)))
         except (GetTimeoutError, RayActorError, ValueError) as exc:  # ValueError: no such actor (yet)
             raise Unreachable(f"{name}: {type(exc).__name__}") from None
         except RayTaskError as exc:
@@ -194,7 +198,15 @@ def start_replicas(
     cpus: float = 0.0,
 ) -> list[Any]:
     """The coordinator and every copy of every shard (`args[i]` for shard i); returns their actor handles."""
-    head = next(n["NodeID"] for n in ray.nodes() if n.get("Alive") and n["Resources"].get("node:__internal_head__"))
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    head = next(n["NodeID"] for n in nodes if n["Resources"].get("node:__internal_head__"))
+    labelled = {(n.get("Labels") or {}).get(NODE_LABEL) for n in nodes}
+    missing = [node_label(r) for r in range(replicas) if node_label(r) not in labelled]
+    if missing:
+        raise ClusterIndexError(
+            f"{replicas} copies need nodes labelled {NODE_LABEL}=n0…n{replicas - 1}; none is labelled "
+            f'{", ".join(missing)} (start each with `ray start --labels \'{{"{NODE_LABEL}": "n0"}}\'`)'
+        )
     coordinator = (
         ray.remote(CoordinatorActor)
         .options(

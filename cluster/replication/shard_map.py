@@ -163,7 +163,8 @@ class ShardMap:
     def fail(self, shard: int, replica: str, positions: dict[str, tuple[int, int]] | None = None) -> ShardView:
         """`replica` is gone (dead, restarted, frozen past the failure timeout): out of the in-sync set; if it was
         the primary, the in-sync copy furthest along (`positions`: name -> (term of its last write, last seq)) is
-        promoted under a new term. With no in-sync copy left, the shard keeps its primary and waits for it."""
+        promoted under a new term, with the copies at the same position. With no in-sync copy left, the shard keeps
+        its primary and waits for it."""
         view = self.views[shard]
         rest = tuple(n for n in view.in_sync if n != replica)
         if replica != view.primary:
@@ -172,4 +173,8 @@ class ShardMap:
             return view
         known = positions or {}
         chosen = max(rest, key=lambda name: known.get(name, (-1, -1)))
-        return self._set(replace(view, term=view.term + 1, primary=chosen, in_sync=(chosen,)))
+        # A copy whose last write is the new primary's (same sequence, same term) holds the same history: it stays
+        # in sync. Should the old primary still reach it with a write of the old term, the new primary's next write
+        # no longer follows its last one, and it is dropped and caught up then.
+        same = tuple(n for n in rest if n != chosen and chosen in known and known.get(n) == known[chosen])
+        return self._set(replace(view, term=view.term + 1, primary=chosen, in_sync=(chosen, *same)))

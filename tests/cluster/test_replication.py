@@ -117,7 +117,8 @@ def test_a_frozen_primary_that_wakes_after_being_replaced_acknowledges_no_write(
     report = shard.coordinator.tick()
     view = shard.map.view(0)
     assert report.promoted == {0: view.primary} and view.primary != old.name and view.term == 2
-    assert old.name not in view.in_sync and len(view.in_sync) == COPIES - 1  # the third copy caught up and rejoined
+    # the third copy was at the new primary's last write: it stayed in sync
+    assert old.name not in view.in_sync and len(view.in_sync) == COPIES - 1
     shard.put("after", "written to the new primary")
 
     shard.peers.down.discard(old.name)  # it wakes up still believing it is the primary of term 1
@@ -184,8 +185,10 @@ def test_the_map_keeps_terms_across_a_coordinator_restart_and_refuses_a_replaced
     first = ShardMap(tmp_path / "map.json", shards=2, replicas=3)
     view = first.fail(1, "shard-0001-r0", {"shard-0001-r1": (0, 5), "shard-0001-r2": (0, 9)})
     assert (view.term, view.primary, view.in_sync) == (2, "shard-0001-r2", ("shard-0001-r2",))
+    level = first.fail(0, "shard-0000-r0", {"shard-0000-r1": (1, 7), "shard-0000-r2": (1, 7)})
+    assert level.term == 2 and set(level.in_sync) == {"shard-0000-r1", "shard-0000-r2"}
     again = ShardMap(tmp_path / "map.json", shards=2, replicas=3)
-    assert again.view(1) == view and again.view(0).term == 1
+    assert again.view(1) == view and again.view(0) == level
     with pytest.raises(Exception, match="term 2"):
         again.commit(1, 1, "shard-0001-r0")
     with pytest.raises(ValueError, match="remove it"):

@@ -1,0 +1,246 @@
+"""Replicated shards under faults: a local Ray cluster of three labelled worker nodes, writes and searches through
+the router, and a fault injector, for --minutes (docs/operate/replication.md).
+
+    python -m benchmarks.replication_faults --minutes 10 --out runs/replication-faults.json
+
+A generated corpus and a random lowrank bundle (benchmarks.cluster_scale), indexed into --shards shards served with
+3 copies each. Two writers put new documents and delete acknowledged ones, two searchers search, all the time. The
+injector repeats, in turn: kill -9 of a random copy; every process of one node killed, the node started again after
+--down seconds; a primary frozen (SIGSTOP) past the failure timeout, then let go; one node killed and its folder
+deleted before it comes back. After each fault it waits until every copy is in sync again (the round's recovery).
+
+Figures: the answers by kind and status; among the answers sent while a node was down (after the failure timeout),
+the share of 200s; each round's recovery seconds; and the checks afterwards: every acknowledged put there, no
+acknowledged delete back, no partial ranking, every copy of a shard holding the same documents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+
+from benchmarks.cluster_scale import random_bundle
+from service.bench.queries import generate_corpus, keyword_queries
+from ssi.bundle import load_bundle
+
+FAILURE_TIMEOUT = 2.0
+K = 10
+
+
+@dataclass
+class Log:
+    """Every answer: (sent at, kind, status); the acknowledged puts and deletes; partial rankings."""
+
+    answers: list[tuple[float, str, int]] = field(default_factory=list)
+    puts: set[str] = field(default_factory=set)
+    deletes: set[str] = field(default_factory=set)
+    uncertain: set[str] = field(default_factory=set)
+    partial: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def writer(url: str, worker: int, texts: list[str], log: Log, stop: threading.Event) -> None:
+    rng = random.Random(worker)
+    with httpx.Client(base_url=url, timeout=30) as client:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            sent = time.monotonic()
+            with log.lock:
+                mine = sorted(d for d in log.puts if d.startswith(f"w{worker}-"))
+            kind = "delete" if n % 4 == 0 and mine else "put"
+            doc_id = rng.choice(mine) if kind == "delete" else f"w{worker}-{n}"
+            path = f"/documents/{quote(doc_id, safe='')}"
+            try:
+                if kind == "delete":
+                    status = client.delete(path).status_code
+                else:
+                    status = client.put(path, json={"title": doc_id, "text": rng.choice(texts)}).status_code
+            except httpx.HTTPError:
+                status = 0
+            with log.lock:
+                log.answers.append((sent, kind, status))
+                if status == 200 and kind == "put":
+                    log.puts.add(doc_id)
+                elif status == 200:
+                    log.puts.discard(doc_id)
+                    log.deletes.add(doc_id)
+                else:  # not acknowledged: it may or may not have been applied
+                    log.uncertain.add(doc_id)
+                    log.puts.discard(doc_id)
+
+
+def searcher(url: str, worker: int, queries: list[str], log: Log, stop: threading.Event) -> None:
+    with httpx.Client(base_url=url, timeout=30) as client:
+        n = worker
+        while not stop.is_set():
+            n += 1
+            sent = time.monotonic()
+            try:
+                response = client.post("/search", json={"query": queries[n % len(queries)], "k": K})
+                status = response.status_code
+                whole = status != 200 or len(response.json()["hits"]) == K
+            except httpx.HTTPError:
+                status, whole = 0, True
+            with log.lock:
+                log.answers.append((sent, "search", status))
+                log.partial += not whole
+
+
+def views() -> list[Any]:
+    import ray
+
+    from cluster import deploy
+
+    return list(ray.get(deploy.COPIES[0].views.remote()))
+
+
+def copy_actor(name: str) -> Any:
+    import ray
+
+    from cluster import deploy
+    from cluster.replication.ray_replicas import NAMESPACE, actor_name
+
+    return ray.get_actor(actor_name(deploy.GROUPS[-1], name), namespace=NAMESPACE)
+
+
+def wait_in_sync(copies: int, timeout: float = 300.0) -> float:
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        if all(len(v.in_sync) == copies for v in views()):
+            return time.monotonic() - started
+        time.sleep(0.25)
+    raise RuntimeError(f"copies not in sync after {timeout:g}s: {views()}")
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import ray
+    from ray import serve
+
+    from cluster import deploy
+    from cluster.index_job import build_index
+    from cluster.local import LocalCluster
+    from service.settings import Settings
+
+    work = Path(args.work)
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    bundle = random_bundle(work / "bundle", dims=32, vocab_words=5000)
+    corpus = generate_corpus(work / "corpus.jsonl", load_bundle(bundle).vocab, args.docs)
+    build_index(corpus, bundle, work / "index", args.shards, batch_size=256)
+    queries = keyword_queries(corpus, 200, 5)
+    texts = [json.loads(line)["text"] for line in corpus.read_text(encoding="utf-8").splitlines()[:200]]
+    local = LocalCluster(workers=3, cpus_per_node=1, object_store_mb=128)
+    rng = random.Random(0)
+    log, stop = Log(), threading.Event()
+    rounds: list[dict[str, Any]] = []
+    down: list[tuple[float, float]] = []  # when a node was down (after the failure timeout)
+    try:
+        local.connect()
+        port = 8000 + rng.randrange(1000)
+        options = deploy.ClusterOptions(
+            shard_cpus=0, copies=3, node_dir=work / "nodes", retry_seconds=10.0, shard_timeout_seconds=8.0
+        )
+        deploy.start(work / "index", Settings(host="127.0.0.1", port=port, insecure_writes=True), options)
+        url = f"http://127.0.0.1:{port}"
+        wait_in_sync(3)
+        threads = [threading.Thread(target=writer, args=(url, w, texts, log, stop)) for w in range(2)]
+        threads += [threading.Thread(target=searcher, args=(url, s, queries, log, stop)) for s in range(2)]
+        for thread in threads:
+            thread.start()
+        started = time.monotonic()
+        faults = ["kill-copy", "kill-node", "freeze-primary", "wipe-node"]
+        i = 0
+        while time.monotonic() - started < args.minutes * 60:
+            fault = faults[i % len(faults)]
+            i += 1
+            at = time.monotonic()
+            if fault == "kill-copy":
+                name = rng.choice([n for v in views() for n in v.replicas])
+                os.kill(int(ray.get(copy_actor(name).pid.remote())), signal.SIGKILL)
+            elif fault == "freeze-primary":
+                name = rng.choice(views()).primary
+                pid = int(ray.get(copy_actor(name).pid.remote()))
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(3 * FAILURE_TIMEOUT)
+                os.kill(pid, signal.SIGCONT)
+            else:
+                node = rng.randrange(3)
+                local.kill_worker(node)
+                time.sleep(args.down)
+                if fault == "wipe-node":
+                    shutil.rmtree(work / "nodes" / f"n{node}", ignore_errors=True)
+                down.append((at + FAILURE_TIMEOUT, time.monotonic()))
+                local.workers[node] = local.add_worker(node)
+            recovery = wait_in_sync(3)
+            rounds.append({"fault": fault, "recovery_s": round(time.monotonic() - at, 2), "after_fault_s": recovery})
+            print(rounds[-1], flush=True)
+            time.sleep(args.pause)
+        stop.set()
+        for thread in threads:
+            thread.join(timeout=60)
+        with httpx.Client(base_url=url, timeout=30) as client:
+            lost = [d for d in log.puts if client.get(f"/documents/{quote(d, safe='')}").status_code != 200]
+            back = [d for d in log.deletes if client.get(f"/documents/{quote(d, safe='')}").status_code != 404]
+        prints = {
+            v.shard: sorted({tuple(ray.get(copy_actor(n).fingerprint.remote())) for n in v.replicas}) for v in views()
+        }
+        deploy.stop()
+        serve.shutdown()
+    finally:
+        local.shutdown()
+
+    def share(kind: str, windows: list[tuple[float, float]]) -> dict[str, Any]:
+        inside = [s for t, k, s in log.answers if k in kind and any(a <= t <= b for a, b in windows)]
+        return {"answers": len(inside), "ok_share": round(sum(s == 200 for s in inside) / max(len(inside), 1), 4)}
+
+    return {
+        "minutes": args.minutes,
+        "documents": args.docs,
+        "shards": args.shards,
+        "copies": 3,
+        "cores": os.cpu_count(),
+        "answers": dict(sorted(Counter(f"{k} {s}" for _, k, s in log.answers).items())),
+        "one_node_down": {"searches": share("search", down), "writes": share("put delete", down)},
+        "rounds": rounds,
+        "acknowledged_puts_lost": len(lost),
+        "acknowledged_deletes_back": len(back),
+        "partial_rankings": log.partial,
+        "copies_agree": all(len(p) == 1 for p in prints.values()),
+        "fingerprints": {str(k): [list(f) for f in v] for k, v in prints.items()},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--docs", type=int, default=3000)
+    parser.add_argument("--shards", type=int, default=2)
+    parser.add_argument("--down", type=float, default=15.0, help="seconds a killed node stays down")
+    parser.add_argument("--pause", type=float, default=3.0, help="seconds between a recovery and the next fault")
+    parser.add_argument("--work", default="/tmp/ssi-replication-faults")
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    figures = run(args)
+    text = json.dumps(figures, indent=2)
+    print(text)
+    if args.out is not None:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
