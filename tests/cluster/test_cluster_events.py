@@ -161,9 +161,9 @@ def test_the_deployment_gives_the_router_a_data_folder(world: dict, tmp_path: Pa
     index = tmp_path / "index"
     build_index(world["corpus"], world["bundle"], index, 1, batch_size=64)
     assert ClusterOptions().router_data_dir is None
-    # The router deployment's last constructor argument is its data folder (cluster.deploy.Router); Serve keeps
-    # the bound arguments on the application (what serve.run deploys).
+    # The router deployment's sixth constructor argument is its data folder (cluster.deploy.Router: handles,
+    # settings, about, retry, timeout, data_dir, replicated); Serve keeps the bound arguments on the application.
     default = build({"index": str(index)})
-    assert default._bound_deployment.init_args[-1] == str((index / ROUTER_FOLDER).resolve())
+    assert default._bound_deployment.init_args[5] == str((index / ROUTER_FOLDER).resolve())
     chosen = build({"index": str(index), "router_data_dir": str(tmp_path / "logs")})
-    assert chosen._bound_deployment.init_args[-1] == str((tmp_path / "logs").resolve())
+    assert chosen._bound_deployment.init_args[5] == str((tmp_path / "logs").resolve())
