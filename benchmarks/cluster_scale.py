@@ -37,7 +37,7 @@ import psutil
 
 from service.bench.load import ranked_hits, run_load
 from service.bench.queries import generate_corpus, keyword_queries
-from service.bench.server import ServedProcess, free_port
+from service.bench.server import ServedProcess, free_port, wait_ready
 from ssi.bundle import load_bundle
 
 
@@ -141,16 +141,9 @@ def sharded(
     url = f"http://127.0.0.1:{settings.port}"
     serve_started = time.perf_counter()
     start(index, settings, ClusterOptions(shard_cpus=0, threads=1), address=address)
-    with httpx.Client(timeout=120) as client:
-        while True:
-            try:
-                if client.get(f"{url}/readyz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.2)
-        serve_seconds = time.perf_counter() - serve_started
-        described = client.get(f"{url}/cluster").json()["shards"]
+    wait_ready(url, timeout=24 * 3600)
+    serve_seconds = time.perf_counter() - serve_started
+    described = httpx.get(f"{url}/cluster", timeout=120).json()["shards"]
     try:
         idle_uss = [uss_mb(s["pid"]) for s in described]
         load = run_load(url, bodies, args.clients, args.seconds).as_dict()

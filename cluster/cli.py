@@ -196,6 +196,9 @@ def serve_command(
     copies: Copies = 1,
     node_dir: NodeDir = None,
     min_copies: MinCopies = 2,
+    router_on_head: Annotated[
+        bool, typer.Option(help="Run the router on the head node, so that a lost worker node takes no router with it")
+    ] = False,
 ) -> None:
     """Serve a sharded index on a running Ray cluster: one Serve deployment per shard and a router."""
     require_ray()
@@ -205,6 +208,7 @@ def serve_command(
         copies=copies,
         node_dir=node_dir,
         min_copies=min_copies,
+        router_on_head=router_on_head,
         replicas=replicas,
         shard_cpus=shard_cpus,
         threads=threads,
@@ -257,7 +261,9 @@ def local_command(
                 open_vocab=open_vocab,
                 statistics=settings.open_vocab_statistics,
             )
-        options = ClusterOptions(shard_cpus=0, threads=threads, copies=copies, min_copies=min_copies)
+        options = ClusterOptions(
+            shard_cpus=0, threads=threads, copies=copies, min_copies=min_copies, router_on_head=copies > 1
+        )
         _serve_forever(out, settings, options, local.address, None)
     finally:
         local.shutdown()

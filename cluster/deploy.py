@@ -30,7 +30,7 @@ from cluster.events import ROUTER_FOLDER
 from cluster.fanout import Fanout, retrying
 from cluster.http import build_app
 from cluster.manifest import ClusterIndexError, read_manifest
-from cluster.replication.ray_replicas import NoCopy, ReplicatedShards, start_replicas, stop_replicas
+from cluster.replication.ray_replicas import HEAD_RESOURCE, NoCopy, ReplicatedShards, start_replicas, stop_replicas
 from cluster.replication.replica import ServerArgs
 from cluster.shard_server import Reply, ShardServer
 from cluster.shard_settings import statistics_of
@@ -66,6 +66,9 @@ class ClusterOptions:
     node_dir: Path | None = None
     min_copies: int = 2
     failure_timeout_seconds: float = 2.0
+    # The router's replicas on the head node (Ray's own single point of failure, where the coordinator runs too):
+    # a worker node lost then takes no router, and no request in flight, with it.
+    router_on_head: bool = False
 
 
 class RayShards:
@@ -170,10 +173,13 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
         ]
     )
     about = manifest.model_dump(exclude={"entries"}) | {"documents_per_shard": [e.documents for e in manifest.entries]}
+    placement: dict[str, Any] = {"num_cpus": options.router_cpus}
+    if options.router_on_head:
+        placement["resources"] = {HEAD_RESOURCE: 0.001}
     router = serve.deployment(Router).options(
         name="router",
         num_replicas=options.router_replicas,
-        ray_actor_options={"num_cpus": options.router_cpus},
+        ray_actor_options=placement,
         max_ongoing_requests=256,
     )
     data_dir = options.router_data_dir or index / ROUTER_FOLDER

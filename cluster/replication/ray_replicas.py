@@ -30,8 +30,10 @@ from cluster.replication.coordinator import Coordinator
 from cluster.replication.replica import Position, Replica, ServerArgs, Unreachable
 from cluster.replication.shard_map import ShardMap, ShardView, replica_name
 from cluster.shard_server import Reply
+from service.errors import Unavailable
 
 NAMESPACE = "ssi"
+HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of its head node
 NODE_LABEL = "ssi.node"
 WRITES = {"put", "delete"}
 EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload"}
@@ -78,8 +80,8 @@ class RemoteMap:
     def __init__(self, handle: Any) -> None:
         self.handle = handle
 
-    def commit(self, shard: int, term: int, primary: str, failed: Sequence[str]) -> ShardView:
-        return self._get(self.handle.commit.remote(shard, term, primary, list(failed)))
+    def commit(self, shard: int, term: int, primary: str, took: Sequence[str]) -> ShardView:
+        return self._get(self.handle.commit.remote(shard, term, primary, list(took)))
 
     def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView:
         return self._get(self.handle.add.remote(shard, term, primary, replica))
@@ -116,8 +118,8 @@ class CoordinatorActor:
     def views(self) -> list[ShardView]:
         return list(self.map.views)
 
-    def commit(self, shard: int, term: int, primary: str, failed: list[str]) -> ShardView:
-        return self.map.commit(shard, term, primary, failed)
+    def commit(self, shard: int, term: int, primary: str, took: list[str]) -> ShardView:
+        return self.map.commit(shard, term, primary, took)
 
     def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView:
         return self.map.add(shard, term, primary, replica)
@@ -199,7 +201,7 @@ def start_replicas(
 ) -> list[Any]:
     """The coordinator and every copy of every shard (`args[i]` for shard i); returns their actor handles."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    head = next(n["NodeID"] for n in nodes if n["Resources"].get("node:__internal_head__"))
+    head = next(n["NodeID"] for n in nodes if n["Resources"].get(HEAD_RESOURCE))
     labelled = {(n.get("Labels") or {}).get(NODE_LABEL) for n in nodes}
     missing = [node_label(r) for r in range(replicas) if node_label(r) not in labelled]
     if missing:
@@ -248,15 +250,23 @@ class NoCopy(Exception):
 
 
 class ReplicatedShards:
-    """The router's `Shards` over replicated copies (cluster.fanout), reading the coordinator's map."""
+    """The router's `Shards` over replicated copies (cluster.fanout), reading the coordinator's map.
 
-    def __init__(self, group: str, count: int, refresh_seconds: float = 1.0) -> None:
+    A read that a copy does not answer within `read_timeout` is asked of another in-sync copy (the slow one is
+    passed over for `read_timeout` seconds), so a copy on a node that is gone, or frozen, costs a search that
+    long once, not the router's whole shard timeout. A write is tried again only where nothing was written (the
+    copy asked is not the primary, or there is no such copy): a primary lost during a write may have applied it,
+    so that answer is a 503 saying so, and the client decides (a put can be sent again as it is)."""
+
+    def __init__(self, group: str, count: int, refresh_seconds: float = 1.0, read_timeout: float = 5.0) -> None:
         self.group = group
         self.count = count
         self.refresh_seconds = refresh_seconds
+        self.read_timeout = read_timeout
         self._views: list[ShardView] = []
         self._read_at = 0.0
         self._turn = itertools.count()
+        self._slow: dict[str, float] = {}  # copy -> until when reads pass it over
         self._peers = RayPeers(group, timeout=0)
 
     async def views(self, refresh: bool = False) -> list[ShardView]:
@@ -268,22 +278,47 @@ class ReplicatedShards:
 
     async def call(self, shard: int, method: str, *args: Any) -> Reply:
         view = (await self.views())[shard]
+        if method in WRITES:
+            return await self._write(shard, view, method, *args)
         try:
-            if method in WRITES:
-                reply = await getattr(self._peers.handle(view.primary), method).remote(*args)
-                if reply.status == 503 and NOT_PRIMARY in reply.message:  # nothing was written: ask the new one
-                    raise NoCopy(reply.message)
-                return reply
             if method in EVERY_COPY:
                 calls = [self._peers.handle(name).call.remote(method, *args) for name in view.in_sync]
                 replies = await asyncio.gather(*calls)
                 return next((r for r in replies if r.status != 200), replies[0])
-            copies = view.in_sync
-            name = copies[next(self._turn) % len(copies)]
-            reply = await self._peers.handle(name).call.remote(method, *args)
-            if reply.status == 503 and "catching up" in reply.message:
-                raise NoCopy(reply.message)
-            return reply
-        except (RayActorError, ValueError, NoCopy):
+            return await self._read(view, method, *args)
+        except (RayActorError, ValueError, NoCopy, TimeoutError):
             await self.views(refresh=True)
             raise NoCopy(f"shard {shard}: no copy answered {method}") from None
+
+    async def _read(self, view: ShardView, method: str, *args: Any) -> Reply:
+        now = time.monotonic()
+        ready = [name for name in view.in_sync if self._slow.get(name, 0.0) <= now] or list(view.in_sync)
+        name = ready[next(self._turn) % len(ready)]
+        try:
+            reply = await asyncio.wait_for(self._peers.handle(name).call.remote(method, *args), self.read_timeout)
+        except (TimeoutError, RayActorError):
+            self._slow[name] = time.monotonic() + self.read_timeout
+            raise
+        if reply.status == 503 and "catching up" in reply.message:
+            raise NoCopy(reply.message)
+        return reply
+
+    async def _write(self, shard: int, view: ShardView, method: str, *args: Any) -> Reply:
+        try:
+            handle = self._peers.handle(view.primary)
+        except ValueError:  # no such copy (yet): nothing was sent
+            await self.views(refresh=True)
+            raise NoCopy(f"shard {shard}: its primary {view.primary} is not reachable") from None
+        try:
+            reply = await getattr(handle, method).remote(*args)
+        except RayActorError:
+            await self.views(refresh=True)
+            raise Unavailable(
+                f"shard {shard}: its primary was lost during the write, which may or may not have been applied: "
+                "send it again (a put is idempotent; a delete answers 404 if it had been)",
+                headers={"Retry-After": "2"},
+            ) from None
+        if reply.status == 503 and NOT_PRIMARY in reply.message:  # nothing was written: ask the new primary
+            await self.views(refresh=True)
+            raise NoCopy(reply.message)
+        return reply

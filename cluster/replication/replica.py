@@ -66,7 +66,7 @@ class Peers(Protocol):
 class Coordinator(Protocol):
     """The coordinator's calls a primary makes (cluster.replication.shard_map.ShardMap, local or remote)."""
 
-    def commit(self, shard: int, term: int, primary: str, failed: Sequence[str]) -> ShardView: ...
+    def commit(self, shard: int, term: int, primary: str, took: Sequence[str]) -> ShardView: ...
 
     def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView: ...
 
@@ -209,7 +209,7 @@ class Replica:
     def assign(self, view: ShardView) -> None:
         """The coordinator's newer view of the shard (a new primary, a changed in-sync set)."""
         with self.lock:
-            if view.term >= self.view.term:
+            if view.newer_than(self.view):
                 self._adopt(view)
                 self.view = view
 
@@ -243,11 +243,10 @@ class Replica:
             with store.view() as at:
                 prev_term = at.term_at(prev)
             result = self._apply(server, op, payload, view.term)
-            failed = self._replicate(view, prev, prev_term, op, payload, result)
+            took = self._replicate(view, prev, prev_term, op, payload, result)
             try:
-                view = self.coordinator.commit(self.shard, view.term, self.name, failed)
+                view = self.coordinator.commit(self.shard, view.term, self.name, took)
             except StaleTerm:
-                self.view = view
                 raise Unavailable(
                     f"{self.name} was replaced as primary of shard {self.shard}: the write is not acknowledged",
                     headers={"Retry-After": "1"},
@@ -269,18 +268,17 @@ class Replica:
         return collection.delete(payload, term)
 
     def _replicate(self, view: ShardView, prev: int, prev_term: int, op: str, payload: Any, result: Any) -> list[str]:
-        """Send the write to every backup at once; the ones that did not take it (a newer term raises StaleTerm)."""
+        """Send the write to every backup at once; the ones that took it (a copy at a newer term: not acknowledged)."""
         backups = view.backups()
         calls = [
             self._fanout.submit(self.peers.call, b, "replicate", view.term, prev, prev_term, op, payload, result)
             for b in backups
         ]
-        failed: list[str] = []
+        took: list[str] = []
         for backup, call in zip(backups, calls, strict=True):
             try:
                 reply = call.result()
             except Unreachable:
-                failed.append(backup)
                 continue
             if reply.headers and TERM_HEADER in reply.headers:
                 raise Unavailable(
@@ -288,9 +286,9 @@ class Replica:
                     "the write is not acknowledged",
                     headers={"Retry-After": "1"},
                 )
-            if reply.status != 200:
-                failed.append(backup)
-        return failed
+            if reply.status == 200:
+                took.append(backup)
+        return took
 
     # -- writes: a backup ------------------------------------------------------------------------
 

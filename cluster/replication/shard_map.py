@@ -40,6 +40,10 @@ class ShardView:
     in_sync: tuple[str, ...]
     replicas: tuple[str, ...]
     starts: dict[str, int] = field(default_factory=dict)
+    version: int = 0  # grows with every change of the map's record of this shard: a copy never goes back to an older
+
+    def newer_than(self, other: ShardView) -> bool:
+        return (self.term, self.version) > (other.term, other.version)
 
     def backups(self) -> tuple[str, ...]:
         return tuple(name for name in self.in_sync if name != self.primary)
@@ -79,6 +83,7 @@ class ShardMap:
                     in_sync=tuple(v["in_sync"]),
                     replicas=tuple(v["replicas"]),
                     starts=dict(v["starts"]),
+                    version=v.get("version", 0),
                 )
                 for v in raw["shards"]
             ]
@@ -107,6 +112,7 @@ class ShardMap:
         os.replace(partial, self.path)
 
     def _set(self, view: ShardView) -> ShardView:
+        view = replace(view, version=self.views[view.shard].version + 1)
         views = list(self.views)
         views[view.shard] = view
         saved, self.views = self.views, views
@@ -130,14 +136,13 @@ class ShardMap:
         return view
 
     @locked
-    def commit(self, shard: int, term: int, primary: str, failed: Sequence[str] = ()) -> ShardView:
-        """Before it acknowledges a write, the primary of `term` drops the copies that did not take it from the
-        in-sync set and has its term confirmed: StaleTerm if it was replaced (the write is then not acknowledged)."""
+    def commit(self, shard: int, term: int, primary: str, took: Sequence[str]) -> ShardView:
+        """Before it acknowledges a write, the primary of `term` has its term confirmed (StaleTerm if it was replaced:
+        the write is then not acknowledged) and every copy that did not take the write (`took`: the backups that did)
+        leaves the in-sync set, whatever the primary believed the set to be: every copy left in it holds the write."""
         view = self._check(shard, term, primary)
-        gone = set(failed) - {primary}
-        if not gone & set(view.in_sync):
-            return view
-        return self._set(replace(view, in_sync=tuple(n for n in view.in_sync if n not in gone)))
+        keep = tuple(n for n in view.in_sync if n == primary or n in set(took))
+        return view if keep == view.in_sync else self._set(replace(view, in_sync=keep))
 
     @locked
     def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView:

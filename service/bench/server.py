@@ -21,6 +21,21 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def wait_ready(url: str, timeout: float = 600.0) -> float:
+    """Seconds until `url`'s /readyz answers 200 (a server or a cluster's router still starting answers 503, or
+    nothing); a TimeoutError after `timeout`."""
+    started = time.perf_counter()
+    with httpx.Client(timeout=120) as client:
+        while time.perf_counter() - started < timeout:
+            try:
+                if client.get(f"{url}/readyz").status_code == 200:
+                    return time.perf_counter() - started
+            except httpx.TransportError:
+                pass
+            time.sleep(0.2)
+    raise TimeoutError(f"{url} not ready after {timeout:g}s")
+
+
 def smaps_rollup(pid: int) -> dict[str, int]:
     """Rss, Pss, Pss_Anon and Pss_File of a process in bytes ({} where /proc/PID/smaps_rollup is not there)."""
     try:

@@ -168,6 +168,28 @@ def test_a_copy_that_fell_behind_catches_up_from_the_write_log_without_a_whole_c
     assert "missed-1" not in held and "missed-2" in held
 
 
+def test_a_copy_the_primary_did_not_send_a_write_to_leaves_the_in_sync_set_before_the_acknowledgement(
+    shard: Shard,
+) -> None:
+    """The map, not the primary's belief, decides who is in sync: a primary whose view misses a copy the map lists
+    (a view told to it before the copy rejoined) cannot acknowledge with that copy left in sync without the write."""
+    from dataclasses import replace
+
+    primary = shard.primary()
+    left_out = "shard-0000-r2"
+    primary.view = replace(primary.view, in_sync=tuple(n for n in primary.view.in_sync if n != left_out))
+    seq = shard.put("unsent", "the third copy never got this write")
+    view = shard.map.view(0)
+    assert left_out not in view.in_sync and "unsent" not in documents(shard.peers.replicas[left_out])
+    assert all(documents(shard.peers.replicas[n])["unsent"][0] == seq for n in view.in_sync)
+    copy = shard.peers.replicas[left_out]
+    copy.assign(view)
+    copy.assign(replace(view, version=view.version - 1, in_sync=view.replicas))  # an older view arriving late
+    assert copy.view == view
+    shard.coordinator.tick()
+    assert left_out in shard.map.view(0).in_sync and "unsent" in assert_copies_agree(shard, "third")
+
+
 def test_without_enough_copies_in_sync_a_write_is_refused_not_acknowledged_alone(shard: Shard) -> None:
     for name in ("shard-0000-r1", "shard-0000-r2"):
         shard.peers.down.add(name)
@@ -190,6 +212,6 @@ def test_the_map_keeps_terms_across_a_coordinator_restart_and_refuses_a_replaced
     again = ShardMap(tmp_path / "map.json", shards=2, replicas=3)
     assert again.view(1) == view and again.view(0) == level
     with pytest.raises(Exception, match="term 2"):
-        again.commit(1, 1, "shard-0001-r0")
+        again.commit(1, 1, "shard-0001-r0", [])
     with pytest.raises(ValueError, match="remove it"):
         ShardMap(tmp_path / "map.json", shards=3, replicas=3)

@@ -43,7 +43,12 @@ def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
         local.connect()
         port = free_port()
         options = deploy.ClusterOptions(
-            shard_cpus=0, copies=COPIES, node_dir=root / "nodes", retry_seconds=10.0, shard_timeout_seconds=8.0
+            shard_cpus=0,
+            copies=COPIES,
+            node_dir=root / "nodes",
+            retry_seconds=10.0,
+            shard_timeout_seconds=8.0,
+            router_on_head=True,
         )
         deploy.start(index, Settings(host="127.0.0.1", port=port, insecure_writes=True), options, address="auto")
         url = f"http://127.0.0.1:{port}"
