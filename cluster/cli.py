@@ -269,6 +269,35 @@ def local_command(
         local.shutdown()
 
 
+@cluster_app.command("events")
+def events_command(
+    out: Annotated[Path, typer.Option(help="New event store file: the union of every node's copy of the click log")],
+    address: Annotated[str, typer.Option(help="Ray cluster serving with --copies: 'auto', ray://HOST:10001")] = "auto",
+) -> None:
+    """Write the cluster's click log (every labelled node's copy, merged) to one file for `ssi train --clicks`."""
+    require_ray()
+    from cluster.connect import connect
+    from cluster.replication.events import export
+    from cluster.replication.ray_replicas import EventPeers, running_groups
+    from service.errors import Unavailable as ServiceUnavailable
+
+    try:
+        connect(address)
+    except ConnectionError as exc:
+        raise fail(f"cannot reach the Ray cluster at {address}: {exc}") from None
+    groups = running_groups()
+    if len(groups) != 1:
+        found = ", ".join(f"{g} ({n} copies)" for g, n in groups.items()) or "none"
+        raise fail(f"expected one replicated deployment (ssi cluster serve --copies N) on the cluster; found {found}")
+    ((group, copies),) = groups.items()
+    try:
+        read = export(EventPeers(group, copies, timeout=30.0), out)
+    except (FileExistsError, ServiceUnavailable) as exc:
+        raise fail(str(exc)) from None
+    missing = f"; not answering: {', '.join(read['copies_not_answering'])}" if read["copies_not_answering"] else ""
+    typer.echo(f"wrote {out}: {read['clicks']} clicks from {', '.join(read['copies_read'])}{missing}")
+
+
 def register(app: typer.Typer) -> None:
     app.command("index")(index)
     app.add_typer(cluster_app, name="cluster")

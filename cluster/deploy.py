@@ -26,11 +26,19 @@ from typing import Any
 from ray import serve
 from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
-from cluster.events import ROUTER_FOLDER
+from cluster.events import ROUTER_FOLDER, router_traffic
 from cluster.fanout import Fanout, retrying
 from cluster.http import build_app
 from cluster.manifest import ClusterIndexError, read_manifest
-from cluster.replication.ray_replicas import HEAD_RESOURCE, NoCopy, ReplicatedShards, start_replicas, stop_replicas
+from cluster.replication.events import ShippedTraffic
+from cluster.replication.ray_replicas import (
+    HEAD_RESOURCE,
+    EventPeers,
+    NoCopy,
+    ReplicatedShards,
+    start_replicas,
+    stop_replicas,
+)
 from cluster.replication.replica import ServerArgs
 from cluster.shard_server import Reply, ShardServer
 from cluster.shard_settings import statistics_of
@@ -118,18 +126,37 @@ class Router:
         retry_seconds: float,
         timeout_seconds: float | None = None,
         data_dir: str | None = None,
-        replicated: tuple[str, int] | None = None,
+        replicated: Replication | None = None,
     ) -> None:
         self.app_settings = settings
         shards: Any = RayShards(handles, retry_seconds, timeout_seconds)
-        if replicated is not None:  # (group, shards): copies reached through the coordinator's map
-            shards = RetriedShards(ReplicatedShards(*replicated), retry_seconds, timeout_seconds)
+        if replicated is not None:  # copies reached through the coordinator's map
+            shards = RetriedShards(
+                ReplicatedShards(replicated.group, replicated.shards), retry_seconds, timeout_seconds
+            )
         self.fanout = Fanout(shards)
         self.about = about
         self.data_dir = None if data_dir is None else Path(data_dir)
+        self.replicated = replicated
 
     def __serve_build_asgi_app__(self) -> Any:
-        return build_app(self.app_settings, self.fanout, self.about, self.data_dir)
+        traffic = None
+        if self.replicated is not None and self.data_dir is not None:
+            copies = EventPeers(self.replicated.group, self.replicated.copies, self.replicated.timeout)
+            local = router_traffic(self.app_settings, self.data_dir)
+            traffic = ShippedTraffic(local, self.app_settings.collection, copies, self.replicated.min_copies)
+        return build_app(self.app_settings, self.fanout, self.about, self.data_dir, traffic)
+
+
+@dataclass(frozen=True)
+class Replication:
+    """What the router needs of replicated shards: the actors' group, the shards, copies and the ack quorum."""
+
+    group: str
+    shards: int
+    copies: int
+    min_copies: int
+    timeout: float
 
 
 def application(index: Path, settings: Settings, options: ClusterOptions) -> Any:
@@ -148,7 +175,10 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
     statistics = statistics_of(settings, manifest)
     replicated = None
     if options.copies > 1:
-        replicated = (start_copies(index, settings, options, manifest.shards, statistics), manifest.shards)
+        group = start_copies(index, settings, options, manifest.shards, statistics)
+        replicated = Replication(
+            group, manifest.shards, options.copies, options.min_copies, options.failure_timeout_seconds
+        )
     shard_app = serve.deployment(ShardServer)
     handles = (
         []

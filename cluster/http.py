@@ -78,12 +78,17 @@ def took_ms(started: float) -> float:
 
 
 def build_app(
-    settings: Settings, fanout: Fanout, about: dict[str, Any] | None = None, data_dir: PathLib | None = None
+    settings: Settings,
+    fanout: Fanout,
+    about: dict[str, Any] | None = None,
+    data_dir: PathLib | None = None,
+    traffic: Any | None = None,
 ) -> FastAPI:
     """The router app over `fanout`; `about` (the manifest's summary) is shown by GET /cluster; `data_dir` holds
-    the router's traffic log (cluster.events: cluster.deploy passes `<index>/router`; None keeps no log)."""
+    the router's traffic log (cluster.events: cluster.deploy passes `<index>/router`; None keeps no log), or
+    `traffic` is the log to keep (with replicated shards: cluster.replication.events.ShippedTraffic over it)."""
     about = {} if about is None else about  # one dict: a reload's update reaches GET /cluster and the log's model
-    traffic = router_traffic(settings, data_dir)
+    traffic = router_traffic(settings, data_dir) if traffic is None else traffic
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:

@@ -7,6 +7,7 @@
 - The coordinator (cluster.replication.coordinator's round, every `tick_seconds`) runs in one actor on the head
   node and keeps the shard map in `<node_dir>/coordinator/map.json` on the head's disk. The head node is Ray's own
   single point of failure (its GCS, without an external Redis), so putting the map there adds none.
+- Every labelled node also keeps a copy of the router's traffic log (`EventCopyActor`, cluster.replication.events).
 - The router (`ReplicatedShards`, the `Shards` of cluster.fanout) reads the map every second or after a failure:
   writes go to each shard's primary, reads to its in-sync copies in turn, a reload's steps to every in-sync copy.
 """
@@ -23,14 +24,17 @@ from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
-from ray.util.scheduling_strategies import In, NodeAffinitySchedulingStrategy, NodeLabelSchedulingStrategy
+from ray.util import list_named_actors
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.manifest import ClusterIndexError
 from cluster.replication.coordinator import Coordinator
+from cluster.replication.events import EventCopy, Rows
 from cluster.replication.replica import Position, Replica, ServerArgs, Unreachable
 from cluster.replication.shard_map import ShardMap, ShardView, replica_name
 from cluster.shard_server import Reply
 from service.errors import Unavailable
+from ssi.traffic import EVENTS_FILE
 
 NAMESPACE = "ssi"
 HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of its head node
@@ -40,7 +44,7 @@ EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload"}
 NOT_PRIMARY = "is not the primary"
 # Calls that do real work get longer than the failure timeout (a ping's): a write's apply on a backup (featurizing
 # a batch), a catch-up, a whole copy unpacked and loaded, a recovery (all of those, run by the primary).
-LONGER = {"replicate": 10.0, "catch_up": 120.0, "install": 600.0, "recover": 900.0}
+LONGER = {"replicate": 10.0, "catch_up": 120.0, "install": 600.0, "recover": 900.0, "add": 10.0, "dump": 120.0}
 
 
 def node_label(index: int) -> str:
@@ -49,6 +53,14 @@ def node_label(index: int) -> str:
 
 def actor_name(group: str, name: str) -> str:
     return f"{group}-{name}"
+
+
+def on_node(label: str) -> str:
+    """`label`, once checked to be the label of the node this actor runs on (the copy's disk is that node's)."""
+    here = ray.get_runtime_context().get_node_labels().get(NODE_LABEL)
+    if here != label:
+        raise RuntimeError(f"placed on the node labelled {here!r}, not on {label!r}: its copy would not be its node's")
+    return label
 
 
 class RayPeers:
@@ -137,9 +149,10 @@ class CoordinatorActor:
 class ReplicaActor:
     """One copy of one shard on its node (cluster.replication.replica.Replica), reachable by name."""
 
-    def __init__(self, group: str, name: str, args: ServerArgs, node_dir: str, min_copies: int, timeout: float) -> None:
-        labels = ray.get_runtime_context().get_node_labels()
-        node = labels.get(NODE_LABEL) or ray.get_runtime_context().get_node_id()[:12]
+    def __init__(
+        self, group: str, name: str, label: str, args: ServerArgs, node_dir: str, min_copies: int, timeout: float
+    ) -> None:
+        node = on_node(label)
         coordinator = ray.get_actor(actor_name(group, "coordinator"), namespace=NAMESPACE)
         view = ray.get(coordinator.started.remote(args.shard, name))
         self.replica = Replica(
@@ -182,6 +195,9 @@ class ReplicaActor:
     def fingerprint(self) -> tuple[int, int, str]:
         return self.replica.fingerprint()
 
+    def node(self) -> str | None:
+        return ray.get_runtime_context().get_node_labels().get(NODE_LABEL)
+
     def pid(self) -> int:
         import os
 
@@ -223,6 +239,19 @@ def start_replicas(
     )
     handles = [coordinator]
     ray.get(coordinator.views.remote())  # the map exists before the first copy says it started
+    for r in range(replicas):
+        handles.append(
+            ray.remote(EventCopyActor)
+            .options(
+                name=actor_name(group, event_copy_name(node_label(r))),
+                namespace=NAMESPACE,
+                max_restarts=-1,
+                max_concurrency=8,
+                num_cpus=0,
+                label_selector={NODE_LABEL: node_label(r)},
+            )
+            .remote(group, node_label(r), str(node_dir), replicas, timeout)
+        )
     for shard_args, r in itertools.product(args, range(replicas)):
         name = replica_name(shard_args.shard, r)
         handles.append(
@@ -233,9 +262,9 @@ def start_replicas(
                 max_restarts=-1,
                 max_concurrency=16,
                 num_cpus=cpus,
-                scheduling_strategy=NodeLabelSchedulingStrategy(hard={NODE_LABEL: In(node_label(r))}),
+                label_selector={NODE_LABEL: node_label(r)},
             )
-            .remote(group, name, shard_args, str(node_dir), min_copies, timeout)
+            .remote(group, name, node_label(r), shard_args, str(node_dir), min_copies, timeout)
         )
     return handles
 
@@ -243,6 +272,55 @@ def start_replicas(
 def stop_replicas(handles: list[Any]) -> None:
     for handle in handles:
         ray.kill(handle, no_restart=True)
+
+
+def running_groups() -> dict[str, int]:
+    """The replicated deployments on the cluster this process is connected to: group -> copies (its event copies)."""
+    names = [a["name"] for a in list_named_actors(all_namespaces=True) if a.get("namespace") == NAMESPACE]
+    groups = {name.removesuffix("-coordinator") for name in names if name.endswith("-coordinator")}
+    return {g: sum(1 for name in names if name.startswith(f"{g}-events-")) for g in sorted(groups)}
+
+
+def event_copy_name(label: str) -> str:
+    return f"events-{label}"
+
+
+class EventPeers(RayPeers):
+    """The event copies of `group` (cluster.replication.events.Copies), one per labelled node."""
+
+    def __init__(self, group: str, copies: int, timeout: float) -> None:
+        super().__init__(group, timeout)
+        self.names = [event_copy_name(node_label(r)) for r in range(copies)]
+
+
+class EventCopyActor:
+    """A node's copy of the router's traffic log (cluster.replication.events.EventCopy); on start it takes in what
+    the other copies hold, so a copy on an emptied disk, or one that was down, holds the whole log again."""
+
+    def __init__(self, group: str, label: str, node_dir: str, copies: int, timeout: float) -> None:
+        on_node(label)
+        self.copy = EventCopy(Path(node_dir) / label / "events" / EVENTS_FILE)
+        self.caught_up = threading.Event()
+        # In a thread: the other copies may be starting too, and a call to one waits until its start is over.
+        peers = [n for n in EventPeers(group, copies, timeout).names if n != event_copy_name(label)]
+        threading.Thread(target=self._take_in, args=(EventPeers(group, copies, timeout), peers), daemon=True).start()
+
+    def _take_in(self, peers: EventPeers, names: list[str]) -> None:
+        for name in names:
+            try:
+                self.copy.merge(peers.call(name, "dump"))
+            except Exception:  # noqa: BLE001 — a peer not started yet, or down: the others are asked
+                continue
+        self.caught_up.set()
+
+    def add(self, rows: Rows) -> int:
+        return self.copy.add(rows)
+
+    def dump(self) -> bytes:
+        return self.copy.dump()
+
+    def clicks(self) -> int:
+        return self.copy.clicks()
 
 
 class NoCopy(Exception):

@@ -215,3 +215,58 @@ def test_the_map_keeps_terms_across_a_coordinator_restart_and_refuses_a_replaced
         again.commit(1, 1, "shard-0001-r0", [])
     with pytest.raises(ValueError, match="remove it"):
         ShardMap(tmp_path / "map.json", shards=3, replicas=3)
+
+
+class EventNodes:
+    """Event copies in this process, by name; a name in `down` does not answer."""
+
+    def __init__(self, root: Path, names: list[str]) -> None:
+        from cluster.replication.events import EventCopy
+
+        self.names = names
+        self.copies = {name: EventCopy(root / name / "events.sqlite") for name in names}
+        self.down: set[str] = set()
+
+    def call(self, name: str, method: str, *args: object) -> object:
+        if name in self.down:
+            raise ConnectionError(f"{name} is down")
+        return getattr(self.copies[name], method)(*args)
+
+
+def test_a_click_is_acknowledged_on_enough_nodes_and_the_log_is_their_union(tmp_path: Path) -> None:
+    """The router's log shipped to event copies (cluster.replication.events): a click is acknowledged once two copies
+    hold it with its impression; with two of three down it is refused; the union of the copies left holds every
+    acknowledged click, and a copy that was down takes in the others' records."""
+    from cluster.replication.events import ShippedTraffic, export
+    from service.errors import Unavailable
+    from service.events.traffic import Traffic
+    from service.settings import Settings
+    from ssi.traffic import read_events
+
+    nodes = EventNodes(tmp_path / "nodes", ["events-n0", "events-n1", "events-n2"])
+    local = Traffic(Settings(data_dir=tmp_path / "router", collection="documents", events_explore=0.0))
+    traffic = ShippedTraffic(local, "documents", nodes, min_copies=2)
+    try:
+        acknowledged = []
+        for i in range(6):
+            impression, _ = traffic.show("documents", "m", "search", f"query {i}", ["a", "b", "c"], str)
+            assert impression is not None
+            if i == 3:
+                nodes.down.add("events-n2")
+            traffic.click("documents", impression, "b", 120.0)
+            acknowledged.append((impression, "b"))
+        nodes.down.add("events-n1")
+        impression, _ = traffic.show("documents", "m", "search", "refused", ["a"], str)
+        with pytest.raises(Unavailable, match="1 of the 2"):
+            traffic.click("documents", impression, "a", None)
+        nodes.down = {"events-n0"}  # the first node lost: the two others hold every acknowledged click
+        read = export(nodes, tmp_path / "cluster.sqlite")
+        assert read["copies_read"] == ["events-n1", "events-n2"]
+        found = {(r.impression, r.doc) for r in read_events(tmp_path / "cluster.sqlite") if r.clicked}
+        assert set(acknowledged) <= found
+        nodes.copies["events-n2"].merge(nodes.copies["events-n1"].dump())  # a copy that was down catches up
+        assert nodes.copies["events-n2"].clicks() >= len(acknowledged)
+        with pytest.raises(FileExistsError):
+            export(nodes, tmp_path / "cluster.sqlite")
+    finally:
+        traffic.close()

@@ -158,6 +158,8 @@ def test_a_killed_primary_and_a_lost_node_lose_no_acknowledged_write(world: dict
     node started again, under writes and searches; each waits for the coordinator's failover and catch-up."""
     import ray
 
+    placed = {n: ray.get(copy_handle(n).node.remote()) for v in views() for n in v.replicas}
+    assert placed == {n: f"n{n[-1]}" for n in placed}  # copy i of every shard on node n<i>: three nodes a shard
     docs = world["docs"]
     traffic = Traffic(
         cluster["url"], [f"{needle_of(d)} replicated" for d in docs[:20]], [needle_of(d) for d in docs[20:40]]
@@ -220,3 +222,34 @@ def test_a_frozen_primary_acknowledges_no_write_after_its_replacement(world: dic
         assert client.get(f"/documents/{later}").status_code == 200
     prints = fingerprints()
     assert all(len(same) == 1 for same in prints.values()), prints
+
+
+def test_acknowledged_clicks_survive_a_lost_node_in_the_clusters_log(world: dict, cluster: dict, tmp_path) -> None:
+    """Slow: clicks through the router, then a worker node killed; the log of the two nodes left is read back by
+    `ssi train --clicks`'s reader, and the node started again."""
+    from typer.testing import CliRunner
+
+    from ssi_cli.main import build_app
+    from training.clicks import read_click_log
+
+    wait_all_in_sync()
+    clicked: set[tuple[str, str]] = set()
+    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+        for doc in world["docs"][60:80]:
+            answer = client.post("/search", json={"query": needle_of(doc), "k": 5}).json()
+            pick = answer["hits"][-1]["id"]
+            click = client.post("/clicks", json={"impression": answer["impression"], "id": pick})
+            assert click.status_code == 200, click.text
+            clicked.add((answer["impression"], pick))
+    cluster["local"].kill_worker(0)
+    try:
+        out = tmp_path / "cluster-events.sqlite"
+        exported = CliRunner().invoke(build_app("cluster"), ["cluster", "events", "--out", str(out)])
+        assert exported.exit_code == 0, exported.output
+        assert "events-n1, events-n2; not answering: events-n0" in exported.output
+        log = read_click_log(out)
+        found = {(i.impression, i.ad_id) for i in log.impressions if i.clicked}
+        assert clicked <= found, clicked - found
+    finally:
+        cluster["local"].workers[0] = cluster["local"].add_worker(0)
+    wait_all_in_sync(timeout=120)
