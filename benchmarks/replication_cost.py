@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for copies in (1, 2, 3):
             port = free_port()
             options = deploy.ClusterOptions(
-                shard_cpus=0, copies=copies, node_dir=work / f"nodes-{copies}", router_on_head=True
+                shard_cpus=0, replicas=copies, node_dir=work / f"nodes-{copies}", router_on_head=True
             )
             deploy.start(work / "index", Settings(host="127.0.0.1", port=port, insecure_writes=True), options)
             url = f"http://127.0.0.1:{port}"

@@ -174,7 +174,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         port = 8000 + rng.randrange(1000)
         options = deploy.ClusterOptions(
             shard_cpus=0,
-            copies=3,
+            replicas=3,
             node_dir=work / "nodes",
             retry_seconds=10.0,
             shard_timeout_seconds=8.0,

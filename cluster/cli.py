@@ -148,27 +148,26 @@ Port = Annotated[int, typer.Option(help="Port of the HTTP proxy")]
 Insecure = Annotated[
     bool, typer.Option("--insecure-writes", help="Accept writes without SSI_API_KEY (loopback address only)")
 ]
-Replicas = Annotated[int, typer.Option(min=1, help="Replicas per shard (more than 1: read-only copies)")]
+Replicas = Annotated[
+    int,
+    typer.Option(
+        min=1,
+        help="Replicas of every shard, each on its own node's disk and all taking part in writes (more than 1: "
+        "replica i runs on the node labelled ssi.node=n<i>)",
+    ),
+]
 ShardCpus = Annotated[float, typer.Option(min=0, help="CPUs Ray reserves for each shard replica")]
 Threads = Annotated[int, typer.Option(min=1, help="FAISS / onnxruntime threads per shard replica")]
 Retry = Annotated[float, typer.Option(min=0, help="Seconds the router retries a failing shard before a 503")]
 ShardTimeout = Annotated[
     float, typer.Option(min=0.1, help="Seconds one shard call may take, retries included, before a 503 naming it")
 ]
-Copies = Annotated[
-    int,
-    typer.Option(
-        min=1,
-        help="Copies of every shard, each on its own node's disk and all taking part in writes (more than 1: "
-        "replicated; copy i runs on the node labelled ssi.node=n<i>)",
-    ),
-]
 NodeDir = Annotated[
     Path | None,
-    typer.Option(help="Where each node keeps its copies (a local disk on every node). Default: INDEX/nodes"),
+    typer.Option(help="Where each node keeps its replicas' copies (its own disk). Default: INDEX/nodes"),
 ]
 MinCopies = Annotated[
-    int, typer.Option(min=1, help="Copies that must hold a write before it is acknowledged (with --copies > 1)")
+    int, typer.Option(min=1, help="Replicas that must hold a write before it is acknowledged (with --replicas > 1)")
 ]
 RouterData = Annotated[
     Path | None,
@@ -193,7 +192,6 @@ def serve_command(
     shard_timeout: ShardTimeout = 60.0,
     insecure_writes: Insecure = False,
     router_data_dir: RouterData = None,
-    copies: Copies = 1,
     node_dir: NodeDir = None,
     min_copies: MinCopies = 2,
     router_on_head: Annotated[
@@ -205,7 +203,6 @@ def serve_command(
     from cluster.deploy import ClusterOptions
 
     options = ClusterOptions(
-        copies=copies,
         node_dir=node_dir,
         min_copies=min_copies,
         router_on_head=router_on_head,
@@ -233,7 +230,7 @@ def local_command(
     threads: Threads = 1,
     insecure_writes: Insecure = False,
     collection_type: CollectionTypeOption = "documents",
-    copies: Copies = 1,
+    replicas: Replicas = 1,
     min_copies: MinCopies = 2,
 ) -> None:
     """One command: start a Ray cluster here (a head and worker nodes on loopback), index the corpus on it, serve it."""
@@ -244,8 +241,8 @@ def local_command(
 
     settings = _settings(host, port, insecure_writes)
     open_vocab = settings.open_vocab
-    if copies > workers:
-        raise fail(f"--copies {copies} needs as many worker nodes (--workers {workers}): each copy has its own node")
+    if replicas > workers:
+        raise fail(f"--replicas {replicas} needs as many worker nodes (--workers {workers}): each has its own node")
     local = LocalCluster(workers=workers)
     try:
         local.connect()
@@ -262,7 +259,7 @@ def local_command(
                 statistics=settings.open_vocab_statistics,
             )
         options = ClusterOptions(
-            shard_cpus=0, threads=threads, copies=copies, min_copies=min_copies, router_on_head=copies > 1
+            shard_cpus=0, threads=threads, replicas=replicas, min_copies=min_copies, router_on_head=replicas > 1
         )
         _serve_forever(out, settings, options, local.address, None)
     finally:
@@ -272,7 +269,9 @@ def local_command(
 @cluster_app.command("events")
 def events_command(
     out: Annotated[Path, typer.Option(help="New event store file: the union of every node's copy of the click log")],
-    address: Annotated[str, typer.Option(help="Ray cluster serving with --copies: 'auto', ray://HOST:10001")] = "auto",
+    address: Annotated[
+        str, typer.Option(help="Ray cluster serving with --replicas: 'auto', ray://HOST:10001")
+    ] = "auto",
 ) -> None:
     """Write the cluster's click log (every labelled node's copy, merged) to one file for `ssi train --clicks`."""
     require_ray()
@@ -287,8 +286,8 @@ def events_command(
         raise fail(f"cannot reach the Ray cluster at {address}: {exc}") from None
     groups = running_groups()
     if len(groups) != 1:
-        found = ", ".join(f"{g} ({n} copies)" for g, n in groups.items()) or "none"
-        raise fail(f"expected one replicated deployment (ssi cluster serve --copies N) on the cluster; found {found}")
+        found = ", ".join(f"{g} ({n} replicas)" for g, n in groups.items()) or "none"
+        raise fail(f"expected one replicated deployment (ssi cluster serve --replicas N) on the cluster; found {found}")
     ((group, copies),) = groups.items()
     try:
         read = export(EventPeers(group, copies, timeout=30.0), out)

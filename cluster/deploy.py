@@ -5,12 +5,12 @@
       ├── shard-0001
       └── …
 
-A shard replica opens the shard's folder (store + snapshot written by `ssi index`), so a restarted
-replica comes back with every acknowledged write: the store is the truth and its write log is
-replayed over the snapshot (service.state_builder). One process serves a folder
-(service.instance_lock), so with `replicas` > 1 each replica serves a private copy of its shard's
-folder, read-only (more query throughput; writes answer 403): replicas share no store, and
-replicating writes between them is not done here. SSI_OPEN_VOCAB, SSI_OPEN_VOCAB_WORDS and
+With `replicas` = 1 a shard is one Serve replica over the shard's folder (store + snapshot written by `ssi index`),
+so a restarted replica comes back with every acknowledged write: the store is the truth and its write log is
+replayed over the snapshot (service.state_builder). With `replicas` > 1 every shard is replicated
+(cluster.replication): each replica a Ray actor on its own labelled node with its own copy on that node's disk,
+primary–backup with terms and sequence numbers, every replica taking part in writes (docs/operate/replication.md).
+SSI_OPEN_VOCAB, SSI_OPEN_VOCAB_WORDS and
 SSI_OPEN_VOCAB_STATISTICS are the router's settings, given to every shard (cluster.shard_settings). The router keeps
 the traffic log (cluster.events) in a data folder of its own, `<index>/router` unless `router_data_dir` says
 otherwise; its replicas share it.
@@ -54,7 +54,7 @@ RETRIED = (RayActorError, ActorDiedError, ActorUnavailableError)
 class ClusterOptions:
     """How the sharded service is laid out on the cluster (flags of `ssi cluster serve`)."""
 
-    replicas: int = 1  # per shard
+    replicas: int = 1  # per shard; more than 1: replicated shards (cluster.replication)
     router_replicas: int = 1
     shard_cpus: float = 1.0  # CPUs Ray reserves for each shard replica (0 on a small local cluster)
     router_cpus: float = 0.0
@@ -67,10 +67,8 @@ class ClusterOptions:
     # The router's data folder (its traffic log, cluster.events); None: `<index>/router`, on the volume every
     # node mounts, so every router replica writes the one log.
     router_data_dir: Path | None = None
-    # Replicated copies of every shard (cluster.replication): more than 1 keeps each shard on that many labelled
-    # nodes' own disks under `node_dir` (default `<index>/nodes`), every copy taking part in writes, a write
-    # acknowledged once `min_copies` of them hold it.
-    copies: int = 1
+    # With replicas > 1: each replica of a shard on its labelled node, its copy under `node_dir` on that node's disk
+    # (default `<index>/nodes`), a write acknowledged once `min_copies` replicas hold it.
     node_dir: Path | None = None
     min_copies: int = 2
     failure_timeout_seconds: float = 2.0
@@ -164,20 +162,18 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
     manifest = read_manifest(index)
     if options.replicas < 1:
         raise ClusterIndexError(f"replicas must be at least 1 (got {options.replicas})")
-    if options.copies > 1 and options.replicas > 1:
-        raise ClusterIndexError("--copies (replicated shards) and --replicas (read-only copies) do not combine")
-    if options.copies > 1 and not 2 <= options.min_copies <= options.copies:
+    if options.replicas > 1 and not 2 <= options.min_copies <= options.replicas:
         raise ClusterIndexError(
-            f"--min-copies must be between 2 (so that losing one node loses no acknowledged write) and --copies "
-            f"({options.copies}); got {options.min_copies}"
+            f"--min-copies must be between 2 (so that losing one node loses no acknowledged write) and --replicas "
+            f"({options.replicas}); got {options.min_copies}"
         )
     open_vocab = settings.open_vocab  # the router's, given to every shard
     statistics = statistics_of(settings, manifest)
     replicated = None
-    if options.copies > 1:
+    if options.replicas > 1:
         group = start_copies(index, settings, options, manifest.shards, statistics)
         replicated = Replication(
-            group, manifest.shards, options.copies, options.min_copies, options.failure_timeout_seconds
+            group, manifest.shards, options.replicas, options.min_copies, options.failure_timeout_seconds
         )
     shard_app = serve.deployment(ShardServer)
     handles = (
@@ -186,7 +182,7 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
         else [
             shard_app.options(
                 name=shard_folder_name(i),
-                num_replicas=options.replicas,
+                num_replicas=1,
                 ray_actor_options={"num_cpus": options.shard_cpus},
                 max_ongoing_requests=options.max_ongoing_requests,
                 health_check_period_s=2,
@@ -194,7 +190,6 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
                 str(index.resolve()),
                 i,
                 options.threads,
-                options.replicas > 1,
                 open_vocab,
                 settings.open_vocab_words,
                 statistics,
@@ -250,7 +245,7 @@ def start_copies(index: Path, settings: Settings, options: ClusterOptions, shard
         start_replicas(
             group,
             args,
-            options.copies,
+            options.replicas,
             (options.node_dir or index / "nodes").resolve(),
             min_copies=options.min_copies,
             timeout=options.failure_timeout_seconds,
@@ -296,12 +291,23 @@ def build(args: dict[str, str]) -> Any:
     """Serve's config-file entry (`import_path: cluster.deploy:build`, as KubeRay's RayService uses it).
 
     `args`: `index` (the sharded index folder on a volume every node mounts), and optionally
-    `replicas`, `shard_cpus`, `threads`, `retry_seconds`, `shard_timeout_seconds`, `router_data_dir`; keys,
+    `replicas`, `shard_cpus`, `threads`, `retry_seconds`, `shard_timeout_seconds`, `router_data_dir`, `node_dir`,
+    `min_copies`; keys,
     bounds and the rest come from the `SSI_*` environment as for `ssi serve`.
     """
     from service.settings import Settings
 
-    known = {"index", "replicas", "shard_cpus", "threads", "retry_seconds", "shard_timeout_seconds", "router_data_dir"}
+    known = {
+        "index",
+        "replicas",
+        "shard_cpus",
+        "threads",
+        "retry_seconds",
+        "shard_timeout_seconds",
+        "router_data_dir",
+        "node_dir",
+        "min_copies",
+    }
     unknown = sorted(set(args) - known)
     if unknown or "index" not in args:
         raise ClusterIndexError(
@@ -314,5 +320,7 @@ def build(args: dict[str, str]) -> Any:
         retry_seconds=float(args.get("retry_seconds", 30.0)),
         shard_timeout_seconds=float(args.get("shard_timeout_seconds", 60.0)),
         router_data_dir=Path(args["router_data_dir"]) if args.get("router_data_dir") else None,
+        node_dir=Path(args["node_dir"]) if args.get("node_dir") else None,
+        min_copies=int(args.get("min_copies", 2)),
     )
     return application(Path(args["index"]), Settings(), options)

@@ -201,7 +201,7 @@ class Fanout:
 
     async def reload(self, bundle: str) -> dict[str, Any]:
         """POST /admin/reload: every shard builds its state for `bundle`, and only when all have, the manifest
-        records it and every shard swaps. A shard that cannot prepare (a bad bundle, read-only replicas, not
+        records it and every shard swaps. A shard that cannot prepare (a bad bundle, a replica that cannot, not
         answering) aborts the others: the cluster keeps serving the old bundle, whose scores all shards share.
         """
         replies = await asyncio.gather(

@@ -17,9 +17,7 @@ and the router raises it again, so a caller sees the single node's error and nev
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,7 +28,7 @@ from cluster.shard_settings import cluster_avg_len, shard_settings
 from service.adverts import AdFilter, AdvertBooks
 from service.bounds import cut_long_text
 from service.collection import Collection
-from service.errors import Conflict, Forbidden, ServiceError
+from service.errors import Conflict, ServiceError
 from service.matching import match_pages
 from service.metrics import Metrics
 from service.model_state import ModelState
@@ -88,7 +86,6 @@ class ShardServer:
         root: str,
         shard: int,
         threads: int = 1,
-        read_only: bool = False,
         open_vocab: bool = False,
         open_vocab_words: int = DEFAULT_MAX_WORDS,
         statistics: Statistics = "bundle",
@@ -108,10 +105,6 @@ class ShardServer:
         bundle = Path(manifest.bundle)
         folder = index / manifest.entries[shard].folder if folder is None else Path(folder)
         require_store(folder, bundle, shard)
-        self.read_only = read_only
-        if read_only:  # one of several replicas: a private copy of the shard's folder (one process serves a folder)
-            self._copy = tempfile.TemporaryDirectory(prefix=f"ssi-{folder.name}-")
-            folder = Path(shutil.copytree(folder, Path(self._copy.name) / folder.name))
         self.folder = folder
         self.settings = shard_settings(
             folder,
@@ -245,18 +238,10 @@ class ShardServer:
 
     def put(self, docs: Sequence[dict[str, str]]) -> Reply:
         """Add or replace documents this shard owns: durable in its store when this returns."""
-        return answer(lambda: self._writable().put([Document(**d) for d in docs]))
+        return answer(lambda: self.collection.put([Document(**d) for d in docs]))
 
     def delete(self, doc_id: str) -> Reply:
-        return answer(lambda: self._writable().delete(doc_id))
-
-    def _writable(self) -> Collection:
-        if self.read_only:
-            raise Forbidden(
-                "this cluster serves each shard from several read-only replicas (each has its own copy, "
-                "none is the truth): writes need one replica per shard (ssi cluster serve --replicas 1)"
-            )
-        return self.collection
+        return answer(lambda: self.collection.delete(doc_id))
 
     # -- reload (every shard swaps or none: cluster.fanout.Fanout.reload) --------------------------
 
@@ -264,11 +249,6 @@ class ShardServer:
         """Build this shard's state for the bundle at `bundle` beside the served one; its content hash and form."""
 
         def work() -> dict[str, str]:
-            if self.read_only:
-                raise Forbidden(
-                    "this cluster serves each shard from several read-only replicas and a reload would reach one "
-                    "of them: restart it with the new bundle (`ssi index`, then `ssi cluster serve`)"
-                )
             self._prepared = None
             self._prepared = self.collection.prepare_reload(Path(bundle))
             manifest = self._prepared.bundle.manifest

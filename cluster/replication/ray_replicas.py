@@ -44,7 +44,15 @@ EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload"}
 NOT_PRIMARY = "is not the primary"
 # Calls that do real work get longer than the failure timeout (a ping's): a write's apply on a backup (featurizing
 # a batch), a catch-up, a whole copy unpacked and loaded, a recovery (all of those, run by the primary).
-LONGER = {"replicate": 10.0, "catch_up": 120.0, "install": 600.0, "recover": 900.0, "add": 10.0, "dump": 120.0}
+LONGER = {
+    "replicate": 10.0,
+    "catch_up": 120.0,
+    "install": 600.0,
+    "recover": 900.0,
+    "call": 600.0,  # a reload step on a copy that missed one (Replica.recover)
+    "add": 10.0,
+    "dump": 120.0,
+}
 
 
 def node_label(index: int) -> str:

@@ -80,6 +80,7 @@ class Position:
     last_term: int
     log_floor: int
     term: int  # the highest term this copy has seen
+    bundle_hash: str = ""  # the bundle it serves: a copy that missed a reload takes the primary's before it joins
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +98,7 @@ class ServerArgs:
         extra: dict[str, Any] = {"open_vocab": self.open_vocab, "statistics": self.statistics}
         if self.open_vocab_words:
             extra["open_vocab_words"] = self.open_vocab_words
-        return ShardServer(self.root, self.shard, self.threads, False, folder=str(folder), **extra)  # type: ignore[arg-type]
+        return ShardServer(self.root, self.shard, self.threads, folder=str(folder), **extra)  # type: ignore[arg-type]
 
 
 class Replica:
@@ -191,8 +192,9 @@ class Replica:
             return Position("", -1, -1, 0, self.term)
         store = server.collection.store
         assert store is not None
+        bundle = server.collection.ready_state().bundle.content_hash
         with store.view() as view:
-            return Position(store.uuid, view.last_seq, view.term_at(view.last_seq), view.log_floor, self.term)
+            return Position(store.uuid, view.last_seq, view.term_at(view.last_seq), view.log_floor, self.term, bundle)
 
     def fingerprint(self) -> tuple[int, int, str]:
         """(last write, documents, sha256 of every document with its sequence number): equal on copies that hold
@@ -319,6 +321,12 @@ class Replica:
             log.info("[%s] sending a whole copy to %s (at write %d)", self.name, joiner, position.last_seq)
             blob = pack(server.settings)
             self._check(self.peers.call(joiner, "install", self.term, blob))
+            position = self.peers.call(joiner, "position")
+        served = server.collection.ready_state().bundle.content_hash
+        if position.bundle_hash != served:  # it missed a reload (or started from an older manifest): this one first
+            bundle = str(server.collection.bundle_path)
+            self._check(self.peers.call(joiner, "call", "prepare_reload", bundle))
+            self._check(self.peers.call(joiner, "call", "commit_reload", served))
         with self.lock:
             view = self.view
             if view.primary != self.name:

@@ -191,7 +191,7 @@ def test_sharded_ranking_is_one_nodes_through_writes_and_deletes(
         router.servers[1].close()
         if recompute:
             shutil.rmtree(router.servers[1].collection.ready_state().folder)
-        restarted = ShardServer(str(stats_world["index"]), 1, 1, False, True, 1_000_000, "collection")
+        restarted = ShardServer(str(stats_world["index"]), 1, 1, True, 1_000_000, "collection")
         router.servers[1] = router.shards.servers[1] = restarted  # type: ignore[attr-defined]
         state = restarted.collection.ready_state()
         assert state.report.source == ("computed" if recompute else "cache")
@@ -229,7 +229,7 @@ def test_an_index_built_without_the_collections_statistics_is_refused(stats_worl
     with pytest.raises(ClusterIndexError, match="built without the collection's statistics"):
         statistics_of(Settings(**COLLECTION_STATS), manifest)  # type: ignore[arg-type]
     with pytest.raises(ClusterIndexError, match="ssi index --statistics collection"):
-        ShardServer(str(index), 0, 1, False, True, 1_000_000, "collection")
+        ShardServer(str(index), 0, 1, True, 1_000_000, "collection")
     assert statistics_of(Settings(open_vocab=False, open_vocab_statistics="collection"), manifest) == "bundle"
     assert statistics_of(Settings(open_vocab=True), manifest) == "bundle"
     env = {"SSI_OPEN_VOCAB_STATISTICS": "collection"}  # SSI_OPEN_VOCAB unset: on

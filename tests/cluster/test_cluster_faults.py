@@ -165,7 +165,7 @@ def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
 
     index = tmp_path_factory.mktemp("fault-index") / "index"
     build_index(world["corpus"], world["bundle"], index, SHARDS, batch_size=100)
-    local = LocalCluster(workers=1, cpus_per_node=1, object_store_mb=96)
+    local = LocalCluster(workers=2, cpus_per_node=1, object_store_mb=96)  # two labelled nodes: replicas=2
     try:
         local.connect()
         yield {"index": index, "port": free_port(), "local": local}

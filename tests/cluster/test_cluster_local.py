@@ -38,7 +38,7 @@ class Router:
         app_settings = Settings(**settings)
         # given to shards as cluster.deploy gives them
         open_vocab = (app_settings.open_vocab, app_settings.open_vocab_words, statistics_of(app_settings, manifest))
-        self.servers = [ShardServer(str(index), i, 1, False, *open_vocab) for i in range(manifest.shards)]
+        self.servers = [ShardServer(str(index), i, 1, *open_vocab) for i in range(manifest.shards)]
         about = manifest.model_dump(exclude={"entries"})  # what cluster.deploy gives the Serve router
         self.shards = shards(self.servers)
         app = build_app(app_settings, Fanout(self.shards), about)
@@ -332,26 +332,6 @@ def test_shards_of_an_approximate_index_build_load_and_answer(world: dict, tmp_p
         router.close()
 
 
-def test_a_read_only_replica_serves_a_private_copy_and_refuses_writes(world: dict, indexes: dict[int, Path]) -> None:
-    """`--replicas N > 1`: each replica opens a copy of its shard's folder; reads answer, writes are a 403."""
-    replicas = [ShardServer(str(indexes[1]), 0, read_only=True) for _ in range(2)]  # two at once: no folder lock
-    try:
-        router = Fanout(LocalShards(replicas[:1]))
-        query = probe_queries(world["docs"], 1, seed=17)[0]
-        import asyncio
-
-        (result,) = asyncio.run(router.search([query], 10, 0))
-        ids, _ = world["oracle"].top(query, 10)
-        assert [h.id for h in result.hits] == ids
-        refused = replicas[1].put([{"id": "new", "title": "", "text": "words"}])
-        assert refused.status == 403 and "read-only replicas" in refused.message
-        folders = {Path(r.settings.data_dir) for r in replicas}
-        assert len(folders) == 2 and not any(indexes[1] in f.parents for f in folders)
-    finally:
-        for replica in replicas:
-            replica.close()
-
-
 def test_a_shard_whose_store_is_missing_refuses_to_start_instead_of_serving_empty(
     indexes: dict[int, Path], tmp_path: Path
 ) -> None:
@@ -424,14 +404,3 @@ def test_a_reload_through_the_router_swaps_every_shard_or_none(world: dict, tmp_
         assert_same_ranking(hits, new_oracle, query, 10)
     finally:
         router.close()
-    replica = ShardServer(str(index), 0, read_only=True)
-    try:
-        import asyncio
-
-        from service.errors import Forbidden
-
-        with pytest.raises(Forbidden, match="read-only replicas"):
-            asyncio.run(Fanout(LocalShards([replica])).reload(str(world["bundle"])))
-        assert replica.collection.ready_state().bundle.content_hash == new_oracle.bundle.content_hash
-    finally:
-        replica.close()

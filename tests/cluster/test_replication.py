@@ -190,6 +190,27 @@ def test_a_copy_the_primary_did_not_send_a_write_to_leaves_the_in_sync_set_befor
     assert left_out in shard.map.view(0).in_sync and "unsent" in assert_copies_agree(shard, "third")
 
 
+def test_a_copy_that_missed_a_reload_serves_the_new_bundle_before_it_rejoins(
+    world: dict, shard: Shard, tmp_path: Path
+) -> None:
+    from tests.service.service_testing import make_bundle
+
+    newer = make_bundle(tmp_path / "bundles" / "newer", world["docs"], n_dims=24, seed=9)
+    away = "shard-0000-r2"
+    shard.peers.down.add(away)
+    shard.coordinator.tick()
+    in_sync = shard.map.view(0).in_sync
+    prepared = {name: shard.peers.replicas[name].call("prepare_reload", str(newer)) for name in in_sync}
+    assert all(reply.status == 200 for reply in prepared.values())  # what the router asks of every in-sync copy
+    content_hash = next(iter(prepared.values())).value["content_hash"]
+    assert all(shard.peers.replicas[n].call("commit_reload", content_hash).status == 200 for n in in_sync)
+    shard.peers.down.discard(away)
+    shard.coordinator.tick()
+    assert away in shard.map.view(0).in_sync
+    hashes = {n: r.serving().collection.ready_state().bundle.content_hash for n, r in shard.peers.replicas.items()}
+    assert len(set(hashes.values())) == 1 and shard.peers.replicas[away].position().bundle_hash == hashes[away]
+
+
 def test_without_enough_copies_in_sync_a_write_is_refused_not_acknowledged_alone(shard: Shard) -> None:
     for name in ("shard-0000-r1", "shard-0000-r2"):
         shard.peers.down.add(name)

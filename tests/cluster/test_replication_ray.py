@@ -44,7 +44,7 @@ def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
         port = free_port()
         options = deploy.ClusterOptions(
             shard_cpus=0,
-            copies=COPIES,
+            replicas=COPIES,
             node_dir=root / "nodes",
             retry_seconds=10.0,
             shard_timeout_seconds=8.0,
