@@ -183,8 +183,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         deploy.start(work / "index", Settings(host="127.0.0.1", port=port, insecure_writes=True), options)
         url = f"http://127.0.0.1:{port}"
         wait_in_sync(3)
-        threads = [threading.Thread(target=writer, args=(url, w, texts, log, stop)) for w in range(2)]
-        threads += [threading.Thread(target=searcher, args=(url, s, queries, log, stop)) for s in range(2)]
+        threads = [threading.Thread(target=writer, args=(url, w, texts, log, stop), daemon=True) for w in range(2)]
+        threads += [threading.Thread(target=searcher, args=(url, s, queries, log, stop), daemon=True) for s in range(2)]
         for thread in threads:
             thread.start()
         started = time.monotonic()
@@ -228,6 +228,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         deploy.stop()
         serve.shutdown()
     finally:
+        stop.set()
         local.shutdown()
 
     def share(kind: str, windows: list[tuple[float, float]]) -> dict[str, Any]:

@@ -31,8 +31,23 @@ class LocalCluster:
         return self.cluster.add_node(**self.node_args, labels={NODE_LABEL: node_label(index)})
 
     def kill_worker(self, index: int) -> None:
-        """Kill every process of worker node `index` (its raylet, object store and workers), as a lost machine."""
-        self.cluster.remove_node(self.workers[index], allow_graceful=False)
+        """Kill every process of worker node `index` (its raylet, object store and workers), as a lost machine: the
+        raylet's children (the node's workers) are killed too, not left to notice that their raylet is gone."""
+        import psutil
+
+        node = self.workers[index]
+        children: list[psutil.Process] = []
+        for info in node.all_processes.get("raylet", []):
+            try:
+                children += psutil.Process(info.process.pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                pass
+        self.cluster.remove_node(node, allow_graceful=False)
+        for child in children:
+            try:
+                child.kill()
+            except psutil.NoSuchProcess:
+                pass
 
     def connect(self) -> Any:
         """Join the cluster from this process (the driver); returns the ray module."""

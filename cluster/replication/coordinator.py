@@ -14,6 +14,7 @@ cluster (cluster.replication.ray_replicas runs it in an actor) and step by step 
 from __future__ import annotations
 
 import logging
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,11 +35,15 @@ class TickReport:
 
 
 class Coordinator:
-    """The replication authority over `shard_map`, reaching the copies through `peers`."""
+    """The replication authority over `shard_map`, reaching the copies through `peers`. With `background`, a
+    catch-up (which may send a whole copy) runs in a thread of its own and the rounds go on meanwhile, so one slow
+    recovery delays no failure's detection; without, each round waits for its catch-ups (the tests' steps)."""
 
-    def __init__(self, shard_map: ShardMap, peers: Peers) -> None:
+    def __init__(self, shard_map: ShardMap, peers: Peers, background: bool = False) -> None:
         self.map = shard_map
         self.peers = peers
+        self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recover") if background else None
+        self._recovering: dict[str, Future[None]] = {}
 
     def tick(self, recover: bool = True) -> TickReport:
         report = TickReport()
@@ -52,7 +57,9 @@ class Coordinator:
         for name in view.replicas:
             try:
                 positions[name] = self.peers.call(name, "position")
-            except Unreachable:
+            except Exception as exc:  # noqa: BLE001 — dead, frozen, or failing: not answering, for this round
+                if not isinstance(exc, Unreachable):
+                    log.warning("shard %d: %s answered its position with %r", shard, name, exc)
                 report.unreachable.setdefault(shard, []).append(name)
         ranks = {name: (p.last_term, p.last_seq) for name, p in positions.items() if p.last_seq >= 0}
         if view.primary not in positions:
@@ -69,17 +76,27 @@ class Coordinator:
         for name in positions:
             if name in view.in_sync:
                 continue
-            try:
-                self.peers.call(view.primary, "recover", name)
-            except Exception as exc:  # noqa: BLE001 — tried again next round; the reason goes to the report
-                report.failed_recoveries.setdefault(shard, {})[name] = f"{type(exc).__name__}: {exc}"
+            if self._pool is not None:
+                running = self._recovering.get(name)
+                if running is None or running.done():
+                    self._recovering[name] = self._pool.submit(self._recover, shard, view.primary, name, report)
                 continue
-            report.recovered.setdefault(shard, []).append(name)
+            self._recover(shard, view.primary, name, report)
         self._tell(self.map.view(shard), positions)
+
+    def _recover(self, shard: int, primary: str, joiner: str, report: TickReport) -> None:
+        try:
+            self.peers.call(primary, "recover", joiner)
+        except Exception as exc:  # noqa: BLE001 — tried again next round; the reason goes to the report
+            report.failed_recoveries.setdefault(shard, {})[joiner] = f"{type(exc).__name__}: {exc}"
+            log.warning("shard %d: %s could not bring %s up to date: %r", shard, primary, joiner, exc)
+            return
+        report.recovered.setdefault(shard, []).append(joiner)
+        self._tell(self.map.view(shard), {joiner: None, primary: None})
 
     def _tell(self, view: ShardView, positions: dict[str, Any]) -> None:
         for name in positions:
             try:
                 self.peers.call(name, "assign", view)
-            except Unreachable:
+            except Exception:  # noqa: BLE001 — not answering, or busy: told again next round
                 pass

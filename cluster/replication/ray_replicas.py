@@ -42,6 +42,7 @@ NODE_LABEL = "ssi.node"
 WRITES = {"put", "delete"}
 EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload"}
 NOT_PRIMARY = "is not the primary"
+MAP_TIMEOUT = 10.0  # seconds a primary waits for the coordinator's confirmation of a write (then a 503)
 # Calls that do real work get longer than the failure timeout (a ping's): a write's apply on a backup (featurizing
 # a batch), a catch-up, a whole copy unpacked and loaded, a recovery (all of those, run by the primary).
 LONGER = {
@@ -109,9 +110,13 @@ class RemoteMap:
     @staticmethod
     def _get(ref: Any) -> ShardView:
         try:
-            return ray.get(ref)
+            return ray.get(ref, timeout=MAP_TIMEOUT)
         except RayTaskError as exc:
             raise exc.as_instanceof_cause() from None
+        except (GetTimeoutError, RayActorError):  # the write is not acknowledged; the client may send it again
+            raise Unavailable(
+                "the replication coordinator did not answer: not acknowledged", headers={"Retry-After": "2"}
+            ) from None
 
 
 class CoordinatorActor:
@@ -119,7 +124,7 @@ class CoordinatorActor:
 
     def __init__(self, group: str, map_path: str, shards: int, replicas: int, timeout: float, every: float) -> None:
         self.map = ShardMap(Path(map_path), shards, replicas)
-        self.coordinator = Coordinator(self.map, RayPeers(group, timeout))
+        self.coordinator = Coordinator(self.map, RayPeers(group, timeout), background=True)
         self.every = every
         self.rounds = 0
         self.last_report: dict[str, Any] = {}

@@ -27,8 +27,9 @@ import os
 import shutil
 import threading
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -99,6 +100,9 @@ class ServerArgs:
         if self.open_vocab_words:
             extra["open_vocab_words"] = self.open_vocab_words
         return ShardServer(self.root, self.shard, self.threads, folder=str(folder), **extra)  # type: ignore[arg-type]
+
+
+LOCK_WAIT = 30.0  # seconds a write, an apply or a catch-up waits for the one before it, then a 503
 
 
 class Replica:
@@ -180,6 +184,17 @@ class Replica:
         self._make_current(folder)
         return folder
 
+    @contextmanager
+    def _turn(self) -> Iterator[None]:
+        """This copy's lock, waited for at most LOCK_WAIT: a copy whose last step is stuck answers 503 instead of
+        holding its callers (the primary's write, the coordinator's round) for ever."""
+        if not self.lock.acquire(timeout=LOCK_WAIT):
+            raise Unavailable(f"{self.name} is busy with an earlier write or catch-up", headers={"Retry-After": "2"})
+        try:
+            yield
+        finally:
+            self.lock.release()
+
     def _adopt(self, view: ShardView) -> None:
         if view.term > self.term:
             self._save_term(view.term)
@@ -187,11 +202,12 @@ class Replica:
     # -- what the coordinator and the router ask -------------------------------------------------
 
     def position(self) -> Position:
+        """Where this copy's history ends; a copy with nothing it can serve now (none yet, or rebuilding its index)
+        is at -1, so it is neither promoted nor counted as caught up."""
         server = self.server
-        if server is None:
+        store = None if server is None else server.collection.store
+        if server is None or store is None or server.collection.status != "ready":
             return Position("", -1, -1, 0, self.term)
-        store = server.collection.store
-        assert store is not None
         bundle = server.collection.ready_state().bundle.content_hash
         with store.view() as view:
             return Position(store.uuid, view.last_seq, view.term_at(view.last_seq), view.log_floor, self.term, bundle)
@@ -210,7 +226,7 @@ class Replica:
 
     def assign(self, view: ShardView) -> None:
         """The coordinator's newer view of the shard (a new primary, a changed in-sync set)."""
-        with self.lock:
+        with self._turn():
             if view.newer_than(self.view):
                 self._adopt(view)
                 self.view = view
@@ -231,7 +247,7 @@ class Replica:
 
     def write(self, op: str, payload: Any) -> Any:
         """A write acknowledged only once every in-sync copy holds it and the coordinator confirmed the term."""
-        with self.lock:
+        with self._turn():
             view = self.view
             if view.primary != self.name or view.term < self.term:
                 raise Unavailable(
@@ -298,7 +314,7 @@ class Replica:
         return answer(lambda: self._take(term, prev, prev_term, op, payload, result))
 
     def _take(self, term: int, prev: int, prev_term: int, op: str, payload: Any, result: Any) -> None:
-        with self.lock:
+        with self._turn():
             self._newer(term)
             server = self.serving()
             store = server.collection.store
@@ -327,7 +343,7 @@ class Replica:
             bundle = str(server.collection.bundle_path)
             self._check(self.peers.call(joiner, "call", "prepare_reload", bundle))
             self._check(self.peers.call(joiner, "call", "commit_reload", served))
-        with self.lock:
+        with self._turn():
             view = self.view
             if view.primary != self.name:
                 raise Unavailable(f"{self.name} is no longer the primary of shard {self.shard}")
@@ -364,7 +380,7 @@ class Replica:
         """Serve the whole copy `blob` from now on, in a new folder; the old one is removed after the swap."""
 
         def work() -> None:
-            with self.lock:
+            with self._turn():
                 self._newer(term)
                 folder = self._new_folder()
                 unpack(blob, shard_settings(folder, Path(read_manifest(Path(self.args.root)).bundle)))
@@ -379,7 +395,7 @@ class Replica:
 
     def catch_up(self, term: int, changes: Changes) -> Reply:
         def work() -> None:
-            with self.lock:
+            with self._turn():
                 self._newer(term)
                 try:
                     self.serving().collection.follow(lambda store: store.apply_changes(changes))
