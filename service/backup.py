@@ -2,7 +2,8 @@
 
 A backup is taken while the service serves and writes, from its folders, without stopping it:
 
-- each SQLite file of a collection (the document store and the click log, `<data>/stores/<collection>/`) is
+- each SQLite file of a collection (the document store, the click log and an adverts collection's metadata book,
+  `<data>/stores/<collection>/`) is
   copied through SQLite's online backup API, which copies one transaction-consistent state of the database
   while writers carry on (WAL mode);
 - the newest complete index snapshot of each of the collection's cache folders is copied *before* the store. A
@@ -28,6 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from service.adverts import BOOK_FILE
 from service.settings import Settings
 from service.snapshot import seq_of, snapshots
 from service.store import STORE_FILE
@@ -51,6 +53,7 @@ class CollectionBackup:
     documents: int
     events: bool
     snapshots: dict[str, int] = field(default_factory=dict)  # path under index/<collection>/ -> its sequence
+    adverts: bool = False  # an adverts collection's metadata book (service.adverts), copied with the store
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,8 +172,11 @@ def _backup_collection(settings: Settings, name: str, work: Path) -> CollectionB
     events = settings.store_dir / name / EVENTS_FILE
     if events.is_file():
         _copy_sqlite(events, stores / EVENTS_FILE)
+    book = settings.store_dir / name / BOOK_FILE
+    if book.is_file():
+        _copy_sqlite(book, stores / BOOK_FILE)
     uuid, seq, documents = _store_identity(stores / STORE_FILE)
-    return CollectionBackup(uuid, seq, documents, events.is_file(), copied)
+    return CollectionBackup(uuid, seq, documents, events.is_file(), copied, book.is_file())
 
 
 def restore(source: Path, settings: Settings, names: list[str] | None = None) -> BackupManifest:

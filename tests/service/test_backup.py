@@ -173,3 +173,28 @@ def test_refusals_name_the_problem_and_change_nothing(world: dict, tmp_path: Pat
     (copy / MANIFEST).unlink()
     with pytest.raises(BackupError, match="not a backup"):
         restore(copy, Settings(cache_dir=target))
+
+
+def test_an_adverts_book_travels_with_its_collection(tmp_path: Path) -> None:
+    """An adverts collection's metadata (paused, category, advertiser: service.adverts) lives in a book beside the
+    store: a backup without it would restore every advert as active and uncategorised."""
+    from service.adverts import AdvertBook, AdvertMeta
+    from service.store import DocumentStore
+
+    source = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
+    store = DocumentStore(DocumentStore.path_for(source.store_dir, "ads"))
+    store.put([Document("ad-1", "Shoes", "running shoes"), Document("ad-2", "Tea", "green tea")])
+    store.close()
+    book = AdvertBook.for_collection(source.store_dir, "ads", None)
+    book.put_many([("ad-1", AdvertMeta(active=False, category="sport", advertiser="acme"))])
+    manifest = backup(source, tmp_path / "backup", ["ads"])
+    book.close()
+    assert manifest.collections["ads"].adverts
+    target = Settings(data_dir=tmp_path / "restored", cache_dir=tmp_path / "restored-cache")
+    restore(tmp_path / "backup", target, ["ads"])
+    restored = AdvertBook.for_collection(target.store_dir, "ads", None)
+    try:
+        assert restored.get("ad-1") == AdvertMeta(active=False, category="sport", advertiser="acme")
+        assert restored.get("ad-2") == AdvertMeta()
+    finally:
+        restored.close()
