@@ -291,3 +291,35 @@ def test_a_click_is_acknowledged_on_enough_nodes_and_the_log_is_their_union(tmp_
             export(nodes, tmp_path / "cluster.sqlite")
     finally:
         traffic.close()
+
+
+def test_an_adverts_shard_matches_alike_on_every_replica_after_a_whole_copy(world: dict, tmp_path: Path) -> None:
+    """/match on replicas: a replica on a wiped disk gets the adverts' metadata book in its whole copy, so every
+    replica admits and ranks the same adverts for a filtered page."""
+    from service.adverts import AdFilter
+    from tests.cluster.test_cluster_match import meta_of, write_adverts
+    from tests.service.service_testing import probe_queries
+
+    corpus = write_adverts(tmp_path / "adverts.jsonl", world["docs"])
+    index = tmp_path / "ads-index"
+    build_index(corpus, world["bundle"], index, 1, batch_size=64, collection_type="adverts")
+    shard = Shard(index, tmp_path / "nodes")
+    try:
+        wiped = "shard-0000-r2"
+        shard.kill(wiped)
+        shutil.rmtree(shard.home(wiped).parent)
+        shard.start(wiped, seed=False)
+        shard.coordinator.tick()
+        assert wiped in shard.map.view(0).in_sync
+        category = {doc.id: meta_of(i).get("category") for i, doc in enumerate(world["docs"])}
+        pages = probe_queries(world["docs"], 3, seed=41)
+        answers = {}
+        for name, replica in shard.peers.replicas.items():
+            reply = replica.call("match", pages, 5, AdFilter(category=["cat1"]))
+            assert reply.status == 200, reply.message
+            answers[name] = [[ad["id"] for ad in result["ads"]] for result in reply.value.results]
+        assert len({str(a) for a in answers.values()}) == 1, answers
+        matched = [ad for page in answers[wiped] for ad in page]
+        assert matched and all(category[ad] == "cat1" for ad in matched)
+    finally:
+        shard.close()
