@@ -108,8 +108,9 @@ def views() -> list[Any]:
     import ray
 
     from cluster import deploy
+    from cluster.replication.ray_replicas import coordinator_of
 
-    return list(ray.get(deploy.COPIES[0].views.remote()))
+    return list(ray.get(coordinator_of(deploy.GROUPS[-1]).views.remote()))
 
 
 def copy_actor(name: str) -> Any:

@@ -283,8 +283,17 @@ def start_replicas(
 
 
 def stop_replicas(handles: list[Any]) -> None:
+    """Kill the actors of a deployment; those already gone (their cluster shut down) are passed over."""
     for handle in handles:
-        ray.kill(handle, no_restart=True)
+        try:
+            ray.kill(handle, no_restart=True)
+        except Exception:  # noqa: BLE001 — an actor of a cluster that is no more
+            continue
+
+
+def coordinator_of(group: str) -> Any:
+    """The coordinator actor of the replicated deployment `group` (its map: `views`, `describe`)."""
+    return ray.get_actor(actor_name(group, "coordinator"), namespace=NAMESPACE)
 
 
 def running_groups() -> dict[str, int]:

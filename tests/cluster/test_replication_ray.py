@@ -62,8 +62,9 @@ def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
 
 def coordinator() -> Any:
     from cluster import deploy
+    from cluster.replication.ray_replicas import coordinator_of
 
-    return deploy.COPIES[0]
+    return coordinator_of(deploy.GROUPS[-1])
 
 
 def copy_handle(name: str) -> Any:

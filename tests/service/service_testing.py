@@ -259,7 +259,12 @@ def wait_ready(base_url: str, timeout: float = 60.0, process: subprocess.Popen |
             raise RuntimeError(f"server exited with {process.returncode}")
         try:
             response = httpx.get(f"{base_url}/readyz", timeout=5)
-            last = response.json()
+            try:
+                last = response.json()
+            except ValueError:  # not our answer yet: a Ray Serve proxy whose routes have not caught up (a 404)
+                last = {"status": response.status_code, "body": response.text[:200]}
+                time.sleep(0.05)
+                continue
             if response.status_code == 200:
                 return last
             if last.get("status") == "failed":
