@@ -129,8 +129,13 @@ class Router:
         self.app_settings = settings
         shards: Any = RayShards(handles, retry_seconds, timeout_seconds)
         if replicated is not None:  # copies reached through the coordinator's map
+            # A replica that does not answer a read is passed over well within the shard's timeout: a killed one
+            # is restarted by Ray, and a call sent to it meanwhile waits for the restart.
+            read_timeout = min(5.0, (timeout_seconds or 15.0) / 3)
             shards = RetriedShards(
-                ReplicatedShards(replicated.group, replicated.shards), retry_seconds, timeout_seconds
+                ReplicatedShards(replicated.group, replicated.shards, read_timeout=read_timeout),
+                retry_seconds,
+                timeout_seconds,
             )
         self.fanout = Fanout(shards)
         self.about = about

@@ -353,8 +353,9 @@ class ReplicatedShards:
     """The router's `Shards` over replicated copies (cluster.fanout), reading the coordinator's map.
 
     A read that a copy does not answer within `read_timeout` is asked of another in-sync copy (the slow one is
-    passed over for `read_timeout` seconds), so a copy on a node that is gone, or frozen, costs a search that
-    long once, not the router's whole shard timeout. A write is tried again only where nothing was written (the
+    passed over for `read_timeout` seconds), so a copy on a node that is gone, frozen, or being restarted by Ray
+    (a call sent to it meanwhile waits for the restart) costs a search that long once, not the router's whole
+    shard timeout. A write is tried again only where nothing was written (the
     copy asked is not the primary, or there is no such copy): a primary lost during a write may have applied it,
     so that answer is a 503 saying so, and the client decides (a put can be sent again as it is)."""
 
