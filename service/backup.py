@@ -83,7 +83,7 @@ class BackupManifest:
             raise BackupError(f"{path} cannot be read: {exc}") from None
 
 
-def _copy_sqlite(source: Path, target: Path) -> None:
+def copy_sqlite(source: Path, target: Path) -> None:
     """One consistent state of a live SQLite database, however long its writers keep writing (the backup API
     reads it in one read transaction; WAL writers are not blocked)."""
     live = sqlite3.connect(f"{source.absolute().as_uri()}?mode=ro", uri=True, timeout=60)
@@ -168,13 +168,13 @@ def _backup_collection(settings: Settings, name: str, work: Path) -> CollectionB
             copied[f"{cache_folder.name}/{snapshot.name}"] = seq_of(snapshot)
     stores = work / "stores" / name
     stores.mkdir(parents=True)
-    _copy_sqlite(store, stores / STORE_FILE)
+    copy_sqlite(store, stores / STORE_FILE)
     events = settings.store_dir / name / EVENTS_FILE
     if events.is_file():
-        _copy_sqlite(events, stores / EVENTS_FILE)
+        copy_sqlite(events, stores / EVENTS_FILE)
     book = settings.store_dir / name / BOOK_FILE
     if book.is_file():
-        _copy_sqlite(book, stores / BOOK_FILE)
+        copy_sqlite(book, stores / BOOK_FILE)
     uuid, seq, documents = _store_identity(stores / STORE_FILE)
     return CollectionBackup(uuid, seq, documents, events.is_file(), copied, book.is_file())
 

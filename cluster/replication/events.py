@@ -29,6 +29,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 
+from service.backup import copy_sqlite
 from service.errors import Unavailable
 from service.events.store import ClickOutcome
 from service.events.traffic import Traffic
@@ -101,12 +102,7 @@ class EventCopy:
         """A consistent copy of the whole file (SQLite's online backup)."""
         with tempfile.TemporaryDirectory(prefix="ssi-events-") as work:
             target = Path(work) / EVENTS_FILE
-            copy = sqlite3.connect(target)
-            try:
-                with self._lock:
-                    self._conn.backup(copy)
-            finally:
-                copy.close()
+            copy_sqlite(self.path, target)
             return target.read_bytes()
 
     def merge(self, blob: bytes) -> int:
