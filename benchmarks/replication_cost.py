@@ -14,7 +14,6 @@ say what replication adds on one machine, not how it scales.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import time
@@ -23,7 +22,7 @@ from typing import Any
 
 import httpx
 
-from benchmarks.replication_faults import build_world, wait_in_sync
+from benchmarks.replication_faults import build_world, wait_in_sync, write_figures
 from service.bench.load import run_load
 from service.bench.server import free_port, wait_ready
 
@@ -100,12 +99,7 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/ssi-replication-cost")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    figures = run(args)
-    text = json.dumps(figures, indent=2)
-    print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
+    write_figures(run(args), args.out)
 
 
 if __name__ == "__main__":

@@ -264,12 +264,16 @@ def main() -> None:
     parser.add_argument("--work", default="/tmp/ssi-replication-faults")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    figures = run(args)
+    write_figures(run(args), args.out)
+
+
+def write_figures(figures: dict[str, Any], out: Path | None) -> None:
+    """Print a run's figures as JSON, and write them to `out` where given (both replication benchmarks)."""
     text = json.dumps(figures, indent=2)
     print(text)
-    if args.out is not None:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text + "\n", encoding="utf-8")
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -5,7 +5,6 @@ backup), packed as one tar archive in memory, and unpacked by the receiver into 
 from __future__ import annotations
 
 import io
-import shutil
 import tarfile
 import tempfile
 from pathlib import Path
@@ -33,7 +32,3 @@ def unpack(blob: bytes, settings: Settings) -> None:
         with tarfile.open(fileobj=io.BytesIO(blob), mode="r") as archive:
             archive.extractall(work, filter="data")
         restore(Path(work) / "copy", settings, [COLLECTION])
-
-
-def remove_folder(folder: Path) -> None:
-    shutil.rmtree(folder, ignore_errors=True)

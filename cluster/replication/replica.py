@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from cluster.manifest import read_manifest
-from cluster.replication.copy import pack, remove_folder, unpack
+from cluster.replication.copy import pack, unpack
 from cluster.replication.shard_map import ShardView, StaleTerm
 from cluster.shard_server import Reply, ShardServer, answer
 from cluster.shard_settings import shard_settings
@@ -389,7 +389,7 @@ class Replica:
                 self._make_current(folder)
             if old is not None:
                 old.close()
-                remove_folder(old.folder)
+                shutil.rmtree(old.folder, ignore_errors=True)
 
         return answer(work)
 
