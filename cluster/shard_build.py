@@ -199,7 +199,7 @@ def embed_block(
         titles=[d.title for d in docs],
         texts=[d.text for d in docs],
         shards=np.asarray([shard_of(i, shards) for i in ids], dtype=np.int32),
-        embeddings=embedder.embed_documents(tfidf, ids),
+        embeddings=embedder.embed_documents(tfidf, ids, texts),
         tfidf=tfidf,
         meta=list(meta) if meta is not None else [""] * len(ids),
         lengths=np.asarray(lengths, dtype=np.int64),

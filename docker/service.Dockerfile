@@ -20,8 +20,9 @@ COPY ssi_cli/ ssi_cli/
 COPY training/ training/
 COPY service/ service/
 
-# The same install script as the quick start and CI, with the serving extras only; then prove no torch came along.
-RUN bash scripts/install.sh --venv /opt/venv --extras serve --no-editable \
+# The same install script as the quick start and CI, with the serving extras (and the sentence encoder's
+# tokenizer, for hybrid bundles) only; then prove no torch came along.
+RUN bash scripts/install.sh --venv /opt/venv --extras serve,encoder --no-editable \
     && python -c "import importlib.util, sys; sys.exit('torch must not be in the service image' if importlib.util.find_spec('torch') else 0)" \
     && ssi serve --help >/dev/null
 

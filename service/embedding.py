@@ -6,7 +6,8 @@ output (the trainer's export of the form's query map, scaled to unit length for 
 checked against it here at load), and a document's is `form.embed_documents` (V d for SSI,
 V d + (V₃ d)∘(Y₃ d) for PSI-3, d for full W, B d/‖B d‖ for a projection).
 Writes are embedded before the store commits them (`prepare`), so a text the model cannot take is
-refused before anything changes.
+refused before anything changes. A hybrid bundle (ssi.hybrid) adds its sentence encoder's part: a query is
+embedded as [A q, e(q)] and a document as [v(d), λ e(d)], from their texts (`embed_queries(rows, texts)`).
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import scipy.sparse as sp
 from service.bulk_featurize import BulkFeaturizer, TextWords, words_of_tokens
 from service.encoder import QueryEncoder
 from ssi.bundle import Bundle, BundleError
+from ssi.hybrid import join_documents, join_queries
 from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, at_avg_len
 from ssi.records import Document
+from ssi.sentence import SentenceEncoder, SentenceError
 from ssi.tokenize import tokenize
 from ssi.vocab import TermCounts
 
@@ -74,7 +77,15 @@ class Embedder:
         self.bundle = bundle
         self.form = bundle.form
         self.index_dims = bundle.manifest.index_dims
-        self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, self.index_dims, threads)
+        form_dims = self.index_dims - bundle.manifest.sentence_dims
+        self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, form_dims, threads)
+        # A hybrid bundle's e (ssi.sentence); None: the form's parts alone.
+        self.sentence: SentenceEncoder | None = None
+        if bundle.sentence is not None:
+            try:
+                self.sentence = SentenceEncoder(bundle.sentence_path, threads)
+            except SentenceError as exc:
+                raise BundleError(str(exc)) from None
         self.encoder.check_against(self.form.query_map(), normalize=self.form.normalizes_query)
         # None (always, unless `open_vocab`: SSI_OPEN_VOCAB): the lexical part stays on the bundle's words.
         self.open_vocab = open_vocab
@@ -177,19 +188,37 @@ class Embedder:
         """Document rows: what the index embeds and the exact rerank's lexical part reads."""
         return self.bundle.vocab.featurize_documents(list(texts))
 
-    def embed_queries(self, tfidf: sp.csr_matrix) -> np.ndarray:
-        """float32 [queries, M]: (query map) q by the exported ONNX graph (to unit length for a cosine form)."""
-        return self.encoder.encode(tfidf)
+    def embed_queries(self, tfidf: sp.csr_matrix, texts: Sequence[str] | None = None) -> np.ndarray:
+        """float32 [queries, M]: (query map) q by the exported ONNX graph (to unit length for a cosine form); for
+        a hybrid bundle [A q, e(q)], e from the query `texts` (one encoder call for them all)."""
+        embedded = self.encoder.encode(tfidf)
+        if self.sentence is None:
+            return embedded
+        return join_queries(embedded, self.sentence.encode(self._texts_of(texts, tfidf.shape[0])))
 
-    def embed_documents(self, tfidf: sp.csr_matrix, doc_ids: Sequence[str] | None = None) -> np.ndarray:
+    def embed_documents(
+        self, tfidf: sp.csr_matrix, doc_ids: Sequence[str] | None = None, texts: Sequence[str] | None = None
+    ) -> np.ndarray:
         """float32 [documents, M], C order: what the index stores for each document row, as the form defines it
-        (from the row's semantic row, ssi.vocab.Vocabulary.semantic_rows).
+        (from the row's semantic row, ssi.vocab.Vocabulary.semantic_rows); for a hybrid bundle [v(d), λ e(d)],
+        e from the documents' full `texts`.
 
         `doc_ids` reach a form with per-document vectors (half-transductive: a training document with
         its text unchanged keeps its free vector, any other falls back to the functional map).
         """
         semantic = self.bundle.vocab.semantic_rows(tfidf)  # the rows themselves under tf-idf
-        return np.ascontiguousarray(self.form.embed_documents_of(semantic, doc_ids), dtype=np.float32)
+        embedded = np.ascontiguousarray(self.form.embed_documents_of(semantic, doc_ids), dtype=np.float32)
+        if self.sentence is None:
+            return embedded
+        encoded = self.sentence.encode(self._texts_of(texts, tfidf.shape[0]))
+        return join_documents(embedded, encoded, self.sentence.spec.weight)
+
+    @staticmethod
+    def _texts_of(texts: Sequence[str] | None, rows: int) -> list[str]:
+        """The texts a hybrid bundle's encoder reads, one per row; a caller that gives none is a bug."""
+        if texts is None or len(texts) != rows:
+            raise RuntimeError(f"a hybrid bundle embeds texts: {rows} rows came with {texts and len(texts)} texts")
+        return list(texts)
 
     def lexical_rows(self, texts: Sequence[str], rows: sp.csr_matrix) -> sp.csr_matrix:
         """The lexical index's rows of `texts` whose bundle rows are `rows`: those rows, or with the collection's
@@ -205,7 +234,7 @@ class Embedder:
         tfidf = self.featurize_documents(texts)
         ids = [doc.id for doc in docs]
         entries = self.open_entries(texts)
-        embeddings = self.embed_documents(tfidf, ids)
+        embeddings = self.embed_documents(tfidf, ids, texts)
         return Prepared(ids=ids, tfidf=self.lexical_rows(texts, tfidf), embeddings=embeddings, open_entries=entries)
 
     def open_entries(self, texts: Sequence[str]) -> list[DocEntries] | None:

@@ -80,13 +80,16 @@ def match_pages(
     # The page's words for the open term, as /search takes them (ssi.open_vocab): None while closed or none is held.
     rows, words = state.featurize(texts, settings.max_page_words, counted=open_counts is not None)
     pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
-    first = state.search_rows(rows, k, pool=pool, open_words=words, open_counts=open_counts) if pages else []
+    first = (
+        state.search_rows(rows, k, pool=pool, open_words=words, open_counts=open_counts, texts=texts) if pages else []
+    )
     return [
         _match_one(
             collection,
             book,
             state,
             rows[i],
+            texts[i],
             words[i] if words else None,
             first[i],
             k,
@@ -103,6 +106,7 @@ def _match_one(
     book: AdvertBook,
     state: ModelState,
     page: sp.csr_matrix,
+    text: str,
     words: QueryWords | None,
     result: QueryResult,
     k: int,
@@ -110,8 +114,8 @@ def _match_one(
     pool: int,
     counts: OpenCounts | None = None,
 ) -> PageMatch:
-    """One page (its query row `page`, its `words` for the open term and the `counts` weighing its new words where
-    not the collection's own, and `result`, its exact top k) to its top k admitted adverts."""
+    """One page (its query row `page` of its `text`, its `words` for the open term and the `counts` weighing its new
+    words where not the collection's own, and `result`, its exact top k) to its top k admitted adverts."""
     want = k
     while True:
         n_live = state.table.n_live
@@ -121,7 +125,7 @@ def _match_one(
             break
         want = min(n_live, want * GROWTH)
         (result,) = state.search_rows(
-            page, want, pool=pool, open_words=None if words is None else [words], open_counts=[counts]
+            page, want, pool=pool, open_words=None if words is None else [words], open_counts=[counts], texts=[text]
         )
     stored = collection.get_many([result.doc_ids[j] for j in chosen])
     chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup

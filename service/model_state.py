@@ -43,6 +43,7 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
+from ssi.hybrid import split_sentence
 from ssi.open_vocab import OpenCounts, OpenPostings, QueryWords, collection_idf, collection_query_values
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
@@ -97,6 +98,9 @@ class QueryResult:
     # The weights of the query's new words it was ranked with (ssi.open_vocab; empty: no open term), for /match's
     # shared words (service.matching.explain) without weighing them again.
     open_weights: Mapping[str, float] = field(default_factory=dict)
+    # A hybrid bundle's third part λ e(q)·e(d) of each hit (ssi.hybrid), which `semantic` then excludes; empty
+    # for any other bundle.
+    sentence: list[float] = field(default_factory=list)
 
     def page(self, offset: int) -> QueryResult:
         """The hits after the first `offset` (paging)."""
@@ -111,6 +115,7 @@ class QueryResult:
             candidates=self.candidates,
             rows=self.rows[offset:],
             open_weights=self.open_weights,
+            sentence=self.sentence[offset:],
         )
 
 
@@ -204,6 +209,7 @@ class ModelState:
             exclude=exclude,
             open_words=words,
             open_counts=open_counts,
+            texts=queries,
         )
 
     def featurize(
@@ -308,12 +314,14 @@ class ModelState:
         exclude: Sequence[str | None] | None = None,
         open_words: Sequence[QueryWords] | None = None,
         open_counts: Sequence[OpenCounts | None] | None = None,
+        texts: Sequence[str] | None = None,
     ) -> list[QueryResult]:
         """`search` for queries already featurized (Embedder.featurize_queries): one ONNX call and one index
         call per chunk of them, as for texts. `open_words`: their words for the open vocabulary's term (`featurize`);
-        `open_counts`: what weighs their new words where not this collection's own counts (`search`)."""
+        `open_counts`: what weighs their new words where not this collection's own counts (`search`); `texts`: the
+        queries' texts, which a hybrid bundle's sentence encoder reads (one call for them all)."""
         n_queries = tfidf.shape[0]
-        query_embeddings = self.embedder.embed_queries(tfidf)
+        query_embeddings = self.embedder.embed_queries(tfidf, texts)
         excluded = list(exclude) if exclude is not None else [None] * n_queries
         asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]
         knobs = {"ef_search": ef_search, "nprobe": nprobe}
@@ -346,7 +354,7 @@ class ModelState:
                     first = (first_k, *chunk.pools[i])
                     semantic = self._semantic(query_embeddings[i : i + 1], first, chunk.bits, knobs)
                     ranked = self._rank(query_embeddings[i], asks[i], semantic, lexical, pool)
-                results.append(self._result(ranked, want, excluded[i], words.shape[0], weights))
+                results.append(self._result(ranked, want, excluded[i], words.shape[0], weights, query_embeddings[i]))
         return results
 
     def _search_chunk(
@@ -474,19 +482,28 @@ class ModelState:
         excluded: str | None,
         query_words: int,
         open_weights: Mapping[str, float] | None = None,
+        query_embedding: np.ndarray | None = None,
     ) -> QueryResult:
         rows = ranked.rows.tolist()
         ids = [self.table.doc_ids[row] for row in rows]
         chosen = [j for j, doc_id in enumerate(ids) if doc_id != excluded][:want]
+        semantic = ranked.semantic[chosen].tolist()
+        sentence: list[float] = []
+        encoder = self.embedder.sentence
+        if encoder is not None and query_embedding is not None:  # a hybrid bundle: its third part, apart
+            stored = self.index.vectors(np.asarray([rows[j] for j in chosen], dtype=np.int64))
+            sentence = [split_sentence(query_embedding, row, encoder.dims) for row in stored]
+            semantic = [s - e for s, e in zip(semantic, sentence, strict=True)]
         return QueryResult(
             doc_ids=[ids[j] for j in chosen],
             scores=ranked.scores[chosen].tolist(),
-            semantic=ranked.semantic[chosen].tolist(),
+            semantic=semantic,
             lexical=ranked.lexical[chosen].tolist(),
             query_words=query_words,
             candidates=ranked.candidates,
             rows=[rows[j] for j in chosen],
             open_weights=open_weights or {},
+            sentence=sentence,
         )
 
     def describe(self) -> dict[str, Any]:

@@ -170,7 +170,8 @@ class BatchSearchRequest(SearchOptions):
 
 
 class Hit(BaseModel):
-    """One ranked document; score = semantic + lexical = (A q)·e(d) + Σ w_i q_i d_i (for SSI, (U q)·(V d) + q·d)."""
+    """One ranked document; score = semantic + lexical = (A q)·e(d) + Σ w_i q_i d_i (for SSI, (U q)·(V d) + q·d),
+    + sentence for a hybrid bundle (ssi.hybrid: λ e(q)·e(d), a pre-trained sentence encoder's part)."""
 
     id: str
     title: str
@@ -178,6 +179,9 @@ class Hit(BaseModel):
     score: float
     semantic: float
     lexical: float
+    sentence: float | None = Field(
+        default=None, description="a hybrid bundle's third part, λ e(q)·e(d); null for any other bundle"
+    )
 
 
 class SearchResult(BaseModel):

@@ -191,7 +191,8 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     n_tokens = 0
     with progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
         for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):
-            embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch])
+            texts = _full_texts(batch) if embedder.sentence is not None else None
+            embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch], texts)
             if collection:
                 if given is None:
                     n_tokens += sum(len(tokenize(text)) for text in _full_texts(batch))

@@ -13,6 +13,9 @@ A bundle is a folder of plain files (Style: bm25s's saved models):
                     row i of its free vectors v), absent for the others (manifest `documents` null)
     cfh_*           the correlated-hashing map of a vocabulary that has one (ssi.feature_hashing; manifest
                     `hashing`, null without): rare words and 2-grams → k frequent words each
+    sentence/       a hybrid bundle's pre-trained sentence encoder and its weight λ (ssi.sentence,
+                    ssi.hybrid; manifest `sentence`, a key absent from every other bundle, so a bundle
+                    without it is written as before, byte for byte); index_dims is then M + E
 
 The manifest names the form; the form says which arrays there are and how to score with them.
 Loading checks the format version, every file's hash and every shape, and refuses a mismatch
@@ -39,6 +42,8 @@ from ssi.feature_hashing import FILES as HASHING_FILES
 from ssi.feature_hashing import HashingError, read_hashing, write_hashing
 from ssi.forms import DocumentKeys, Form, FormError, form_class
 from ssi.idf_table import read_idf_table, write_idf_table
+from ssi.sentence import FILES as SENTENCE_FILES
+from ssi.sentence import SENTENCE_DIR, SentenceError, SentenceSpec, read_spec
 from ssi.stemming import STEMMERS, stemmer_of
 from ssi.tokenize import TOKENIZER_VERSION
 from ssi.vocab import TF_SCHEME, Vocabulary
@@ -78,12 +83,29 @@ class Manifest(BaseModel):
     # The BM25 weighting's k1, b and average length (ssi.weighting; tf_scheme BM25_SCHEME); None: tf-idf,
     # which every bundle written before the field existed is.
     lexical: dict[str, Any] | None = None
+    # A hybrid bundle's sentence encoder (ssi.sentence.SentenceSpec, as sentence/sentence.json holds it); None:
+    # none, and then the key is not written at all.
+    sentence: dict[str, Any] | None = None
 
     def payload_files(self) -> list[str]:
         encoder = [ENCODER_FILE] if self.index_dims else []
         keys = [DOCUMENTS] if self.documents is not None else []
         keys += list(HASHING_FILES) if self.hashing is not None else []
+        keys += sentence_files() if self.sentence is not None else []
         return [VOCAB, *encoder, *keys, *(array_file(name) for name in self.arrays)]
+
+    @property
+    def sentence_dims(self) -> int:
+        """E, the sentence encoder's share of index_dims (0 without one)."""
+        return int(self.sentence["dims"]) if self.sentence is not None else 0
+
+    def to_json(self) -> str:
+        """manifest.json's text; a bundle without a sentence encoder has no `sentence` key."""
+        return self.model_dump_json(indent=2, exclude={"sentence"} if self.sentence is None else None)
+
+
+def sentence_files() -> list[str]:
+    return [f"{SENTENCE_DIR}/{name}" for name in SENTENCE_FILES]
 
 
 @dataclass
@@ -94,10 +116,16 @@ class Bundle:
     manifest: Manifest
     vocab: Vocabulary
     form: Form
+    sentence: SentenceSpec | None = None  # a hybrid bundle's sentence encoder (ssi.hybrid), else None
 
     @property
     def encoder_path(self) -> Path:
         return self.path / ENCODER_FILE
+
+    @property
+    def sentence_path(self) -> Path:
+        """The sentence encoder's folder (ssi.sentence.SentenceEncoder reads it); only for a hybrid bundle."""
+        return self.path / SENTENCE_DIR
 
     @property
     def content_hash(self) -> str:
@@ -173,10 +201,12 @@ def write_bundle(
     training: dict[str, Any] | None = None,
     data: dict[str, Any] | None = None,
     metrics: dict[str, Any] | None = None,
+    sentence: Path | None = None,
 ) -> Manifest:
     """Write a bundle atomically: into a sibling temp folder, then renamed over `out_dir`.
 
     `encoder_onnx` is the query encoder of a form served exactly, None for one that is not (no query map).
+    `sentence`: a sentence encoder's folder (training.sentence_export, its λ set) for a hybrid bundle.
     """
     out_dir = Path(out_dir)
     if form.vocab_size != vocab.size:
@@ -199,15 +229,17 @@ def write_bundle(
         if keys is not None:
             _write_documents(tmp / DOCUMENTS, keys)
         hashing = write_hashing(tmp, vocab.hashing) if vocab.hashing is not None else []
+        spec = _copy_sentence(sentence, tmp, form) if sentence is not None else None
         arrays = {name: list(array.shape) for name, array in form.values.items()}
         encoder = [ENCODER_FILE] if encoder_onnx is not None else []
         names = [VOCAB, *encoder, *([DOCUMENTS] if keys is not None else []), *hashing]
+        names += sentence_files() if spec is not None else []
         names += [array_file(name) for name in arrays]
         files = {name: sha256_file(tmp / name) for name in names}
         manifest = Manifest(
             form=form.name,
             n_dims=form.n_dims,
-            index_dims=form.index_dims,
+            index_dims=form.index_dims + (spec.dims if spec is not None else 0),
             vocab_size=vocab.size,
             arrays=arrays,
             tokenizer=vocab.tokenizer,
@@ -221,8 +253,9 @@ def write_bundle(
             documents=len(keys) if keys is not None else None,
             hashing=vocab.hashing.manifest_entry() if vocab.hashing is not None else None,
             lexical=vocab.bm25.manifest_entry() if vocab.bm25 is not None else None,
+            sentence=spec.model_dump() if spec is not None else None,
         )
-        (tmp / MANIFEST).write_text(manifest.model_dump_json(indent=2), encoding="utf-8")
+        (tmp / MANIFEST).write_text(manifest.to_json(), encoding="utf-8")
         for name in (*names, MANIFEST):
             with (tmp / name).open("rb") as handle:
                 os.fsync(handle.fileno())
@@ -237,6 +270,20 @@ def write_bundle(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def _copy_sentence(folder: Path, into: Path, form: Form) -> SentenceSpec:
+    """Copy a sentence encoder's files into the bundle folder being written; returns its spec."""
+    if not form.served_exactly:
+        raise ValueError(f"form '{form.name}' is not served from an index: it cannot take a sentence encoder")
+    try:
+        spec = read_spec(folder)
+    except SentenceError as exc:
+        raise ValueError(str(exc)) from None
+    (into / SENTENCE_DIR).mkdir()
+    for name in SENTENCE_FILES:
+        shutil.copyfile(folder / name, into / SENTENCE_DIR / name)
+    return spec
 
 
 def read_raw_manifest(path: Path) -> dict[str, Any]:
@@ -345,8 +392,21 @@ def load_bundle(path: Path | str, *, mmap: bool = True, verify_hashes: bool = Tr
             raise BundleError(f"{path / array_file(name)}: expected float32 {shape}, found {array.dtype} {array.shape}")
         arrays[name] = array
     keys = read_documents(path / DOCUMENTS, manifest.documents) if manifest.documents is not None else None
-    form = bind_form(path, cls, arrays, manifest.index_dims, keys)
-    return Bundle(path=path, manifest=manifest, vocab=vocab, form=form)
+    form = bind_form(path, cls, arrays, manifest.index_dims - manifest.sentence_dims, keys)
+    return Bundle(path=path, manifest=manifest, vocab=vocab, form=form, sentence=_read_sentence(path, manifest))
+
+
+def _read_sentence(path: Path, manifest: Manifest) -> SentenceSpec | None:
+    """A hybrid bundle's sentence spec, the same as its manifest's copy; None for any other bundle."""
+    if manifest.sentence is None:
+        return None
+    try:
+        spec = read_spec(path / SENTENCE_DIR)
+    except SentenceError as exc:
+        raise BundleError(str(exc)) from None
+    if spec.model_dump() != manifest.sentence:
+        raise BundleError(f"{path / MANIFEST}: its `sentence` differs from {SENTENCE_DIR}/ (edited?)")
+    return spec
 
 
 def bind_form(

@@ -1,6 +1,6 @@
 """Export a trained model as a bundle (ssi.bundle): its form's arrays, the vocabulary, the ONNX query
 encoder of the form's query map (to unit length for a cosine form; none for a form not served exactly),
-and the manifest."""
+the manifest, and a hybrid bundle's sentence encoder (training.hybrid)."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ def export_bundle(
     training: dict[str, Any],
     data: dict[str, Any],
     metrics: dict[str, Any],
+    sentence: Path | None = None,
 ) -> Manifest:
     return write_bundle(
         out,
@@ -30,4 +31,5 @@ def export_bundle(
         training=training,
         data=data,
         metrics=metrics,
+        sentence=sentence,
     )

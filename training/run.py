@@ -5,6 +5,7 @@ from __future__ import annotations
 import platform
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from training.evaluate.tasks import RetrievalTask, beir_task, doc_doc_task, keyw
 from training.export import export_bundle
 from training.fitted import FitContext, fitted_kind
 from training.history_plot import write_history_plot
+from training.hybrid import LEARNED_RULE, SENTENCE_WEIGHT, PreparedEncoder, SentenceTraining, encode_texts
 from training.settings import TrainSettings
 from training.trainer import Trainer, TrainResult
 from training.validation import FormValidator
@@ -49,13 +51,14 @@ def build_validator(
         return None
     if data.doc_doc and settings.query_words:
         task = keyword_task(data.docs, data.valid_pairs, data.train_pairs, n_words=settings.query_words)
-        return FormValidator(data.vocab.featurize_queries(list(task.query_texts)), docs, _map_of(task))
+        rows = data.vocab.featurize_queries(list(task.query_texts))
+        return FormValidator(rows, docs, _map_of(task), texts=task.query_texts)
     if data.doc_doc:
         task = doc_doc_task(data.docs, data.valid_pairs, data.train_pairs, name="valid")
         rows = task.query_doc_rows
         assert rows is not None
         gram = gram_cache[rows] if gram_cache is not None else None
-        return FormValidator(data.X_queries[rows], docs, _map_of(task), gram)
+        return FormValidator(data.X_queries[rows], docs, _map_of(task), gram, texts=task.query_texts)
     # A query's training pairs (an adverts page's clicks, a cross-language query's links) are left out of its
     # validation ranking (filtered); BEIR splits by query, where this leaves nothing out.
     known = data.train_pairs
@@ -69,7 +72,7 @@ def build_validator(
     task = beir_task(ranked, data.queries, data.valid_pairs, name="valid", known=known)
     row_of = {q.id: i for i, q in enumerate(data.queries)}
     rows = np.asarray([row_of[q] for q in task.query_ids], dtype=np.int64)
-    return FormValidator(data.X_queries[rows], docs, _map_of(task))
+    return FormValidator(data.X_queries[rows], docs, _map_of(task), texts=task.query_texts)
 
 
 def hashing_plan(settings: TrainSettings) -> HashingPlan | None:
@@ -199,7 +202,8 @@ def resolve_recipe(settings: TrainSettings) -> TrainSettings:
     if settings.self_pairs is not None:
         recipe = SELF_PAIR_RECIPE
     elif settings.clicks is not None and settings.init_from is None:
-        recipe = CLICK_RECIPE
+        # A hybrid model learns λ in one run (training.hybrid): no ensemble to fold.
+        recipe = CLICK_RECIPE if settings.encoder is None else {**CLICK_RECIPE, "ensemble": 1}
     else:
         return settings
     unset = {name: value for name, value in recipe.items() if name not in settings.model_fields_set}
@@ -238,6 +242,29 @@ def run_training(
     started = time.perf_counter()
     init = load_bundle(settings.init_from) if settings.init_from is not None else None
     settings = resolve_recipe(resolve_lexical(settings, init))
+    if settings.encoder is not None:
+        with PreparedEncoder(settings.encoder, settings.threads) as prepared:
+            if not has_pairs(settings):
+                from training.day_one import train_day_one
+
+                return train_day_one(settings, prepared, started)
+            return _run(settings, init, started, echo, show_progress, prepared)
+    return _run(settings, init, started, echo, show_progress, None)
+
+
+def has_pairs(settings: TrainSettings) -> bool:
+    """Whether the settings name something to learn from: pairs, qrels, clicks or self-made pairs."""
+    return any(x is not None for x in (settings.pairs, settings.qrels, settings.clicks, settings.self_pairs))
+
+
+def _run(
+    settings: TrainSettings,
+    init: Bundle | None,
+    started: float,
+    echo: Callable[[str], None] | None,
+    show_progress: bool,
+    prepared: PreparedEncoder | None,
+) -> dict[str, Any]:
     data = load_data(settings, init)
     notes = list(data.notes)
     for note in notes:
@@ -258,28 +285,42 @@ def run_training(
             data, settings, docs, build_validator(data, docs, settings), init.form if init is not None else None,
             show_progress,
         )  # fmt: skip
-        prepared = time.perf_counter()
+        ready = time.perf_counter()
         result = fitted().fit(context)
     elif settings.ensemble > 1:
-        prepared = time.perf_counter()
+        ready = time.perf_counter()
         result = train_ensemble(data, settings, docs, init, show_progress)
         notes.append(ensemble_note(settings, result))
         if echo is not None:
             echo(notes[-1])
     else:
-        trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None)
+        sentence = SentenceTraining.of(prepared, data, settings.lr) if prepared is not None else None
+        trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None, sentence=sentence)
         trainer.validator = build_validator(
             data, docs, settings, trainer.lexical.cached if trainer.lexical is not None else None
         )
-        prepared = time.perf_counter()
+        if sentence is not None and trainer.validator is not None and prepared is not None:
+            texts = trainer.validator.texts
+            trainer.validator.sentence = (encode_texts(prepared.encoder, texts), sentence.doc_vectors)
+        ready = time.perf_counter()
         result = trainer.run(show_progress=show_progress)
         stream_info = stream_summary(trainer)
+        if sentence is not None and prepared is not None:
+            weight = result.best_metrics.get(SENTENCE_WEIGHT, sentence.weight)
+            prepared.weighted(weight, LEARNED_RULE)
     if result.stopped_without_gain:  # a lone run's, or every member's of an ensemble
         notes.append(no_gain_note(settings, result))
         if echo is not None:
             echo(notes[-1])
     summary = finish_training(
-        settings, data, result, init, stream_info, seconds=(loaded - started, prepared - loaded), started=started
+        settings,
+        data,
+        result,
+        init,
+        stream_info,
+        seconds=(loaded - started, ready - loaded),
+        started=started,
+        sentence=prepared.folder if prepared is not None else None,
     )
     return {**summary, "notes": notes} if notes else summary
 
@@ -358,6 +399,7 @@ def finish_training(
     *,
     seconds: tuple[float, float],
     started: float,
+    sentence: Path | None = None,
 ) -> dict[str, Any]:
     """Export the bundle of a finished run (and its history plot); the summary `ssi train` prints.
 
@@ -407,6 +449,7 @@ def finish_training(
         training=training_info,
         data=data_info,
         metrics={"valid": result.best_metrics},
+        sentence=sentence,
     )
     plot = write_history_plot(result.history, settings.out / HISTORY_PLOT, f"ssi train --kind {settings.kind}")
     finished = time.perf_counter()

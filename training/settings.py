@@ -48,6 +48,8 @@ class TrainSettings(BaseSettings):
     # Data-parallel training on Ray Train (training.ray_train): a cluster address (local, auto, host:port) and
     # the CPU workers, each streaming its share of the pairs; gradients are averaged every step. Implies streaming.
     ray: str | None = None
+    # A pre-trained sentence encoder's folder (training.hybrid): a hybrid bundle, f + λ e(q)·e(d).
+    encoder: Path | None = None
     workers: int = Field(2, ge=1)
 
     # Model
@@ -179,6 +181,26 @@ class TrainSettings(BaseSettings):
             raise ValueError("--bm25-k1 and --bm25-b set the BM25 weighting: they do not go with --lexical tfidf")
         if self.ensemble > 1 and (self.kind != "lowrank" or self.ray is not None):
             raise ValueError("--ensemble folds low-rank models trained in this process: --kind lowrank, without --ray")
+        if self.encoder is not None:
+            self._check_encoder()
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
         return self
+
+    def _check_encoder(self) -> None:
+        """What --encoder trains with so far: the low-rank kinds on the host's step, one model, pairs in memory."""
+        if self.kind not in ("lowrank", "symmetric", "noidentity"):
+            raise ValueError(
+                f"--encoder trains its weight with --kind lowrank, symmetric or noidentity, not {self.kind}"
+            )
+        clashes = {
+            "--ensemble": self.ensemble > 1,
+            "--ray": self.ray is not None,
+            "--stream-pairs": self.stream_pairs,
+            "--query-words": self.query_words is not None,
+            "--self-pairs": self.self_pairs is not None,
+            "--unseen-docs": bool(self.unseen_docs),
+        }
+        given = [flag for flag, on in clashes.items() if on]
+        if given:
+            raise ValueError(f"--encoder does not go with {', '.join(given)} yet")

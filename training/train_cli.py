@@ -218,6 +218,16 @@ def train_command(
             MODEL,
         ),
     ] = None,
+    encoder: Annotated[
+        Path | None,
+        _opt(
+            "encoder",
+            "A pre-trained sentence encoder (a sentence-transformers model folder): a hybrid bundle, whose score "
+            "adds λ e(q)·e(d). Without pairs, BM25 + the encoder at λ = 1; with pairs, λ is learned with U and V "
+            "(training/hybrid.py). Needs the `encoder` and `encoder-export` extras.",
+            MODEL,
+        ),
+    ] = None,
     init_from: Annotated[
         Path | None,
         _opt(
@@ -453,7 +463,7 @@ def train_command(
         "base_patience": base_patience, "base_patience_minutes": base_patience_minutes, "self_pairs": self_pairs,
         "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared,
         "self_pair_valid_among": self_pair_valid_among, "kind": kind,
-        "init_from": init_from,
+        "init_from": init_from, "encoder": encoder,
         "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b, "stemmer": stemmer,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
         "vocab_size": vocab_size, "query_vocab_size": query_vocab_size, "min_df": min_df,
@@ -477,7 +487,7 @@ def train_command(
         from training.run import run_training
 
         summary = run_training(settings, show_progress=progress, echo=lambda line: typer.echo(line, err=True))
-    except (DataFileError, BundleError, ValueError) as exc:
+    except (DataFileError, BundleError, ValueError) as exc:  # SentenceError is a ValueError
         typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
     typer.echo(json.dumps(summary, indent=2))

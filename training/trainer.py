@@ -33,6 +33,7 @@ from training.data import TrainingData
 from training.device import resolve_device
 from training.device_sampling import DevicePlan, DeviceTripleSampler
 from training.gram import LexicalBlocks
+from training.hybrid import SENTENCE_WEIGHT, SentenceTraining
 from training.keywords import cut_to_keywords
 from training.loss import margin_ranking
 from training.models import REGISTRY, ModelShape, SSIModel, make_model
@@ -75,8 +76,10 @@ class Trainer:
         docs: DocMatrix | None = None,
         init: Form | None = None,
         device_path: bool | None = None,
+        sentence: SentenceTraining | None = None,
     ) -> None:
-        """`init`: a trained model to warm-start from (a lowrank form for lowrank or psi3).
+        """`init`: a trained model to warm-start from (a lowrank form for lowrank or psi3). `sentence`: a hybrid
+        model's third part λ e(q)·e(d) (training.hybrid), its λ learned in the same steps (host path only).
 
         `device_path`: run the GPU's step (True) or the host's (False); None: the GPU's on a GPU. The tests run
         the GPU's step on the CPU, where it must give the host's results.
@@ -84,9 +87,12 @@ class Trainer:
         self.data = data
         self.settings = settings
         self.validator = validator
+        self.sentence = sentence
         torch.set_num_threads(settings.threads)
         self.device = _training_device(settings, data)
         self.on_device = self.device.type != "cpu" if device_path is None else device_path
+        if sentence is not None and self.on_device:
+            raise ValueError("--encoder trains on the CPU's step so far: give --device cpu")
         vocab_size = data.vocab.size
         n_words = min(settings.frequent_words or vocab_size, vocab_size)
         doc_matrix = docs or data.vocab.doc_matrix(data.X_docs)
@@ -209,6 +215,10 @@ class Trainer:
         block = self._device_block(plan) if isinstance(plan, DevicePlan) else self._block(plan.queries, plan.pool)
         t2 = self._clock()
         scores = self.model.scores(block)
+        sentence = None
+        if self.sentence is not None and not isinstance(plan, DevicePlan):
+            sentence = self.sentence.block(plan.queries, block.doc_rows)
+            scores = scores + self.sentence.weight * sentence
         t3 = self._clock()
         if isinstance(plan, DevicePlan):
             neg, valid = self.sampler.negatives(plan, scores)
@@ -222,6 +232,8 @@ class Trainer:
         t4 = self._clock()
         block.triples = triples
         self.model.update(block, coeff)
+        if self.sentence is not None and sentence is not None:
+            self.sentence.step(coeff, sentence)
         t5 = self._clock()
         if self.measure_phases:
             self._add_phases(t0, t1, t2, t3, t4, t5)
@@ -249,7 +261,12 @@ class Trainer:
             self.phase_seconds[phase] += b - a
 
     def _validate(self) -> dict[str, float]:
-        return self.validator(self.model.export()) if self.validator is not None else {}
+        if self.validator is None:
+            return {}
+        if self.sentence is None:
+            return self.validator(self.model.export())
+        self.validator.sentence_weight = self.sentence.weight
+        return {**self.validator(self.model.export()), SENTENCE_WEIGHT: self.sentence.weight}
 
     def run(self, show_progress: bool = True) -> TrainResult:
         s = self.settings

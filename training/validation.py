@@ -10,12 +10,13 @@ trainer's cached block) and reused by every validation (`FixedQueryProducts`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import scipy.sparse as sp
 
 from ssi.forms import Form
+from ssi.hybrid import hybrid_scores
 from ssi.products import DocMatrix
 
 Measure = Callable[[np.ndarray], dict[str, float]]
@@ -49,12 +50,25 @@ class FixedQueryProducts:
 
 class FormValidator:
     def __init__(
-        self, queries: sp.csr_matrix, docs: DocMatrix, measure: Measure, gram: np.ndarray | None = None
+        self,
+        queries: sp.csr_matrix,
+        docs: DocMatrix,
+        measure: Measure,
+        gram: np.ndarray | None = None,
+        texts: Sequence[str] = (),
     ) -> None:
-        """`queries`: the validation query rows in task order; `gram`: their q·d block if known."""
+        """`queries`: the validation query rows in task order; `gram`: their q·d block if known; `texts`: the
+        queries' texts (a hybrid model's encoder reads them)."""
         self.queries = queries
+        self.texts = list(texts)
         self.products = FixedQueryProducts(docs, queries, gram)
         self.measure = measure
+        # A hybrid model's third part (ssi.hybrid): the validation queries' and the documents' e, and λ now.
+        self.sentence: tuple[np.ndarray, np.ndarray] | None = None
+        self.sentence_weight = 0.0
 
     def __call__(self, form: Form) -> dict[str, float]:
-        return self.measure(form.reference_scores(self.queries, self.products))
+        scores = form.reference_scores(self.queries, self.products)
+        if self.sentence is not None:
+            scores = hybrid_scores(scores, *self.sentence, self.sentence_weight)
+        return self.measure(scores)

@@ -101,15 +101,24 @@ def to_results(
     for result, query, each in zip(results, queries, scans, strict=True):
         pattern = query_pattern(tokenize(query), settings.snippet_words) if query else None
         hits = []
-        for doc_id, score, semantic, lexical in zip(
-            result.doc_ids, result.scores, result.semantic, result.lexical, strict=True
+        sentences = result.sentence or [None] * len(result.doc_ids)
+        for doc_id, score, semantic, lexical, sentence in zip(
+            result.doc_ids, result.scores, result.semantic, result.lexical, sentences, strict=True
         ):
             doc = docs.get(doc_id)
             if doc is None:  # deleted between the ranking and this lookup
                 continue
             snippet = make_snippet(doc.text, pattern, settings.snippet_chars, each)
             hits.append(
-                Hit(id=doc_id, title=doc.title, snippet=snippet, score=score, semantic=semantic, lexical=lexical)
+                Hit(
+                    id=doc_id,
+                    title=doc.title,
+                    snippet=snippet,
+                    score=score,
+                    semantic=semantic,
+                    lexical=lexical,
+                    sentence=sentence,
+                )
             )
         out.append(SearchResult(hits=hits, query_words=result.query_words, candidates=result.candidates))
     return out

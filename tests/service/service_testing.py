@@ -27,10 +27,12 @@ from service.server import http_protocol
 from service.settings import Settings
 from ssi.bundle import load_bundle, write_bundle
 from ssi.forms import DocumentKeys, Form, form_class
+from ssi.hybrid import sentence_scores
 from ssi.keywords import keyword_query
 from ssi.open_vocab import CollectionStatistics, OpenRule, build_postings, collection_statistics, open_scores
 from ssi.products import DocMatrix
 from ssi.records import Document
+from ssi.sentence import SentenceEncoder
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
@@ -144,8 +146,10 @@ def make_bundle(
     scales: dict[str, float] | None = None,
     lexical: str = "tfidf",
     stemmer: str | None = None,
+    sentence: Path | None = None,
 ) -> Path:
     """A bundle of `form` with random arrays over the corpus vocabulary (every word kept, so needles are searchable).
+    `sentence`: a sentence encoder's folder with its λ (training.sentence_export): a hybrid bundle.
 
     A keyed form (halftrans) gets a free vector for every other document: the rest fall back to its functional map.
     `lexical`: the vocabulary's weighting, "tfidf" or "bm25" (ssi.weighting); `stemmer`: ssi.stemming's.
@@ -159,7 +163,7 @@ def make_bundle(
     hashed = vocab.hashing.n_frequent if vocab.hashing is not None else 1
     model = random_form(form, n_dims, vocab.size, seed=seed, scale=scale, scales=scales, keys=keys, hashed=hashed)
     encoder = form_encoder(model) if model.served_exactly else None  # hash kernels have none
-    write_bundle(path, form=model, vocab=vocab, encoder_onnx=encoder)
+    write_bundle(path, form=model, vocab=vocab, encoder_onnx=encoder, sentence=sentence)
     return path
 
 
@@ -199,6 +203,9 @@ class Oracle:
         if self.open_rule is not None:
             self.open = build_postings(self.open_rule, [tokenize(d.full_text) for d in self.docs])
         self._embedded: np.ndarray | None = None
+        # A hybrid bundle's third part (ssi.hybrid): its encoder and every document's e(d).
+        self.sentence = SentenceEncoder(self.bundle.sentence_path) if self.bundle.sentence is not None else None
+        self.doc_sentences = self.sentence.encode(texts) if self.sentence is not None else None
 
     def featurize(self, query: str) -> sp.csr_matrix:
         return self.bundle.vocab.featurize_queries([query])
@@ -215,6 +222,9 @@ class Oracle:
             extra = open_scores(self.open_rule, self.open, [tokenize(query)], len(self.docs), len(self.docs))
             if extra is not None:
                 f = f + extra[0]
+        if self.sentence is not None and self.bundle.sentence is not None:
+            weight = self.bundle.sentence.weight
+            f = f + sentence_scores(self.sentence.encode([query]), self.doc_sentences, weight)[0]
         return f
 
     def top(self, query: str, k: int, exclude: str | None = None) -> tuple[list[str], np.ndarray]:
@@ -240,7 +250,9 @@ def assert_same_ranking(hits: list[dict], oracle: Oracle, query: str, k: int, ex
     assert len(hits) == len(ids), (query, len(hits), len(ids))
     for position, (hit, expected_id, expected_score) in enumerate(zip(hits, ids, top_scores, strict=True)):
         assert hit["score"] == pytest.approx(expected_score, abs=1e-4 * scale), (query, position)
-        assert hit["semantic"] + hit["lexical"] == pytest.approx(hit["score"], abs=1e-6 * scale)
+        parts = hit["semantic"] + hit["lexical"] + (hit["sentence"] or 0.0)
+        assert parts == pytest.approx(hit["score"], abs=(1e-6 if hit["sentence"] is None else 1e-5) * scale)
+        assert (hit["sentence"] is None) == (oracle.sentence is None)
         if hit["id"] != expected_id:  # only a tie may swap two documents
             assert f[oracle.ids.index(hit["id"])] == pytest.approx(expected_score, abs=1e-5 * scale), (query, position)
 

@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from ssi.bundle import Bundle, load_bundle
 from ssi.forms import Form
+from ssi.hybrid import hybrid_scores
 from ssi.open_vocab import (
     CollectionStatistics,
     OpenPostings,
@@ -29,9 +30,32 @@ from ssi.open_vocab import (
 )
 from ssi.products import DocMatrix
 from ssi.records import Document
+from ssi.sentence import SentenceEncoder
 from ssi.vocab import Vocabulary
 from training.evaluate.features import TextFeatures
 from training.evaluate.scorer import DEFAULT_BLOCK, VectorScorer
+from training.sentence_vectors import encode_corpus
+
+
+class SentencePart:
+    """A hybrid bundle's third part over a fixed corpus: the encoder, λ and every document's e(d) (ssi.hybrid)."""
+
+    def __init__(self, encoder: SentenceEncoder, doc_vectors: np.ndarray, weight: float) -> None:
+        self.encoder = encoder
+        self.doc_vectors = doc_vectors
+        self.weight = weight
+
+    @classmethod
+    def of(cls, bundle: Bundle, docs: Sequence[Document], threads: int = 2) -> SentencePart | None:
+        """The part of a hybrid bundle over `docs` (their vectors from training.sentence_vectors), else None."""
+        if bundle.sentence is None:
+            return None
+        encoder = SentenceEncoder(bundle.sentence_path, threads)
+        return cls(encoder, encode_corpus(encoder, [d.full_text for d in docs]), bundle.sentence.weight)
+
+    def add_to(self, scores: np.ndarray, query_texts: Sequence[str]) -> np.ndarray:
+        """`scores` (the form's, queries × documents) + λ e(q)·e(d)."""
+        return hybrid_scores(scores, self.encoder.encode(query_texts), self.doc_vectors, self.weight)
 
 
 def same_vocabulary(a: Vocabulary, b: Vocabulary) -> bool:
@@ -56,8 +80,10 @@ class FormScorer(VectorScorer):
         open_vocab: bool = False,
         open_postings: OpenPostings | None = None,
         statistics: Statistics | CollectionStatistics = "bundle",
+        sentence: SentencePart | None = None,
     ) -> None:
-        """Give `docs` (featurized here) or their tf-idf `doc_matrix` (reused as is).
+        """Give `docs` (featurized here) or their tf-idf `doc_matrix` (reused as is). `sentence`: a hybrid
+        bundle's third part (ssi.hybrid), added to every score.
 
         With `docs`, the form also gets their ids: a form with per-document vectors (halftrans) uses
         them for the documents it was trained on and the functional map for any other. With `open_vocab`
@@ -74,6 +100,7 @@ class FormScorer(VectorScorer):
             raise ValueError(f"the form's arrays have D = {form.vocab_size}, the vocabulary {vocab.size} words")
         self.vocab = vocab
         self.form = form
+        self.sentence = sentence
         self.features = features if features is not None else TextFeatures(vocab)
         if not same_vocabulary(self.features.vocab, vocab):
             raise ValueError("the features' vocabulary is not the model's vocabulary")
@@ -127,6 +154,8 @@ class FormScorer(VectorScorer):
         """A scorer for a saved bundle (a path is loaded and verified: `BundleError` if unusable)."""
         if not isinstance(bundle, Bundle):
             bundle = load_bundle(bundle)
+        if bundle.sentence is not None and docs is None:
+            raise ValueError(f"{bundle.path}: a hybrid bundle encodes its documents' texts: give `docs`")
         return cls(
             bundle.vocab,
             bundle.form,
@@ -136,6 +165,7 @@ class FormScorer(VectorScorer):
             block_size=block_size,
             open_vocab=open_vocab,
             statistics=statistics,
+            sentence=SentencePart.of(bundle, docs) if docs is not None else None,
         )
 
     @property
@@ -161,6 +191,8 @@ class FormScorer(VectorScorer):
         queries with a new word that some document holds: every other score is the reference's, bit for bit."""
         texts = list(query_texts)
         scores = super().score(texts)
+        if self.sentence is not None:
+            scores = self.sentence.add_to(scores, texts)
         if self.open_rule is None or self.open is None or self.open.n_words == 0:
             return scores
         tokens = self.features.tokens
@@ -175,6 +207,8 @@ class FormScorer(VectorScorer):
     def has_terms(self, query_texts: Sequence[str]) -> np.ndarray:
         """Whether each query has a word to rank by: a bundle word, or a new word some document holds."""
         texts = list(query_texts)
+        if self.sentence is not None:  # a hybrid bundle ranks every text by its sentence vector at least
+            return np.ones(len(texts), dtype=bool)
         known = np.diff(self.features(texts).indptr) > 0
         if self.open_rule is None or self.open is None or self.open.n_words == 0 or known.all():
             return known

@@ -1,0 +1,100 @@
+"""A hybrid bundle served (ssi.hybrid: f + λ e(q)·e(d)): exact against brute force, the third part shown apart,
+written documents encoded on write, and a bundle without an encoder served as before.
+
+The encoder is a tiny random BERT in sentence-transformers' layout (tests/training/sentence_testing.py),
+exported and checked by the trainer's own code (training.sentence_export), run by onnxruntime in a real server.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import quote
+
+import numpy as np
+import pytest
+from service_testing import (
+    Oracle,
+    ThreadServer,
+    assert_same_ranking,
+    make_bundle,
+    make_corpus,
+    probe_queries,
+    write_corpus,
+)
+
+from ssi.sentence import read_spec, write_spec
+from tests.training.sentence_testing import make_tiny_encoder
+from training.sentence_export import prepare_encoder
+
+K = 10
+POOL = 16
+KEY = "hybrid-test-key-0123"
+WEIGHT = 3.0  # large beside the random model's parts, so the third part changes rankings
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("hybrid")
+    docs = make_corpus(240, seed=5, vocab_words=300)
+    encoder = root / "sentence"
+    prepare_encoder(make_tiny_encoder(root / "tiny"), encoder)
+    write_spec(encoder, read_spec(encoder).with_weight(WEIGHT, "test"))
+    bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
+    plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
+    return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs), "bundle": bundle,
+            "plain": plain}  # fmt: skip
+
+
+@pytest.mark.parametrize("scan_pool", [POOL, 1024])
+def test_a_hybrid_bundle_is_served_exactly_with_its_third_part_apart(world: dict, tmp_path: Path, scan_pool: int):
+    """Both routes of the exact ranking (a FAISS pool smaller than the collection, and every row), /search and
+    /similar; the sentence part must change some top k, or the test would not test it."""
+    oracle, plain = Oracle(world["bundle"], world["docs"]), Oracle(world["plain"], world["docs"])
+    queries = probe_queries(world["docs"], 10, seed=4)
+    assert any(oracle.top(q, K)[0] != plain.top(q, K)[0] for q in queries)
+    settings = {"bundle": world["bundle"], "corpus": world["corpus"], "cache_dir": tmp_path / "cache"}
+    with ThreadServer(**settings, scan_pool=scan_pool) as server:
+        model = server.client.get("/model").json()
+        assert model["index_dims"] == 8 + 32
+        for query in queries:
+            response = server.client.post("/search", json={"query": query, "k": K})
+            assert response.status_code == 200, response.text
+            hits = response.json()["hits"]
+            assert_same_ranking(hits, oracle, query, K)
+            assert all(0.0 < abs(hit["sentence"]) <= WEIGHT + 1e-4 for hit in hits)
+        for doc in world["docs"][::40]:
+            response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
+            assert response.status_code == 200, response.text
+            assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)
+
+
+def test_a_written_document_is_encoded_on_write_and_a_restart_reuses_the_index(world: dict, tmp_path: Path):
+    """PUT a document whose words no query shares: only its sentence vector can find it, and its score is the
+    brute force's over the collection with it; after a restart the index is loaded, not recomputed."""
+    settings = {"bundle": world["bundle"], "corpus": world["corpus"], "cache_dir": tmp_path / "cache", "api_key": KEY}
+    new = {"title": "piano violin song", "text": "music note piano song violin"}
+    with ThreadServer(**settings) as server:
+        put = server.client.put("/documents/new-music", json=new, headers={"X-API-Key": KEY})
+        assert put.status_code in (200, 201), put.text
+        hits = server.client.post("/search", json={"query": "piano music", "k": 100}).json()["hits"]
+        found = {hit["id"]: hit for hit in hits}
+        assert "new-music" in found and found["new-music"]["sentence"] is not None
+    from ssi.records import Document
+
+    oracle = Oracle(world["bundle"], [*world["docs"], Document(id="new-music", **new)])
+    expected = oracle.scores("piano music")[-1]
+    assert found["new-music"]["score"] == pytest.approx(expected, abs=1e-4 * max(1.0, abs(expected)))
+    with ThreadServer(**settings) as server:
+        loaded = server.client.get("/readyz").json()["collections"]["documents"]
+        assert loaded["embedded_on_load"] == 0
+        again = server.client.post("/search", json={"query": "piano music", "k": 100}).json()["hits"]
+        assert {hit["id"]: hit["score"] for hit in again}["new-music"] == pytest.approx(found["new-music"]["score"])
+
+
+def test_a_bundle_without_an_encoder_answers_as_before(world: dict, tmp_path: Path) -> None:
+    with ThreadServer(bundle=world["plain"], corpus=world["corpus"], cache_dir=tmp_path / "cache") as server:
+        hits = server.client.post("/search", json={"query": world["docs"][0].title, "k": 5}).json()["hits"]
+    assert hits and all(hit["sentence"] is None for hit in hits)
+    manifest = (world["plain"] / "manifest.json").read_text(encoding="utf-8")
+    assert '"sentence"' not in manifest and not (world["plain"] / "sentence").exists()
+    assert np.isfinite([hit["score"] for hit in hits]).all()

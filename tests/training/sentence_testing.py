@@ -1,0 +1,59 @@
+"""A tiny random sentence encoder in sentence-transformers' folder layout, for tests: BERT with 2 layers of
+width 32 over a word-piece vocabulary of a few hundred pieces, made with `transformers` and `tokenizers`
+(the `encoder-export` extra), so `ssi train --encoder` exports and checks it as it does a real model."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+WORDS = (
+    "the a of and to in is for on with star planet moon orbit telescope lens light bread oven dough flour "
+    "yeast bake cell protein gene dna river sea boat ship sail harbour music song piano violin note"
+).split()
+
+
+def make_tiny_encoder(folder: Path, *, pooling: str = "mean", normalize: bool = True, seed: int = 0) -> Path:
+    """Write the folder and return it: config.json, model.safetensors, tokenizer.json, modules.json, pooling."""
+    import torch
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel
+
+    folder.mkdir(parents=True, exist_ok=True)
+    special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)] + [str(d) for d in range(10)]
+    pieces = special + list(WORDS) + letters + ["##" + c for c in letters]
+    vocab = {piece: i for i, piece in enumerate(dict.fromkeys(pieces))}
+    tokenizer = Tokenizer(models.WordPiece(vocab, unk_token="[UNK]"))
+    tokenizer.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", special_tokens=[("[CLS]", vocab["[CLS]"]), ("[SEP]", vocab["[SEP]"])]
+    )
+    tokenizer.save(str(folder / "tokenizer.json"))
+    torch.manual_seed(seed)
+    config = BertConfig(
+        vocab_size=len(vocab),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+    )
+    BertModel(config).eval().save_pretrained(str(folder))
+    modules = [
+        {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+        {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"},
+    ]
+    if normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+    (folder / "modules.json").write_text(json.dumps(modules), encoding="utf-8")
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    modes = {f"pooling_mode_{m}": False for m in ("cls_token", "mean_tokens", "max_tokens")}
+    modes[
+        {"mean": "pooling_mode_mean_tokens", "cls": "pooling_mode_cls_token", "max": "pooling_mode_max_tokens"}[pooling]
+    ] = True
+    (folder / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 32, **modes}))
+    (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
+    (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a tiny random encoder for tests\n")
+    return folder

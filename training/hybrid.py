@@ -1,0 +1,105 @@
+"""`ssi train --encoder DIR`: the sentence encoder's part of a hybrid bundle, its weight λ and its vectors.
+
+The score is ssi.hybrid's f(q, d) + λ e(q)·e(d). How λ is set:
+
+- **Without pairs** (`ssi train --corpus C --encoder DIR`, nothing else): the form is BM25 alone (the
+  diagonal form with every weight 1: exactly the lexical part) and λ = DAY_ONE_WEIGHT = 1. Both parts then
+  span the same range: the lexical part is an inner product of unit rows, at most 1, and e(q)·e(d) is a
+  cosine, at most 1, so λ = 1 is the equal-weight convex combination of two scores on the same theoretical
+  scale (Bruch et al. 2023, "An Analysis of Fusion Functions for Hybrid Retrieval": theoretical min-max
+  normalisation, α = 0.5), which needs no data to set.
+- **With pairs or clicks**: λ starts there and is learned with U and V, by the same margin ranking loss on
+  the same triples (`SentenceTraining`: its gradient is Σ ∂loss/∂S ∘ e(q)·e(d) over the step's block, a
+  scalar Adagrad step, kept ≥ 0), so U and V learn what BM25 and the encoder together still miss. The
+  bundle keeps the λ of the step validation chose.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ssi.sentence import SentenceEncoder, write_spec
+from training.data import TrainingData
+from training.sentence_export import prepare_encoder
+from training.sentence_vectors import encode_corpus
+
+SENTENCE_WEIGHT = "sentence_weight"  # λ, beside the validation metrics of each step (training.trainer)
+DAY_ONE_WEIGHT = 1.0
+DAY_ONE_RULE = "no pairs: 1, both parts at most 1 (equal-weight convex combination)"
+LEARNED_RULE = "learned with U and V by the margin ranking loss (the validation-chosen step's)"
+
+
+class PreparedEncoder:
+    """A model folder made ready for a bundle (training.sentence_export) in a scratch folder, and its encoder."""
+
+    def __init__(self, folder: Path, threads: int) -> None:
+        self._scratch = Path(tempfile.mkdtemp(prefix="ssi-sentence-"))
+        self.folder = self._scratch / "sentence"
+        self.spec = prepare_encoder(folder, self.folder, threads=threads)
+        self.encoder = SentenceEncoder(self.folder, threads)
+
+    def weighted(self, weight: float, rule: str) -> Path:
+        """The folder with λ written into its spec, for `write_bundle(sentence=...)`."""
+        self.spec = self.spec.with_weight(weight, rule)
+        write_spec(self.folder, self.spec)
+        return self.folder
+
+    def close(self) -> None:
+        shutil.rmtree(self._scratch, ignore_errors=True)
+
+    def __enter__(self) -> PreparedEncoder:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def training_query_texts(data: TrainingData) -> list[str]:
+    """The text of each row of data.X_queries: the documents' own texts for document–document pairs."""
+    texts = [d.full_text for d in data.docs] if data.doc_doc else [q.text for q in data.queries]
+    if len(texts) != data.X_queries.shape[0]:
+        raise ValueError(f"{len(texts)} query texts for {data.X_queries.shape[0]} query rows")
+    return texts
+
+
+class SentenceTraining:
+    """λ e(q)·e(d) in the trainer: every training query's and document's e, and λ with its Adagrad state."""
+
+    def __init__(self, queries: np.ndarray, docs: np.ndarray, weight: float = DAY_ONE_WEIGHT, lr: float = 0.01):
+        self.queries = torch.from_numpy(np.ascontiguousarray(queries, dtype=np.float32))
+        self.docs = torch.from_numpy(np.ascontiguousarray(docs, dtype=np.float32))
+        self.doc_vectors = np.ascontiguousarray(docs, dtype=np.float32)
+        self.weight = float(weight)
+        self.lr = lr
+        self._squares = 0.0
+
+    @classmethod
+    def of(cls, prepared: PreparedEncoder, data: TrainingData, lr: float) -> SentenceTraining:
+        encoder = prepared.encoder
+        docs = encode_corpus(encoder, [d.full_text for d in data.docs])
+        queries = docs if data.doc_doc else encode_corpus(encoder, training_query_texts(data))
+        return cls(queries, docs, DAY_ONE_WEIGHT, lr)
+
+    def block(self, query_rows: np.ndarray, doc_rows: np.ndarray | None) -> torch.Tensor:
+        """e(q)·e(d) of the step's queries × pool documents (every document where `doc_rows` is None)."""
+        queries = self.queries[torch.from_numpy(np.asarray(query_rows, dtype=np.int64))]
+        docs = self.docs if doc_rows is None else self.docs[torch.from_numpy(np.asarray(doc_rows, dtype=np.int64))]
+        return queries @ docs.T
+
+    def step(self, coeff: torch.Tensor, block: torch.Tensor) -> None:
+        """One Adagrad step of λ against ∂loss/∂S = `coeff` (∂S/∂λ = the block); λ stays ≥ 0."""
+        grad = float((coeff * block).sum())
+        self._squares += grad * grad
+        if self._squares > 0:
+            self.weight = max(0.0, self.weight - self.lr * grad / float(np.sqrt(self._squares)))
+
+
+def encode_texts(encoder: SentenceEncoder, texts: Sequence[str]) -> np.ndarray:
+    """e of query texts (validation's), through the corpus cache: the same texts come back run after run."""
+    return encode_corpus(encoder, list(texts))

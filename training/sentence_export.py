@@ -1,0 +1,204 @@
+"""`ssi train --encoder DIR`: a sentence-transformers model folder made into a bundle's `sentence/` part.
+
+The folder is the one a user has (sentence-transformers' layout: config.json, tokenizer.json,
+modules.json, 1_Pooling/config.json, sentence_bert_config.json, the weights). Its graph is taken as it
+is where the folder holds one (onnx/model.onnx or model.onnx), else exported once here from the
+weights with PyTorch and `transformers` (torch.onnx's dynamo exporter; the older TorchScript one
+traced MiniLM's attention mask wrongly: cosines of 0.85–0.95 with the model's own output). Either
+way the result is checked against a reference forward pass of the same weights in PyTorch on a few
+texts, and refused below a cosine of MIN_COSINE for any of them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ssi.bundle import sha256_file
+from ssi.sentence import MODEL_FILE, TOKENIZER_FILE, SentenceEncoder, SentenceError, SentenceSpec, pool, write_spec
+
+MIN_COSINE = 0.999
+OUTPUT = "token_states"
+# Texts the export is checked on: short and long, punctuation, digits, a word the vocabulary splits.
+PROBES = (
+    "hello",
+    "Vitamin D deficiency raises the risk of multiple sclerosis in adults.",
+    "A 2,500-word abstract: " + "the spindle checkpoint arrests mitosis until every kinetochore is attached. " * 40,
+    "antidisestablishmentarianism?! 42 µg/ml",
+)
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "onnx/model.onnx", "model.onnx")
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SentenceError(f"{path}: not readable JSON ({exc})") from None
+
+
+def _modules(folder: Path) -> list[dict[str, Any]]:
+    path = folder / "modules.json"
+    return _json(path) if path.is_file() else [{"path": "", "type": "sentence_transformers.models.Transformer"}]
+
+
+def read_pooling(folder: Path) -> tuple[str, bool]:
+    """(pooling, normalize) as the folder's modules.json and its Pooling module's config.json say."""
+    modules = _modules(folder)
+    normalize = any(str(m.get("type", "")).endswith("Normalize") for m in modules)
+    pooling_dirs = [m.get("path", "") for m in modules if str(m.get("type", "")).endswith("Pooling")]
+    if not pooling_dirs:
+        return "mean", normalize
+    config = _json(folder / pooling_dirs[0] / "config.json")
+    if config.get("pooling_mode_cls_token"):
+        return "cls", normalize
+    if config.get("pooling_mode_max_tokens"):
+        return "max", normalize
+    if config.get("pooling_mode_mean_tokens", True):
+        return "mean", normalize
+    raise SentenceError(f"{folder / pooling_dirs[0] / 'config.json'}: a pooling mode this build does not run")
+
+
+def read_max_length(folder: Path) -> int:
+    for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
+        path = folder / name
+        if path.is_file() and isinstance(_json(path).get(key), int):
+            return min(int(_json(path)[key]), 512)
+    return 512
+
+
+def read_license(folder: Path) -> str | None:
+    """The model card's `license:` line (its README's front matter), if there is one."""
+    card = folder / "README.md"
+    if not card.is_file():
+        return None
+    found = re.search(r"^license:\s*(\S+)\s*$", card.read_text(encoding="utf-8", errors="replace"), re.MULTILINE)
+    return found.group(1) if found else None
+
+
+def _given_graph(folder: Path) -> Path | None:
+    for name in ("onnx/model.onnx", "model.onnx"):
+        if (folder / name).is_file():
+            return folder / name
+    return None
+
+
+def _reference_model(folder: Path) -> Any:
+    try:
+        from transformers import AutoModel
+    except ImportError as exc:
+        raise SentenceError(
+            f"{folder}: exporting or checking a sentence encoder needs the `encoder-export` extra ({exc})"
+        ) from None
+    return AutoModel.from_pretrained(str(folder)).eval()
+
+
+def _export(model: Any, out: Path) -> list[str]:
+    """The transformer as an ONNX graph of token states; returns its inputs."""
+    import torch
+
+    class States(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.inner(
+                input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids
+            ).last_hidden_state
+
+    ids = torch.ones((2, 8), dtype=torch.long)
+    mask = torch.tensor([[1] * 8, [1] * 5 + [0] * 3])
+    inputs = ["input_ids", "attention_mask", "token_type_ids"]
+    axes = {name: {0: "batch", 1: "tokens"} for name in inputs}
+    torch.onnx.export(
+        States(model),
+        (ids, mask, torch.zeros_like(ids)),
+        str(out),
+        input_names=inputs,
+        output_names=[OUTPUT],
+        dynamic_axes={**axes, OUTPUT: {0: "batch", 1: "tokens"}},
+        dynamo=True,
+        external_data=False,
+        verbose=False,
+    )
+    return inputs
+
+
+def reference_vectors(model: Any, encoder: SentenceEncoder, texts: tuple[str, ...] | list[str]) -> np.ndarray:
+    """e(text) by PyTorch on the folder's own weights, tokenized as the encoder tokenizes."""
+    import torch
+
+    out = []
+    with torch.no_grad():
+        for ids in encoder.token_ids(texts):
+            tensor = torch.tensor([ids], dtype=torch.long)
+            mask = torch.ones_like(tensor)
+            states = model(input_ids=tensor, attention_mask=mask, token_type_ids=torch.zeros_like(tensor))
+            out.append(pool(states.last_hidden_state.numpy(), mask.numpy(), encoder.spec.pooling)[0])
+    rows = np.asarray(out, dtype=np.float32)
+    if encoder.spec.normalize:
+        rows /= np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+    return rows
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
+    return (a * b).sum(axis=1) / np.maximum(norms, 1e-12)
+
+
+def prepare_encoder(folder: Path | str, out: Path | str, *, threads: int = 1, name: str | None = None) -> SentenceSpec:
+    """Write `out/` (model.onnx, tokenizer.json, sentence.json) from a model folder; λ is 0 until set.
+
+    Raises `SentenceError` naming the file for a folder it cannot use, or when the graph's vectors differ
+    from the reference forward pass (cosine below MIN_COSINE on any probe text).
+    """
+    folder, out = Path(folder), Path(out)
+    if not folder.is_dir():
+        raise SentenceError(f"{folder}: no such model folder")
+    if not (folder / TOKENIZER_FILE).is_file():
+        raise SentenceError(f"{folder}: no {TOKENIZER_FILE} (a sentence-transformers model folder has one)")
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(folder / TOKENIZER_FILE, out / TOKENIZER_FILE)
+    pooling, normalize = read_pooling(folder)
+    model = _reference_model(folder)
+    given = _given_graph(folder)
+    if given is not None:
+        shutil.copyfile(given, out / MODEL_FILE)
+        import onnxruntime as ort
+
+        inputs = [i.name for i in ort.InferenceSession(str(given), providers=["CPUExecutionProvider"]).get_inputs()]
+    else:
+        with tempfile.TemporaryDirectory() as scratch:
+            exported = Path(scratch) / MODEL_FILE
+            inputs = _export(model, exported)
+            shutil.move(str(exported), out / MODEL_FILE)
+    names = (*WEIGHT_FILES, TOKENIZER_FILE, "config.json")
+    source = {name: sha256_file(folder / name) for name in names if (folder / name).is_file()}
+    spec = SentenceSpec(
+        name=name or folder.name,
+        pooling=pooling,  # type: ignore[arg-type]
+        normalize=normalize,
+        max_length=read_max_length(folder),
+        dims=int(model.config.hidden_size),
+        weight=0.0,
+        weight_rule="unset",
+        license=read_license(folder),
+        source=source,
+        inputs=inputs,
+    )
+    write_spec(out, spec)
+    encoder = SentenceEncoder(out, threads)
+    got = encoder.encode(list(PROBES))
+    want = reference_vectors(model, encoder, PROBES)
+    worst = float(cosines(got, want).min())
+    if worst < MIN_COSINE:
+        raise SentenceError(
+            f"{folder}: the ONNX graph's vectors differ from the model's own (cosine {worst:.4f} < {MIN_COSINE})"
+        )
+    return spec
