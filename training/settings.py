@@ -125,9 +125,11 @@ class TrainSettings(BaseSettings):
     def _one_source(self) -> TrainSettings:
         sources = sum(source is not None for source in (self.pairs, self.queries, self.clicks, self.self_pairs))
         mixed = sources == 2 and self.clicks is not None and self.queries is not None  # clicks beside qrels
-        if sources != 1 and not mixed:
+        day_one = sources == 0 and self.encoder is not None  # BM25 + a sentence encoder, nothing to learn
+        if sources != 1 and not mixed and not day_one:
             raise ValueError(
                 "give one of --pairs (document-document), --queries with --qrels (BEIR), --clicks, --self-pairs "
+                "(or only --encoder: BM25 + a sentence encoder) "
                 "(--clicks may go with --queries/--qrels)"
             )
         if self.clicks is None and (

@@ -1,0 +1,136 @@
+"""`ssi train --encoder`: the sentence encoder exported and checked against its model, the day-one hybrid
+(BM25 + the encoder, nothing learned), λ learned with U and V from pairs, and the real all-MiniLM-L6-v2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from ssi.bundle import load_bundle
+from ssi.corpus import read_corpus
+from ssi.forms.diagonal import Diagonal
+from ssi.hybrid import hybrid_scores
+from ssi.sentence import SentenceEncoder, SentenceError
+from ssi_cli.main import build_app
+from tests.training.sentence_testing import WORDS, make_tiny_encoder
+from tests.training.synonyms import SynonymCorpus, held_out_map, train
+from training.evaluate.form_scorer import FormScorer
+from training.hybrid import DAY_ONE_WEIGHT, LEARNED_RULE, SENTENCE_WEIGHT
+from training.pretrained import NAME, REVISION, UPSTREAM_SHA256, minilm_folder
+from training.sentence_export import MIN_COSINE, _reference_model, cosines, prepare_encoder, reference_vectors
+
+TEXTS = ["the star and the planet", "bread dough in the oven", "a song for piano and violin", "dna " * 30, "x"]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_encoder(tmp_path_factory.mktemp("tiny") / "tiny")
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
+def test_the_exported_graph_gives_the_models_own_vectors(tmp_path: Path, pooling: str) -> None:
+    """Pooling and normalisation as the folder's configuration says, against PyTorch's forward pass."""
+    folder = make_tiny_encoder(tmp_path / "model", pooling=pooling, normalize=pooling != "max")
+    spec = prepare_encoder(folder, tmp_path / "out")
+    assert (spec.pooling, spec.normalize, spec.dims, spec.max_length) == (pooling, pooling != "max", 32, 48)
+    assert spec.license == "apache-2.0" and set(spec.source) == {"model.safetensors", "tokenizer.json", "config.json"}
+    encoder = SentenceEncoder(tmp_path / "out")
+    got = encoder.encode(TEXTS)
+    want = reference_vectors(_reference_model(folder), encoder, TEXTS)
+    assert cosines(got, want).min() >= MIN_COSINE
+    norms = np.linalg.norm(got, axis=1)
+    assert np.allclose(norms, 1.0, atol=1e-5) == spec.normalize
+    # One text alone or among others of other lengths: the same vector (padding is masked).
+    assert np.allclose(encoder.encode(TEXTS[:1])[0], got[0], atol=1e-5)
+
+
+def test_a_graph_that_is_not_the_models_is_refused(tiny: Path, tmp_path: Path) -> None:
+    """A folder whose onnx/model.onnx came from other weights: the check against the model refuses it."""
+    other = make_tiny_encoder(tmp_path / "other", seed=7)
+    prepare_encoder(other, tmp_path / "other-out")
+    folder = tmp_path / "mixed"
+    shutil.copytree(tiny, folder)
+    (folder / "onnx").mkdir()
+    shutil.copyfile(tmp_path / "other-out" / "model.onnx", folder / "onnx" / "model.onnx")
+    with pytest.raises(SentenceError, match="differ from the model's own"):
+        prepare_encoder(folder, tmp_path / "out")
+
+
+def test_a_folder_that_is_no_model_gets_a_clear_cli_error(tmp_path: Path, synonyms: SynonymCorpus) -> None:
+    (tmp_path / "empty").mkdir()
+    args = [
+        "train",
+        "--corpus",
+        str(synonyms.corpus),
+        "--encoder",
+        str(tmp_path / "empty"),
+        "--out",
+        str(tmp_path / "b"),
+    ]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 2 and "tokenizer.json" in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "b").exists()
+
+
+def test_day_one_is_bm25_plus_the_encoder_at_weight_one(tiny: Path, tmp_path: Path) -> None:
+    """No pairs: the bundle ranks by BM25 (the diagonal form, every weight 1) + 1 · e(q)·e(d), exactly."""
+    corpus = tmp_path / "corpus.jsonl"
+    rng = np.random.default_rng(3)
+    lines = [{"id": f"d{i}", "title": "", "text": " ".join(rng.choice(WORDS, size=12))} for i in range(40)]
+    corpus.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    args = ["train", "--corpus", str(corpus), "--encoder", str(tiny), "--out", str(tmp_path / "b"), "--no-progress"]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 0, result.output
+    bundle = load_bundle(tmp_path / "b")
+    assert isinstance(bundle.form, Diagonal) and np.all(bundle.form.values["w"] == 1.0)
+    assert bundle.sentence is not None and bundle.sentence.weight == DAY_ONE_WEIGHT
+    assert bundle.vocab.lexical == "bm25" and bundle.manifest.index_dims == 1 + 32
+    docs = read_corpus(corpus)
+    scorer = FormScorer.from_bundle(bundle, docs)
+    queries = ["star planet", "oven bread music", "violin"]
+    lexical = FormScorer(bundle.vocab, bundle.form, docs).score(queries)
+    encoder = SentenceEncoder(bundle.sentence_path)
+    expected = hybrid_scores(lexical, encoder.encode(queries), encoder.encode([d.full_text for d in docs]), 1.0)
+    assert np.allclose(scorer.score(queries), expected, atol=1e-5)
+    assert not np.allclose(expected, lexical, atol=1e-3)
+
+
+def test_pairs_learn_the_weight_with_u_and_v(synonyms: SynonymCorpus, tiny: Path, tmp_path: Path) -> None:
+    """λ moves from its day-one value by the same loss as U and V, the bundle keeps the validation-chosen step's,
+    and the trainer's validation and the evaluation harness rank the hybrid alike."""
+    summary = train(synonyms, tmp_path / "b", "--epochs", "20", "--dims", "16", "--lr", "0.1", "--encoder", str(tiny))
+    bundle = load_bundle(tmp_path / "b")
+    assert bundle.sentence is not None and bundle.sentence.weight_rule == LEARNED_RULE
+    assert bundle.sentence.weight == pytest.approx(summary["valid"][SENTENCE_WEIGHT])
+    assert bundle.sentence.weight >= 0.0 and bundle.sentence.weight != DAY_ONE_WEIGHT
+    learned, tfidf = held_out_map(synonyms, tmp_path / "b")
+    assert summary["valid"]["map"] == pytest.approx(learned, abs=1e-5)
+    assert learned > 0.8 > 8 * tfidf  # the learned parts still find the synonyms the encoder cannot know
+
+
+@pytest.mark.skipif(minilm_folder() is None, reason="all-MiniLM-L6-v2 not installed (requirements/minilm.txt)")
+def test_all_minilm_from_its_package_is_the_upstream_model_and_exports_exactly(tmp_path: Path) -> None:
+    """Slow: exports the real 22M-parameter model (about 15 s) and checks it against PyTorch's forward pass."""
+    from training.pretrained import checked_minilm_folder, sha256_file
+
+    folder = checked_minilm_folder()
+    assert {name: sha256_file(folder / name) for name in UPSTREAM_SHA256} == UPSTREAM_SHA256 and len(REVISION) == 40
+    spec = prepare_encoder(folder, tmp_path / "out", name=NAME, threads=2)
+    assert (spec.dims, spec.pooling, spec.normalize, spec.max_length, spec.license) == (
+        384,
+        "mean",
+        True,
+        256,
+        "apache-2.0",
+    )
+    encoder = SentenceEncoder(tmp_path / "out", 2)
+    texts = ["Vitamin D and multiple sclerosis", "ocean tides follow the moon", "nuclear spin"]
+    got = encoder.encode(texts)
+    assert cosines(got, reference_vectors(_reference_model(folder), encoder, texts)).min() >= MIN_COSINE
+    related, unrelated = float(got[1] @ encoder.encode(["the moon pulls the sea"])[0]), float(got[1] @ got[2])
+    assert related > unrelated + 0.2
