@@ -81,6 +81,16 @@ def read_license(folder: Path) -> str | None:
     return found.group(1) if found else None
 
 
+def read_name(folder: Path) -> str:
+    """The model card's title (its README's first `# ` heading), else the folder's name."""
+    card = folder / "README.md"
+    if card.is_file():
+        found = re.search(r"^# (\S.*)$", card.read_text(encoding="utf-8", errors="replace"), re.MULTILINE)
+        if found:
+            return found.group(1).strip()
+    return folder.name
+
+
 def _given_graph(folder: Path) -> Path | None:
     for name in ("onnx/model.onnx", "model.onnx"):
         if (folder / name).is_file():
@@ -181,7 +191,7 @@ def prepare_encoder(folder: Path | str, out: Path | str, *, threads: int = 1, na
     names = (*WEIGHT_FILES, TOKENIZER_FILE, "config.json")
     source = {name: sha256_file(folder / name) for name in names if (folder / name).is_file()}
     spec = SentenceSpec(
-        name=name or folder.name,
+        name=name or read_name(folder),
         pooling=pooling,  # type: ignore[arg-type]
         normalize=normalize,
         max_length=read_max_length(folder),

@@ -142,10 +142,9 @@ def _in_process(config: MatchBenchConfig, ads: Path, cache: Path, pages: dict[in
                 sent = time.perf_counter()
                 match_pages(collection, book, settings, [text], config.k, AdFilter())
                 latencies.append(time.perf_counter() - sent)
-            rows = state.embedder.featurize_queries(
-                [cut_long_text(text, settings.max_page_chars) for text in texts], settings.max_page_words
-            )
-            embedded = state.embedder.embed_queries(rows)
+            cut = [cut_long_text(text, settings.max_page_chars) for text in texts]
+            rows = state.embedder.featurize_queries(cut, settings.max_page_words)
+            embedded = state.embedder.embed_queries(rows, cut)
             out[str(kb)] = {
                 "match": summarize(latencies, 1, 0, float(sum(latencies))).as_dict(),
                 "scan_floor": scan_floor(vectors, embedded, config.k, config.threads * config.workers),

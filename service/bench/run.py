@@ -154,7 +154,7 @@ def in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[d
             to_result(collection, settings, result, query)
             latencies.append(time.perf_counter() - sent)
         state = collection.ready_state()
-        embedded = state.embedder.embed_queries(state.embedder.featurize_queries(queries))
+        embedded = state.embedder.embed_queries(state.embedder.featurize_queries(queries), queries)
         # The scan on as many threads as the service may use: SSI_THREADS in each of SSI_WORKERS processes.
         floor = scan_floor(state.index.all_vectors(), embedded, config.k, config.threads * config.workers)
     finally:

@@ -107,13 +107,22 @@
   function scoreLine(hit, maxScore) {
     const semantic = Math.max(0, hit.semantic);
     const lexical = Math.max(0, hit.lexical);
+    // A hybrid bundle's third part, λ e(q)·e(d) of its pre-trained sentence encoder (null for any other bundle).
+    const hybrid = typeof hit.sentence === "number";
+    const sentence = hybrid ? Math.max(0, hit.sentence) : 0;
     const scale = maxScore > 0 ? 100 / maxScore : 0;
     // Widths go through the CSSOM (not a style attribute), which a strict Content-Security-Policy allows.
     const semanticBar = el("span", { class: "meter-semantic" });
     const lexicalBar = el("span", { class: "meter-lexical" });
     semanticBar.style.width = `${Math.min(100, semantic * scale)}%`;
     lexicalBar.style.width = `${Math.min(100, lexical * scale)}%`;
-    const meter = el("span", { class: "meter", title: "semantic and lexical parts of the score" }, semanticBar, lexicalBar);
+    const bars = [semanticBar, lexicalBar];
+    if (hybrid) {
+      const sentenceBar = el("span", { class: "meter-sentence" });
+      sentenceBar.style.width = `${Math.min(100, sentence * scale)}%`;
+      bars.push(sentenceBar);
+    }
+    const meter = el("span", { class: "meter", title: "the parts of the score" }, ...bars);
     const line = el(
       "div",
       { class: "scores" },
@@ -122,6 +131,12 @@
       el("span", { class: "part semantic", "data-part": "semantic" }, "semantic ", el("b", { text: fmt(hit.semantic) })),
       el("span", { class: "part lexical", "data-part": "lexical" }, "lexical ", el("b", { text: fmt(hit.lexical) })),
     );
+    if (hybrid) {
+      line.append(
+        el("span", { class: "part sentence", "data-part": "sentence", title: "the sentence encoder's part" }, "encoder ",
+          el("b", { text: fmt(hit.sentence) })),
+      );
+    }
     if (hit.lexical === 0) {
       line.append(el("span", { class: "meaning-only", title: "no word in common with the query", text: "found by meaning" }));
     }
