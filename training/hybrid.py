@@ -40,9 +40,27 @@ class PreparedEncoder:
 
     def __init__(self, folder: Path, threads: int) -> None:
         self._scratch = Path(tempfile.mkdtemp(prefix="ssi-sentence-"))
+        self.source = folder
+        self.threads = threads
         self.folder = self._scratch / "sentence"
         self.spec = prepare_encoder(folder, self.folder, threads=threads)
         self.encoder = SentenceEncoder(self.folder, threads)
+
+    def finetune(self, data: TrainingData, epochs: int, seed: int, device: str = "cpu") -> None:
+        """Train the encoder's own weights on the training pairs (training.encoder_finetune), then export and check
+        the result in place of the folder's model; the spec's name says so."""
+        from training.encoder_finetune import finetune_encoder
+
+        queries, docs = training_query_texts(data), [d.full_text for d in data.docs]
+        pairs = [(queries[q], docs[d]) for q, d in zip(data.train.query_rows, data.train.doc_rows, strict=True)]
+        tuned = finetune_encoder(
+            self.source, pairs, self._scratch / "tuned", epochs=epochs, pooling=self.spec.pooling,
+            max_length=self.spec.max_length, seed=seed, threads=self.threads, device=device,
+        )  # fmt: skip
+        name = f"{self.spec.name}, fine-tuned on {len(pairs)} pairs × {epochs} epochs"
+        shutil.rmtree(self.folder)
+        self.spec = prepare_encoder(tuned, self.folder, threads=self.threads, name=name)
+        self.encoder = SentenceEncoder(self.folder, self.threads)
 
     def weighted(self, weight: float, rule: str) -> Path:
         """The folder with λ written into its spec, for `write_bundle(sentence=...)`."""

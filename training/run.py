@@ -18,6 +18,7 @@ from ssi.products import DocMatrix
 from ssi.stemming import DEFAULT_STEMMER, NO_STEMMER
 from ssi.weighting import Bm25
 from training.data import TrainingData, load_training_data
+from training.device import resolve_device
 from training.dice import HashingPlan
 from training.ensemble import fold_lowrank
 from training.evaluate.metrics import quick_map
@@ -294,6 +295,9 @@ def _run(
         if echo is not None:
             echo(notes[-1])
     else:
+        if prepared is not None and settings.finetune_encoder:
+            device = str(resolve_device(settings.device))
+            prepared.finetune(data, settings.finetune_encoder, settings.seed, device)
         sentence = SentenceTraining.of(prepared, data, settings.lr) if prepared is not None else None
         trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None, sentence=sentence)
         trainer.validator = build_validator(

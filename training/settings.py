@@ -50,6 +50,9 @@ class TrainSettings(BaseSettings):
     ray: str | None = None
     # A pre-trained sentence encoder's folder (training.hybrid): a hybrid bundle, f + λ e(q)·e(d).
     encoder: Path | None = None
+    finetune_encoder: int = Field(
+        0, ge=0
+    )  # epochs of the encoder's own training on the pairs (training.encoder_finetune)
     workers: int = Field(2, ge=1)
 
     # Model
@@ -185,6 +188,8 @@ class TrainSettings(BaseSettings):
             raise ValueError("--ensemble folds low-rank models trained in this process: --kind lowrank, without --ray")
         if self.encoder is not None:
             self._check_encoder()
+        elif self.finetune_encoder:
+            raise ValueError("--finetune-encoder trains the --encoder: give it")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
         return self

@@ -228,6 +228,15 @@ def train_command(
             MODEL,
         ),
     ] = None,
+    finetune_encoder: Annotated[
+        int | None,
+        _opt(
+            "finetune_encoder",
+            "Epochs of training the --encoder's own weights on the pairs first (in-batch negatives; PyTorch, on "
+            "the GPU where there is one). Default 0: the encoder as it is.",
+            MODEL,
+        ),
+    ] = None,
     init_from: Annotated[
         Path | None,
         _opt(
@@ -463,7 +472,7 @@ def train_command(
         "base_patience": base_patience, "base_patience_minutes": base_patience_minutes, "self_pairs": self_pairs,
         "self_pair_words": self_pair_words, "self_pair_unshared": self_pair_unshared,
         "self_pair_valid_among": self_pair_valid_among, "kind": kind,
-        "init_from": init_from, "encoder": encoder,
+        "init_from": init_from, "encoder": encoder, "finetune_encoder": finetune_encoder,
         "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b, "stemmer": stemmer,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
         "vocab_size": vocab_size, "query_vocab_size": query_vocab_size, "min_df": min_df,

@@ -63,7 +63,8 @@ class ServiceError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class SearchHit:
-    """One ranked document: score = semantic + lexical, the exact f(q, d) split into its two parts."""
+    """One ranked document: score = semantic + lexical (+ sentence), the exact f(q, d) split into its parts;
+    `sentence` is a hybrid bundle's third part λ e(q)·e(d) (ssi.hybrid), None for any other bundle."""
 
     id: str
     title: str
@@ -71,6 +72,7 @@ class SearchHit:
     score: float
     semantic: float
     lexical: float
+    sentence: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

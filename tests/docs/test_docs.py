@@ -74,7 +74,8 @@ def test_the_test_command_builds_the_site_strictly() -> None:
     # and pytest reports what the suite covers and where its time goes (docs/contributing.md)
     assert "--cov --cov-report=term" in script and "coverage_by_package.py" in script and "--dist loadscope" in script
     assert "--durations=10" in (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert 'extras="serve,train,test,cluster,docs"' in (REPO / "scripts" / "install.sh").read_text(encoding="utf-8")
+    install = (REPO / "scripts" / "install.sh").read_text(encoding="utf-8")
+    assert 'extras="serve,train,encoder,encoder-export,test,cluster,docs"' in install
 
 
 def ssi_commands(text: str) -> list[str]:

@@ -134,3 +134,27 @@ def test_all_minilm_from_its_package_is_the_upstream_model_and_exports_exactly(t
     assert cosines(got, reference_vectors(_reference_model(folder), encoder, texts)).min() >= MIN_COSINE
     related, unrelated = float(got[1] @ encoder.encode(["the moon pulls the sea"])[0]), float(got[1] @ got[2])
     assert related > unrelated + 0.2
+
+
+def test_finetuning_trains_the_encoders_own_weights_then_exports_and_checks_them(
+    synonyms: SynonymCorpus, tiny: Path, tmp_path: Path
+) -> None:
+    """The bundle's encoder is the tuned one: other weights than the folder's (their sha256 in the spec), still
+    within MIN_COSINE of their own forward pass (prepare_encoder refuses otherwise), and a query's own document
+    further above the other documents than before (the loss's contrast: its cosine less the others' mean)."""
+    args = ("--epochs", "2", "--dims", "8", "--lr", "0.1", "--encoder", str(tiny), "--finetune-encoder", "2")
+    train(synonyms, tmp_path / "b", *args)
+    bundle = load_bundle(tmp_path / "b")
+    assert bundle.sentence is not None and "fine-tuned on" in bundle.sentence.name
+    original = prepare_encoder(tiny, tmp_path / "original")
+    assert bundle.sentence.source["model.safetensors"] != original.source["model.safetensors"]
+    assert bundle.sentence.source["tokenizer.json"] == original.source["tokenizer.json"]
+    docs = {d.id: d.full_text for d in read_corpus(synonyms.corpus)}
+    pairs = [tuple(line.split("\t")) for line in synonyms.train_pairs.read_text(encoding="utf-8").splitlines()[:60]]
+    queries, targets = [docs[q] for q, _ in pairs], [docs[d] for _, d in pairs]
+    before, after = SentenceEncoder(tmp_path / "original"), SentenceEncoder(bundle.sentence_path)
+    contrast = []
+    for encoder in (before, after):
+        cos = encoder.encode(queries) @ encoder.encode(targets).T
+        contrast.append(float(np.diag(cos).mean() - cos[~np.eye(len(pairs), dtype=bool)].mean()))
+    assert contrast[1] > contrast[0]
