@@ -43,7 +43,7 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
-from ssi.hybrid import split_sentence
+from ssi.hybrid import split_parts
 from ssi.open_vocab import OpenCounts, OpenPostings, QueryWords, collection_idf, collection_query_values
 
 # At most this many queries of a chunk get their lexical part summed beside the flat scan (`_search_chunk`).
@@ -492,8 +492,8 @@ class ModelState:
         encoder = self.embedder.sentence
         if encoder is not None and query_embedding is not None:  # a hybrid bundle: its third part, apart
             stored = self.index.vectors(np.asarray([rows[j] for j in chosen], dtype=np.int64))
-            sentence = [split_sentence(query_embedding, row, encoder.dims) for row in stored]
-            semantic = [s - e for s, e in zip(semantic, sentence, strict=True)]
+            parts = [split_parts(query_embedding, row, encoder.dims) for row in stored]
+            semantic, sentence = [p[0] for p in parts], [p[1] for p in parts]
         return QueryResult(
             doc_ids=[ids[j] for j in chosen],
             scores=ranked.scores[chosen].tolist(),

@@ -38,6 +38,9 @@ def join_documents(vd: np.ndarray, ed: np.ndarray, weight: float) -> np.ndarray:
     return np.ascontiguousarray(np.hstack([np.asarray(vd, np.float32), scaled]), dtype=np.float32)
 
 
-def split_sentence(joined_query: np.ndarray, joined_doc: np.ndarray, dims: int) -> float:
-    """The sentence part λ e(q)·e(d) of a joined query and document vector (their last `dims` values)."""
-    return float(np.dot(np.asarray(joined_query[-dims:], np.float64), np.asarray(joined_doc[-dims:], np.float64)))
+def split_parts(joined_query: np.ndarray, joined_doc: np.ndarray, dims: int) -> tuple[float, float]:
+    """(the form's semantic part, the sentence part λ e(q)·e(d)) of a joined query and document vector: the
+    products of their first values and of their last `dims` values, each on its own (no difference of sums,
+    whose rounding would show a form without a semantic part, e.g. BM25's, a part of ±1e-17)."""
+    query, doc = np.asarray(joined_query, np.float64), np.asarray(joined_doc, np.float64)
+    return float(np.dot(query[:-dims], doc[:-dims])), float(np.dot(query[-dims:], doc[-dims:]))

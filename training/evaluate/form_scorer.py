@@ -54,8 +54,9 @@ class SentencePart:
         return cls(encoder, encode_corpus(encoder, [d.full_text for d in docs]), bundle.sentence.weight)
 
     def add_to(self, scores: np.ndarray, query_texts: Sequence[str]) -> np.ndarray:
-        """`scores` (the form's, queries × documents) + λ e(q)·e(d)."""
-        return hybrid_scores(scores, self.encoder.encode(query_texts), self.doc_vectors, self.weight)
+        """`scores` (the form's, queries × documents) + λ e(q)·e(d); e(q) through the cache too (an evaluation asks
+        for the same queries run after run, and a document–document task's queries are whole documents)."""
+        return hybrid_scores(scores, encode_corpus(self.encoder, list(query_texts)), self.doc_vectors, self.weight)
 
 
 def same_vocabulary(a: Vocabulary, b: Vocabulary) -> bool:
