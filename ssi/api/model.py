@@ -8,7 +8,8 @@ top k is exact, with no index in between.
 
 A bundle's ONNX query encoder is not needed: it is the service's way to embed a query for its FAISS
 index, and the reference score computes the same embedding in numpy. So this module needs neither
-PyTorch nor onnxruntime, only the base install (a notebook, or a process beside the service).
+PyTorch nor onnxruntime, only the base install (a notebook, or a process beside the service); a hybrid
+bundle's sentence encoder (ssi.hybrid) is the exception: it runs on onnxruntime (the `encoder` extra).
 
 In the examples, `bundle` is a trained bundle folder, `corpus` the JSONL corpus it should rank, `query` a text.
 
@@ -43,7 +44,7 @@ from ssi.products import DocMatrix
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from training.evaluate.features import TextFeatures
-from training.evaluate.form_scorer import FormScorer
+from training.evaluate.form_scorer import FormScorer, SentencePart
 from training.evaluate.rank import top_k
 
 StrPath = str | os.PathLike[str]
@@ -85,7 +86,10 @@ class Model:
         self._doc_matrix: DocMatrix | None = None
         self._open: OpenPostings | None = None
         self._collection: CollectionStatistics | None = None
+        # A hybrid bundle's third part over the corpus (ssi.hybrid: its encoder, λ and every document's e(d)).
+        self._sentence: SentencePart | None = None
         if self.documents:
+            self._sentence = SentencePart.of(bundle, self.documents)
             # The rows carry their ids: a keyed form (halftrans) uses its own vector for a document it was trained on.
             scorer = FormScorer(bundle.vocab, bundle.form, self.documents, open_vocab=open_vocab, statistics=statistics)
             self._doc_matrix, self._open, self._collection = scorer.docs, scorer.open, scorer.collection
@@ -103,6 +107,7 @@ class Model:
         doc_matrix: DocMatrix,
         open_postings: OpenPostings | None = None,
         collection: CollectionStatistics | None = None,
+        sentence: SentencePart | None = None,
     ) -> FormScorer:
         # Fresh features per call: TextFeatures memoizes every text it sees, which a long-lived model must not.
         vocab, form = self.bundle.vocab, self.bundle.form
@@ -114,12 +119,13 @@ class Model:
             open_vocab=self.open_vocab,
             open_postings=open_postings,
             statistics=collection if collection is not None else "bundle",
+            sentence=sentence,
         )
 
     def _corpus_scorer(self) -> FormScorer:
         if self._doc_matrix is None:
             raise ValueError("this model has no corpus to rank: load it with corpus=... (or use score())")
-        return self._scorer(self._doc_matrix, self._open, self._collection)
+        return self._scorer(self._doc_matrix, self._open, self._collection, self._sentence)
 
     def scores(self, texts: Sequence[str]) -> np.ndarray:
         """f(q, d) of each query text against every corpus document: float32 [len(texts), len(documents)]."""
@@ -168,12 +174,14 @@ class Model:
             # Collection statistics are those of the documents given: texts become documents named by position.
             given = [d if isinstance(d, Document) else Document(str(i), "", d) for i, d in enumerate(docs)]
             scorer = FormScorer(vocab, form, given, open_vocab=self.open_vocab, statistics=self.statistics)
-            return self._scorer(scorer.docs, scorer.open, scorer.collection).score(list(queries))
+            sentence = SentencePart.of(self.bundle, given)
+            return self._scorer(scorer.docs, scorer.open, scorer.collection, sentence).score(list(queries))
         texts = [d.full_text if isinstance(d, Document) else d for d in docs]
         matrix = vocab.doc_matrix(TextFeatures(vocab).documents(texts))
         rule = OpenRule.of(vocab, form) if self.open_vocab else None
         postings = None if rule is None else build_postings(rule, [tokenize(t) for t in texts])
-        return self._scorer(matrix, postings).score(list(queries))
+        sentence = SentencePart.of(self.bundle, [Document(str(i), "", t) for i, t in enumerate(texts)])
+        return self._scorer(matrix, postings, sentence=sentence).score(list(queries))
 
 
 def _documents(corpus: StrPath | Sequence[Document] | Sequence[str]) -> list[Document]:

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+import ssi
 from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus
 from ssi.forms.diagonal import Diagonal
@@ -98,6 +99,9 @@ def test_day_one_is_bm25_plus_the_encoder_at_weight_one(tiny: Path, tmp_path: Pa
     expected = hybrid_scores(lexical, encoder.encode(queries), encoder.encode([d.full_text for d in docs]), 1.0)
     assert np.allclose(scorer.score(queries), expected, atol=1e-5)
     assert not np.allclose(expected, lexical, atol=1e-3)
+    model = ssi.load(tmp_path / "b", corpus=corpus)  # in process: the same hybrid score
+    assert np.allclose(model.scores(queries), expected, atol=1e-5)
+    assert np.allclose(model.score(queries, docs), expected, atol=1e-5)
 
 
 def test_pairs_learn_the_weight_with_u_and_v(synonyms: SynonymCorpus, tiny: Path, tmp_path: Path) -> None:
