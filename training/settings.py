@@ -48,11 +48,10 @@ class TrainSettings(BaseSettings):
     # Data-parallel training on Ray Train (training.ray_train): a cluster address (local, auto, host:port) and
     # the CPU workers, each streaming its share of the pairs; gradients are averaged every step. Implies streaming.
     ray: str | None = None
-    # A pre-trained sentence encoder's folder (training.hybrid): a hybrid bundle, f + λ e(q)·e(d).
+    # A pre-trained sentence encoder's folder (training.hybrid): a hybrid bundle, f + λ e(q)·e(d); and the epochs of
+    # its own training on the pairs first (training.encoder_finetune; 0: the encoder as it is).
     encoder: Path | None = None
-    finetune_encoder: int = Field(
-        0, ge=0
-    )  # epochs of the encoder's own training on the pairs (training.encoder_finetune)
+    finetune_encoder: int = Field(0, ge=0)
     workers: int = Field(2, ge=1)
 
     # Model

@@ -91,8 +91,10 @@ class Trainer:
         torch.set_num_threads(settings.threads)
         self.device = _training_device(settings, data)
         self.on_device = self.device.type != "cpu" if device_path is None else device_path
-        if sentence is not None and self.on_device:
-            raise ValueError("--encoder trains on the CPU's step so far: give --device cpu")
+        if sentence is not None:  # λ's block is built on the host's step (training.hybrid)
+            if device_path:
+                raise ValueError("a hybrid model (--encoder) trains on the host's step")
+            self.on_device = False
         vocab_size = data.vocab.size
         n_words = min(settings.frequent_words or vocab_size, vocab_size)
         doc_matrix = docs or data.vocab.doc_matrix(data.X_docs)
