@@ -108,6 +108,9 @@ class SentenceEncoder:
         options.intra_op_num_threads = max(1, threads)
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # No memory arena: it kept what encoding documents' batches needed (1.1 GB after 20,000 passages in the worker
+        # that built the index, benchmarks/hybrid_cost.py), where a query needs a few MB.
+        options.enable_cpu_mem_arena = False
         options.log_severity_level = 3
         try:
             self.session = ort.InferenceSession(str(folder / MODEL_FILE), options, providers=["CPUExecutionProvider"])

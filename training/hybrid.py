@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -116,8 +115,3 @@ class SentenceTraining:
         self._squares += grad * grad
         if self._squares > 0:
             self.weight = max(0.0, self.weight - self.lr * grad / float(np.sqrt(self._squares)))
-
-
-def encode_texts(encoder: SentenceEncoder, texts: Sequence[str]) -> np.ndarray:
-    """e of query texts (validation's), through the corpus cache: the same texts come back run after run."""
-    return encode_corpus(encoder, list(texts))

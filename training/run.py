@@ -26,7 +26,8 @@ from training.evaluate.tasks import RetrievalTask, beir_task, doc_doc_task, keyw
 from training.export import export_bundle
 from training.fitted import FitContext, fitted_kind
 from training.history_plot import write_history_plot
-from training.hybrid import LEARNED_RULE, SENTENCE_WEIGHT, PreparedEncoder, SentenceTraining, encode_texts
+from training.hybrid import LEARNED_RULE, SENTENCE_WEIGHT, PreparedEncoder, SentenceTraining
+from training.sentence_vectors import encode_corpus
 from training.settings import TrainSettings
 from training.trainer import Trainer, TrainResult
 from training.validation import FormValidator
@@ -304,8 +305,9 @@ def _run(
             data, docs, settings, trainer.lexical.cached if trainer.lexical is not None else None
         )
         if sentence is not None and trainer.validator is not None and prepared is not None:
-            texts = trainer.validator.texts
-            trainer.validator.sentence = (encode_texts(prepared.encoder, texts), sentence.doc_vectors)
+            # The validation queries' e through the cache: the same texts come back run after run.
+            queries = encode_corpus(prepared.encoder, trainer.validator.texts)
+            trainer.validator.sentence = (queries, sentence.doc_vectors)
         ready = time.perf_counter()
         result = trainer.run(show_progress=show_progress)
         stream_info = stream_summary(trainer)

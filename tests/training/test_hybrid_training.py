@@ -120,7 +120,8 @@ def test_pairs_learn_the_weight_with_u_and_v(synonyms: SynonymCorpus, tiny: Path
 @pytest.mark.skipif(minilm_folder() is None, reason="all-MiniLM-L6-v2 not installed (requirements/minilm.txt)")
 def test_all_minilm_from_its_package_is_the_upstream_model_and_exports_exactly(tmp_path: Path) -> None:
     """Slow: exports the real 22M-parameter model (about 15 s) and checks it against PyTorch's forward pass."""
-    from training.pretrained import checked_minilm_folder, sha256_file
+    from ssi.bundle import sha256_file
+    from training.pretrained import checked_minilm_folder
 
     folder = checked_minilm_folder()
     assert {name: sha256_file(folder / name) for name in UPSTREAM_SHA256} == UPSTREAM_SHA256 and len(REVISION) == 40
