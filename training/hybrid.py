@@ -103,11 +103,10 @@ class SentenceTraining:
         queries = docs if data.doc_doc else encode_corpus(encoder, training_query_texts(data))
         return cls(queries, docs, DAY_ONE_WEIGHT, lr)
 
-    def block(self, query_rows: np.ndarray, doc_rows: np.ndarray | None) -> torch.Tensor:
-        """e(q)·e(d) of the step's queries × pool documents (every document where `doc_rows` is None)."""
+    def block(self, query_rows: np.ndarray, doc_rows: np.ndarray) -> torch.Tensor:
+        """e(q)·e(d) of the step's queries × pool documents (training.models.block.Block's rows)."""
         queries = self.queries[torch.from_numpy(np.asarray(query_rows, dtype=np.int64))]
-        docs = self.docs if doc_rows is None else self.docs[torch.from_numpy(np.asarray(doc_rows, dtype=np.int64))]
-        return queries @ docs.T
+        return queries @ self.docs[torch.from_numpy(np.asarray(doc_rows, dtype=np.int64))].T
 
     def step(self, coeff: torch.Tensor, block: torch.Tensor) -> None:
         """One Adagrad step of λ against ∂loss/∂S = `coeff` (∂S/∂λ = the block); λ stays ≥ 0."""

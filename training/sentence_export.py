@@ -29,7 +29,8 @@ OUTPUT = "token_states"
 PROBES = (
     "hello",
     "Vitamin D deficiency raises the risk of multiple sclerosis in adults.",
-    "A 2,500-word abstract: " + "the spindle checkpoint arrests mitosis until every kinetochore is attached. " * 40,
+    "A long text, cut at the maximum length: "
+    + "the spindle checkpoint arrests mitosis until every kinetochore is attached. " * 40,
     "antidisestablishmentarianism?! 42 µg/ml",
 )
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "onnx/model.onnx", "model.onnx")
@@ -65,10 +66,12 @@ def read_pooling(folder: Path) -> tuple[str, bool]:
 
 
 def read_max_length(folder: Path) -> int:
+    """Tokens per text: sentence-transformers' max_seq_length, else the tokenizer's, at most BERT's 512."""
     for name, key in (("sentence_bert_config.json", "max_seq_length"), ("tokenizer_config.json", "model_max_length")):
         path = folder / name
-        if path.is_file() and isinstance(_json(path).get(key), int):
-            return min(int(_json(path)[key]), 512)
+        value = _json(path).get(key) if path.is_file() else None
+        if isinstance(value, int):
+            return min(value, 512)
     return 512
 
 

@@ -219,6 +219,7 @@ class Trainer:
         scores = self.model.scores(block)
         sentence = None
         if self.sentence is not None and not isinstance(plan, DevicePlan):
+            assert block.doc_rows is not None  # the host's blocks always name their pool's rows
             sentence = self.sentence.block(plan.queries, block.doc_rows)
             scores = scores + self.sentence.weight * sentence
         t3 = self._clock()

@@ -87,9 +87,9 @@ class Model:
         self._open: OpenPostings | None = None
         self._collection: CollectionStatistics | None = None
         # A hybrid bundle's third part over the corpus (ssi.hybrid: its encoder, λ and every document's e(d)).
-        self._sentence: SentencePart | None = None
+        # Loaded once: `score` reuses its encoder for the documents it is given.
+        self._sentence = SentencePart.of(bundle, self.documents)
         if self.documents:
-            self._sentence = SentencePart.of(bundle, self.documents)
             # The rows carry their ids: a keyed form (halftrans) uses its own vector for a document it was trained on.
             scorer = FormScorer(bundle.vocab, bundle.form, self.documents, open_vocab=open_vocab, statistics=statistics)
             self._doc_matrix, self._open, self._collection = scorer.docs, scorer.open, scorer.collection
@@ -174,13 +174,13 @@ class Model:
             # Collection statistics are those of the documents given: texts become documents named by position.
             given = [d if isinstance(d, Document) else Document(str(i), "", d) for i, d in enumerate(docs)]
             scorer = FormScorer(vocab, form, given, open_vocab=self.open_vocab, statistics=self.statistics)
-            sentence = SentencePart.of(self.bundle, given)
+            sentence = self._sentence.over([d.full_text for d in given]) if self._sentence is not None else None
             return self._scorer(scorer.docs, scorer.open, scorer.collection, sentence).score(list(queries))
         texts = [d.full_text if isinstance(d, Document) else d for d in docs]
         matrix = vocab.doc_matrix(TextFeatures(vocab).documents(texts))
         rule = OpenRule.of(vocab, form) if self.open_vocab else None
         postings = None if rule is None else build_postings(rule, [tokenize(t) for t in texts])
-        sentence = SentencePart.of(self.bundle, [Document(str(i), "", t) for i, t in enumerate(texts)])
+        sentence = self._sentence.over(texts) if self._sentence is not None else None
         return self._scorer(matrix, postings, sentence=sentence).score(list(queries))
 
 

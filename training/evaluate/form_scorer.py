@@ -38,25 +38,42 @@ from training.sentence_vectors import encode_corpus
 
 
 class SentencePart:
-    """A hybrid bundle's third part over a fixed corpus: the encoder, λ and every document's e(d) (ssi.hybrid)."""
+    """A hybrid bundle's third part over a fixed corpus: the encoder, λ and every document's e(d) (ssi.hybrid).
 
-    def __init__(self, encoder: SentenceEncoder, doc_vectors: np.ndarray, weight: float) -> None:
+    `cache_queries`: query vectors through training.sentence_vectors' cache too, for `ssi eval` and `ssi rank`,
+    which ask for the same queries run after run (a document–document task's queries are whole documents); not
+    for a long-lived ranker (`ssi.load`), whose every call would leave a file.
+    """
+
+    def __init__(
+        self, encoder: SentenceEncoder, doc_vectors: np.ndarray, weight: float, *, cache_queries: bool = False
+    ) -> None:
         self.encoder = encoder
         self.doc_vectors = doc_vectors
         self.weight = weight
+        self.cache_queries = cache_queries
 
     @classmethod
-    def of(cls, bundle: Bundle, docs: Sequence[Document], threads: int = 2) -> SentencePart | None:
+    def of(
+        cls, bundle: Bundle, docs: Sequence[Document], *, cache_queries: bool = False, threads: int = 2
+    ) -> SentencePart | None:
         """The part of a hybrid bundle over `docs` (their vectors from training.sentence_vectors), else None."""
         if bundle.sentence is None:
             return None
         encoder = SentenceEncoder(bundle.sentence_path, threads)
-        return cls(encoder, encode_corpus(encoder, [d.full_text for d in docs]), bundle.sentence.weight)
+        texts = [d.full_text for d in docs]
+        vectors = encode_corpus(encoder, texts) if texts else encoder.encode(texts)
+        return cls(encoder, vectors, bundle.sentence.weight, cache_queries=cache_queries)
+
+    def over(self, texts: Sequence[str]) -> SentencePart:
+        """The same encoder and λ over other documents (`texts`, encoded here, not cached)."""
+        return SentencePart(self.encoder, self.encoder.encode(texts), self.weight)
 
     def add_to(self, scores: np.ndarray, query_texts: Sequence[str]) -> np.ndarray:
-        """`scores` (the form's, queries × documents) + λ e(q)·e(d); e(q) through the cache too (an evaluation asks
-        for the same queries run after run, and a document–document task's queries are whole documents)."""
-        return hybrid_scores(scores, encode_corpus(self.encoder, list(query_texts)), self.doc_vectors, self.weight)
+        """`scores` (the form's, queries × documents) + λ e(q)·e(d)."""
+        texts = list(query_texts)
+        queries = encode_corpus(self.encoder, texts) if self.cache_queries else self.encoder.encode(texts)
+        return hybrid_scores(scores, queries, self.doc_vectors, self.weight)
 
 
 def same_vocabulary(a: Vocabulary, b: Vocabulary) -> bool:
@@ -166,7 +183,7 @@ class FormScorer(VectorScorer):
             block_size=block_size,
             open_vocab=open_vocab,
             statistics=statistics,
-            sentence=SentencePart.of(bundle, docs) if docs is not None else None,
+            sentence=SentencePart.of(bundle, docs, cache_queries=True) if docs is not None else None,
         )
 
     @property
