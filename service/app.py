@@ -31,10 +31,11 @@ from service.catalog import Catalog
 from service.deps import CollectionPathDep, ReadKeyDep
 from service.errors import ServiceError
 from service.events.traffic import Traffic
+from service.interleave.comparisons import Comparisons
 from service.metrics import KNOWN_METHODS, Metrics, MetricsMiddleware
 from service.openapi import install_exact_schema
 from service.request_body import BodyLimitMiddleware
-from service.routes import admin, documents, events, health, match, metrics, model, pages, search, words
+from service.routes import admin, documents, events, health, interleave, match, metrics, model, pages, search, words
 from service.routes.pages import STATIC_DIR
 from service.settings import Settings
 from service.threads import limit_blas_threads
@@ -145,9 +146,11 @@ def create_app(
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         catalog.start_loading(on_fatal)
+        app.state.comparisons.watch()
         try:
             yield
         finally:
+            app.state.comparisons.close()
             app.state.adverts.close()
             app.state.traffic.close()
             catalog.close()
@@ -163,6 +166,8 @@ def create_app(
     app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
     catalog.after_load(app.state.adverts.prepare)
     app.state.traffic = Traffic(settings, metrics_registry)  # impressions and clicks (service.events)
+    # A candidate interleaved with the served model (service.interleave)
+    app.state.comparisons = Comparisons(catalog, app.state.traffic, metrics_registry)
     install_error_handlers(app)
 
     # With SSI_READ_KEY set, the read routes need a key; without, they declare none (the schema says which).
@@ -180,7 +185,7 @@ def create_app(
         app.include_router(router, dependencies=needs)
         app.include_router(router, prefix="/collections/{collection}", dependencies=[*needs, CollectionPathDep])
     app.include_router(metrics.router, dependencies=read)
-    for router in (admin.router, health.router, pages.router):
+    for router in (admin.router, interleave.router, health.router, pages.router):
         app.include_router(router)
     STATIC_DIR.mkdir(exist_ok=True)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")

@@ -24,6 +24,7 @@ from service.catalog import Catalog
 from service.collection import Collection
 from service.errors import Forbidden, InvalidInput, Unauthorized
 from service.events.traffic import Traffic
+from service.interleave.comparisons import Comparisons
 from service.metrics import Metrics
 from service.settings import COLLECTION_NAME, Settings
 
@@ -99,11 +100,18 @@ class Searching:
     settings: Settings
     limiter: Limiter
     traffic: Traffic
+    comparisons: Comparisons | None  # None on an app that interleaves nothing (the cluster's router)
 
 
 async def get_searching(request: Request) -> Searching:
     state = request.app.state
-    return Searching(_collection_of(request), state.settings, state.search_limiter, state.traffic)
+    return Searching(
+        _collection_of(request),
+        state.settings,
+        state.search_limiter,
+        state.traffic,
+        getattr(state, "comparisons", None),
+    )
 
 
 SearchingDep = Annotated[Searching, Depends(get_searching)]

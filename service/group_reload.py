@@ -40,7 +40,7 @@ class ServedBundle:
     content_hash: str
 
 
-def _write_whole(path: Path, text: str) -> None:
+def write_whole(path: Path, text: str) -> None:
     """Readers see the old text or the new one, never a part."""
     partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
     partial.write_text(text, encoding="utf-8")
@@ -76,13 +76,13 @@ class GroupBundle:
             last = self.read()
             served = ServedBundle((last.generation if last else 0) + 1, str(path), content_hash)
             self.folder.mkdir(parents=True, exist_ok=True)
-            _write_whole(self._record, json.dumps(asdict(served)))
+            write_whole(self._record, json.dumps(asdict(served)))
         return served
 
     def acknowledge(self, generation: int) -> None:
         """This worker serves `generation` now."""
         self.folder.mkdir(parents=True, exist_ok=True)
-        _write_whole(self.folder / f"{ACK}{self.worker}", str(generation))
+        write_whole(self.folder / f"{ACK}{self.worker}", str(generation))
 
     def acknowledged(self, generation: int) -> int:
         """How many workers serve `generation` (or a later one)."""

@@ -131,6 +131,28 @@ class Metrics:
             ["collection"],
             registry=r,
         )
+        # A running comparison (service.interleave), counted from the shared traffic log every few seconds.
+        self.interleave_running = Gauge(
+            "ssi_interleave_running",
+            "1 while a candidate is interleaved with the served model and undecided",
+            ["collection"],
+            registry=r,
+        )
+        self.interleave_impressions = Gauge(
+            "ssi_interleave_impressions",
+            "Interleaved answers of the running comparison: shown, and won, lost or tied by the candidate",
+            ["collection", "outcome"],
+            registry=r,
+        )
+        self.interleave_llr = Gauge(
+            "ssi_interleave_log_likelihood_ratio",
+            "The sequential test's log-likelihood ratio (promote at its upper bound, drop at its lower one)",
+            ["collection"],
+            registry=r,
+        )
+        self.interleaved_searches = Counter(
+            "ssi_interleaved_searches", "First pages answered interleaved by this process", ["collection"], registry=r
+        )
         self._model_labels: dict[str, tuple[str, ...]] = {}
 
     def reject(self, limiter: str, status: int) -> None:

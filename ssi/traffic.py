@@ -10,10 +10,15 @@ in order, where the list starts (`first_position`: 1 + the request's offset), th
 (the bundle's content hash), and whether its top was shuffled on purpose (`randomized`: a small share of
 answers have their first results in uniformly random order, so that how much users look at each position
 can be measured apart from what is shown there). A *click* names an impression and one of its shown ids.
+An impression that interleaved the served model with a candidate (ssi.interleaving) has a row in
+`interleaved`: the candidate's content hash and who placed each shown id (`teams`, one letter per id); its
+`model` is the served one. The table came after the others: a store written before it has none until the
+service opens it again, and readers here treat a missing table as no interleaving.
 
 Exported, the log is the click-log JSONL that `ssi train --clicks` reads (training/clicks.py): one line per
 shown result, `{"impression", "time", "model", "randomized", "position", "query" | "page_text", "doc" | "ad",
-"clicked", "dwell_ms"}`; the query's text is absent (and `query_hash` present) where the service kept no text.
+"clicked", "dwell_ms"}`; the query's text is absent (and `query_hash` present) where the service kept no text,
+and an interleaved impression's results add `placed_by` (the content hash of the model that placed each).
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ssi.interleaving import CANDIDATE
 
 EVENTS_FILE = "events.sqlite"
 EVENTS_SCHEMA_VERSION = "1"
@@ -53,6 +60,11 @@ CREATE TABLE IF NOT EXISTS clicks (
     dwell_ms REAL,
     PRIMARY KEY (impression, doc_id)
 );
+CREATE TABLE IF NOT EXISTS interleaved (
+    impression TEXT PRIMARY KEY,
+    challenger TEXT NOT NULL,
+    teams TEXT NOT NULL
+);
 """
 
 ImpressionKind = str  # "search" (a documents collection) or "match" (an adverts collection: the text is a page)
@@ -73,11 +85,14 @@ class ShownResult:
     dwell_ms: float | None
     text: str | None
     text_hash: str | None
+    placed_by: str | None = None  # an interleaved impression's: the model that placed this result (ssi.interleaving)
 
     def to_json(self) -> str:
         """The exported line: search impressions name `query`/`doc`, page matches `page_text`/`ad`."""
         record = asdict(self)
         text, text_hash, kind = record.pop("text"), record.pop("text_hash"), record.pop("kind")
+        if record["placed_by"] is None:
+            del record["placed_by"]
         doc = record.pop("doc")
         if kind == "match":
             record["ad"] = doc
@@ -111,24 +126,38 @@ def open_read_only(path: Path) -> sqlite3.Connection:
     return conn
 
 
+def has_interleaving(conn: sqlite3.Connection) -> bool:
+    """Whether the store has the `interleaved` table (one written before it had none)."""
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'interleaved'").fetchone()
+    return found is not None
+
+
 def read_events(path: Path, since: float | None = None, until: float | None = None) -> Iterator[ShownResult]:
     """Every shown result of the impressions recorded in [since, until), in time order, with its click."""
     conn = open_read_only(path)
     try:
         lo = float("-inf") if since is None else since
         hi = float("inf") if until is None else until
+        pairs, join = (
+            ("x.challenger, x.teams", "LEFT JOIN interleaved x ON x.impression = i.id")
+            if has_interleaving(conn)
+            else ("NULL, NULL", "")
+        )
         rows = conn.execute(
-            "SELECT i.id, i.at, i.kind, i.text_hash, t.text, i.model, i.randomized, i.first_position, i.shown "
-            "FROM impressions i LEFT JOIN texts t ON t.hash = i.text_hash "
+            "SELECT i.id, i.at, i.kind, i.text_hash, t.text, i.model, i.randomized, i.first_position, i.shown, "
+            f"{pairs} FROM impressions i LEFT JOIN texts t ON t.hash = i.text_hash {join} "
             "WHERE i.at >= ? AND i.at < ? ORDER BY i.at, i.id",
             (lo, hi),
         )
-        for imp_id, at, kind, text_hash, text, model, randomized, first, shown in rows:
+        for imp_id, at, kind, text_hash, text, model, randomized, first, shown, challenger, teams in rows:
             clicks = {
                 doc: dwell
                 for doc, dwell in conn.execute("SELECT doc_id, dwell_ms FROM clicks WHERE impression = ?", (imp_id,))
             }
             for offset, doc in enumerate(json.loads(shown)):
+                placed_by = None
+                if teams is not None:
+                    placed_by = challenger if teams[offset : offset + 1] == CANDIDATE else model
                 yield ShownResult(
                     impression=imp_id,
                     time=at,
@@ -141,9 +170,34 @@ def read_events(path: Path, since: float | None = None, until: float | None = No
                     dwell_ms=clicks.get(doc),
                     text=text,
                     text_hash=None if text is not None else text_hash,
+                    placed_by=placed_by,
                 )
     finally:
         conn.close()
+
+
+def read_interleaved(
+    conn: sqlite3.Connection, served: str, challenger: str, since: float
+) -> Iterator[tuple[str, list[int]]]:
+    """(teams, clicked offsets) of each impression since `since` that interleaved `served` with `challenger`:
+    what ssi.interleaving.tally counts."""
+    if not has_interleaving(conn):
+        return
+    rows = conn.execute(
+        "SELECT x.teams, i.id, i.first_position FROM interleaved x JOIN impressions i ON i.id = x.impression "
+        "WHERE x.challenger = ? AND i.model = ? AND i.at >= ? ORDER BY i.at",
+        (challenger, served, since),
+    ).fetchall()
+    clicked: dict[str, list[int]] = {}
+    for start in range(0, len(rows), 500):
+        chunk = [row[1] for row in rows[start : start + 500]]
+        marks = ",".join("?" * len(chunk))
+        for impression, position in conn.execute(
+            f"SELECT impression, position FROM clicks WHERE impression IN ({marks})", chunk
+        ):
+            clicked.setdefault(impression, []).append(position)
+    for teams, impression, first in rows:
+        yield teams, [position - first for position in clicked.get(impression, [])]
 
 
 def export_events(path: Path, out: Path, since: float | None = None, until: float | None = None) -> int:

@@ -67,6 +67,8 @@ class Impression:
     randomized: bool
     first_position: int
     shown: list[str]  # the caller's own list, not copied
+    # An interleaved answer's (candidate's content hash, who placed each shown id: ssi.interleaving.team_draft)
+    interleaved: tuple[str, str] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -210,7 +212,14 @@ class EventStore:
     # --- impressions: queued, committed by the writer thread ----------------------------------------------
 
     def record(
-        self, kind: str, text: str, model: str, shown: list[str], first_position: int, randomized: bool
+        self,
+        kind: str,
+        text: str,
+        model: str,
+        shown: list[str],
+        first_position: int,
+        randomized: bool,
+        interleaved: tuple[str, str] | None = None,
     ) -> str | None:
         """Queue an impression (`shown` is kept, not copied); returns its id (None when the queue is full and it was
         dropped). On every search's path: after the server idled between two requests, each Python call here costs
@@ -221,7 +230,9 @@ class EventStore:
             return None
         now = time.time()
         impression_id = new_impression_id(now)
-        self._pending.append(Impression(impression_id, now, kind, text, model, randomized, first_position, shown))
+        self._pending.append(
+            Impression(impression_id, now, kind, text, model, randomized, first_position, shown, interleaved)
+        )
         if pending + 1 >= FLUSH_BATCH:
             self._wake.set()
         return impression_id
@@ -268,6 +279,7 @@ class EventStore:
     def _write(self, batch: list[Impression]) -> None:
         texts: dict[str, str | None] = {}
         rows = []
+        pairs = [(imp.id, *imp.interleaved) for imp in batch if imp.interleaved is not None]
         for imp in batch:
             key, stored = self.text_key(imp.text or "")
             if key is not None:
@@ -287,6 +299,8 @@ class EventStore:
         with write_transaction(self._writer, self.path, "BEGIN IMMEDIATE"):
             self._writer.executemany("INSERT OR IGNORE INTO texts VALUES (?, ?)", list(texts.items()))
             self._writer.executemany("INSERT OR IGNORE INTO impressions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+            if pairs:
+                self._writer.executemany("INSERT OR IGNORE INTO interleaved VALUES (?, ?, ?)", pairs)
         # Row bytes as written, and an index entry or two each: what the bounds' check is paced by.
         self._written += sum(len(r[7]) + len(r[4]) + 96 for r in rows) + sum(len(t or "") for t in texts.values())
 
@@ -387,6 +401,7 @@ class EventStore:
             count = int(self._writer.execute("SELECT COUNT(*) FROM doomed").fetchone()[0])
             if count:
                 self._writer.execute("DELETE FROM clicks WHERE impression IN (SELECT id FROM doomed)")
+                self._writer.execute("DELETE FROM interleaved WHERE impression IN (SELECT id FROM doomed)")
                 self._writer.execute("DELETE FROM impressions WHERE id IN (SELECT id FROM doomed)")
                 self._writer.execute(
                     "DELETE FROM texts WHERE NOT EXISTS (SELECT 1 FROM impressions i WHERE i.text_hash = texts.hash)"

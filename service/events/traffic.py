@@ -102,8 +102,12 @@ class Traffic:
         results: Sequence[T],
         id_of: Callable[[T], str],
         first_position: int = 1,
+        interleaved: tuple[str, str] | None = None,
     ) -> tuple[str | None, list[T]]:
         """(impression id or None, the results in the order to answer with) for one ranked answer of `model`.
+
+        `interleaved`: the answer merged `model`'s ranking with a candidate's (service.interleave): the candidate's
+        content hash and who placed each result; such an answer is never shuffled (its order is the comparison).
 
         On every search's path, so it does the least it can: the store is looked up in a dict, the ids taken in one
         C-level map, and the impressions counted by the writer as it commits them (only a dropped one is counted
@@ -114,14 +118,14 @@ class Traffic:
             return None, shown
         randomized = False
         explore = self.settings.events_explore
-        if explore and first_position == 1:
+        if explore and first_position == 1 and interleaved is None:
             depth = min(self.settings.events_explore_depth, len(shown))
             if depth > 1 and self._rng.random() < explore:
                 top = shown[:depth]
                 self._rng.shuffle(top)
                 shown[:depth] = top
                 randomized = True
-        impression = store.record(kind, text, model, list(map(id_of, shown)), first_position, randomized)
+        impression = store.record(kind, text, model, list(map(id_of, shown)), first_position, randomized, interleaved)
         if impression is None and self.metrics is not None:
             self.metrics.impressions.labels(name, "dropped").inc()
         return impression, shown

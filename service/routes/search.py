@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 import weakref
@@ -16,6 +17,8 @@ from service.collection import Collection
 from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
 from service.events.traffic import id_of_result, served_model
+from service.interleave.challenger import Challenger
+from service.interleave.comparisons import Comparisons, Live
 from service.model_state import QueryResult
 from service.schemas import (
     BatchSearchRequest,
@@ -28,7 +31,10 @@ from service.schemas import (
 )
 from service.settings import Settings
 from service.snippet import make_snippet, query_pattern
+from ssi.interleaving import CANDIDATE, team_draft
 from ssi.tokenize import tokenize
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(tags=["search"])
 
@@ -67,6 +73,44 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
             _batchers[collection] = batcher
             weakref.finalize(collection, batcher.close)
         return batcher
+
+
+_challenger_batchers: weakref.WeakKeyDictionary[Challenger, QueryBatcher] = weakref.WeakKeyDictionary()
+
+
+def challenger_batcher(live: Live, settings: Settings) -> QueryBatcher:
+    """The micro-batcher of a comparison's candidate (service.interleave): its searches share calls as the served
+    model's do, with titles and snippets read the same way."""
+    challenger = live.challenger
+    assert challenger is not None
+    with _batchers_lock:
+        batcher = _challenger_batchers.get(challenger)
+        if batcher is None:
+            owner = weakref.ref(challenger)
+
+            def search(queries: Sequence[str], key: BatchKey) -> list[SearchResult]:
+                found = owner()
+                if found is None:
+                    raise Unavailable("the comparison ended; retry")
+                k, offset, _, _ = key
+                results = [r.page(offset) for r in found.search(queries, k + offset)]
+                return to_results(found.collection, settings, results, queries)
+
+            batcher = QueryBatcher(
+                search, leaders=settings.threads, max_batch=settings.max_batch, gather_s=settings.batch_gather_ms / 1000
+            )
+            _challenger_batchers[challenger] = batcher
+            weakref.finalize(challenger, batcher.close)
+        return batcher
+
+
+def interleave(served: list[Hit], candidate: list[Hit], k: int, comparisons: Comparisons) -> tuple[list[Hit], str]:
+    """The two answers' hits team-draft interleaved (ssi.interleaving), each hit as the model that placed it
+    ranked it, and who placed each."""
+    ids, teams = team_draft([h.id for h in served], [h.id for h in candidate], k, comparisons.rng())
+    hits = {h.id: h for h in candidate} | {h.id: h for h in served}
+    by_candidate = {h.id: h for h in candidate}
+    return [by_candidate[i] if t == CANDIDATE else hits[i] for i, t in zip(ids, teams, strict=True)], teams
 
 
 def scan_chars(settings: Settings, hits: int) -> int:
@@ -142,10 +186,30 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
     key = (body.k, body.offset, body.ef_search, body.nprobe)
+    live = searching.comparisons.pick(collection, body.offset) if searching.comparisons is not None else None
+    interleaved: tuple[str, str] | None = None
     async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
-        result: SearchResult = await asyncio.wrap_future(batcher_for(collection, settings).submit(body.query, key))
+        served = batcher_for(collection, settings).submit(body.query, key)
+        candidate = None if live is None else challenger_batcher(live, settings).submit(body.query, key)
+        result: SearchResult = await asyncio.wrap_future(served)
+        if candidate is not None and live is not None:
+            try:
+                other: SearchResult = await asyncio.wrap_future(candidate)
+            except Exception:  # the candidate failed: this answer is the served model's alone
+                log.exception("[%s] the candidate of comparison %s could not search", collection.name, live.spec.id)
+            else:
+                result.hits, teams = interleave(result.hits, other.hits, body.k, searching.comparisons)
+                interleaved = (live.spec.content_hash, teams)
+                collection.metrics.interleaved_searches.labels(collection.name).inc()
     impression, hits = searching.traffic.show(
-        collection.name, served_model(collection), "search", body.query, result.hits, id_of_result, body.offset + 1
+        collection.name,
+        served_model(collection),
+        "search",
+        body.query,
+        result.hits,
+        id_of_result,
+        body.offset + 1,
+        interleaved,
     )
     took = (time.perf_counter() - started) * 1000
     return json_response(

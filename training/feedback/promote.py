@@ -80,6 +80,7 @@ def _exported_result(line: str, where: str) -> ShownResult:
         dwell_ms=record.get("dwell_ms"),
         text=text,
         text_hash=text_hash,
+        placed_by=record.get("placed_by"),
     )
 
 
