@@ -31,7 +31,7 @@ from service.schemas import (
 )
 from service.settings import Settings
 from service.snippet import make_snippet, query_pattern
-from ssi.interleaving import CANDIDATE, team_draft
+from ssi.interleaving import CANDIDATE, SERVED, team_draft
 from ssi.tokenize import tokenize
 
 log = logging.getLogger(__name__)
@@ -108,9 +108,8 @@ def interleave(served: list[Hit], candidate: list[Hit], k: int, comparisons: Com
     """The two answers' hits team-draft interleaved (ssi.interleaving), each hit as the model that placed it
     ranked it, and who placed each."""
     ids, teams = team_draft([h.id for h in served], [h.id for h in candidate], k, comparisons.rng())
-    hits = {h.id: h for h in candidate} | {h.id: h for h in served}
-    by_candidate = {h.id: h for h in candidate}
-    return [by_candidate[i] if t == CANDIDATE else hits[i] for i, t in zip(ids, teams, strict=True)], teams
+    hits = {SERVED: {h.id: h for h in served}, CANDIDATE: {h.id: h for h in candidate}}
+    return [hits[team][doc_id] for doc_id, team in zip(ids, teams, strict=True)], teams
 
 
 def scan_chars(settings: Settings, hits: int) -> int:
