@@ -123,9 +123,10 @@ def main(
             }
             for c, results in by_clients.items()
         }
-        found[arm]["worker_pss_mb"] = [
-            round(statistics.median(m[w]["pss"] for m in memory[arm]) / 2**20, 1) for w in range(len(memory[arm][0]))
-        ]
+        found[arm]["worker_pss_mb_per_block"] = [[round(w["pss"] / 2**20, 1) for w in m] for m in memory[arm]]
+        found[arm]["workers_pss_mb_median_sum"] = round(
+            statistics.median(sum(w["pss"] for w in m) for m in memory[arm]) / 2**20, 1
+        )
     found["ratios_running_over_none"] = {
         c: {k: round(found["running"][c][k] / found["none"][c][k], 3) for k in ("p50_ms", "p99_ms", "throughput_qps")}
         for c in runs["none"]

@@ -82,8 +82,16 @@ class Comparisons:
             return None
         return live if self._rng.random() < live.spec.share else None
 
+    def challenger(self, name: str, comparison: str) -> Challenger | None:
+        """The candidate of comparison `comparison` of collection `name`, if this worker still holds it (a search
+        batch's leader asks: the comparison may have ended since its answers were picked)."""
+        live = self._live.get(name)
+        if live is None or live.spec.id != comparison:
+            return None
+        return live.challenger
+
     def rng(self) -> random.Random:
-        """The team-draft coin (the event loop's thread alone draws from it)."""
+        """The team-draft coin."""
         return self._rng
 
     # -- admin ------------------------------------------------------------------------------------------------

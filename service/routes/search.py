@@ -17,8 +17,8 @@ from service.collection import Collection
 from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
 from service.events.traffic import id_of_result, served_model
-from service.interleave.challenger import Challenger
-from service.interleave.comparisons import Comparisons, Live
+from service.interleave.comparisons import Comparisons
+from service.interleave.merge import interleave_results
 from service.model_state import QueryResult
 from service.schemas import (
     BatchSearchRequest,
@@ -31,7 +31,6 @@ from service.schemas import (
 )
 from service.settings import Settings
 from service.snippet import make_snippet, query_pattern
-from ssi.interleaving import CANDIDATE, SERVED, team_draft
 from ssi.tokenize import tokenize
 
 log = logging.getLogger(__name__)
@@ -46,9 +45,15 @@ _batchers: weakref.WeakKeyDictionary[Collection, QueryBatcher] = weakref.WeakKey
 _batchers_lock = threading.Lock()
 
 
-def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
+# What a search batch answers each query with: its result, and who placed each hit when it was interleaved.
+Answer = tuple[SearchResult, str | None]
+
+
+def batcher_for(collection: Collection, settings: Settings, comparisons: Comparisons | None = None) -> QueryBatcher:
     """The collection's micro-batcher (service.batching): concurrent single searches share one search call,
-    whose leader also reads the hits' titles and snippets."""
+    whose leader also reads the hits' titles and snippets. A batch of answers to interleave (its key names the
+    comparison) is searched by the candidate too and merged before titles and snippets are read, so an
+    interleaved page reads the store once, for the hits it shows."""
     with _batchers_lock:
         batcher = _batchers.get(collection)
         if batcher is None:
@@ -56,13 +61,29 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
             # alive, so that a dropped collection takes its batcher and the batcher's threads with it.
             owner = weakref.ref(collection)
 
-            def search(queries: Sequence[str], key: BatchKey) -> list[SearchResult]:
+            def search(queries: Sequence[str], key: BatchKey) -> list[Answer]:
                 found = owner()
                 if found is None:
                     raise Unavailable("the collection was closed; retry")
-                k, offset, ef_search, nprobe = key
+                k, offset, ef_search, nprobe, comparison = key
                 results = found.search(list(queries), k, offset, ef_search=ef_search, nprobe=nprobe)
-                return to_results(found, settings, results, queries)
+                challenger = None
+                if comparison is not None and comparisons is not None:
+                    challenger = comparisons.challenger(found.name, comparison)
+                teams: list[str | None] = [None] * len(results)
+                if challenger is not None:
+                    try:
+                        others = challenger.search(queries, k)
+                    except Exception:  # the candidate failed: these answers are the served model's alone
+                        log.exception("[%s] the candidate of comparison %s could not search", found.name, comparison)
+                    else:
+                        rng = comparisons.rng() if comparisons is not None else None
+                        assert rng is not None
+                        for i, other in enumerate(others):
+                            results[i], teams[i] = interleave_results(results[i], other, k, rng)
+                        found.metrics.interleaved_searches.labels(found.name).inc(len(results))
+                answers = to_results(found, settings, results, queries)
+                return list(zip(answers, teams, strict=True))
 
             batcher = QueryBatcher(
                 search,
@@ -73,43 +94,6 @@ def batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
             _batchers[collection] = batcher
             weakref.finalize(collection, batcher.close)
         return batcher
-
-
-_challenger_batchers: weakref.WeakKeyDictionary[Challenger, QueryBatcher] = weakref.WeakKeyDictionary()
-
-
-def challenger_batcher(live: Live, settings: Settings) -> QueryBatcher:
-    """The micro-batcher of a comparison's candidate (service.interleave): its searches share calls as the served
-    model's do, with titles and snippets read the same way."""
-    challenger = live.challenger
-    assert challenger is not None
-    with _batchers_lock:
-        batcher = _challenger_batchers.get(challenger)
-        if batcher is None:
-            owner = weakref.ref(challenger)
-
-            def search(queries: Sequence[str], key: BatchKey) -> list[SearchResult]:
-                found = owner()
-                if found is None:
-                    raise Unavailable("the comparison ended; retry")
-                k, offset, _, _ = key
-                results = [r.page(offset) for r in found.search(queries, k + offset)]
-                return to_results(found.collection, settings, results, queries)
-
-            batcher = QueryBatcher(
-                search, leaders=settings.threads, max_batch=settings.max_batch, gather_s=settings.batch_gather_ms / 1000
-            )
-            _challenger_batchers[challenger] = batcher
-            weakref.finalize(challenger, batcher.close)
-        return batcher
-
-
-def interleave(served: list[Hit], candidate: list[Hit], k: int, comparisons: Comparisons) -> tuple[list[Hit], str]:
-    """The two answers' hits team-draft interleaved (ssi.interleaving), each hit as the model that placed it
-    ranked it, and who placed each."""
-    ids, teams = team_draft([h.id for h in served], [h.id for h in candidate], k, comparisons.rng())
-    hits = {SERVED: {h.id: h for h in served}, CANDIDATE: {h.id: h for h in candidate}}
-    return [hits[team][doc_id] for doc_id, team in zip(ids, teams, strict=True)], teams
 
 
 def scan_chars(settings: Settings, hits: int) -> int:
@@ -184,22 +168,15 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     collection, settings, limiter = searching.collection, searching.settings, searching.limiter
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
-    key = (body.k, body.offset, body.ef_search, body.nprobe)
-    live = searching.comparisons.pick(collection, body.offset) if searching.comparisons is not None else None
-    interleaved: tuple[str, str] | None = None
+    comparisons = searching.comparisons
+    live = comparisons.pick(collection, body.offset) if comparisons is not None else None
+    key = (body.k, body.offset, body.ef_search, body.nprobe, None if live is None else live.spec.id)
     async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
-        served = batcher_for(collection, settings).submit(body.query, key)
-        candidate = None if live is None else challenger_batcher(live, settings).submit(body.query, key)
-        result: SearchResult = await asyncio.wrap_future(served)
-        if candidate is not None and live is not None:
-            try:
-                other: SearchResult = await asyncio.wrap_future(candidate)
-            except Exception:  # the candidate failed: this answer is the served model's alone
-                log.exception("[%s] the candidate of comparison %s could not search", collection.name, live.spec.id)
-            else:
-                result.hits, teams = interleave(result.hits, other.hits, body.k, searching.comparisons)
-                interleaved = (live.spec.content_hash, teams)
-                collection.metrics.interleaved_searches.labels(collection.name).inc()
+        answer: Answer = await asyncio.wrap_future(
+            batcher_for(collection, settings, comparisons).submit(body.query, key)
+        )
+    result, teams = answer
+    interleaved = None if teams is None or live is None else (live.spec.content_hash, teams)
     impression, hits = searching.traffic.show(
         collection.name,
         served_model(collection),

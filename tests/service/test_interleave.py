@@ -224,7 +224,13 @@ def test_the_comparison_reaches_every_worker_of_a_group(small_world: dict, candi
             f"{server.url}/admin/interleave", json={"bundle": str(candidate), "share": 1.0}, headers=ADMIN, timeout=60
         )
         assert started.status_code == 200, started.text
-        time.sleep(3)  # the other worker loads the candidate at its next look at the record (once a second)
+        # the other worker loads the candidate at its next look at the record (once a second): wait until twenty
+        # answers in a row, each on a new connection (either worker may take it), come from a worker that holds it
+        deadline, in_a_row = time.monotonic() + 60, 0
+        while in_a_row < 20 and time.monotonic() < deadline:
+            seen = httpx.get(f"{server.url}/admin/interleave", headers=ADMIN, timeout=30).json()
+            in_a_row = in_a_row + 1 if seen["loaded"] else 0
+        assert in_a_row == 20
         answered = set()
         for doc in small_world["docs"][200:240]:  # each on a new connection, so that either worker may take it
             answer = httpx.post(f"{server.url}/search", json={"query": doc.title, "k": 6}, timeout=30)
