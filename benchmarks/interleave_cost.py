@@ -102,6 +102,7 @@ def main(
                         if arm == "running":
                             loads.append(_start(client, candidate, share))
                             _wait_loaded(server, client)
+                            time.sleep(5)  # the last worker's build done (its forked featurizers gone)
                         memory[arm].append(server.worker_memory())
                         for c in (int(x) for x in clients.split(",")):
                             result = wrk.run(server.url, bodies, c, seconds, "/search")

@@ -45,15 +45,16 @@ _batchers: weakref.WeakKeyDictionary[Collection, QueryBatcher] = weakref.WeakKey
 _batchers_lock = threading.Lock()
 
 
-# What a search batch answers each query with: its result, and who placed each hit when it was interleaved.
-Answer = tuple[SearchResult, str | None]
+# What a search batch answers each query with: its result, and when it was interleaved (service.interleave), the
+# candidate's content hash and who placed each hit.
+Answer = tuple[SearchResult, tuple[str, str] | None]
 
 
 def batcher_for(collection: Collection, settings: Settings, comparisons: Comparisons | None = None) -> QueryBatcher:
     """The collection's micro-batcher (service.batching): concurrent single searches share one search call,
-    whose leader also reads the hits' titles and snippets. A batch of answers to interleave (its key names the
-    comparison) is searched by the candidate too and merged before titles and snippets are read, so an
-    interleaved page reads the store once, for the hits it shows."""
+    whose leader also reads the hits' titles and snippets. While a comparison runs, the leader has the candidate
+    search the batch's answers it picks to interleave (one call for them all) and merges each before titles and
+    snippets are read, so an interleaved page reads the store once, for the hits it shows."""
     with _batchers_lock:
         batcher = _batchers.get(collection)
         if batcher is None:
@@ -65,25 +66,24 @@ def batcher_for(collection: Collection, settings: Settings, comparisons: Compari
                 found = owner()
                 if found is None:
                     raise Unavailable("the collection was closed; retry")
-                k, offset, ef_search, nprobe, comparison = key
+                k, offset, ef_search, nprobe = key
                 results = found.search(list(queries), k, offset, ef_search=ef_search, nprobe=nprobe)
-                challenger = None
-                if comparison is not None and comparisons is not None:
-                    challenger = comparisons.challenger(found.name, comparison)
-                teams: list[str | None] = [None] * len(results)
-                if challenger is not None:
-                    try:
-                        others = challenger.search(queries, k)
-                    except Exception:  # the candidate failed: these answers are the served model's alone
-                        log.exception("[%s] the candidate of comparison %s could not search", found.name, comparison)
-                    else:
-                        rng = comparisons.rng() if comparisons is not None else None
-                        assert rng is not None
-                        for i, other in enumerate(others):
-                            results[i], teams[i] = interleave_results(results[i], other, k, rng)
-                        found.metrics.interleaved_searches.labels(found.name).inc(len(results))
+                interleaved: list[tuple[str, str] | None] = [None] * len(results)
+                if comparisons is not None:
+                    live, chosen = comparisons.pick(found, offset, len(results))
+                    if live is not None and live.challenger is not None and chosen:
+                        try:
+                            others = live.challenger.search([queries[i] for i in chosen], k)
+                        except Exception:  # the candidate failed: these answers are the served model's alone
+                            log.exception("[%s] the candidate of comparison %s failed", found.name, live.spec.id)
+                            others = []
+                        rng = comparisons.rng()
+                        for i, other in zip(chosen, others, strict=False):
+                            results[i], teams = interleave_results(results[i], other, k, rng)
+                            interleaved[i] = (live.spec.content_hash, teams)
+                        found.metrics.interleaved_searches.labels(found.name).inc(len(others))
                 answers = to_results(found, settings, results, queries)
-                return list(zip(answers, teams, strict=True))
+                return list(zip(answers, interleaved, strict=True))
 
             batcher = QueryBatcher(
                 search,
@@ -168,15 +168,12 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     collection, settings, limiter = searching.collection, searching.settings, searching.limiter
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
-    comparisons = searching.comparisons
-    live = comparisons.pick(collection, body.offset) if comparisons is not None else None
-    key = (body.k, body.offset, body.ef_search, body.nprobe, None if live is None else live.spec.id)
+    key = (body.k, body.offset, body.ef_search, body.nprobe)
     async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
         answer: Answer = await asyncio.wrap_future(
-            batcher_for(collection, settings, comparisons).submit(body.query, key)
+            batcher_for(collection, settings, searching.comparisons).submit(body.query, key)
         )
-    result, teams = answer
-    interleaved = None if teams is None or live is None else (live.spec.content_hash, teams)
+    result, interleaved = answer
     impression, hits = searching.traffic.show(
         collection.name,
         served_model(collection),
