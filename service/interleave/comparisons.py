@@ -31,6 +31,7 @@ from service.events.traffic import Traffic
 from service.interleave.challenger import Challenger, build_state
 from service.interleave.record import ComparisonSpec, read_record, remove_record, write_record
 from service.metrics import Metrics
+from service.threads import release_free_memory
 from ssi.bundle import BundleError
 from ssi.interleaving import SequentialTest, Tally, tally
 from ssi.traffic import open_read_only, read_interleaved
@@ -194,6 +195,7 @@ class Comparisons:
 
     def _drop(self, collection: Collection) -> None:
         if self._live.pop(collection.name, None) is not None:
+            release_free_memory()  # the candidate's index, as a reload gives back the old one
             log.info("[%s] comparison ended: the candidate is unloaded", collection.name)
             self.metrics.interleave_running.labels(collection.name).set(0)
 
