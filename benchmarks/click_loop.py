@@ -39,10 +39,11 @@ import ssi
 from service.bench.server import ServedProcess
 from ssi.corpus import read_beir_queries, read_corpus, read_qrels
 from ssi.records import Query
+from training.click_recipe import CLICK_RECIPE
 from training.evaluate.baselines.bm25 import BM25Scorer
 from training.evaluate.metrics import NDCG10, MetricSummary, quick_metrics, summarize
 from training.evaluate.tasks import RetrievalTask, beir_task
-from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, Z_95, Ranker, fold_of, text_share
+from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, DEFAULT_Z, Z_95, Ranker, fold_of, text_share
 from training.feedback.round import RoundSettings, run_round
 from training.feedback.start import write_bm25_start
 from training.splits import split_by_query
@@ -209,7 +210,7 @@ def run_arm(
                         corpus=world.corpus, bundles=bundles, name=f"round-{n}",
                         debias=arm, warm=opts["warm"], warm_lr_scale=opts["warm_lr_scale"], epochs=opts["epochs"],
                         lr=opts["lr"], seed=opts["seed"], threads=opts["threads"], z=opts["z"],
-                        train_args=["--hard-fraction", "0", "--valid-share", str(opts["valid_share"])],
+                        train_args=["--valid-share", str(opts["valid_share"])],  # the rest: CLICK_RECIPE
                         server=server.url, admin_key=ADMIN_KEY,
                     ),
                     judge_rankers=judge_rankers,
@@ -296,13 +297,15 @@ def main(
     arms: Annotated[
         str, typer.Option(help="Debiasing arms, comma-separated (pbm, ips, naive, top).")
     ] = "pbm,naive,ips",
-    epochs: Annotated[float, typer.Option(help="ssi train --epochs per round.")] = 12.0,
+    epochs: Annotated[
+        float, typer.Option(help="ssi train --epochs per round (the click recipe's, training/click_recipe.py).")
+    ] = CLICK_RECIPE.epochs,
     lr: Annotated[
         float, typer.Option(help="ssi train --lr per round (the labelled SciFact recipe's, from scratch).")
-    ] = 0.03,
+    ] = CLICK_RECIPE.lr,
     warm: Annotated[bool, typer.Option("--warm/--cold", help="Warm-start each round from the served bundle.")] = False,
     warm_lr_scale: Annotated[float, typer.Option(help="ssi train --warm-lr-scale of a warm start.")] = 1.0,
-    z: Annotated[float, typer.Option(help="ssi learn --z: promote when the estimate mean - z·SE >= 0.")] = 1.0,
+    z: Annotated[float, typer.Option(help="ssi learn --z: promote when the estimate mean - z·SE >= 0.")] = DEFAULT_Z,
     folds: Annotated[
         int, typer.Option(min=1, help="ssi learn --folds: cross-fitted candidates, every train claim judges.")
     ] = DEFAULT_FOLDS,
@@ -313,7 +316,7 @@ def main(
             "kept and the held-out estimate alone decides; validation on clicks favours the ranker that logged them "
             "(its clicked documents are its top ones), so with it the trainer kept its start every round."
         ),
-    ] = 0.0,
+    ] = CLICK_RECIPE.valid_share,
     labelled: Annotated[bool, typer.Option(help="Also train on the true labels of the train claims.")] = True,
     seed: Annotated[int, typer.Option(help="Users' and trainer's seed.")] = 0,
     threads: Annotated[int, typer.Option(help="Trainer threads.")] = 2,

@@ -21,5 +21,6 @@ def register(app: typer.Typer) -> None:
     )
     app.command(
         "learn",
-        help="One round of learning from the service's traffic: train on its log, promote if held-out clicks agree.",
+        help="Learn from the service's traffic: a round trains on its log and promotes if held-out clicks agree; "
+        "--every runs rounds on a schedule, --history lists them, --rollback undoes the last promotion.",
     )(learn_command)

@@ -17,6 +17,7 @@ from ssi.forms.lowrank import LowRank
 from ssi.products import DocMatrix
 from ssi.stemming import DEFAULT_STEMMER, NO_STEMMER
 from ssi.weighting import Bm25
+from training.click_recipe import CLICK_RECIPE
 from training.data import TrainingData, load_training_data
 from training.device import resolve_device
 from training.dice import HashingPlan
@@ -184,31 +185,31 @@ def resolve_stemmer(settings: TrainSettings, init: Bundle | None = None) -> str:
 # claims, none of them seen by training (docs/results/without-labels.md); --lr, --margin, --dims override.
 SELF_PAIR_RECIPE: dict[str, float | int] = {"lr": 0.01, "margin": 4.0, "n_dims": 64}
 
-# Pairs from a click log (--clicks) on the BM25 base: U's random start ten times smaller, and three seeds folded
-# into one model (training.ensemble). On the simulated loop's logs (docs/guides/learn.md: SciFact's validation
-# claims) the smaller start lifted NDCG@10 by 0.007 and 0.012 on average (benchmarks.click_debias, two logs x three
-# seeds): a click log's few thousand query words leave more of U's random start untrained. One seed's model
-# still moved by up to 0.02 (0.7908-0.8127 on one log); the fold of three landed near its members' mean, above
-# it on four logs (+0.002 to +0.011) and below on one (-0.004). --init-scale and --ensemble override.
-CLICK_RECIPE: dict[str, float | int] = {"init_scale": 0.01, "ensemble": 3}
-
 
 def resolve_recipe(settings: TrainSettings) -> TrainSettings:
     """The settings with the no-label or the click recipe's values where the user gave none (after resolve_lexical).
 
     No labels: the margin was the lever (0.2, 1, 2, 4, 8, 16 tried): from 4 up every triple stays in the loss
     over the steps validation keeps, so 4, 8 and 16 gave the same model, the best of the sweep.
+    Clicks on the BM25 base (training.click_recipe says why each value): U's smaller random start, three seeds
+    folded, and, where neither --epochs nor --max-minutes was given, the loop's epochs instead of the 10-minute
+    budget (which three members would spend three times over).
     """
     if settings.kind != "lowrank" or settings.lexical != "bm25":
         return settings
+    budget: dict[str, float | None] = {}
     if settings.self_pairs is not None:
         recipe = SELF_PAIR_RECIPE
     elif settings.clicks is not None and settings.init_from is None:
-        # A hybrid model learns λ in one run (training.hybrid): no ensemble to fold.
-        recipe = CLICK_RECIPE if settings.encoder is None else {**CLICK_RECIPE, "ensemble": 1}
+        alone = settings.queries is None and settings.valid_clicks is None and settings.pages is None
+        recipe = CLICK_RECIPE.model_defaults(search_clicks_alone=alone)
+        if settings.encoder is not None:  # a hybrid model learns λ in one run (training.hybrid): no ensemble, and
+            recipe["ensemble"] = 1  # its budget was never measured against the loop's: it keeps the default
+        elif not {"epochs", "max_minutes"} & settings.model_fields_set:
+            budget = {"epochs": CLICK_RECIPE.epochs, "max_minutes": None}
     else:
         return settings
-    unset = {name: value for name, value in recipe.items() if name not in settings.model_fields_set}
+    unset = {name: value for name, value in recipe.items() if name not in settings.model_fields_set} | budget
     return settings.model_copy(update=unset) if unset else settings
 
 

@@ -191,6 +191,9 @@ class TrainSettings(BaseSettings):
             raise ValueError("--finetune-encoder trains the --encoder: give it")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
+            # A default, not the user's: the click recipe replaces it with a number of epochs
+            # (training.run.resolve_recipe), and tells the two apart by the fields set.
+            self.__pydantic_fields_set__.discard("max_minutes")
         return self
 
     def _check_encoder(self) -> None:

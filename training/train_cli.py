@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from ssi.bundle import BundleError
 from ssi.corpus import DataFileError
+from training.click_recipe import CLICK_RECIPE
 from training.kinds import kinds_help
 from training.settings import TrainSettings
 
@@ -363,7 +364,8 @@ def train_command(
         _opt(
             "init_scale",
             "Standard deviation of U's random start (V starts at 0, so training starts from the lexical part). "
-            "0.01 with --clicks on the BM25 base unless given (the click recipe, with --ensemble 3).",
+            f"{CLICK_RECIPE.init_scale:g} with --clicks on the BM25 base unless given (the click recipe, with "
+            f"--ensemble {CLICK_RECIPE.ensemble}).",
             MODEL,
         ),
     ] = None,
@@ -373,7 +375,7 @@ def train_command(
             "ensemble",
             "--kind lowrank: train K models from seeds --seed, --seed + 1, ... and export the best rank-N model of "
             "their average U^T V (training/ensemble.py): the same size and speed, less of one seed's luck on few "
-            "pairs; K times the training time. 3 with --clicks on the BM25 base unless given.",
+            f"pairs; K times the training time. {CLICK_RECIPE.ensemble} with --clicks on the BM25 base unless given.",
             MODEL,
         ),
     ] = None,
@@ -421,7 +423,8 @@ def train_command(
         float | None,
         _opt(
             "max_minutes",
-            "Time budget of the training loop (10 minutes when neither this nor --epochs is given).",
+            "Time budget of the training loop (10 minutes when neither this nor --epochs is given; --clicks on the "
+            f"BM25 base: {CLICK_RECIPE.epochs:g} epochs instead, the click recipe of training/click_recipe.py).",
             BUDGET,
         ),
     ] = None,

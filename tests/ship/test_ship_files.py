@@ -9,9 +9,11 @@ import json
 import os
 import re
 import shlex
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -233,9 +235,14 @@ def test_ssi_serve_runs_without_torch() -> None:
 
 def test_compose_builds_both_images_from_files_that_exist() -> None:
     services = compose()["services"]
-    assert set(services) == {"trainer", "service"}
+    assert set(services) == {"trainer", "service", "learner"}
     dockerfiles = {name: spec["build"]["dockerfile"] for name, spec in services.items()}
-    assert dockerfiles == {"trainer": "docker/trainer.Dockerfile", "service": "docker/service.Dockerfile"}
+    assert dockerfiles == {
+        "trainer": "docker/trainer.Dockerfile",
+        "service": "docker/service.Dockerfile",
+        "learner": "docker/trainer.Dockerfile",  # the learner trains: the trainer's image, built once
+    }
+    assert services["learner"]["image"] == services["trainer"]["image"]
     for spec in services.values():
         assert spec["build"]["context"] == "."
         assert (REPO / spec["build"]["dockerfile"]).is_file()
@@ -245,6 +252,104 @@ def test_compose_commands_are_real_commands() -> None:
     services = compose()["services"]
     check_script_argv(services["trainer"]["command"])
     check_ssi_argv(services["service"]["command"])
+    check_ssi_argv(services["learner"]["command"])
+
+
+def compose_defaults(value: str) -> str:
+    """A compose value with each ${VAR:-default} replaced by its default (an empty environment)."""
+    return re.sub(r"\$\{\w+:-([^}]*)\}", lambda m: m.group(1), value)
+
+
+def option(argv: list[str], flag: str) -> str:
+    return compose_defaults(argv[argv.index(flag) + 1])
+
+
+def test_compose_learner_learns_from_the_services_log_and_reloads_it() -> None:
+    """The learner reads the service's own traffic log, writes its bundles where the service may reload from, and
+    reloads the service in the compose network with the admin key both read from the environment."""
+    from service.settings import DEFAULT_COLLECTION, Settings
+    from ssi.traffic import EVENTS_FILE
+    from training.feedback.learner import DEFAULT_MIN_NEW_SESSIONS
+    from training.feedback.schedule import parse_duration
+
+    spec = compose()
+    service, learner = spec["services"]["service"], spec["services"]["learner"]
+    argv = learner["command"]
+    assert argv[:2] == ["ssi", "learn"] and "learn" in learner["profiles"]  # started on demand: it reloads models
+    assert learner["depends_on"]["service"]["condition"] == "service_healthy"
+    assert learner["restart"] in ("unless-stopped", "always", "on-failure")
+    learner_mounts = {v.split(":")[1]: v.split(":")[0] for v in learner["volumes"]}
+    service_mounts = {v.split(":")[1]: v.split(":")[0] for v in service["volumes"]}
+    assert all(not v.endswith(":ro") for v in learner["volumes"])  # it writes bundles, and SQLite's WAL index
+    # --log: the service's event store of its default collection, in the same volume.
+    store = service["environment"]["SSI_DATA_DIR"]
+    assert option(argv, "--log") == f"{store}/stores/{DEFAULT_COLLECTION}/{EVENTS_FILE}"
+    assert learner_mounts[store] == service_mounts[store]
+    # --served and --corpus: what the service serves; --bundles under the folder it may reload from (the served
+    # bundle's parent: no SSI_BUNDLE_ROOT), in the same volume, which the learner may write.
+    served_argv = service["command"]
+    assert option(argv, "--served") == option(served_argv, "--bundle")
+    assert option(argv, "--corpus") == option(served_argv, "--corpus")
+    assert "SSI_BUNDLE_ROOT" not in service["environment"]
+    root = str(Path(option(argv, "--served")).parent)
+    assert Path(option(argv, "--bundles")).is_relative_to(root)
+    assert learner_mounts[root] == service_mounts[root]
+    # --server: the service by its compose name and port; the admin key both read.
+    assert option(argv, "--server") == f"http://service:{compose_defaults(service['environment']['SSI_PORT'])}"
+    assert learner["environment"]["SSI_ADMIN_KEY"] == service["environment"]["SSI_ADMIN_KEY"] == "${SSI_ADMIN_KEY:-}"
+    assert "admin_key" in Settings.model_fields
+    # the defaults parse as `ssi learn` reads them
+    assert parse_duration(option(argv, "--every")) >= 60
+    assert int(option(argv, "--min-new-sessions")) == DEFAULT_MIN_NEW_SESSIONS
+
+
+def test_compose_learner_command_starts_learns_and_stops(tmp_path: Path) -> None:
+    """The learner's command as compose runs it (the environment's defaults, its volumes as folders here) on a
+    log with fewer new sessions than a round asks: it records the skip in the history, waits for the next round,
+    and stops on SIGTERM, what `docker stop` sends, with status 0."""
+    from tests.training.test_learn_round import write_store, write_world
+    from training.feedback.history import read_history
+    from training.feedback.start import write_bm25_start
+
+    learner = compose()["services"]["learner"]
+    volumes = {target: tmp_path / name for name, target, *_ in (v.split(":") for v in learner["volumes"])}
+
+    def here(arg: str) -> str:
+        value = compose_defaults(arg)
+        for target, folder in volumes.items():
+            if value == target or value.startswith(target + "/"):
+                return str(folder) + value[len(target) :]
+        return value
+
+    argv = [here(arg) for arg in learner["command"]]
+    corpus, relevant = write_world(tmp_path)
+    Path(option(argv, "--corpus")).parent.mkdir(parents=True)
+    os.replace(corpus, option(argv, "--corpus"))
+    write_bm25_start(Path(option(argv, "--corpus")), Path(option(argv, "--served")), dims=8)
+    Path(option(argv, "--log")).parent.mkdir(parents=True)
+    write_store(Path(option(argv, "--log")), relevant)  # 240 impressions: fewer than a round asks
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")}
+    env.update({k: compose_defaults(v) for k, v in learner["environment"].items()})
+    history = Path(option(argv, "--bundles")) / "learn-history.jsonl"
+    process = subprocess.Popen(
+        [str(SSI), *argv[1:]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not history.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert history.exists(), process.communicate(timeout=30)[0] if process.poll() is not None else "no history"
+        time.sleep(0.5)  # into the wait for the next round
+        process.send_signal(signal.SIGTERM)
+        output = process.communicate(timeout=60)[0]
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output
+    assert "skipped" in output and "stopped after 1 round" in output
+    [record] = read_history(history)
+    assert record.decision == "skipped" and record.sessions == 240 and "--min-new-sessions" in (record.reason or "")
 
 
 def test_compose_runs_the_trainer_once_then_the_service_from_its_volume() -> None:
@@ -289,6 +394,12 @@ def test_compose_settings_come_from_the_environment() -> None:
     for name in trainer_env:
         if name.startswith("SSI_TRAIN_"):
             assert name.removeprefix("SSI_TRAIN_").lower() in TrainSettings.model_fields, f"{name} is not a setting"
+    # The learner's SSI_* variables are `ssi learn`'s own (its options' environment variables).
+    learn = ssi_cli().commands["learn"]
+    learn_variables = {param.envvar for param in learn.params if param.envvar}
+    for name in compose()["services"]["learner"]["environment"]:
+        if name.startswith("SSI_"):
+            assert name in learn_variables, f"{name} is not read by `ssi learn`"
     for spec in compose()["services"].values():
         limits = spec["deploy"]["resources"]["limits"]
         assert limits["cpus"] and limits["memory"]

@@ -16,6 +16,7 @@ from ssi.corpus import DataFileError
 from ssi.records import Pair
 from ssi.traffic import EVENTS_SCHEMA, EVENTS_SCHEMA_VERSION, ShownResult
 from ssi_cli.main import build_app
+from training.click_recipe import CLICK_RECIPE
 from training.clicks import Impression, load_click_pairs, read_click_log
 from training.data import PairIndex, index_pairs
 from training.debias import Propensities, click_weights, estimate_propensities
@@ -305,12 +306,26 @@ TRAIN = ["--epochs", "3", "--dims", "8", "--no-progress", "--threads", "1", "--e
 def test_ssi_train_on_a_click_log_with_ips_exports_a_bundle(tmp_path: Path) -> None:
     corpus, log = _tiny_world(tmp_path)
     args = ["train", "--corpus", str(corpus), "--clicks", str(log), "--debias", "ips", "--out", str(tmp_path / "b")]
-    result = CliRunner().invoke(build_app(), args + TRAIN)
+    result = CliRunner().invoke(build_app(), [*args, *TRAIN, "--valid-share", "0.2"])  # a share given wins
     assert result.exit_code == 0, result.output
     assert "propensities: p(r) = r^-" in result.output and "click pairs (ips):" in result.output
     data = load_bundle(tmp_path / "b").manifest.data
     assert data["clicks"]["debias"] == "ips" and data["clicks"]["propensity"]["clip"] == 20.0
     assert data["task"] == "adverts" and data["valid_pairs"] > 0
+
+
+def test_ssi_train_on_a_search_click_log_alone_trains_the_click_recipe(tmp_path: Path) -> None:
+    """No validation on clicks, the recipe's rate and uniform negatives (training.click_recipe): with the
+    trainer's own defaults the loop's models kept their start."""
+    corpus, log = _tiny_world(tmp_path)
+    args = ["train", "--corpus", str(corpus), "--clicks", str(log), "--out", str(tmp_path / "b"), "--no-progress"]
+    result = CliRunner().invoke(build_app(), [*args, "--dims", "8", "--threads", "1", "--epochs", "2"])
+    assert result.exit_code == 0, result.output
+    manifest = load_bundle(tmp_path / "b").manifest
+    assert manifest.data["valid_pairs"] == 0
+    config = manifest.training["config"]
+    assert (config["lr"], config["hard_fraction"], config["valid_share"]) == (CLICK_RECIPE.lr, 0.0, 0.0)
+    assert (config["init_scale"], config["ensemble"]) == (CLICK_RECIPE.init_scale, CLICK_RECIPE.ensemble)
 
 
 def test_clicks_train_beside_labelled_queries(tmp_path: Path) -> None:

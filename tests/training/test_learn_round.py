@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,8 +16,9 @@ from typer.testing import CliRunner
 
 from ssi.traffic import EVENTS_SCHEMA, EVENTS_SCHEMA_VERSION
 from training.cli import register
+from training.click_recipe import CLICK_RECIPE
 from training.feedback.promote import DEFAULT_FOLDS
-from training.feedback.round import RoundSettings, fold_count
+from training.feedback.round import RoundSettings, fold_count, train_command
 from training.feedback.start import write_bm25_start
 
 TOPICS = ["river", "money", "music", "forest", "storm", "harbour", "market", "valley"]
@@ -110,6 +112,8 @@ def test_learn_round_cross_fits_every_query(world: dict[str, Path]) -> None:
     register(app)
     report = world["root"] / "folds.json"
     args = ["learn", "--log", str(world["store"]), "--served", str(world["served"]), "--corpus", str(world["corpus"])]
+    # A bundles folder of its own: the round history of the one beside the served bundle has the first test's round.
+    args += ["--bundles", str(world["root"] / "folds")]
     args += ["--name", "folded", "--report", str(report), "--epochs", "100", "--lr", "0.1", "--eta", "0.5"]
     args += ["--folds", "2", "--debias", "ips", "--labels", "ips", "--threads", "1", "--train-args", "--valid-share 0"]
     result = CliRunner().invoke(app, args)
@@ -140,3 +144,21 @@ def test_folds_default_to_cross_fitting_only_where_they_can(tmp_path: Path) -> N
         fold_count(RoundSettings(**base, split="time", folds=2))
     with pytest.raises(ValueError, match="--folds 1"):
         fold_count(RoundSettings(**base, holdout=0.3, folds=2))
+
+
+def test_a_round_trains_the_click_recipe_unless_told(world: dict[str, Path]) -> None:
+    """At its defaults a round trains what the simulated loop measured (training.click_recipe), not `ssi train`'s
+    10-minute budget three members over; the round's own flags and then --train-args win."""
+    base = RoundSettings(log=world["store"], served=world["served"], corpus=world["corpus"])
+
+    def flags(settings: RoundSettings) -> dict[str, str]:
+        args, _ = train_command(settings, Path("clicks.jsonl"), Path("out"))
+        return {flag: value for flag, value in zip(args, args[1:], strict=False)}  # a repeated flag: its last value
+
+    recipe = flags(base)
+    assert recipe["--epochs"] == f"{CLICK_RECIPE.epochs:g}" and recipe["--lr"] == f"{CLICK_RECIPE.lr:g}"
+    assert recipe["--hard-fraction"] == "0" and recipe["--valid-share"] == "0" and "--max-minutes" not in recipe
+    timed = flags(replace(base, max_minutes=5))
+    assert timed["--max-minutes"] == "5" and "--epochs" not in timed
+    told = flags(replace(base, epochs=3, lr=0.1, train_args=["--hard-fraction", "0.5"]))
+    assert (told["--epochs"], told["--lr"], told["--hard-fraction"]) == ("3", "0.1", "0.5")  # the last one wins

@@ -14,7 +14,8 @@ from ssi.corpus import read_corpus
 from ssi.tokenize import tokenize
 from ssi_cli.main import build_app
 from tests.training.synonyms import SynonymCorpus, held_out_map, train
-from training.run import CLICK_RECIPE, SELF_PAIR_RECIPE, resolve_lexical, resolve_recipe
+from training.click_recipe import CLICK_RECIPE
+from training.run import SELF_PAIR_RECIPE, resolve_lexical, resolve_recipe
 from training.settings import TrainSettings
 
 
@@ -119,11 +120,11 @@ def test_a_click_log_gets_the_click_recipe_unless_told() -> None:
         return resolve_recipe(resolve_lexical(TrainSettings(corpus="c.jsonl", out="b", **given)))
 
     default = TrainSettings.model_fields["init_scale"].default
-    assert CLICK_RECIPE["init_scale"] < default
-    assert resolved(clicks="log.jsonl").init_scale == CLICK_RECIPE["init_scale"]
-    assert resolved(clicks="log.jsonl", queries="q.jsonl", qrels="r.tsv").init_scale == CLICK_RECIPE["init_scale"]
+    assert CLICK_RECIPE.init_scale < default
+    assert resolved(clicks="log.jsonl").init_scale == CLICK_RECIPE.init_scale
+    assert resolved(clicks="log.jsonl", queries="q.jsonl", qrels="r.tsv").init_scale == CLICK_RECIPE.init_scale
     assert resolved(clicks="log.jsonl", init_scale=0.2).init_scale == 0.2
-    assert resolved(clicks="log.jsonl").ensemble == CLICK_RECIPE["ensemble"] > 1
+    assert resolved(clicks="log.jsonl").ensemble == CLICK_RECIPE.ensemble > 1
     assert resolved(clicks="log.jsonl", ensemble=1).ensemble == 1
     # the other sources, another base or form, and a warm start (its U is the bundle's) keep the default
     for other in (
@@ -133,3 +134,20 @@ def test_a_click_log_gets_the_click_recipe_unless_told() -> None:
         resolved(clicks="log.jsonl", kind="symmetric"),
     ):
         assert other.init_scale == default and other.ensemble == 1
+
+
+def test_a_click_log_trains_the_recipes_epochs_unless_a_budget_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Three members of ten minutes each would be half an hour: a click log on the BM25 base trains the loop's
+    epochs instead, while a budget given (a flag or SSI_TRAIN_*) wins and the other sources keep ten minutes."""
+
+    def budget(**given: object) -> tuple[float | None, float | None]:
+        settings = resolve_recipe(resolve_lexical(TrainSettings(corpus="c.jsonl", out="b", **given)))
+        return settings.epochs, settings.max_minutes
+
+    assert budget(clicks="log.jsonl") == (CLICK_RECIPE.epochs, None)
+    assert budget(clicks="log.jsonl", epochs=2.0) == (2.0, None)
+    assert budget(clicks="log.jsonl", max_minutes=3.0) == (None, 3.0)
+    monkeypatch.setenv("SSI_TRAIN_MAX_MINUTES", "4")  # the environment counts as telling
+    assert budget(clicks="log.jsonl") == (None, 4.0)
+    monkeypatch.delenv("SSI_TRAIN_MAX_MINUTES")
+    assert budget(pairs="p.tsv") == budget(clicks="log.jsonl", lexical="tfidf") == (None, 10.0)

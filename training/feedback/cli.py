@@ -1,37 +1,64 @@
-"""`ssi learn`: one round of learning from the service's own traffic (training.feedback.round)."""
+"""`ssi learn`: learning from the service's own traffic, a round at a time (training.feedback.round), on a
+schedule (`--every`, training.feedback.schedule), with a history of the rounds in the bundles folder
+(training.feedback.history) that `--history` shows and `--rollback` steps back through.
+
+Errors in the user's inputs print one line and exit with status 2, never a traceback; a round that failed in
+training exits with 1.
+"""
 
 from __future__ import annotations
 
 import json
 import shlex
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, NoReturn
 
+import httpx
 import typer
+from rich.console import Console
+from rich.table import Table
 
+from training.click_recipe import CLICK_RECIPE
 from training.debias import DEBIAS_MODES, DEFAULT_CLIP
+from training.feedback.history import RoundRecord, history_path, read_history
+from training.feedback.learner import DEFAULT_MIN_NEW_SESSIONS, Learned, learn_once, rollback
+from training.feedback.lock import LOOP_LOCK, LearnerBusy, LearnerLock
 from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, DEFAULT_TOLERANCE, DEFAULT_Z
-from training.feedback.round import RoundSettings, run_round
+from training.feedback.round import RoundSettings, bundles_folder, fold_count, fold_judges
+from training.feedback.schedule import describe_duration, parse_duration, run_every
 
 DATA = "Data"
 DECISION = "Estimate and decision"
 TRAIN = "Training the candidate"
 SERVER = "Server"
+LOOP = "Loop and history"
 
 
 def learn_command(
     log: Annotated[
-        Path,
+        Path | None,
         typer.Option(
-            "--log", help="The service's event store (events.sqlite) or a log exported from it.", rich_help_panel=DATA
+            "--log",
+            help="The service's event store (events.sqlite) or a log exported from it (a round needs it).",
+            rich_help_panel=DATA,
         ),
-    ],
-    served: Annotated[Path, typer.Option(help="The bundle the service serves now.", rich_help_panel=DATA)],
-    corpus: Annotated[Path, typer.Option(help="The served corpus JSONL.", rich_help_panel=DATA)],
+    ] = None,
+    served: Annotated[
+        Path | None,
+        typer.Option(
+            help="The bundle the service serves now (a round needs it): where the history starts; once a round "
+            "promoted, the history's last promotion is served and judged against instead.",
+            rich_help_panel=DATA,
+        ),
+    ] = None,
+    corpus: Annotated[
+        Path | None, typer.Option(help="The served corpus JSONL (a round needs it).", rich_help_panel=DATA)
+    ] = None,
     bundles: Annotated[
         Path | None,
         typer.Option(
-            help="Folder for the candidate bundle (default: beside the served one, where the server may reload from).",
+            help="Folder for the candidate bundles, the round history (learn-history.jsonl) and the learner's lock "
+            "(default: beside the served bundle, where the server may reload from).",
             rich_help_panel=DATA,
         ),
     ] = None,
@@ -62,9 +89,21 @@ def learn_command(
     dims: Annotated[
         int | None, typer.Option(help="N of a cold start (default: the served N).", rich_help_panel=TRAIN)
     ] = None,
-    epochs: Annotated[float | None, typer.Option(help="ssi train --epochs.", rich_help_panel=TRAIN)] = None,
-    max_minutes: Annotated[float | None, typer.Option(help="ssi train --max-minutes.", rich_help_panel=TRAIN)] = None,
-    lr: Annotated[float | None, typer.Option(help="ssi train --lr.", rich_help_panel=TRAIN)] = None,
+    epochs: Annotated[
+        float | None,
+        typer.Option(
+            help=f"ssi train --epochs (default {CLICK_RECIPE.epochs:g}, the simulated loop's, unless --max-minutes "
+            "is given; training/click_recipe.py).",
+            rich_help_panel=TRAIN,
+        ),
+    ] = None,
+    max_minutes: Annotated[
+        float | None,
+        typer.Option(help="ssi train --max-minutes: a time budget instead of the epochs.", rich_help_panel=TRAIN),
+    ] = None,
+    lr: Annotated[
+        float | None, typer.Option(help=f"ssi train --lr (default {CLICK_RECIPE.lr:g}).", rich_help_panel=TRAIN)
+    ] = None,
     warm_lr_scale: Annotated[
         float | None,
         typer.Option(help="ssi train --warm-lr-scale (a warm start's rate factor).", rich_help_panel=TRAIN),
@@ -72,7 +111,12 @@ def learn_command(
     seed: Annotated[int, typer.Option(help="ssi train --seed.", rich_help_panel=TRAIN)] = 0,
     threads: Annotated[int, typer.Option(help="ssi train --threads.", rich_help_panel=TRAIN)] = 2,
     train_args: Annotated[
-        str, typer.Option(help="More `ssi train` flags, as one shell-quoted string.", rich_help_panel=TRAIN)
+        str,
+        typer.Option(
+            help="More `ssi train` flags, as one shell-quoted string; they come last and win over the recipe's "
+            f"(--hard-fraction {CLICK_RECIPE.hard_fraction:g} --valid-share {CLICK_RECIPE.valid_share:g}).",
+            rich_help_panel=TRAIN,
+        ),
     ] = "",
     holdout: Annotated[
         float | None,
@@ -93,9 +137,9 @@ def learn_command(
     judge: Annotated[
         list[Path] | None,
         typer.Option(
-            help="The bundle to compare the candidate with (default: --served): the bundle the served one was "
-            "refit from, which never saw the held-out queries (the last round's report names it in 'candidates'). "
-            "With --folds K: once, or K times in fold order.",
+            help="The bundle to compare the candidate with. Default: the last promoted round's fold candidates in "
+            "the history (bundles that never trained on their fold's queries, which the served refit did), else "
+            "the served bundle. With --folds K: once, or K times in fold order.",
             rich_help_panel=DECISION,
         ),
     ] = None,
@@ -165,10 +209,61 @@ def learn_command(
     collection: Annotated[
         str | None, typer.Option(help="The collection to reload (default: the default one).", rich_help_panel=SERVER)
     ] = None,
+    every: Annotated[
+        str | None,
+        typer.Option(
+            help="Run rounds at this interval until interrupted (90s, 30m, 2h, 1h30m), one at a time, while the "
+            "service serves; a second loop on the same --bundles folder is refused.",
+            rich_help_panel=LOOP,
+        ),
+    ] = None,
+    min_new_sessions: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="Skip a round (recorded as skipped) when the log has fewer new sessions (impressions) than this "
+            f"since the last round read it. Default {DEFAULT_MIN_NEW_SESSIONS} with --every, 0 for one round.",
+            rich_help_panel=LOOP,
+        ),
+    ] = None,
+    history: Annotated[
+        bool,
+        typer.Option(
+            "--history", help="Print the rounds of the bundles folder's history as a table.", rich_help_panel=LOOP
+        ),
+    ] = False,
+    rollback_last: Annotated[
+        bool,
+        typer.Option(
+            "--rollback",
+            help="Reload --server with the bundle served before the last promotion, and record it.",
+            rich_help_panel=LOOP,
+        ),
+    ] = False,
 ) -> None:
     """Cut the traffic log's queries into folds, train a candidate on each fold's complement, judge each on its
-    own fold against the served bundle (or --judge) by the click model's labels, and when the candidates are
-    better, refit on the whole log and reload the server (training/feedback/round.py)."""
+    own fold against the last promotion's candidates (or the served bundle, or --judge) by the click model's
+    labels, and when the candidates are better, refit on the whole log and reload the server
+    (training/feedback/round.py). Each round is recorded in the bundles folder's history."""
+    given = (("--every", every is not None), ("--history", history), ("--rollback", rollback_last))
+    modes = [flag for flag, on in given if on]
+    if len(modes) > 1:
+        raise typer.BadParameter(f"{' and '.join(modes)} do not go together: give one")
+    if history:
+        _print_history(_folder(bundles, served, "--history"))
+        return
+    if rollback_last:
+        _rollback(_folder(bundles, served, "--rollback"), server, admin_key, collection)
+        return
+    if log is None or served is None or corpus is None:
+        missing = [flag for flag, value in (("--log", log), ("--served", served), ("--corpus", corpus)) if not value]
+        raise typer.BadParameter(f"a round needs {', '.join(missing)}")
+    if not served.is_dir():
+        raise typer.BadParameter(f"{served} is not a bundle folder", param_hint="--served")
+    try:
+        interval = parse_duration(every) if every is not None else None
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--every") from None
     if debias not in DEBIAS_MODES:
         raise typer.BadParameter(f"--debias is one of {', '.join(DEBIAS_MODES)}, not {debias!r}")
     if labels not in ("pbm", "ips"):
@@ -177,23 +272,69 @@ def learn_command(
         raise typer.BadParameter(f"--split is query or time, not {split!r}")
     if (queries is None) != (qrels is None):
         raise typer.BadParameter("--queries and --qrels go together")
+    try:
+        more_args = shlex.split(train_args)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{exc}: {train_args!r}", param_hint="--train-args") from None
     settings = RoundSettings(
         log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout, z=z,
         split=split, judges=judge or None, folds=folds, refit=refit, tolerance=tolerance, eta=eta,
         clip=clip, cutoff=cutoff, labels=labels,
         queries=queries, qrels=qrels, warm=warm, dims=dims,
         epochs=epochs, max_minutes=max_minutes, lr=lr, warm_lr_scale=warm_lr_scale, seed=seed, threads=threads,
-        train_args=shlex.split(train_args), server=server, admin_key=admin_key, collection=collection,
+        train_args=more_args, server=server, admin_key=admin_key, collection=collection,
     )  # fmt: skip
     try:
-        outcome = run_round(settings)
-    except (ValueError, OSError, RuntimeError) as exc:
-        typer.secho(f"error: {exc}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(2) from None
-    result = outcome.report
-    if report is not None:
+        fold_judges(settings, fold_count(settings))
+    except ValueError as exc:
+        _fail(str(exc))
+    if min_new_sessions is None:
+        min_new_sessions = DEFAULT_MIN_NEW_SESSIONS if interval is not None else 0
+    if interval is None:
+        _one_round(settings, min_new_sessions, report)
+    else:
+        _loop(settings, min_new_sessions, interval, report)
+
+
+def _fail(message: str) -> NoReturn:
+    typer.secho(f"error: {message}", err=True, fg=typer.colors.RED)
+    raise typer.Exit(2)
+
+
+def _folder(bundles: Path | None, served: Path | None, flag: str) -> Path:
+    """The bundles folder that --history and --rollback read: --bundles, else the served bundle's."""
+    if bundles is not None:
+        return bundles
+    if served is not None:
+        return served.resolve().parent
+    raise typer.BadParameter(f"{flag} reads the history in the bundles folder: give --bundles (or --served)")
+
+
+def _write_report(report: Path | None, learned: Learned) -> None:
+    if report is not None and learned.outcome is not None:
         report.parent.mkdir(parents=True, exist_ok=True)
-        report.write_text(json.dumps(result, indent=2))
+        report.write_text(json.dumps(learned.outcome.report, indent=2))
+
+
+def _one_round(settings: RoundSettings, min_new_sessions: int, report: Path | None) -> None:
+    """One round: exit 2 when it could not run (busy folder, unreadable log), 1 when its training failed."""
+    folder = bundles_folder(settings)
+    try:
+        learned = learn_once(settings, min_new_sessions)
+    except LearnerBusy as exc:
+        _fail(f"another `ssi learn` is running on {folder} ({exc}): one round at a time, try again when it ends")
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    for note in learned.notes:
+        typer.echo(note)
+    _write_report(report, learned)
+    record, where = learned.record, history_path(folder)
+    if learned.outcome is None:
+        if record.decision == "skipped":
+            typer.echo(f"skipped: {record.reason} (recorded in {where})")
+            return
+        _fail(str(record.reason))
+    result = learned.outcome.report
     if "error" in result:
         typer.secho(f"error: {result['error']}", err=True, fg=typer.colors.RED)
         raise typer.Exit(1)
@@ -206,6 +347,98 @@ def learn_command(
     typer.echo(result["propensities"])
     typer.echo(result["estimate_text"])
     if result["promoted"] and "reload" in result:
-        typer.echo(f"reloaded {server}: {json.dumps(result['reload'])}")
+        typer.echo(f"reloaded {settings.server}: {json.dumps(result['reload'])}")
     elif result["promoted"]:
         typer.echo("no --server given: nothing reloaded")
+    typer.echo(f"recorded in {where}")
+
+
+def _loop(settings: RoundSettings, min_new_sessions: int, interval: float, report: Path | None) -> None:
+    """Rounds every `interval` seconds until interrupted; the loop's own lock keeps a second loop out."""
+    folder = bundles_folder(settings)
+    every = describe_duration(interval)
+
+    def tick() -> None:
+        try:
+            learned = learn_once(settings, min_new_sessions)
+        except (LearnerBusy, ValueError, OSError) as exc:  # a round by hand, or a rollback: try at the next tick
+            typer.echo(f"round not run: {exc}")
+            return
+        for note in learned.notes:
+            typer.echo(note)
+        _write_report(report, learned)
+        typer.echo(summary_line(learned.record))
+
+    try:
+        with LearnerLock(folder / LOOP_LOCK, f"an `ssi learn --every {every}` loop"):
+            typer.echo(
+                f"learning every {every} from {settings.log} (at least {min_new_sessions} new sessions a round); "
+                f"history in {history_path(folder)}; Ctrl-C stops"
+            )
+            done = run_every(interval, tick)
+    except LearnerBusy as exc:
+        _fail(f"another `ssi learn --every` loop runs on {folder} ({exc}): stop it first")
+    typer.echo(f"stopped after {done} round{'s' if done != 1 else ''}")
+
+
+def _rollback(folder: Path, server: str | None, admin_key: str | None, collection: str | None) -> None:
+    if server is None:
+        raise typer.BadParameter("--rollback reloads a server: give --server")
+    try:
+        record = rollback(folder, server, admin_key, collection)
+    except LearnerBusy as exc:
+        _fail(f"a round is running on {folder} ({exc}): roll back when it ends")
+    except (ValueError, OSError, RuntimeError, httpx.HTTPError) as exc:
+        _fail(str(exc))
+    typer.echo(f"{server} serves {record.serving} again: {record.reason} (recorded in {history_path(folder)})")
+
+
+def _estimate(record: RoundRecord) -> str:
+    est: dict[str, Any] | None = record.estimate
+    if not est:
+        return ""
+    return f"{est['mean']:+.4f} ± {est['stderr']:.4f} ({est['queries']} queries)"
+
+
+def _sessions(record: RoundRecord) -> str:
+    return "" if record.sessions is None else f"{record.sessions} ({record.new_sessions} new)"
+
+
+def _served_after(record: RoundRecord) -> str:
+    if record.serving is None:
+        return ""
+    return Path(record.serving).name + ("" if record.reloaded else " (not reloaded)")
+
+
+def summary_line(record: RoundRecord) -> str:
+    """One round as a line of the loop's output."""
+    parts = [f"{record.time} {record.decision}"]
+    if record.sessions is not None:
+        parts.append(f"{_sessions(record)} sessions")
+    if record.estimate:
+        parts.append(f"estimate {_estimate(record)}")
+    if record.serving is not None:
+        parts.append(f"serving {_served_after(record)}")
+    if record.reason:
+        parts.append(record.reason)
+    return "; ".join(parts) + f" ({record.seconds:g} s)"
+
+
+def _print_history(folder: Path) -> None:
+    path = history_path(folder)
+    records = read_history(path)
+    if not records:
+        typer.echo(f"no rounds yet: {path} is empty or absent")
+        return
+    table = Table(title=f"ssi learn: {len(records)} rounds in {path}", title_justify="left")
+    for column in ("#", "time (UTC)", "decision", "sessions", "estimate (candidate - judge)", "serving", "s", "note"):
+        table.add_column(column, justify="right" if column in ("#", "s") else "left")
+    for number, record in enumerate(records, start=1):
+        table.add_row(
+            str(number), record.time, record.decision, _sessions(record), _estimate(record), _served_after(record),
+            f"{record.seconds:g}", record.reason or "",
+        )  # fmt: skip
+    console = Console()
+    if not console.is_terminal:  # a log file: no terminal width to fit, keep each row on one line
+        console = Console(width=200)
+    console.print(table)

@@ -37,6 +37,7 @@ import numpy as np
 import ssi
 from ssi.bundle import load_bundle
 from ssi.traffic import ShownResult
+from training.click_recipe import CLICK_RECIPE
 from training.debias import DEFAULT_CLIP
 from training.feedback.promote import (
     DEFAULT_FOLDS,
@@ -87,6 +88,8 @@ class RoundSettings:
     qrels: Path | None = None
     warm: bool = False
     dims: int | None = None  # cold start only (a warm start keeps the served N)
+    # None: the click recipe's (training.click_recipe), what the simulated loop measured; max_minutes alone is a
+    # time budget instead of its epochs.
     epochs: float | None = None
     max_minutes: float | None = None
     lr: float | None = None
@@ -111,9 +114,24 @@ def fold_count(settings: RoundSettings) -> int:
     return settings.folds
 
 
+def fold_judges(settings: RoundSettings, folds: int) -> list[Path]:
+    """Each fold's judge: `settings.judges` one per fold, or one for all; the served bundle by default."""
+    judges = list(settings.judges or [settings.served])
+    judges = judges * folds if len(judges) == 1 else judges
+    if len(judges) != folds:
+        raise ValueError(f"{len(judges)} judges given for {folds} folds: give one per fold, or one for all")
+    return judges
+
+
+def bundles_folder(settings: RoundSettings) -> Path:
+    """The folder of the round's bundles (and of the learner's history and lock): as given, else the served
+    bundle's, where the server may reload from."""
+    return settings.bundles or settings.served.resolve().parent
+
+
 def candidate_folder(settings: RoundSettings) -> Path:
     """Where the candidate bundle is written: a new folder (the server reloads only from a new one)."""
-    root = settings.bundles or settings.served.resolve().parent
+    root = bundles_folder(settings)
     name = settings.name or time.strftime("learn-%Y%m%dT%H%M%S", time.gmtime())
     out, n = root / name, 1
     while out.exists() or any(root.glob(f"{glob.escape(out.name)}-*")):  # its folds and refit are taken too
@@ -138,7 +156,12 @@ def warm_startable(bundle_path: Path) -> tuple[bool, int | None, str]:
 
 
 def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[list[str], str]:
-    """The `ssi train` command line of the candidate, and how it starts (warm or cold, and why)."""
+    """The `ssi train` command line of the candidate, and how it starts (warm or cold, and why).
+
+    The training is the click recipe's (training.click_recipe: the simulated loop's epochs, rate, uniform
+    negatives, no early stopping on clicks) unless given: --epochs, --max-minutes and --lr of the round, then
+    `train_args`, which come last and so win over anything before them.
+    """
     args = [
         sys.executable, "-m", "training", "train", "--corpus", str(settings.corpus), "--clicks", str(clicks),
         "--debias", settings.debias, "--out", str(out), "--seed", str(settings.seed),
@@ -159,9 +182,14 @@ def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[lis
         args += ["--queries", str(settings.queries), "--qrels", str(settings.qrels)]
     if settings.debias == "ips":
         args += ["--propensity-clip", str(settings.clip)] if "--propensity-clip" in _train_flags() else []
-    for flag, value in (("--epochs", settings.epochs), ("--max-minutes", settings.max_minutes), ("--lr", settings.lr)):
+    epochs = settings.epochs if settings.epochs is not None or settings.max_minutes else CLICK_RECIPE.epochs
+    training = (
+        ("--epochs", epochs), ("--max-minutes", settings.max_minutes), ("--lr", settings.lr or CLICK_RECIPE.lr),
+        ("--hard-fraction", CLICK_RECIPE.hard_fraction), ("--valid-share", CLICK_RECIPE.valid_share),
+    )  # fmt: skip
+    for flag, value in training:
         if value is not None:
-            args += [flag, str(value)]
+            args += [flag, f"{value:g}"]
     return args + list(settings.train_args), start
 
 
@@ -236,10 +264,15 @@ def _failed(done: subprocess.CompletedProcess[str], what: str) -> str:
     return f"{what} failed ({done.returncode}): {done.stderr.strip()[-2000:]}"
 
 
-def run_round(settings: RoundSettings, judge_rankers: Sequence[Ranker] | None = None) -> RoundOutcome:
-    """One round (module docstring). `judge_rankers`: each fold's judge already loaded (`settings.judges`)."""
+def run_round(
+    settings: RoundSettings,
+    judge_rankers: Sequence[Ranker] | None = None,
+    results: Sequence[ShownResult] | None = None,
+) -> RoundOutcome:
+    """One round (module docstring). `judge_rankers`: each fold's judge already loaded (`settings.judges`);
+    `results`: the log already read (`read_log(settings.log)`)."""
     started = time.perf_counter()
-    results = read_log(settings.log)
+    results = read_log(settings.log) if results is None else results
     folds = fold_count(settings)
     holdout = settings.holdout if settings.holdout is not None else DEFAULT_HOLDOUT
     if folds > 1:
@@ -248,10 +281,7 @@ def run_round(settings: RoundSettings, judge_rankers: Sequence[Ranker] | None = 
         splits = [(split_by_query if settings.split == "query" else split_by_time)(results, holdout)]
     out = candidate_folder(settings)
     outs = [out] if folds == 1 else [out.with_name(f"{out.name}-fold{j + 1}") for j in range(folds)]
-    judges = list(settings.judges or [settings.served])
-    judges = judges * folds if len(judges) == 1 else judges
-    if len(judges) != folds:
-        raise ValueError(f"{len(judges)} judges given for {folds} folds: give one per fold, or one for all")
+    judges = fold_judges(settings, folds)
     report: dict[str, Any] = {
         "log": str(settings.log),
         "served": str(settings.served),
@@ -269,7 +299,7 @@ def run_round(settings: RoundSettings, judge_rankers: Sequence[Ranker] | None = 
     for split, where in zip(splits, outs, strict=True):
         done, args, start, seconds = _train(settings, split.train, where)
         report["start"], report["train_command"] = start, shlex.join(args)
-        report["train_seconds"] += seconds
+        report["train_seconds"] = round(report["train_seconds"] + seconds, 1)
         if done.returncode != 0:
             report["error"] = _failed(done, "ssi train")
             report["promoted"] = False
@@ -312,6 +342,11 @@ def run_round(settings: RoundSettings, judge_rankers: Sequence[Ranker] | None = 
     if result.promote:
         report["serving"] = str(serving_path)
     if result.promote and settings.server is not None:
-        report["reload"] = reload_server(settings.server, settings.admin_key, serving_path, settings.collection)
+        try:
+            report["reload"] = reload_server(settings.server, settings.admin_key, serving_path, settings.collection)
+        except (RuntimeError, httpx.HTTPError) as exc:  # trained and estimated: the report keeps all of that
+            report["error"] = f"the reload failed: {exc}"
+            report["promoted"] = False
+            return RoundOutcome(report, candidates)
     report["seconds"] = round(time.perf_counter() - started, 1)
     return RoundOutcome(report, candidates, serving if result.promote else None)
