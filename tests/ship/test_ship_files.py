@@ -307,6 +307,7 @@ def test_compose_learner_command_starts_learns_and_stops(tmp_path: Path) -> None
     """The learner's command as compose runs it (the environment's defaults, its volumes as folders here) on a
     log with fewer new sessions than a round asks: it records the skip in the history, waits for the next round,
     and stops on SIGTERM, what `docker stop` sends, with status 0."""
+    from tests.service.service_testing import ThreadServer
     from tests.training.test_learn_round import write_store, write_world
     from training.feedback.history import read_history
     from training.feedback.start import write_bm25_start
@@ -330,7 +331,24 @@ def test_compose_learner_command_starts_learns_and_stops(tmp_path: Path) -> None
     write_store(Path(option(argv, "--log")), relevant)  # 240 impressions: fewer than a round asks
     env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")}
     env.update({k: compose_defaults(v) for k, v in learner["environment"].items()})
+    env["SSI_ADMIN_KEY"] = "compose-learner-admin-key"  # the compose file's is the operator's (empty by default)
     history = Path(option(argv, "--bundles")) / "learn-history.jsonl"
+    # the service it talks to (a round first asks it whether a comparison runs): a real one, at its address here
+    served = Path(option(argv, "--served"))
+    with ThreadServer(
+        bundle=served, corpus=Path(option(argv, "--corpus")), cache_dir=tmp_path / "cache",
+        admin_key=env["SSI_ADMIN_KEY"], bundle_root=served.parent,
+    ) as server:  # fmt: skip
+        argv[argv.index("--server") + 1] = server.url
+        output, returncode = _run_learner(argv, env, history)
+    assert returncode == 0, output
+    assert "skipped" in output and "stopped after 1 round" in output
+    [record] = read_history(history)
+    assert record.decision == "skipped" and record.sessions == 240 and "--min-new-sessions" in (record.reason or "")
+
+
+def _run_learner(argv: list[str], env: dict[str, str], history: Path) -> tuple[str, int | None]:
+    """Run the learner until its first round is recorded, then stop it with SIGTERM: its output and status."""
     process = subprocess.Popen(
         [str(SSI), *argv[1:]], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
     )
@@ -346,10 +364,7 @@ def test_compose_learner_command_starts_learns_and_stops(tmp_path: Path) -> None
         if process.poll() is None:
             process.kill()
             process.wait()
-    assert process.returncode == 0, output
-    assert "skipped" in output and "stopped after 1 round" in output
-    [record] = read_history(history)
-    assert record.decision == "skipped" and record.sessions == 240 and "--min-new-sessions" in (record.reason or "")
+    return output, process.returncode
 
 
 def test_compose_runs_the_trainer_once_then_the_service_from_its_volume() -> None:

@@ -27,8 +27,9 @@ from training.feedback.history import (
 )
 from training.feedback.learner import from_history, log_sessions
 from training.feedback.lock import LOOP_LOCK, ROUND_LOCK, LearnerLock
+from training.feedback.online import Admin
 from training.feedback.promote import read_log
-from training.feedback.round import RoundSettings, reload_server
+from training.feedback.round import RoundSettings
 from training.feedback.schedule import describe_duration, parse_duration, run_every
 from training.feedback.start import write_bm25_start
 
@@ -243,7 +244,7 @@ def test_rollback_serves_again_what_was_served_before(world: dict[str, Path], bu
         bundle=bundles / "start", corpus=world["corpus"], cache_dir=tmp_path / "cache", admin_key=ADMIN_KEY,
         bundle_root=bundles, events=False,
     ) as server:  # fmt: skip
-        reload_server(server.url, ADMIN_KEY, bundles / "r1-refit", None)  # what the promotion did
+        Admin(server.url, ADMIN_KEY, None).reload(bundles / "r1-refit")  # what the promotion did
         assert server.client.get("/model").json()["bundle"] == "r1-refit"
         code, output = learn(*rollback, server.url)
         assert code == 0, output

@@ -18,11 +18,20 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ssi.interleaving import (
+    DEFAULT_ALPHA,
+    DEFAULT_BETA,
+    DEFAULT_BUDGET,
+    DEFAULT_DELTA,
+    DEFAULT_SHARE,
+    SequentialTest,
+)
 from training.click_recipe import CLICK_RECIPE
 from training.debias import DEBIAS_MODES, DEFAULT_CLIP
 from training.feedback.history import RoundRecord, history_path, read_history
 from training.feedback.learner import DEFAULT_MIN_NEW_SESSIONS, Learned, learn_once, rollback
 from training.feedback.lock import LOOP_LOCK, LearnerBusy, LearnerLock
+from training.feedback.online import ONLINE_Z, OnlineSettings
 from training.feedback.promote import DEFAULT_FOLDS, DEFAULT_HOLDOUT, DEFAULT_TOLERANCE, DEFAULT_Z
 from training.feedback.round import RoundSettings, bundles_folder, fold_count, fold_judges
 from training.feedback.schedule import describe_duration, parse_duration, run_every
@@ -32,6 +41,7 @@ DECISION = "Estimate and decision"
 TRAIN = "Training the candidate"
 SERVER = "Server"
 LOOP = "Loop and history"
+ONLINE = "Online confirmation (interleaving)"
 
 
 def learn_command(
@@ -173,12 +183,13 @@ def learn_command(
         ),
     ] = "pbm",
     z: Annotated[
-        float,
+        float | None,
         typer.Option(
-            help="Promote when mean >= 0 and mean - z·SE >= -tolerance × served (training/feedback/promote.py).",
+            help="Promote when mean >= 0 and mean - z·SE >= -tolerance × served (training/feedback/promote.py). "
+            f"Default {DEFAULT_Z:g}; {ONLINE_Z:g} where interleaving confirms the candidate (--server, --interleave).",
             rich_help_panel=DECISION,
         ),
-    ] = DEFAULT_Z,
+    ] = None,
     tolerance: Annotated[
         float,
         typer.Option(
@@ -209,6 +220,38 @@ def learn_command(
     collection: Annotated[
         str | None, typer.Option(help="The collection to reload (default: the default one).", rich_help_panel=SERVER)
     ] = None,
+    interleave: Annotated[
+        bool,
+        typer.Option(
+            "--interleave/--no-interleave",
+            help="With --server: a candidate that passes the offline estimate is interleaved with the served model "
+            "(POST /admin/interleave, team-draft on --share of first pages) and promoted only when the service's "
+            "sequential test says it wins; the next round acts on the verdict. --no-interleave: reloaded at once.",
+            rich_help_panel=ONLINE,
+        ),
+    ] = True,
+    share: Annotated[
+        float, typer.Option(min=0.0, max=1.0, help="Share of first pages interleaved.", rich_help_panel=ONLINE)
+    ] = DEFAULT_SHARE,
+    delta: Annotated[
+        float,
+        typer.Option(
+            help="The test's alternative: the candidate wins 1/2 + delta of decided answers.", rich_help_panel=ONLINE
+        ),
+    ] = DEFAULT_DELTA,
+    alpha: Annotated[
+        float,
+        typer.Option(help="Bound on promoting a candidate no better (ssi/interleaving.py).", rich_help_panel=ONLINE),
+    ] = DEFAULT_ALPHA,
+    beta: Annotated[
+        float, typer.Option(help="Bound on dropping a candidate 1/2 + delta good.", rich_help_panel=ONLINE)
+    ] = DEFAULT_BETA,
+    budget: Annotated[
+        int,
+        typer.Option(
+            min=1, help="Interleaved answers before an undecided comparison is dropped.", rich_help_panel=ONLINE
+        ),
+    ] = DEFAULT_BUDGET,
     every: Annotated[
         str | None,
         typer.Option(
@@ -276,8 +319,18 @@ def learn_command(
         more_args = shlex.split(train_args)
     except ValueError as exc:
         raise typer.BadParameter(f"{exc}: {train_args!r}", param_hint="--train-args") from None
+    online = None
+    if interleave and server is not None:
+        try:
+            SequentialTest(delta=delta, alpha=alpha, beta=beta, budget=budget)
+        except ValueError as exc:
+            raise typer.BadParameter(str(exc)) from None
+        if share <= 0:
+            raise typer.BadParameter("--share is the share of first pages interleaved: above 0")
+        online = OnlineSettings(share=share, delta=delta, alpha=alpha, beta=beta, budget=budget)
     settings = RoundSettings(
-        log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout, z=z,
+        log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout,
+        z=z if z is not None else (ONLINE_Z if online is not None else DEFAULT_Z), online=online,
         split=split, judges=judge or None, folds=folds, refit=refit, tolerance=tolerance, eta=eta,
         clip=clip, cutoff=cutoff, labels=labels,
         queries=queries, qrels=qrels, warm=warm, dims=dims,
@@ -346,7 +399,13 @@ def _one_round(settings: RoundSettings, min_new_sessions: int, report: Path | No
     )
     typer.echo(result["propensities"])
     typer.echo(result["estimate_text"])
-    if result["promoted"] and "reload" in result:
+    if "interleaving" in result:
+        comparison = result["interleaving"].get("comparison") or {}
+        typer.echo(
+            f"interleaving {result['serving']} with the served model on {comparison.get('share')} of first pages "
+            f"(comparison {comparison.get('id')}): the next `ssi learn` serves it if it wins, drops it if it loses"
+        )
+    elif result["promoted"] and "reload" in result:
         typer.echo(f"reloaded {settings.server}: {json.dumps(result['reload'])}")
     elif result["promoted"]:
         typer.echo("no --server given: nothing reloaded")

@@ -22,10 +22,13 @@ from typing import Any, Literal
 
 HISTORY_FILE = "learn-history.jsonl"
 
-Decision = Literal["promoted", "kept", "skipped", "error", "rollback"]
+# "interleaving": the offline gate passed and the service interleaves the candidate with the served model; its
+# conclusion comes as a later record, "promoted" (the candidate won: served) or "dropped" (it lost, or its session
+# budget ran out).
+Decision = Literal["promoted", "kept", "skipped", "error", "rollback", "interleaving", "dropped"]
 # The rounds that read the log to its end and trained on it: the next round's new sessions are counted after them
 # (a skipped round trained on nothing, and an error is tried again on the same log).
-LEARNED: frozenset[str] = frozenset({"promoted", "kept"})
+LEARNED: frozenset[str] = frozenset({"promoted", "kept", "interleaving"})
 
 
 @dataclass
@@ -45,7 +48,8 @@ class RoundRecord:
     log_end: float | None = None  # the time of the newest impression read: where the next round counts from
     reloaded: bool = False  # the server was told to serve `serving`
     reason: str | None = None  # why skipped, the error, or what a rollback undid
-    interleaving: dict[str, Any] | None = None  # online confirmation of a promotion (filled by another change)
+    # online confirmation (training.feedback.online): the comparison started, or how it ended (its tally)
+    interleaving: dict[str, Any] | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))
@@ -110,6 +114,11 @@ class LoopState:
         if len(paths) != folds or not all(p.is_dir() for p in paths):
             return None
         return paths
+
+
+def started_comparison(records: Sequence[RoundRecord], bundle: str) -> RoundRecord | None:
+    """The round that started interleaving `bundle` (the newest one, if several did)."""
+    return next((r for r in reversed(records) if r.decision == "interleaving" and r.serving == bundle), None)
 
 
 def loop_state(records: Sequence[RoundRecord]) -> LoopState:

@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -25,8 +26,10 @@ from training.feedback.history import (
     history_path,
     loop_state,
     read_history,
+    started_comparison,
 )
 from training.feedback.lock import ROUND_LOCK, LearnerLock
+from training.feedback.online import Admin, conclude
 from training.feedback.promote import read_log
 from training.feedback.round import (
     RoundOutcome,
@@ -34,7 +37,6 @@ from training.feedback.round import (
     bundles_folder,
     fold_count,
     fold_judges,
-    reload_server,
     run_round,
 )
 
@@ -102,10 +104,48 @@ def _record(outcome: RoundOutcome, record: RoundRecord) -> None:
     record.estimate = report.get("estimate")
     if "error" in report:
         record.decision, record.reason = "error", report["error"]
+    elif "interleaving" in report:
+        record.decision, record.serving = "interleaving", report["serving"]
+        record.interleaving = {"started": report["interleaving"].get("comparison")}
+        record.reason = "passed the offline estimate: interleaved with the served model until the test decides"
     elif outcome.promoted:
         record.decision, record.serving, record.reloaded = "promoted", report["serving"], "reload" in report
     else:
         record.decision = "kept"
+
+
+def confirm(settings: RoundSettings, path: Path) -> tuple[RoundRecord | None, dict[str, Any] | None]:
+    """Act on the service's comparison (training.feedback.online.conclude) and record how it ended: (the record
+    of a comparison that ended now, or None; the status of one still undecided, or None)."""
+    if settings.server is None or settings.online is None:
+        return None, None
+    conclusion = conclude(Admin(settings.server, settings.admin_key, settings.collection))
+    if conclusion is None:
+        return None, None
+    if conclusion.outcome == "running":
+        return None, conclusion.status
+    started = started_comparison(read_history(path), conclusion.bundle)
+    tally = dict(conclusion.status.get("tally") or {})
+    promoted = conclusion.outcome == "promoted"
+    record = RoundRecord(
+        "promoted" if promoted else "dropped",
+        served_before=started.served_before if started is not None else None,
+        candidates=list(started.candidates) if started is not None else [],
+        judges=list(started.judges) if started is not None else [],
+        serving=conclusion.bundle if promoted else None,
+        reloaded=promoted,
+        interleaving={"decision": conclusion.status.get("decision"), **tally},
+        reason=f"interleaving: {describe_tally(tally)} → {conclusion.status.get('decision')}",
+    )
+    append_record(path, record)
+    return record, None
+
+
+def describe_tally(tally: dict[str, Any]) -> str:
+    return (
+        f"{tally.get('wins', 0)} won, {tally.get('losses', 0)} lost, {tally.get('ties', 0)} tied of "
+        f"{tally.get('impressions', 0)} interleaved answers"
+    )
 
 
 def learn_once(settings: RoundSettings, min_new_sessions: int = 0) -> Learned:
@@ -119,8 +159,26 @@ def learn_once(settings: RoundSettings, min_new_sessions: int = 0) -> Learned:
     bundles = bundles_folder(settings)
     with LearnerLock(bundles / ROUND_LOCK, "an `ssi learn` round"):
         path = history_path(bundles)
+        try:
+            concluded, running = confirm(settings, path)
+        except (RuntimeError, httpx.HTTPError) as exc:  # the server is down or refused: try again next time
+            record = RoundRecord("error", served_before=str(settings.served), reason=f"the comparison: {exc}")
+            append_record(path, record)
+            return Learned(record, None, settings, [])
+        if running is not None:  # the last round's candidate is being interleaved: nothing to train yet
+            tally = running.get("tally") or {}
+            record = RoundRecord(
+                "skipped",
+                served_before=str(settings.served),
+                interleaving={"decision": running.get("decision"), **tally},
+                reason=f"the comparison of {Path(running['comparison']['bundle']).name} runs: {describe_tally(tally)}",
+            )
+            append_record(path, record)
+            return Learned(record, None, settings, [])
         state = loop_state(read_history(path))
         settings, notes = from_history(settings, state, folds)
+        if concluded is not None:
+            notes.insert(0, f"{concluded.decision} {Path(concluded.serving or '').name}: {concluded.reason}")
         started = time.perf_counter()
         record = RoundRecord("skipped", served_before=str(settings.served))
         outcome = None
@@ -156,7 +214,7 @@ def rollback(bundles: Path, server: str, admin_key: str | None, collection: str 
         if undone.served_before is None:
             raise ValueError(f"the promotion of {undone.time} does not say what was served before it")
         started = time.perf_counter()
-        reload_server(server, admin_key, Path(undone.served_before), collection)
+        Admin(server, admin_key, collection).reload(Path(undone.served_before))
         record = RoundRecord(
             "rollback",
             served_before=undone.serving,

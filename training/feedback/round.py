@@ -39,6 +39,7 @@ from ssi.bundle import load_bundle
 from ssi.traffic import ShownResult
 from training.click_recipe import CLICK_RECIPE
 from training.debias import DEFAULT_CLIP
+from training.feedback.online import Admin, OnlineSettings
 from training.feedback.promote import (
     DEFAULT_FOLDS,
     DEFAULT_HOLDOUT,
@@ -100,6 +101,9 @@ class RoundSettings:
     server: str | None = None
     admin_key: str | None = None
     collection: str | None = None
+    # With a server: an offline promotion is first interleaved with the served model and served only once the
+    # service's sequential test says it wins (training.feedback.online); None: reloaded at once.
+    online: OnlineSettings | None = None
 
 
 def fold_count(settings: RoundSettings) -> int:
@@ -217,18 +221,6 @@ def _summary(stdout: str) -> dict[str, Any]:
         return {"stdout_tail": stdout[-2000:]}
 
 
-def reload_server(server: str, admin_key: str | None, bundle: Path, collection: str | None) -> dict[str, Any]:
-    """POST /admin/reload with the candidate's folder; the server's answer (raises on an error status)."""
-    body: dict[str, Any] = {"bundle": str(bundle.resolve())}
-    if collection is not None:
-        body["collection"] = collection
-    headers = {"X-API-Key": admin_key} if admin_key else {}
-    response = httpx.post(f"{server.rstrip('/')}/admin/reload", json=body, headers=headers, timeout=600)
-    if response.status_code != 200:
-        raise RuntimeError(f"POST /admin/reload answered {response.status_code}: {response.text[:500]}")
-    return response.json()
-
-
 @dataclass
 class RoundOutcome:
     """A round's JSON-ready report, and the candidates as loaded for the estimate (empty if training failed)."""
@@ -342,11 +334,20 @@ def run_round(
     if result.promote:
         report["serving"] = str(serving_path)
     if result.promote and settings.server is not None:
+        admin = Admin(settings.server, settings.admin_key, settings.collection)
         try:
-            report["reload"] = reload_server(settings.server, settings.admin_key, serving_path, settings.collection)
+            if settings.online is not None:  # confirmed online first (training.feedback.online)
+                report["interleaving"] = admin.start(serving_path, settings.online)
+                report["promoted"] = False
+            else:
+                report["reload"] = admin.reload(serving_path)
         except (RuntimeError, httpx.HTTPError) as exc:  # trained and estimated: the report keeps all of that
-            report["error"] = f"the reload failed: {exc}"
+            what = "starting the comparison" if settings.online is not None else "the reload"
+            report["error"] = f"{what} failed: {exc}"
             report["promoted"] = False
+            return RoundOutcome(report, candidates)
+        if settings.online is not None:
+            report["seconds"] = round(time.perf_counter() - started, 1)
             return RoundOutcome(report, candidates)
     report["seconds"] = round(time.perf_counter() - started, 1)
     return RoundOutcome(report, candidates, serving if result.promote else None)
