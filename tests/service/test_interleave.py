@@ -236,7 +236,13 @@ def test_the_comparison_reaches_every_worker_of_a_group(small_world: dict, candi
             answer = httpx.post(f"{server.url}/search", json={"query": doc.title, "k": 6}, timeout=30)
             assert answer.status_code == 200
             answered.add(httpx.get(f"{server.url}/readyz", timeout=30).json()["pid"])
-        state = httpx.get(f"{server.url}/admin/interleave", headers=ADMIN, timeout=30).json()
-        assert len(answered) == 2 and state["tally"]["impressions"] == 40
+        # counted from the shared log, where each worker's writer commits its impressions every 0.1 s
+        deadline, counted = time.monotonic() + 20, 0
+        while counted < 40 and time.monotonic() < deadline:
+            counted = httpx.get(f"{server.url}/admin/interleave", headers=ADMIN, timeout=30).json()["tally"][
+                "impressions"
+            ]
+            time.sleep(0.2)
+        assert len(answered) == 2 and counted == 40
     finally:
         server.stop()
