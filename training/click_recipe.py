@@ -3,7 +3,7 @@
 One place for the numbers, read by `ssi train --clicks` (training.run.resolve_recipe fills in the model's and
 the budget where not given), by `ssi learn` (training.feedback.round.train_command passes the rest to every
 `ssi train` of a round) and by the loop that measured them (benchmarks.click_loop). The figures are in
-docs/guides/learn.md ("The loop, simulated" and "The click recipe").
+docs/results/learning-loop.md ("The loop, simulated" and "The click recipe").
 """
 
 from __future__ import annotations

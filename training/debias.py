@@ -22,7 +22,7 @@ raw click counts mostly measure where a document was shown. Four ways to turn cl
   Why not plain IPS: users also click results that are not relevant (a tenth of the time in the simulated
   loop), and a query shows many of those: IPS weighs each such click 1/p(r) too, so the non-relevant results
   of a query together weigh about as much as its relevant one however large the log, and the model learns
-  "like what the old ranker showed" (measured: docs/guides/learn.md). γ̂ against a floor sets them apart,
+  "like what the old ranker showed" (measured: docs/results/learning-loop.md). γ̂ against a floor sets them apart,
   and the more often a pair is shown the surer the estimate.
 
 The propensities come from the log's randomized impressions (Wang, Bendersky, Metzler & Najork 2016,

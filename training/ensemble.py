@@ -4,7 +4,7 @@ A low-rank model's learned part is qᵀ(UᵀV)d. Trained on a few hundred pairs 
 two seeds give models whose NDCG@10 differs by up to 0.02 on SciFact's validation claims: the random start of U
 is not all trained away. The average of K members' UᵀV keeps what they agree on; its best rank-N approximation
 (the truncated SVD, Eckart–Young) is again a low-rank model with N rows, served exactly as one member, at no
-cost to the index or the query encoder. Measured in docs/guides/learn.md.
+cost to the index or the query encoder. Measured in docs/results/learning-loop.md.
 
 The D × D matrix is never formed: stacking the members' factors gives (1/K) Σ U_kᵀV_k = AᵀB with A, B of
 K·N rows; with A = Q_a R_a and B = Q_b R_b (thin QR of Aᵀ and Bᵀ) the SVD of the small R_a R_bᵀ gives the

@@ -42,7 +42,7 @@ from training.feedback.round import (
 
 # Why 1,000 with --every: a round decides again on the whole log, and a log that grew by a handful of sessions
 # gives nearly the same candidates and the same estimate again (the simulated loop's rounds came every 5,000
-# sessions, docs/guides/learn.md; 1,000 is a tenth of a 10,000-session log). And a round is not free: on a
+# sessions, docs/results/learning-loop.md; 1,000 is a tenth of a 10,000-session log). And a round is not free: on a
 # 10,000-session SciFact log, 29 s of two cores when the candidates are kept and 43 s when promoted (the refit),
 # about 0.4 s more for each 1,000 sessions more (2026-11-28). So a quiet service's loop waits instead of training
 # on the same clicks every interval.

@@ -26,7 +26,7 @@ SE over queries is the honest (wider) one.
 The decision: promote when the lower end of the estimate, mean − z·SE, is at least −tolerance × served
 (z = 1, tolerance = 0: the candidate must be better by one standard error; a positive tolerance, a share of
 the served model's own value, turns it into a non-inferiority test), and never on a negative mean. Measured in
-the simulated loop (docs/guides/learn.md): with a 1 % margin a candidate at +0.0009 ± 0.0030 was promoted and
+the simulated loop (docs/results/learning-loop.md): with a 1 % margin a candidate at +0.0009 ± 0.0030 was promoted and
 its refit was 0.005 NDCG@10 below the served model on unseen claims; at one standard error, 1 promotion of 2 in
 the next run served a refit 0.003 below the one before (inside either's standard error of 0.029). z = 1
 rather than 1.96 because a wrong refusal costs only a round's delay (the next round has more traffic), while a
@@ -53,7 +53,7 @@ from training.debias import DEFAULT_CLIP, DEFAULT_RELEVANCE_FLOOR, Propensities,
 from training.evaluate.features import TextFeatures
 
 DEFAULT_HOLDOUT = 0.2
-DEFAULT_FOLDS = 2  # `ssi learn`'s cross-fitting with the query split (docs/guides/learn.md: the loop with folds)
+DEFAULT_FOLDS = 2  # `ssi learn`'s cross-fitting with the query split (docs/results/learning-loop.md: the loop with folds)
 DEFAULT_Z = 1.0
 DEFAULT_TOLERANCE = 0.0  # a share of the served model's value that the lower end may reach below it
 Z_95 = 1.959963984540054
@@ -515,7 +515,7 @@ def _click_model_dcg(fold: Fold, propensities: Propensities, *, cutoff: int | No
     Why beside the IPS estimate: users also click results they find useless, and IPS credits each such click
     1/p(r), so a query's many shown non-relevant results weigh together about as much as its relevant one, and
     they are the served model's own top: the estimate then favours whatever ranker logged the traffic. In the
-    simulated loop (docs/guides/learn.md) IPS-DCG kept candidates whose validation NDCG was 0.01 higher as "worse
+    simulated loop (docs/results/learning-loop.md) IPS-DCG kept candidates whose validation NDCG was 0.01 higher as "worse
     by 0.05 ± 0.01"; labels from the click model leave the noise out as the trainer does.
     """
     impressions = fold.impressions
