@@ -20,8 +20,8 @@ from ssi.interleaving import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_BUDGET, DEFAUL
 TIMEOUT = 600  # seconds: starting a comparison loads the candidate's index in the answering worker
 # `ssi learn --z` where interleaving confirms: the offline estimate only keeps out candidates it finds worse (its
 # mean below 0), and the online test, whose wrong promotions are bounded (ssi.interleaving), decides. The offline
-# estimate alone could not tell candidates 0.005-0.01 better from the served model (docs/results/learning-loop.md), so at
-# z = 1 it held back real gains for rounds.
+# estimate alone could not tell candidates 0.005-0.01 better from the served model
+# (docs/results/learning-loop.md), so at z = 1 it held back real gains for rounds.
 ONLINE_Z = 0.0
 
 

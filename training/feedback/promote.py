@@ -53,7 +53,7 @@ from training.debias import DEFAULT_CLIP, DEFAULT_RELEVANCE_FLOOR, Propensities,
 from training.evaluate.features import TextFeatures
 
 DEFAULT_HOLDOUT = 0.2
-DEFAULT_FOLDS = 2  # `ssi learn`'s cross-fitting with the query split (docs/results/learning-loop.md: the loop with folds)
+DEFAULT_FOLDS = 2  # `ssi learn`'s cross-fitting with the query split (docs/results/learning-loop.md)
 DEFAULT_Z = 1.0
 DEFAULT_TOLERANCE = 0.0  # a share of the served model's value that the lower end may reach below it
 Z_95 = 1.959963984540054
@@ -515,8 +515,8 @@ def _click_model_dcg(fold: Fold, propensities: Propensities, *, cutoff: int | No
     Why beside the IPS estimate: users also click results they find useless, and IPS credits each such click
     1/p(r), so a query's many shown non-relevant results weigh together about as much as its relevant one, and
     they are the served model's own top: the estimate then favours whatever ranker logged the traffic. In the
-    simulated loop (docs/results/learning-loop.md) IPS-DCG kept candidates whose validation NDCG was 0.01 higher as "worse
-    by 0.05 ± 0.01"; labels from the click model leave the noise out as the trainer does.
+    simulated loop (docs/results/learning-loop.md) IPS-DCG kept candidates whose validation NDCG was 0.01 higher
+    as "worse by 0.05 ± 0.01"; labels from the click model leave the noise out as the trainer does.
     """
     impressions = fold.impressions
     lines = []
