@@ -7,7 +7,9 @@ checked against it here at load), and a document's is `form.embed_documents` (V 
 V d + (V₃ d)∘(Y₃ d) for PSI-3, d for full W, B d/‖B d‖ for a projection).
 Writes are embedded before the store commits them (`prepare`), so a text the model cannot take is
 refused before anything changes. A hybrid bundle (ssi.hybrid) adds its sentence encoder's part: a query is
-embedded as [A q, e(q)] and a document as [v(d), λ e(d)], from their texts (`embed_queries(rows, texts)`).
+embedded as [A q, e(q)] and a document as [v(d), λ e(d)], from their texts (`embed_queries(rows, texts)`); a
+document's e(d) comes from the collection's sentence cache (service.sentence_cache) where the state builder gave
+one, so a text another bundle with the same encoder has seen is not encoded again.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import scipy.sparse as sp
 
 from service.bulk_featurize import BulkFeaturizer, TextWords, words_of_tokens
 from service.encoder import QueryEncoder
+from service.sentence_cache import SentenceCache
 from ssi.bundle import Bundle, BundleError
 from ssi.hybrid import join_documents, join_queries
 from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, at_avg_len
@@ -86,6 +89,9 @@ class Embedder:
                 self.sentence = SentenceEncoder(bundle.sentence_path, threads)
             except SentenceError as exc:
                 raise BundleError(str(exc)) from None
+        # Documents' e(d) kept across bundles with this encoder (service.sentence_cache), set by the state builder;
+        # None: every document's text is encoded (a bundle without an encoder, or an embedder without a collection).
+        self.sentence_cache: SentenceCache | None = None
         self.encoder.check_against(self.form.query_map(), normalize=self.form.normalizes_query)
         # None (always, unless `open_vocab`: SSI_OPEN_VOCAB): the lexical part stays on the bundle's words.
         self.open_vocab = open_vocab
@@ -197,11 +203,16 @@ class Embedder:
         return join_queries(embedded, self.sentence.encode(self._texts_of(texts, tfidf.shape[0])))
 
     def embed_documents(
-        self, tfidf: sp.csr_matrix, doc_ids: Sequence[str] | None = None, texts: Sequence[str] | None = None
+        self,
+        tfidf: sp.csr_matrix,
+        doc_ids: Sequence[str] | None = None,
+        texts: Sequence[str] | None = None,
+        sentence: np.ndarray | None = None,
     ) -> np.ndarray:
         """float32 [documents, M], C order: what the index stores for each document row, as the form defines it
         (from the row's semantic row, ssi.vocab.Vocabulary.semantic_rows); for a hybrid bundle [v(d), λ e(d)],
-        e from the documents' full `texts`.
+        e from the documents' full `texts` (`document_sentences`), or `sentence`, e(d) unscaled, where the caller
+        has them (a build: service.sentence_cache.SentenceBuild).
 
         `doc_ids` reach a form with per-document vectors (half-transductive: a training document with
         its text unchanged keeps its free vector, any other falls back to the functional map).
@@ -210,8 +221,18 @@ class Embedder:
         embedded = np.ascontiguousarray(self.form.embed_documents_of(semantic, doc_ids), dtype=np.float32)
         if self.sentence is None:
             return embedded
-        encoded = self.sentence.encode(self._texts_of(texts, tfidf.shape[0]))
-        return join_documents(embedded, encoded, self.sentence.spec.weight)
+        if sentence is None:
+            sentence = self.document_sentences(self._texts_of(texts, tfidf.shape[0]))
+        return join_documents(embedded, sentence, self.sentence.spec.weight)
+
+    def document_sentences(self, texts: Sequence[str]) -> np.ndarray:
+        """float32 [texts, E]: e(d) of documents' texts, unscaled: the sentence cache's where it holds a text (and
+        those encoded now kept in it), else encoded."""
+        if self.sentence is None:
+            raise RuntimeError("a bundle without a sentence encoder has no e(d)")
+        if self.sentence_cache is not None:
+            return self.sentence_cache.vectors(texts)
+        return self.sentence.encode(texts)
 
     @staticmethod
     def _texts_of(texts: Sequence[str] | None, rows: int) -> list[str]:

@@ -61,6 +61,10 @@ class LoadReport:
     source: str  # "cache" or "computed"
     seconds: float = 0.0
     embedded: int = 0  # documents embedded during the load
+    # A hybrid bundle's documents during the load (service.sentence_cache): e(d) encoded, or the sentence cache's
+    # (kept by an earlier bundle with the same encoder, or by a write); 0 and 0 for any other bundle.
+    encoded: int = 0
+    sentence_cached: int = 0
     replayed: int = 0  # documents re-applied from the write log after the snapshot
     snapshot: str | None = None
     compacted: bool = False
@@ -523,6 +527,9 @@ class ModelState:
             "replayed_on_load": self.report.replayed,
             "compacted_on_load": self.report.compacted,
         }
+        if self.embedder.sentence is not None:  # a hybrid bundle's e(d): encoded, or kept (service.sentence_cache)
+            described["encoded_on_load"] = self.report.encoded
+            described["sentence_cached_on_load"] = self.report.sentence_cached
         if self.embedder.open_vocab:  # SSI_OPEN_VOCAB on (off: /model is what it always was)
             # The open vocabulary (ssi.open_vocab): words the bundle lacks, indexed from the served documents;
             # not enabled for a bundle whose vocabulary stays closed (tf-idf, or a form with no lexical diagonal).

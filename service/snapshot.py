@@ -48,6 +48,9 @@ FORMAT = "ssi-index-snapshot"
 FORMAT_VERSION = 3  # 2: index.faiss may be absent (flat); 3: embeddings.npy only without index.faiss
 READABLE_VERSIONS = (1, 2, 3)
 KEEP = 2  # snapshots kept per cache folder: the newest, and one to fall back on if it is damaged
+# The folder of service.sentence_cache beside a collection's cache folders: documents' sentence vectors kept across
+# bundles, no snapshot in it; it bounds itself, so `prune_cache` leaves it alone.
+SENTENCE_CACHE_DIR = "sentence"
 _NAME = re.compile(r"^snap-(\d{15})(?:-(\d+))?$")
 
 
@@ -85,12 +88,13 @@ def cache_folder(index_dir: Path, collection: str, bundle_hash: str, store_uuid:
     return index_dir / collection / f"{bundle_hash[:16]}-{store_uuid[:12]}-{index_tag}"
 
 
-def _fsync_file(path: Path) -> None:
+def fsync_file(path: Path) -> None:
+    """Its bytes on disk before a rename publishes it (snapshots, service.sentence_cache)."""
     with path.open("rb") as handle:
         os.fsync(handle.fileno())
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -184,11 +188,11 @@ def write_snapshot(folder: Path, data: SnapshotData) -> Path:
         }
         (tmp / "meta.json").write_text(json.dumps(meta, indent=2), encoding="utf-8")
         for path in tmp.iterdir():
-            _fsync_file(path)
-        _fsync_dir(tmp)
+            fsync_file(path)
+        fsync_dir(tmp)
         final = _free_name(folder, data.seq)
         tmp.rename(final)
-        _fsync_dir(folder)
+        fsync_dir(folder)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -245,7 +249,7 @@ def prune_cache(collection_dir: Path, current: Path, store_uuid: str, log_floor:
     if not collection_dir.is_dir():
         return removed
     for folder in collection_dir.iterdir():
-        if not folder.is_dir() or folder == current:
+        if not folder.is_dir() or folder == current or folder.name == SENTENCE_CACHE_DIR:
             continue
         newest = next(snapshots(folder), None)
         other_store = f"-{store_uuid[:12]}-" not in folder.name

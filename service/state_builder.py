@@ -2,17 +2,21 @@
 
 `open_state` takes the newest usable snapshot of the cache folder (its key: bundle content hash +
 store + index build settings), checks it against the store and replays the writes logged after
-it; with no usable snapshot it embeds every stored document and builds the index. A snapshot that
-cannot be used (damaged, from another store, older than the trimmed write log) is removed, so it
-is not read and refused again on every start. A state with too many dead rows is compacted
-(renumbered, the FAISS index rebuilt from the cached embeddings): here at load, and online by the
-collection (`compacted` reads a live state under its read lock only for a moment).
+it; with no usable snapshot it embeds every stored document and builds the index (a hybrid bundle's
+e(d) taken from the collection's sentence cache where a bundle with the same encoder, or a write,
+left them: service.sentence_cache). A snapshot that cannot be used (damaged, from another store,
+older than the trimmed write log) is removed, so it is not read and refused again on every start.
+A state with too many dead rows is compacted (renumbered, the FAISS index rebuilt from the cached
+embeddings): here at load, and online by the collection (`compacted` reads a live state under its
+read lock only for a moment).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +32,7 @@ from service.model_state import LoadReport, ModelState
 from service.progress import progress
 from service.quantized import Codes
 from service.rows import RowTable
+from service.sentence_cache import SentenceBuild, SentenceCache
 from service.settings import Settings
 from service.snapshot import SnapshotError, cache_folder, discard, read_snapshot, snapshots
 from service.store import DocumentStore, StoredDocument, StoreView
@@ -61,6 +66,8 @@ def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, setting
     embedder = Embedder(
         bundle, settings.threads, open_vocab=settings.open_vocab, statistics=settings.open_vocab_statistics
     )
+    if embedder.sentence is not None:
+        embedder.sentence_cache = SentenceCache.of(settings.index_dir / collection, bundle, embedder.sentence.encode)
     config = index_config(settings)
     folder = cache_folder(settings.index_dir, collection, bundle.content_hash, store.uuid, config.tag())
     common = dict(bundle=bundle, embedder=embedder, config=config, store_uuid=store.uuid, folder=folder)
@@ -81,6 +88,16 @@ def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, setting
             if needs_compaction(state, settings):
                 state = compacted(state)
                 state.report.compacted = True
+    kept = embedder.sentence_cache
+    if kept is not None:
+        state.report.encoded, state.report.sentence_cached = kept.counts.encoded, kept.counts.cached
+        log.info(
+            "[%s] sentence vectors: %d documents encoded, %d from the sentence cache %s",
+            collection,
+            kept.counts.encoded,
+            kept.counts.cached,
+            kept.folder,
+        )
     state.report.seconds = time.perf_counter() - started
     log.info(
         "[%s] %s index ready: %d documents (%d rows) at write %d, from %s in %.2fs (embedded %d, replayed %d)",
@@ -189,10 +206,16 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     collection = embedder.collection_statistics
     given = settings.open_vocab_avg_len if collection else None
     n_tokens = 0
-    with progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
+    kept = embedder.sentence_cache
+    # A hybrid bundle's e(d): the sentence cache's where it holds a text, else encoded; its segment then holds exactly
+    # this build's documents (service.sentence_cache).
+    sentences: SentenceBuild | nullcontext[None] = kept.build() if kept is not None else nullcontext()
+    with sentences as build, progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
         for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):
             texts = _full_texts(batch) if embedder.sentence is not None else None
-            embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, [doc.id for doc in batch], texts)
+            sentence = build.vectors(texts) if build is not None and texts is not None else None
+            ids = [doc.id for doc in batch]
+            embeddings[row : row + len(batch)] = embedder.embed_documents(tfidf, ids, texts, sentence)
             if collection:
                 if given is None:
                     n_tokens += sum(len(tokenize(text)) for text in _full_texts(batch))
@@ -267,14 +290,7 @@ def compacted(state: ModelState) -> ModelState:
         before = state.table.rows
     index = VectorIndex.build(state.config, state.index.dim, embeddings)
     del embeddings
-    report = LoadReport(
-        source=state.report.source,
-        seconds=state.report.seconds,
-        embedded=state.report.embedded,
-        replayed=state.report.replayed,
-        snapshot=state.report.snapshot,
-        compacted=state.report.compacted,
-    )
+    report = dataclasses.replace(state.report)
     log.info("compacted the index: %d rows -> %d", before, rows.shape[0])
     fresh = ModelState(
         bundle=state.bundle,
