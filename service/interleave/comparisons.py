@@ -113,9 +113,8 @@ class Comparisons:
             except (BundleError, ValueError, OSError) as exc:
                 raise InvalidInput(f"cannot compare with {bundle}: {exc}") from None
             if state.bundle.content_hash == served:
-                raise InvalidInput(
-                    f"{bundle} is the served model itself (content hash {served[:12]}): nothing to compare"
-                )
+                # well formed, but moot in the server's state (what it serves): 409, as a second start is
+                raise Conflict(f"{bundle} is the served model itself (content hash {served[:12]}): nothing to compare")
             spec = ComparisonSpec(
                 id=secrets.token_hex(6), bundle=str(path), content_hash=state.bundle.content_hash,
                 served_hash=served, started=time.time(), **test,

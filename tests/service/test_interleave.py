@@ -182,7 +182,7 @@ def test_bad_requests_are_refused_and_change_nothing(server: ThreadServer, small
     missing = post("/admin/interleave", json={"bundle": str(candidate.parent / "nothing")}, headers=ADMIN)
     assert missing.status_code == 422 and "cannot compare" in missing.json()["detail"]
     itself = post("/admin/interleave", json={"bundle": str(small_world["bundle"])}, headers=ADMIN)
-    assert itself.status_code == 422 and "served model itself" in itself.json()["detail"]
+    assert itself.status_code == 409 and "served model itself" in itself.json()["detail"]
     for bad in ({"share": 0}, {"share": 1.5}, {"delta": 0.5}, {"alpha": 0}, {"budget": 0}, {"other": 1}):
         assert post("/admin/interleave", json={"bundle": str(candidate), **bad}, headers=ADMIN).status_code == 422
     assert status(server)["running"] is False
