@@ -165,6 +165,23 @@ class Users:
         return clicks
 
 
+def serve_arm(world: World, start: Path, root: Path, explore: float) -> ServedProcess:
+    """An arm's own `ssi serve` (started), recording plain-text traffic in `root`, serving a copy of `start` as
+    `root/bundles/start`, reloadable from `root/bundles` with ADMIN_KEY."""
+    bundles = root / "bundles"
+    shutil.rmtree(root, ignore_errors=True)
+    bundles.mkdir(parents=True)
+    shutil.copytree(start, bundles / "start")
+    settings = {
+        "SSI_DATA_DIR": str(root / "data"), "SSI_CACHE_DIR": str(root / "cache"), "SSI_ADMIN_KEY": ADMIN_KEY,
+        "SSI_BUNDLE_ROOT": str(bundles), "SSI_WORKERS": "1", "SSI_EVENTS": "true", "SSI_EVENTS_TEXT": "plain",
+        "SSI_EVENTS_EXPLORE": str(explore),
+    }  # fmt: skip
+    server = ServedProcess(bundles / "start", world.corpus, root, settings)
+    server.start(timeout=600)
+    return server
+
+
 def fmt(s: MetricSummary) -> str:
     return f"{s.mean:.4f} ± {s.stderr:.4f}"
 
@@ -175,17 +192,8 @@ def run_arm(
     """One debiasing arm: its own service, log and bundles; the rounds."""
     root = work / arm
     bundles = root / "bundles"
-    shutil.rmtree(root, ignore_errors=True)
-    bundles.mkdir(parents=True)
     served_path = bundles / "start"
-    shutil.copytree(start, served_path)
-    settings = {
-        "SSI_DATA_DIR": str(root / "data"), "SSI_CACHE_DIR": str(root / "cache"), "SSI_ADMIN_KEY": ADMIN_KEY,
-        "SSI_BUNDLE_ROOT": str(bundles), "SSI_WORKERS": "1", "SSI_EVENTS": "true", "SSI_EVENTS_TEXT": "plain",
-        "SSI_EVENTS_EXPLORE": str(opts["explore"]),
-    }  # fmt: skip
-    server = ServedProcess(served_path, world.corpus, root, settings)
-    server.start(timeout=600)
+    server = serve_arm(world, start, root, opts["explore"])
     users = Users(
         world, opts["eta"], opts["p_relevant"], opts["p_other"], opts["page_size"], random.Random(opts["seed"])
     )

@@ -35,7 +35,18 @@ import httpx
 import typer
 
 import ssi
-from benchmarks.click_loop import TARGET_GAIN, Users, World, fmt, load_world, model_ndcg, ndcg, paired_change
+from benchmarks.click_loop import (
+    ADMIN_KEY,
+    TARGET_GAIN,
+    Users,
+    World,
+    fmt,
+    load_world,
+    model_ndcg,
+    ndcg,
+    paired_change,
+    serve_arm,
+)
 from service.bench.server import ServedProcess
 from ssi.corpus import read_corpus
 from training.evaluate.baselines.bm25 import BM25Scorer
@@ -46,8 +57,6 @@ from training.feedback.promote import DEFAULT_Z, Z_95, read_log, write_log
 from training.feedback.round import RoundSettings, train_command
 from training.feedback.start import write_bm25_start
 
-ADMIN_KEY = "click-loop-online-admin"
-
 
 def _store(root: Path) -> Path:
     return next((root / "data" / "stores").glob("*/events.sqlite"))
@@ -57,18 +66,9 @@ def run_arm(name: str, world: World, start: Path, work: Path, opts: dict[str, An
     """One arm: its own service, log, bundles and history; rounds every --sessions sessions."""
     interleave = name == "interleave"
     root = work / name
-    shutil.rmtree(root, ignore_errors=True)
     bundles = root / "bundles"
-    bundles.mkdir(parents=True)
     served_path = bundles / "start"
-    shutil.copytree(start, served_path)
-    env = {
-        "SSI_DATA_DIR": str(root / "data"), "SSI_CACHE_DIR": str(root / "cache"), "SSI_ADMIN_KEY": ADMIN_KEY,
-        "SSI_BUNDLE_ROOT": str(bundles), "SSI_WORKERS": "1", "SSI_EVENTS": "true", "SSI_EVENTS_TEXT": "plain",
-        "SSI_EVENTS_EXPLORE": str(opts["explore"]),
-    }  # fmt: skip
-    server = ServedProcess(served_path, world.corpus, root, env)
-    server.start(timeout=600)
+    server = serve_arm(world, start, root, opts["explore"])
     users = Users(world, opts["eta"], opts["p_relevant"], opts["p_other"], 10, random.Random(opts["seed"]))
     served_model = start_model
     start_ndcg = model_ndcg(start_model, world.valid_task)
