@@ -7,7 +7,8 @@ learner's own code (training.feedback.learner.learn_once: the round history, its
 - `offline`: `ssi learn --no-interleave`, a candidate served as soon as the offline estimate promotes it (z = 1);
 - `interleave`: `ssi learn` at its defaults with a server: a candidate past the offline estimate (z = 0) is
   interleaved with the served model on --share of first pages, and served once the service's sequential test
-  says it wins (checked every --check sessions, as `ssi learn --every` would); a round while it runs is skipped.
+  (--online-test: by default the guard, which promotes unless users prefer the served model) says so (checked
+  every --check sessions, as `ssi learn --every` would); a round while it runs is skipped.
 
 The simulated users are benchmarks.click_loop's (train claims, examination (1/r)^η, clicks by relevance with
 noise); on an interleaved page they click the same way. NDCG@10 of the served model on the validation claims is
@@ -16,6 +17,7 @@ measured after every change of the served model. Then, with the loop's log, a de
 and the sessions until the test decides are counted.
 
     python -m benchmarks.click_loop_online --seeds 0,1,2,3 --out runs/click-loop-online.json
+    python -m benchmarks.click_loop_online --arms interleave --online-test better   # one arm, the other test
     python -m benchmarks.click_loop_online --quick      # a smoke run
 """
 
@@ -75,6 +77,7 @@ def run_arm(name: str, world: World, start: Path, work: Path, opts: dict[str, An
     changes: list[dict[str, Any]] = [{"sessions": 0, "served_ndcg": [start_ndcg.mean, start_ndcg.stderr]}]
     rounds: list[dict[str, Any]] = []
     settings: RoundSettings | None = None
+    online = OnlineSettings(share=opts["share"], mode=opts["online_test"])
 
     def served_now(serving: str, how: str) -> None:
         nonlocal served_model
@@ -106,7 +109,7 @@ def run_arm(name: str, world: World, start: Path, work: Path, opts: dict[str, An
                             log=_store(root), served=served_path, corpus=world.corpus, bundles=bundles,
                             debias="pbm", seed=opts["seed"], threads=opts["threads"], server=server.url,
                             admin_key=ADMIN_KEY, z=ONLINE_Z if interleave else DEFAULT_Z,
-                            online=OnlineSettings(share=opts["share"]) if interleave else None,
+                            online=online if interleave else None,
                         )  # fmt: skip
                     if interleave:
                         concluded, _ = confirm(settings, history_path(bundles))
@@ -154,7 +157,7 @@ def worse_candidate(
     args, _ = train_command(base, log, out)
     subprocess.run(args, check=True, capture_output=True, text=True)
     worse_ndcg = model_ndcg(ssi.load(out, corpus=world.corpus), world.valid_task)
-    admin.start(out, OnlineSettings(share=opts["share"]))
+    admin.start(out, OnlineSettings(share=opts["share"], mode=opts["online_test"]))
     before = users.counts["sessions"]
     status: dict[str, Any] = {}
     with httpx.Client(base_url=server.url, timeout=60) as client:
@@ -191,12 +194,19 @@ def main(
     worse: Annotated[bool, typer.Option(help="Interleave a model trained on shuffled clicks at the end.")] = True,
     worse_budget: Annotated[int, typer.Option(help="Sessions the worse candidate's comparison may take.")] = 5000,
     threads: Annotated[int, typer.Option(help="Trainer threads.")] = 2,
+    online_test: Annotated[str, typer.Option(help="ssi learn --online-test: guard or better.")] = "guard",
+    arms: Annotated[str, typer.Option(help="Which arms to run, comma-separated: offline, interleave.")] = (
+        "offline,interleave"
+    ),
     quick: Annotated[bool, typer.Option(help="A smoke run: one seed, 2 rounds of 300 sessions.")] = False,
     work: Annotated[Path, typer.Option(help="Scratch folder.")] = Path("bench-results/click_loop_online"),
     out: Annotated[Path, typer.Option(help="JSON result file.")] = Path("bench-results/click_loop_online.json"),
 ) -> None:
     """Both arms per seed; print sessions to BM25 + 0.05, each promotion's paired change, the worse candidate."""
     seed_list = [int(s) for s in seeds.split(",")]
+    arm_names = [a.strip() for a in arms.split(",") if a.strip()]
+    if not arm_names or set(arm_names) - {"offline", "interleave"}:
+        raise typer.BadParameter(f"--arms takes offline and interleave, got {arms!r}")
     if quick:
         seed_list, rounds, sessions, worse_budget = seed_list[:1], 2, 300, 600
     started = time.perf_counter()
@@ -216,18 +226,19 @@ def main(
     target = best.mean + TARGET_GAIN
     result: dict[str, Any] = {
         "settings": {"seeds": seed_list, "rounds": rounds, "sessions": sessions, "check": check, "share": share,
-                     "eta": eta, "p_relevant": p_relevant, "p_other": p_other, "explore": explore},
+                     "eta": eta, "p_relevant": p_relevant, "p_other": p_other, "explore": explore,
+                     "online_test": online_test, "arms": arm_names},
         "best_bm25": [best.mean, best.stderr], "target": target, "seeds": {},
     }  # fmt: skip
     for seed in seed_list:
         opts = {
             "seed": seed, "rounds": rounds, "sessions": sessions, "check": check, "share": share, "eta": eta,
             "p_relevant": p_relevant, "p_other": p_other, "explore": explore, "threads": threads,
-            "worse": worse, "worse_budget": worse_budget,
+            "worse": worse, "worse_budget": worse_budget, "online_test": online_test,
         }  # fmt: skip
-        arms = {}
-        for name in ("offline", "interleave"):
-            arms[name] = run_arm(
+        ran = {}
+        for name in arm_names:
+            ran[name] = run_arm(
                 name,
                 world,
                 start,
@@ -235,8 +246,8 @@ def main(
                 {**opts, "worse": worse and name == "interleave"},
                 start_model,
             )
-            arms[name]["sessions_to_target"] = sessions_to(arms[name]["changes"], target)
-        result["seeds"][str(seed)] = arms
+            ran[name]["sessions_to_target"] = sessions_to(ran[name]["changes"], target)
+        result["seeds"][str(seed)] = ran
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=2))
     result["seconds"] = round(time.perf_counter() - started, 1)
@@ -262,7 +273,7 @@ def print_table(result: dict[str, Any]) -> None:
             worse_text = "" if not worse else f"{worse['decision']} after {worse['sessions']} sessions"
             lines.append(f"| {seed} | {name} | {arm['sessions_to_target']} | {promotions or '—'} | {worse_text} |")
     reached = {
-        name: [arms[name]["sessions_to_target"] for arms in result["seeds"].values()]
+        name: [arms[name]["sessions_to_target"] for arms in result["seeds"].values() if name in arms]
         for name in ("offline", "interleave")
     }
     for name, values in reached.items():

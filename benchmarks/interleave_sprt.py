@@ -33,12 +33,13 @@ def simulate(test: SequentialTest, win_rate: float, runs: int, rng: random.Rando
 def main(
     runs: Annotated[int, typer.Option(help="Simulated comparisons per win rate.")] = 4000,
     seed: Annotated[int, typer.Option()] = 0,
+    mode: Annotated[str, typer.Option(help="The test's mode: guard or better (ssi.interleaving).")] = "guard",
 ) -> None:
     """Print, per win rate, the share promoted and the decided impressions it took (no budget)."""
-    test = SequentialTest(budget=10**9)
+    test = SequentialTest(budget=10**9, mode=mode)  # type: ignore[arg-type]
     rng = random.Random(seed)
-    typer.echo(f"SPRT delta {test.delta}, alpha {test.alpha}, beta {test.beta}; {runs} runs per win rate")
-    for win_rate in (0.6, 0.55, 0.5, 0.45, 0.4):
+    typer.echo(f"SPRT {mode}: delta {test.delta}, alpha {test.alpha}, beta {test.beta}; {runs} runs per win rate")
+    for win_rate in (0.6, 0.55, 0.52, 0.5, 0.48, 0.45, 0.4):
         share, mean, p90 = simulate(test, win_rate, runs, rng)
         typer.echo(f"win rate {win_rate:.2f}: promoted {share:.3f}, decided impressions mean {mean:.0f}, p90 {p90}")
 

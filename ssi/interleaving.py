@@ -13,17 +13,25 @@ on the candidate's picks than on the served model's, *lost* in the opposite case
 click, or as many on each side); ties carry no information about which ranker is better and are left out.
 
 The test (`SequentialTest`): Wald's sequential probability ratio test on the decided impressions, whose
-candidate wins are Bernoulli(p). H0: p = 1/2 (the candidate is no better: with identical rankers team-draft
-credits each side by a fair coin), H1: p = 1/2 + δ. After w wins and l losses the log-likelihood ratio is
-w·log(1 + 2δ) + l·log(1 − 2δ); the comparison ends *promote* when it reaches log((1 − β)/α) and *drop* when it
-falls to log(β/(1 − α)). Error rates (Wald 1945): a candidate no better than the served model (p ≤ 1/2) is
-promoted with probability at most α/(1 − β), and one whose win rate is 1/2 + δ is dropped with probability at most
-β/(1 − α). A comparison that reaches its session budget undecided ends *budget*: not promoted (stopping early
-can only lower the chance of a promotion, so the bound on a wrong promotion holds). With the defaults
-(δ = 0.05, α = 0.05, β = 0.1), simulated 4,000 times per win rate without a budget (`python -m
-benchmarks.interleave_sprt`): a candidate that wins 55 % of decided impressions is promoted 91 % of the time,
-after 486 of them on average; one that wins 50 %, 4.6 % of the time (after 400); 45 % and 40 %, never: dropped
-after 151 and 92 on average (90 % within 258 and 142).
+candidate wins are Bernoulli(p), H0: p = p0 against H1: p = p1. After w wins and l losses the log-likelihood ratio
+is w·log(p1/p0) + l·log((1 − p1)/(1 − p0)); the comparison ends *promote* when it reaches log((1 − β)/α) and *drop*
+when it falls to log(β/(1 − α)). Error rates (Wald 1945): a candidate whose win rate is p0 or lower is promoted
+with probability at most α/(1 − β); one whose win rate is p1 or higher is dropped with probability at most
+β/(1 − α). A comparison that reaches its session budget undecided ends *budget*: not promoted (stopping early can
+only lower the chance of a promotion, so the bound on a wrong promotion holds). Two questions, by `mode`:
+
+- `guard` (the default): H0 p = 1/2 − δ (the candidate is worse), H1 p = 1/2 (it is as good). The offline
+  estimate has already said the candidate is better; the interleaving only has to catch a candidate that users
+  like less, which the offline estimate cannot see (it reorders only what was logged). Candidates a round trains
+  are often better by a few thousandths of NDCG@10, a win rate within a point of 1/2, which no test on a few
+  thousand sessions can tell from 1/2; under `better` such candidates were dropped (docs/results/learning-loop.md).
+- `better`: H0 p = 1/2 (the candidate is no better: with identical rankers team-draft credits each side by a fair
+  coin), H1 p = 1/2 + δ. A candidate is served only when users prefer it.
+
+With δ = 0.05, α = 0.05, β = 0.1, simulated 4,000 times per win rate without a budget (`python -m
+benchmarks.interleave_sprt`): under `better`, a candidate that wins 55 % of decided impressions is promoted 91 % of
+the time, after 486 of them on average; one that wins 50 %, 4.6 % of the time (after 400); 45 % and 40 %, never:
+dropped after 151 and 92 on average (90 % within 258 and 142). Under `guard`, see docs/guides/learn.md.
 """
 
 from __future__ import annotations
@@ -38,12 +46,15 @@ SERVED = "a"  # a result placed by the served model, in an impression's `teams`
 CANDIDATE = "b"  # a result placed by the candidate
 
 DEFAULT_SHARE = 0.5  # of first pages interleaved while a comparison runs
-DEFAULT_DELTA = 0.05  # H1's win rate above 1/2
+DEFAULT_DELTA = 0.05  # the gap, in win rate, between the test's two hypotheses
 DEFAULT_ALPHA = 0.05
 DEFAULT_BETA = 0.1
 DEFAULT_BUDGET = 5000  # interleaved impressions before an undecided comparison ends
 
 Decision = Literal["running", "promote", "drop", "budget"]
+TestMode = Literal["guard", "better"]
+DEFAULT_MODE: TestMode = "guard"
+MODES: tuple[TestMode, ...] = ("guard", "better")
 
 
 def team_draft(served: Sequence[str], candidate: Sequence[str], k: int, rng: random.Random) -> tuple[list[str], str]:
@@ -92,14 +103,18 @@ def credit(teams: str, clicked: Iterable[int]) -> int:
 
 @dataclass(frozen=True, slots=True)
 class SequentialTest:
-    """Wald's SPRT of H0 p = 1/2 against H1 p = 1/2 + δ on the candidate's wins (module docstring)."""
+    """Wald's SPRT on the candidate's wins: H0 p = 1/2 − δ against H1 p = 1/2 (`guard`), or H0 p = 1/2 against
+    H1 p = 1/2 + δ (`better`); the module docstring says what each promises."""
 
     delta: float = DEFAULT_DELTA
     alpha: float = DEFAULT_ALPHA
     beta: float = DEFAULT_BETA
     budget: int = DEFAULT_BUDGET
+    mode: TestMode = DEFAULT_MODE
 
     def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"the test's mode is one of {', '.join(MODES)}, got {self.mode!r}")
         if not 0.0 < self.delta < 0.5:
             raise ValueError(f"delta is a win rate above 1/2: in (0, 0.5), got {self.delta}")
         for name, value in (("alpha", self.alpha), ("beta", self.beta)):
@@ -116,8 +131,19 @@ class SequentialTest:
     def lower(self) -> float:
         return math.log(self.beta / (1.0 - self.alpha))
 
+    @property
+    def p0(self) -> float:
+        """H0's win rate."""
+        return 0.5 - self.delta if self.mode == "guard" else 0.5
+
+    @property
+    def p1(self) -> float:
+        """H1's win rate."""
+        return 0.5 if self.mode == "guard" else 0.5 + self.delta
+
     def llr(self, wins: int, losses: int) -> float:
-        return wins * math.log1p(2.0 * self.delta) + losses * math.log1p(-2.0 * self.delta)
+        p0, p1 = self.p0, self.p1
+        return wins * math.log(p1 / p0) + losses * math.log((1.0 - p1) / (1.0 - p0))
 
     def decide(self, wins: int, losses: int, impressions: int) -> Decision:
         value = self.llr(wins, losses)

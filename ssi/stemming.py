@@ -62,7 +62,9 @@ class Stems:
         return (Stems, (self.language,))
 
     def stem(self, word: str) -> str:
-        return self._stemmer.stemWord(word)
+        """The word's stem, or the word itself where the algorithm leaves nothing (porter stems "s" to "", which no
+        vocabulary can hold)."""
+        return self._stemmer.stemWord(word) or word
 
     def stems(self, words: list[str]) -> list[str]:
-        return self._stemmer.stemWords(words)
+        return [stem or word for stem, word in zip(self._stemmer.stemWords(words), words, strict=True)]

@@ -108,7 +108,7 @@ class Comparisons:
                     "DELETE /admin/interleave first"
                 )
             try:
-                SequentialTest(delta=test["delta"], alpha=test["alpha"], beta=test["beta"], budget=test["budget"])
+                SequentialTest(**{k: test[k] for k in ("delta", "alpha", "beta", "budget", "mode")})
                 state = build_state(collection, path)
             except (BundleError, ValueError, OSError) as exc:
                 raise InvalidInput(f"cannot compare with {bundle}: {exc}") from None

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from service.group_reload import write_whole
-from ssi.interleaving import SequentialTest
+from ssi.interleaving import SequentialTest, TestMode
 
 log = logging.getLogger(__name__)
 
@@ -33,10 +33,13 @@ class ComparisonSpec:
     beta: float
     budget: int  # interleaved impressions before an undecided comparison ends
     started: float  # time.time(): the comparison counts impressions from here
+    mode: TestMode = "better"  # a record written before the guard existed ran the `better` test
 
     @property
     def test(self) -> SequentialTest:
-        return SequentialTest(delta=self.delta, alpha=self.alpha, beta=self.beta, budget=self.budget)
+        return SequentialTest(
+            delta=self.delta, alpha=self.alpha, beta=self.beta, budget=self.budget, mode=self.mode
+        )  # fmt: skip
 
 
 def record_path(folder: Path) -> Path:

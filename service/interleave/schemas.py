@@ -7,7 +7,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from service.schemas import COLLECTION_NAME, ServerPath, Strict
-from ssi.interleaving import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_BUDGET, DEFAULT_DELTA, DEFAULT_SHARE
+from ssi.interleaving import (
+    DEFAULT_ALPHA,
+    DEFAULT_BETA,
+    DEFAULT_BUDGET,
+    DEFAULT_DELTA,
+    DEFAULT_MODE,
+    DEFAULT_SHARE,
+    TestMode,
+)
 
 
 class InterleaveRequest(Strict):
@@ -16,14 +24,19 @@ class InterleaveRequest(Strict):
     )
     bundle: ServerPath = Field(description="the candidate's bundle folder, under SSI_BUNDLE_ROOT")
     share: float = Field(default=DEFAULT_SHARE, gt=0, le=1, description="share of first pages interleaved")
+    mode: TestMode = Field(
+        default=DEFAULT_MODE,
+        description="guard: promote unless the candidate loses (H0 win rate 1/2 - delta, H1 1/2); "
+        "better: promote only when it wins (H0 1/2, H1 1/2 + delta)",
+    )
     delta: float = Field(
-        default=DEFAULT_DELTA, gt=0, lt=0.5, description="the test's alternative: the candidate wins 1/2 + delta"
+        default=DEFAULT_DELTA, gt=0, lt=0.5, description="the gap in win rate between the test's two hypotheses"
     )
     alpha: float = Field(
-        default=DEFAULT_ALPHA, gt=0, lt=0.5, description="the test's bound on promoting a candidate no better"
+        default=DEFAULT_ALPHA, gt=0, lt=0.5, description="the test's bound on promoting a candidate at H0's win rate"
     )
     beta: float = Field(
-        default=DEFAULT_BETA, gt=0, lt=0.5, description="the test's bound on dropping a candidate 1/2 + delta good"
+        default=DEFAULT_BETA, gt=0, lt=0.5, description="the test's bound on dropping a candidate at H1's win rate"
     )
     budget: int = Field(
         default=DEFAULT_BUDGET,

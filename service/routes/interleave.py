@@ -39,7 +39,7 @@ def _comparisons(request: Request) -> Comparisons:
 async def start(_: AdminKeyDep, catalog: CatalogDep, body: InterleaveRequest, request: Request) -> InterleaveStatus:
     collection = catalog.get(body.collection)
     collection.require_type("documents", "/admin/interleave")
-    test = body.model_dump(include={"share", "delta", "alpha", "beta", "budget"})
+    test = body.model_dump(include={"share", "mode", "delta", "alpha", "beta", "budget"})
     answer = await run_in_threadpool(_comparisons(request).start, collection, body.bundle, **test)
     return InterleaveStatus(**answer)
 

@@ -16,8 +16,9 @@ from ssi.traffic import EVENTS_FILE, read_events
 
 ADMIN = {"X-API-Key": "admin-key-for-tests"}
 WRITE = {"X-API-Key": "write-key-for-tests"}
-# A test that decides in a few clicks: a win moves the ratio by log(1.5), a loss by log(0.5).
-FAST = {"delta": 0.25, "alpha": 0.05, "beta": 0.1}
+# A test that decides in a few clicks: a win moves the ratio by log(1.5), a loss by log(0.5) (the learner's tests,
+# tests/training/test_learn_online.py, run the default guard).
+FAST = {"mode": "better", "delta": 0.25, "alpha": 0.05, "beta": 0.1}
 
 
 @pytest.fixture(scope="module")
@@ -183,7 +184,7 @@ def test_bad_requests_are_refused_and_change_nothing(server: ThreadServer, small
     assert missing.status_code == 422 and "cannot compare" in missing.json()["detail"]
     itself = post("/admin/interleave", json={"bundle": str(small_world["bundle"])}, headers=ADMIN)
     assert itself.status_code == 409 and "served model itself" in itself.json()["detail"]
-    for bad in ({"share": 0}, {"share": 1.5}, {"delta": 0.5}, {"alpha": 0}, {"budget": 0}, {"other": 1}):
+    for bad in ({"share": 0}, {"share": 1.5}, {"delta": 0.5}, {"alpha": 0}, {"budget": 0}, {"mode": "maybe"}, {"other": 1}):
         assert post("/admin/interleave", json={"bundle": str(candidate), **bad}, headers=ADMIN).status_code == 422
     assert status(server)["running"] is False
     first = post("/admin/interleave", json={"bundle": str(candidate)}, headers=ADMIN)

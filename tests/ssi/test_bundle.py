@@ -15,6 +15,7 @@ from ssi.encoder_io import run_encoder
 from ssi.forms import FORMS, DocumentKeys, Form
 from ssi.products import DocMatrix
 from ssi.vocab import Vocabulary
+from ssi.weighting import Bm25
 from training.encoder import build_encoder, form_encoder
 
 TEXTS = ["alpha beta gamma", "beta gamma delta", "gamma delta epsilon", "alpha epsilon"]
@@ -55,7 +56,7 @@ def bundle_dir(tmp_path: Path) -> Path:
 
 def test_round_trip(bundle_dir: Path) -> None:
     bundle = load_bundle(bundle_dir)
-    assert bundle.manifest.form == "lowrank" and bundle.manifest.format_version == 2
+    assert bundle.manifest.form == "lowrank" and bundle.manifest.format_version == 3
     assert bundle.manifest.n_dims == 3 and bundle.manifest.index_dims == 3
     assert bundle.manifest.vocab_size == bundle.vocab.size
     assert bundle.manifest.metrics == {"valid": {"map": 0.5}}
@@ -172,6 +173,36 @@ def test_missing_file_is_refused(bundle_dir: Path) -> None:
     (bundle_dir / "encoder.onnx").unlink()
     with pytest.raises(BundleError, match="missing encoder.onnx"):
         load_bundle(bundle_dir)
+
+
+def bm25_bundle(path: Path, k1: float) -> Path:
+    vocab = Vocabulary.build(TEXTS, min_df=1, bm25=Bm25(k1=k1, b=0.75))
+    write_form(path, random_form("lowrank", 3, vocab.size), vocab)
+    return path
+
+
+def test_bundles_that_weight_words_differently_never_share_a_content_hash(tmp_path: Path) -> None:
+    """Same arrays and vocabulary, BM25's k1 alone differs: a cached index snapshot keyed by the hash must not be
+    reused across them, and a manifest whose k1 was edited by hand no longer verifies."""
+    first, second = bm25_bundle(tmp_path / "k1-09", 0.9), bm25_bundle(tmp_path / "k1-15", 1.5)
+    a, b = load_bundle(first), load_bundle(second)
+    assert a.manifest.files == b.manifest.files and a.content_hash != b.content_hash
+    manifest = json.loads((first / MANIFEST).read_text())
+    manifest["lexical"]["k1"] = 1.5
+    (first / MANIFEST).write_text(json.dumps(manifest))
+    with pytest.raises(BundleError, match="content hash does not match"):
+        load_bundle(first)
+
+
+def test_a_format_2_bundle_whose_hash_covers_its_files_alone_still_loads(tmp_path: Path) -> None:
+    path = bm25_bundle(tmp_path / "old", 1.2)
+    manifest = json.loads((path / MANIFEST).read_text())
+    manifest.update(format_version=2, content_hash=content_hash(manifest["files"]))
+    (path / MANIFEST).write_text(json.dumps(manifest))
+    loaded = load_bundle(path)
+    assert loaded.manifest.format_version == 2 and loaded.vocab.bm25 == Bm25(
+        k1=1.2, b=0.75, avg_len=loaded.vocab.bm25.avg_len
+    )
 
 
 def test_future_format_version_is_refused(bundle_dir: Path) -> None:

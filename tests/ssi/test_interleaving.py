@@ -44,18 +44,29 @@ def test_credit_goes_to_the_team_with_more_clicks() -> None:
     assert credit("abab", [1, 3, 0]) == 1 and credit("ab", [7]) == 0  # an offset past the page counts nothing
 
 
-def test_the_sequential_test_stops_at_walds_bounds() -> None:
-    test = SequentialTest(delta=0.1, alpha=0.05, beta=0.1, budget=1000)
+@pytest.mark.parametrize(("mode", "p0", "p1"), [("guard", 0.4, 0.5), ("better", 0.5, 0.6)])
+def test_the_sequential_test_stops_at_walds_bounds(mode: str, p0: float, p1: float) -> None:
+    """H0 and H1 by mode: guard asks whether the candidate is worse by delta, better whether it is better by it."""
+    test = SequentialTest(delta=0.1, alpha=0.05, beta=0.1, budget=1000, mode=mode)
+    assert (test.p0, test.p1) == pytest.approx((p0, p1))
     assert test.upper == pytest.approx(math.log(18)) and test.lower == pytest.approx(math.log(0.1 / 0.95))
-    wins_to_promote = math.ceil(test.upper / math.log(1.2))
+    wins_to_promote = math.ceil(test.upper / math.log(p1 / p0))
     assert test.decide(wins_to_promote - 1, 0, 20) == "running"
     assert test.decide(wins_to_promote, 0, 20) == "promote"
-    losses_to_drop = math.ceil(-test.lower / -math.log(0.8))
+    losses_to_drop = math.ceil(-test.lower / -math.log((1 - p1) / (1 - p0)))
     assert test.decide(0, losses_to_drop - 1, 20) == "running" and test.decide(0, losses_to_drop, 20) == "drop"
     assert test.decide(30, 30, 999) == "running" and test.decide(30, 30, 1000) == "budget"
-    for bad in ({"delta": 0.5}, {"alpha": 0.0}, {"beta": 0.7}, {"budget": 0}):
+    for bad in ({"delta": 0.5}, {"alpha": 0.0}, {"beta": 0.7}, {"budget": 0}, {"mode": "maybe"}):
         with pytest.raises(ValueError):
-            SequentialTest(**bad)
+            SequentialTest(**{"mode": mode, **bad})
+
+
+def test_the_guard_promotes_an_even_candidate_that_the_better_test_drops() -> None:
+    """A candidate users like as much as the served model (as many wins as losses): the guard lets it through, the
+    test of `better` keeps it out; one that clearly loses is dropped by both."""
+    guard, better = SequentialTest(), SequentialTest(mode="better")
+    assert guard.decide(300, 300, 600) == "promote" and better.decide(300, 300, 600) == "drop"
+    assert guard.decide(40, 80, 120) == "drop" and better.decide(40, 80, 120) == "drop"
 
 
 def test_tally_counts_wins_losses_and_ties_of_clicked_impressions() -> None:

@@ -96,6 +96,16 @@ def test_a_bundle_without_a_stemmer_keeps_its_words_as_they_are(tmp_path: Path) 
     assert "claims" in loaded.vocab.words and "acceler" not in loaded.vocab.words
 
 
+def test_a_word_porter_stems_to_nothing_keeps_its_spelling_and_the_bundle_loads(tmp_path: Path) -> None:
+    """Porter stems "s" (a token of "the cat's toys") to "": the word stays "s", so vocab.tsv has no empty word."""
+    texts = ["the cat's toys", "a dog's bones and the cat", "s and more s"]
+    porter = Vocabulary.build(texts, min_df=1, bm25=Bm25(), stemmer="porter")
+    assert "" not in porter.words and "s" in porter.words
+    loaded = load_bundle(lowrank_bundle(tmp_path, porter))
+    assert loaded.vocab.words == porter.words and loaded.vocab.id_of("s") == porter.id_of("s")
+    assert Stems("porter").stems(["s", "cats"]) == ["s", "cat"] and Stems("porter").stem("s") == "s"
+
+
 def test_names_and_refusals() -> None:
     assert stemmer_of(tokenizer_name(None)) is None and stemmer_of(tokenizer_name("none")) is None
     assert all(stemmer_of(tokenizer_name(name)) == name for name in STEMMERS[1:])

@@ -10,7 +10,7 @@ import bm25s
 import numpy as np
 import pytest
 
-from ssi.bundle import BundleError, load_bundle
+from ssi.bundle import BundleError, content_hash, load_bundle, pipeline_of
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 from ssi.weighting import BM25_SCHEME, Bm25, WeightingError, bm25_idf
@@ -105,6 +105,12 @@ def test_the_bundle_records_the_weighting_and_reads_it_back(vocab: Vocabulary, t
     assert (loaded.vocab.featurize_documents(TEXTS) != vocab.featurize_documents(TEXTS)).nnz == 0
 
 
+def write_rehashed(path: Path, manifest: dict) -> None:
+    pipeline = pipeline_of(manifest["tokenizer"], manifest["tf_scheme"], manifest.get("lexical"))
+    manifest["content_hash"] = content_hash(manifest["files"], pipeline)
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
 def test_a_bundle_without_the_field_is_tfidf_and_a_broken_one_is_refused(tmp_path: Path) -> None:
     tfidf = Vocabulary.build(TEXTS, min_df=1)
     path = lowrank_bundle(tmp_path, tfidf)
@@ -115,10 +121,10 @@ def test_a_bundle_without_the_field_is_tfidf_and_a_broken_one_is_refused(tmp_pat
     loaded = load_bundle(path)
     assert loaded.vocab.lexical == "tfidf" and loaded.vocab.symmetric
     manifest["lexical"] = {"scheme": "bm25", "k1": 1.2, "b": 0.75, "avg_len": 10.0}  # but tf_scheme says tf-idf
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_rehashed(path, manifest)  # as a faulty writer would, whose hash covers what it wrote
     with pytest.raises(BundleError, match="do not go together"):
         load_bundle(path)
     manifest.update(tf_scheme=BM25_SCHEME, lexical={"scheme": "bm25", "k1": -1, "b": 0.75, "avg_len": 10.0})
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    write_rehashed(path, manifest)
     with pytest.raises(BundleError, match="k1 must be > 0"):
         load_bundle(path)

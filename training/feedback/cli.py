@@ -23,6 +23,7 @@ from ssi.interleaving import (
     DEFAULT_BETA,
     DEFAULT_BUDGET,
     DEFAULT_DELTA,
+    DEFAULT_MODE,
     DEFAULT_SHARE,
     SequentialTest,
 )
@@ -225,26 +226,33 @@ def learn_command(
         typer.Option(
             "--interleave/--no-interleave",
             help="With --server: a candidate that passes the offline estimate is interleaved with the served model "
-            "(POST /admin/interleave, team-draft on --share of first pages) and promoted only when the service's "
-            "sequential test says it wins; the next round acts on the verdict. --no-interleave: reloaded at once.",
+            "(POST /admin/interleave, team-draft on --share of first pages) and promoted when the service's "
+            "sequential test (--online-test) says so; the next round acts on the verdict. --no-interleave: "
+            "reloaded at once.",
             rich_help_panel=ONLINE,
         ),
     ] = True,
     share: Annotated[
         float, typer.Option(min=0.0, max=1.0, help="Share of first pages interleaved.", rich_help_panel=ONLINE)
     ] = DEFAULT_SHARE,
+    online_test: Annotated[
+        str,
+        typer.Option(
+            help="guard: promote unless users prefer the served model (win rate 1/2 - delta against 1/2); "
+            "better: promote only when they prefer the candidate (1/2 against 1/2 + delta). ssi/interleaving.py.",
+            rich_help_panel=ONLINE,
+        ),
+    ] = DEFAULT_MODE,
     delta: Annotated[
         float,
-        typer.Option(
-            help="The test's alternative: the candidate wins 1/2 + delta of decided answers.", rich_help_panel=ONLINE
-        ),
+        typer.Option(help="The gap in win rate between the test's two hypotheses.", rich_help_panel=ONLINE),
     ] = DEFAULT_DELTA,
     alpha: Annotated[
         float,
-        typer.Option(help="Bound on promoting a candidate no better (ssi/interleaving.py).", rich_help_panel=ONLINE),
+        typer.Option(help="Bound on promoting a candidate at the test's H0 win rate.", rich_help_panel=ONLINE),
     ] = DEFAULT_ALPHA,
     beta: Annotated[
-        float, typer.Option(help="Bound on dropping a candidate 1/2 + delta good.", rich_help_panel=ONLINE)
+        float, typer.Option(help="Bound on dropping a candidate at the test's H1 win rate.", rich_help_panel=ONLINE)
     ] = DEFAULT_BETA,
     budget: Annotated[
         int,
@@ -322,12 +330,19 @@ def learn_command(
     online = None
     if interleave and server is not None:
         try:
-            SequentialTest(delta=delta, alpha=alpha, beta=beta, budget=budget)
+            SequentialTest(delta=delta, alpha=alpha, beta=beta, budget=budget, mode=online_test)  # type: ignore[arg-type]
         except ValueError as exc:
             raise typer.BadParameter(str(exc)) from None
         if share <= 0:
             raise typer.BadParameter("--share is the share of first pages interleaved: above 0")
-        online = OnlineSettings(share=share, delta=delta, alpha=alpha, beta=beta, budget=budget)
+        online = OnlineSettings(
+            share=share,
+            mode=online_test,
+            delta=delta,
+            alpha=alpha,
+            beta=beta,
+            budget=budget,  # type: ignore[arg-type]
+        )
     settings = RoundSettings(
         log=log, served=served, corpus=corpus, bundles=bundles, name=name, debias=debias, holdout=holdout,
         z=z if z is not None else (ONLINE_Z if online is not None else DEFAULT_Z), online=online,

@@ -15,7 +15,15 @@ from typing import Any, Literal
 
 import httpx
 
-from ssi.interleaving import DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_BUDGET, DEFAULT_DELTA, DEFAULT_SHARE
+from ssi.interleaving import (
+    DEFAULT_ALPHA,
+    DEFAULT_BETA,
+    DEFAULT_BUDGET,
+    DEFAULT_DELTA,
+    DEFAULT_MODE,
+    DEFAULT_SHARE,
+    TestMode,
+)
 
 TIMEOUT = 600  # seconds: starting a comparison loads the candidate's index in the answering worker
 # `ssi learn --z` where interleaving confirms: the offline estimate only keeps out candidates it finds worse (its
@@ -30,6 +38,7 @@ class OnlineSettings:
     """`POST /admin/interleave`'s settings (ssi.interleaving says what each does)."""
 
     share: float = DEFAULT_SHARE
+    mode: TestMode = DEFAULT_MODE
     delta: float = DEFAULT_DELTA
     alpha: float = DEFAULT_ALPHA
     beta: float = DEFAULT_BETA
