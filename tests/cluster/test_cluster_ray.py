@@ -87,7 +87,9 @@ def test_ray_data_job_writes_the_shards_the_local_build_writes(world: dict, clus
 
 
 def test_a_parquet_corpus_gives_the_same_shards(world: dict, cluster: dict, tmp_path: Path) -> None:
-    """`ssi index --ray` reads Parquet as well as JSONL: the same documents land in the same shards."""
+    """`ssi index --ray` reads Parquet as well as JSONL: the same documents land in the same shards.
+
+    Slow: a second Ray Data index build (from Parquet) on the module's cluster."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -184,7 +184,15 @@ def test_bad_requests_are_refused_and_change_nothing(server: ThreadServer, small
     assert missing.status_code == 422 and "cannot compare" in missing.json()["detail"]
     itself = post("/admin/interleave", json={"bundle": str(small_world["bundle"])}, headers=ADMIN)
     assert itself.status_code == 409 and "served model itself" in itself.json()["detail"]
-    for bad in ({"share": 0}, {"share": 1.5}, {"delta": 0.5}, {"alpha": 0}, {"budget": 0}, {"mode": "maybe"}, {"other": 1}):
+    for bad in (
+        {"share": 0},
+        {"share": 1.5},
+        {"delta": 0.5},
+        {"alpha": 0},
+        {"budget": 0},
+        {"mode": "maybe"},
+        {"other": 1},
+    ):
         assert post("/admin/interleave", json={"bundle": str(candidate), **bad}, headers=ADMIN).status_code == 422
     assert status(server)["running"] is False
     first = post("/admin/interleave", json={"bundle": str(candidate)}, headers=ADMIN)

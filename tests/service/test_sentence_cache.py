@@ -107,7 +107,9 @@ def test_a_reload_to_another_bundle_with_the_same_encoder_encodes_no_document(wo
 
 def test_another_encoders_vectors_are_not_used(world: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """An encoder with other files has its own folder; even another encoder's file put into that folder is refused
-    (its trailer names its encoder), and every document is encoded by the new one: the ranking is exact."""
+    (its trailer names its encoder), and every document is encoded by the new one: the ranking is exact.
+
+    Slow: two servers, one after the other, each encoding every document with its own encoder."""
     cache = tmp_path / "cache"
     with ThreadServer(bundle=world["first"], corpus=world["corpus"], cache_dir=cache) as server:
         assert _loaded(server)["encoded_on_load"] == 240

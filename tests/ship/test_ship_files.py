@@ -491,6 +491,9 @@ def _ssi_invocations(text: str) -> list[list[str]]:
 
 
 def test_scripts_call_real_ssi_commands_and_flags() -> None:
+    """Every `ssi` call in the shipped scripts parses with the real command line.
+
+    Slow: building the whole command line imports the trainer's and the service's modules."""
     calls = [call for script in SCRIPTS for call in _ssi_invocations(script.read_text(encoding="utf-8"))]
     assert {call[1] for call in calls} >= {"train", "serve"}
     assert any("--valid-pairs" in call for call in calls)

@@ -35,7 +35,9 @@ def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
 def test_the_exported_graph_gives_the_models_own_vectors(tmp_path: Path, pooling: str) -> None:
-    """Pooling and normalisation as the folder's configuration says, against PyTorch's forward pass."""
+    """Pooling and normalisation as the folder's configuration says, against PyTorch's forward pass.
+
+    Slow: an ONNX export of a PyTorch model (the first in a process also imports the exporter)."""
     folder = make_tiny_encoder(tmp_path / "model", pooling=pooling, normalize=pooling != "max")
     spec = prepare_encoder(folder, tmp_path / "out")
     assert (spec.pooling, spec.normalize, spec.dims, spec.max_length) == (pooling, pooling != "max", 32, 48)
@@ -106,7 +108,9 @@ def test_day_one_is_bm25_plus_the_encoder_at_weight_one(tiny: Path, tmp_path: Pa
 
 def test_pairs_learn_the_weight_with_u_and_v(synonyms: SynonymCorpus, tiny: Path, tmp_path: Path) -> None:
     """λ moves from its day-one value by the same loss as U and V, the bundle keeps the validation-chosen step's,
-    and the trainer's validation and the evaluation harness rank the hybrid alike."""
+    and the trainer's validation and the evaluation harness rank the hybrid alike.
+
+    Slow: exports the encoder and encodes the corpus before training, then evaluates the bundle."""
     summary = train(synonyms, tmp_path / "b", "--epochs", "20", "--dims", "16", "--lr", "0.1", "--encoder", str(tiny))
     bundle = load_bundle(tmp_path / "b")
     assert bundle.sentence is not None and bundle.sentence.weight_rule == LEARNED_RULE
@@ -146,7 +150,9 @@ def test_finetuning_trains_the_encoders_own_weights_then_exports_and_checks_them
 ) -> None:
     """The bundle's encoder is the tuned one: other weights than the folder's (their sha256 in the spec), still
     within MIN_COSINE of their own forward pass (prepare_encoder refuses otherwise), and a query's own document
-    further above the other documents than before (the loss's contrast: its cosine less the others' mean)."""
+    further above the other documents than before (the loss's contrast: its cosine less the others' mean).
+
+    Slow: fine-tunes the encoder in PyTorch, then exports the tuned and the original model and checks each."""
     args = ("--epochs", "2", "--dims", "8", "--lr", "0.1", "--encoder", str(tiny), "--finetune-encoder", "2")
     train(synonyms, tmp_path / "b", *args)
     bundle = load_bundle(tmp_path / "b")
