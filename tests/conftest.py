@@ -19,6 +19,7 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1]
 # A test's call phase may take this long; one that takes longer says why in its docstring, in a sentence that
 # starts with SLOW_REASON. Fixtures are not counted here: `--durations` lists their setup on its own lines.
 BUDGET_SECONDS = 20.0
+UNITS_SHOWN = 12  # the longest units of work listed at the end of a run
 SLOW_REASON = "Slow:"
 
 # Modules that start a local Ray cluster run one after another on one worker: the fault tests' timeouts are set for
@@ -117,9 +118,12 @@ class Budget:
     def __init__(self) -> None:
         self.started = time.monotonic()
         self.calls: dict[str, tuple[float, str]] = {}
+        self.units: dict[str, float] = {}  # seconds of setup, call and teardown per unit of work (_scope)
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        unit = _scope(report.nodeid)
+        self.units[unit] = self.units.get(unit, 0.0) + report.duration
         if report.when == "call":
             reason = dict(report.user_properties).get("slow_reason", "")
             self.calls[report.nodeid] = (report.duration, str(reason))
@@ -137,6 +141,11 @@ class Budget:
             write(f"{took:7.1f} s  {nodeid}  [{reason or 'NO REASON: say why in its docstring (' + SLOW_REASON + ')'}]")
         missing = sum(1 for _, _, reason in over if not reason)
         write(f"{len(over)} over budget, {missing} of them without a reason" if over else "none over budget")
+        # The suite's length is set by its longest units (each runs on one worker) and by the work of all of them.
+        longest = sorted(self.units.items(), key=lambda unit: unit[1], reverse=True)[:UNITS_SHOWN]
+        write(f"longest units of work (of {len(self.units)}; {sum(self.units.values()):.0f} s in all):")
+        for unit, took in longest:
+            write(f"{took:7.1f} s  {unit}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
