@@ -151,6 +151,21 @@ class Fanout:
         per_shard = await self.ranked("search", list(queries), k + offset, ef_search, nprobe)
         return [merge([shard[i] for shard in per_shard], k, offset) for i in range(len(queries))]
 
+    async def search_candidate(self, queries: Sequence[str], k: int, spec: dict[str, Any]) -> list[SearchResult]:
+        """Each query's first page of `k` by a comparison's candidate (cluster.interleave), merged as `search`'s."""
+        per_shard = await self.ranked("search_candidate", list(queries), k, spec)
+        return [merge([shard[i] for shard in per_shard], k, 0) for i in range(len(queries))]
+
+    async def load_candidate(self, spec: dict[str, Any]) -> list[dict[str, str]]:
+        """Every shard loads the comparison's candidate: each one's content hash and form (a shard's error raised)."""
+        return await self._all("load_candidate", spec)
+
+    async def drop_candidate(self) -> None:
+        """Every shard forgets the candidate; a shard that cannot be reached drops it with its process."""
+        await asyncio.gather(
+            *(self.shards.call(i, "drop_candidate") for i in range(self.shards.count)), return_exceptions=True
+        )
+
     async def match(self, pages: Sequence[str], k: int, ad_filter: AdFilter) -> list[PageMatchOut]:
         """POST /match: each page's top k admitted adverts over every shard (all of them answer, or a 503)."""
         per_shard = await self.ranked("match", list(pages), k, ad_filter)

@@ -16,6 +16,7 @@ log (cluster.events), not by the shards. The app is built per process (`build_ap
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -27,6 +28,7 @@ from fastapi.responses import JSONResponse
 
 from cluster.events import router_traffic, served_model
 from cluster.fanout import Fanout
+from cluster.interleave import RouterComparison
 from service.advert_schemas import MatchRequest, MatchResponse
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
@@ -43,6 +45,8 @@ from service.deps import (
 from service.errors import Forbidden, NotFound, error_responses
 from service.events.schemas import ClickRequest, ClickResponse
 from service.events.traffic import id_of_result
+from service.interleave.merge import interleave_hits
+from service.interleave.schemas import InterleaveRequest, InterleaveStatus
 from service.metrics import Metrics
 from service.routes import metrics
 from service.routes.documents import OFFSET, K, LookupId, WrittenId
@@ -104,6 +108,8 @@ def build_app(
     install_error_handlers(app)
     reads = [ReadKeyDep] if settings.read_key is not None else []
     name = settings.collection
+    comparison = RouterComparison(fanout, traffic, name, PathLib(data_dir) if data_dir is not None else None)
+    app.state.comparison = comparison
 
     @app.get("/healthz")
     async def healthz() -> dict[str, str]:
@@ -125,10 +131,22 @@ def build_app(
     async def search(body: SearchRequest, settings: SettingsDep, limiter: SearchLimiterDep) -> SearchResponse:
         check_search(settings, body, [body.query], batch=False)
         started = time.perf_counter()
+        await comparison.count_now_and_then()
+        interleave = comparison.pick(body.offset, served_model(about))
+        interleaved: tuple[str, str] | None = None
         async with limiter.slot():
-            (result,) = await fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
+            served = fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
+            if interleave is None:
+                (result,) = await served
+            else:  # cluster.interleave: both first pages at once, merged by team-draft
+                (result,), other = await asyncio.gather(
+                    served, comparison.candidate_page(interleave, body.query, body.k)
+                )
+                if other is not None:
+                    result, teams = interleave_hits(result, other, body.k, comparison.rng())
+                    interleaved = (interleave.content_hash, teams)
         result.impression, result.hits = traffic.show(
-            name, served_model(about), "search", body.query, result.hits, id_of_result, body.offset + 1
+            name, served_model(about), "search", body.query, result.hits, id_of_result, body.offset + 1, interleaved
         )
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
@@ -258,6 +276,30 @@ def build_app(
         about.update(bundle=answer["bundle"], bundle_hash=answer["content_hash"], form=answer["form"])
         seconds = round(time.perf_counter() - started, 4)
         return ReloadResponse(collection=name, seconds=seconds, **answer)
+
+    def this_collection(asked: str | None) -> None:
+        if asked not in (None, name):
+            raise NotFound(f"no collection '{asked}' on this cluster (it serves '{name}')")
+
+    interleave_errors = error_responses(400, 401, 403, 404, 409, 413, 422, 503)
+
+    @admin.post("/admin/interleave", response_model=InterleaveStatus, responses=interleave_errors)
+    async def interleave_start(_: AdminKeyDep, body: InterleaveRequest) -> InterleaveStatus:
+        """Interleave a candidate bundle with the served one over every shard (cluster.interleave)."""
+        this_collection(body.collection)
+        bundle = allowed_bundle(settings, str(about.get("bundle", "")), body.bundle)
+        test = body.model_dump(include={"mode", "delta", "alpha", "beta", "budget"})
+        return InterleaveStatus(**await comparison.start(bundle, served_model(about), body.share, test))
+
+    @admin.get("/admin/interleave", response_model=InterleaveStatus, responses=error_responses(401, 403, 404, 422))
+    async def interleave_status(_: AdminKeyDep, collection: str | None = None) -> InterleaveStatus:
+        this_collection(collection)
+        return InterleaveStatus(**await comparison.status(served_model(about)))
+
+    @admin.delete("/admin/interleave", response_model=InterleaveStatus, responses=error_responses(401, 403, 404, 422))
+    async def interleave_stop(_: AdminKeyDep, collection: str | None = None) -> InterleaveStatus:
+        this_collection(collection)
+        return InterleaveStatus(**await comparison.stop(served_model(about)))
 
     app.include_router(admin)
     app.include_router(metrics.router, dependencies=reads)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +29,9 @@ from cluster.shard_settings import cluster_avg_len, shard_settings
 from service.adverts import AdFilter, AdvertBooks
 from service.bounds import cut_long_text
 from service.collection import Collection
-from service.errors import Conflict, ServiceError
+from service.errors import Conflict, InvalidInput, ServiceError
+from service.interleave.challenger import Challenger, build_state
+from service.interleave.record import ComparisonSpec
 from service.matching import match_pages
 from service.metrics import Metrics
 from service.model_state import ModelState
@@ -38,6 +41,8 @@ from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
 from service.settings import CollectionSpec
 from service.store import DocumentStore
+from service.threads import release_free_memory
+from ssi.bundle import BundleError
 from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenCounts, Statistics
 from ssi.records import Document
 
@@ -101,6 +106,8 @@ class ShardServer:
         self.root = index
         self.shard = shard
         self._prepared: ModelState | None = None  # a reload's new state, built and waiting for its commit
+        self._challenger: Challenger | None = None  # a comparison's candidate (cluster.interleave), when asked for
+        self._candidate_lock = threading.Lock()
         self.shards = manifest.shards
         bundle = Path(manifest.bundle)
         folder = index / manifest.entries[shard].folder if folder is None else Path(folder)
@@ -200,15 +207,73 @@ class ShardServer:
 
         return answer(work)
 
+    # -- a comparison's candidate (cluster.interleave) -------------------------------------------
+
+    def search_candidate(
+        self, queries: Sequence[str], want: int, spec: dict[str, Any], counts: Sequence[OpenCounts] | None = None
+    ) -> Reply:
+        """As `search`, ranked by the comparison's candidate (`spec`: its ComparisonSpec as a dict). A replica that
+        does not hold it (started after the comparison, or restarted) loads it first."""
+
+        def work() -> ShardAnswers:
+            self.collection.require_type("documents", "search")
+            challenger = self._challenger_for(spec)
+
+            def rank(texts: list[str], given: Sequence[OpenCounts] | None) -> list[dict[str, Any]]:
+                results = challenger.search(texts, want, open_counts=given)
+                scan = scan_chars(self.settings, sum(len(r.doc_ids) for r in results))
+                return [r.model_dump() for r in to_results(self.collection, self.settings, results, texts, scan)]
+
+            return self._answers(list(queries), counts, rank, challenger.current())
+
+        return answer(work)
+
+    def load_candidate(self, spec: dict[str, Any]) -> Reply:
+        """Load the comparison's candidate beside the served model; its content hash and form."""
+
+        def work() -> dict[str, str]:
+            self.collection.require_type("documents", "/admin/interleave")
+            bundle = self._challenger_for(spec).state.bundle
+            return {"content_hash": bundle.content_hash, "form": bundle.manifest.form}
+
+        return answer(work)
+
+    def drop_candidate(self) -> Reply:
+        """Forget the candidate (the comparison ended); whether one was held."""
+
+        def work() -> bool:
+            with self._candidate_lock:
+                held, self._challenger = self._challenger, None
+            if held is not None:
+                release_free_memory()  # the candidate's index, as a reload gives back the old one
+            return held is not None
+
+        return answer(work)
+
+    def _challenger_for(self, spec: dict[str, Any]) -> Challenger:
+        with self._candidate_lock:
+            held = self._challenger
+            if held is not None and held.spec.id == spec.get("id"):
+                return held
+            try:
+                comparison = ComparisonSpec(**spec)
+                state = build_state(self.collection, Path(comparison.bundle), comparison.content_hash or None)
+            except (BundleError, ValueError, TypeError, OSError, RuntimeError) as exc:
+                raise InvalidInput(f"cannot compare with {spec.get('bundle')}: {exc}") from None
+            self._challenger = Challenger(self.collection, comparison, state)
+            return self._challenger
+
     def _answers(
         self,
         texts: list[str],
         counts: Sequence[OpenCounts] | None,
         rank: Callable[[list[str], Sequence[OpenCounts] | None], list[dict[str, Any]]],
+        state: ModelState | None = None,
     ) -> ShardAnswers:
         """`rank`'s answers for `texts`: with `counts` (the second round), all of them ranked with those counts;
-        without, those needing no other shard's counts ranked with this shard's own, the others left waiting."""
-        state = self.collection.ready_state()
+        without, those needing no other shard's counts ranked with this shard's own, the others left waiting.
+        `state`: the model that ranks (default: the served one)."""
+        state = state if state is not None else self.collection.ready_state()
         if counts is not None:
             return ShardAnswers(rank(texts, counts), [None] * len(texts), state.table.n_live)
         needs, n_live = state.shard_counts(texts)

@@ -151,6 +151,15 @@ class ShippedTraffic:
     def show(self, *args: Any, **kwargs: Any) -> Any:
         return self.traffic.show(*args, **kwargs)
 
+    def store(self, name: str) -> Any:
+        return self.traffic.store(name)
+
+    def records(self, name: str) -> bool:
+        return self.traffic.records(name)
+
+    def flush(self) -> None:
+        self.traffic.flush()
+
     def _log(self) -> Path | None:
         store = self.traffic.store(self.collection)
         return None if store is None else store.path

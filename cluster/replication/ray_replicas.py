@@ -40,7 +40,7 @@ NAMESPACE = "ssi"
 HEAD_RESOURCE = "node:__internal_head__"  # Ray's resource of its head node
 NODE_LABEL = "ssi.node"
 WRITES = {"put", "delete"}
-EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload"}
+EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload", "drop_candidate"}
 NOT_PRIMARY = "is not the primary"
 MAP_TIMEOUT = 10.0  # seconds a primary waits for the coordinator's confirmation of a write (then a 503)
 # Calls that do real work get longer than the failure timeout (a ping's): a write's apply on a backup (featurizing

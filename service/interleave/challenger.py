@@ -19,6 +19,7 @@ from service.state_builder import open_state
 from service.store import StoreError
 from service.writes import replay
 from ssi.bundle import load_bundle
+from ssi.open_vocab import OpenCounts
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,14 @@ class Challenger:
                 state = self.state = build_state(self.collection, Path(self.spec.bundle), self.spec.content_hash)
         return state
 
-    def search(self, queries: Sequence[str], k: int) -> list[QueryResult]:
-        """The candidate's top k of each query, over the collection's documents as they are now."""
+    def current(self) -> ModelState:
+        """The candidate's state, caught up with the collection's writes."""
+        return self._catch_up()
+
+    def search(
+        self, queries: Sequence[str], k: int, open_counts: Sequence[OpenCounts] | None = None
+    ) -> list[QueryResult]:
+        """The candidate's top k of each query, over the collection's documents as they are now (`open_counts`: a
+        sharded cluster's counts of the queries' new words, as for the served model's search)."""
         state = self._catch_up()
-        return state.search(list(queries), k, pool=self.collection.pool(state))
+        return state.search(list(queries), k, pool=self.collection.pool(state), open_counts=open_counts)

@@ -199,15 +199,7 @@ class Comparisons:
             self.metrics.interleave_running.labels(collection.name).set(0)
 
     def _count(self, collection: Collection, spec: ComparisonSpec) -> Tally | None:
-        """The comparison counted from the collection's traffic log (None when this server records none)."""
-        store = self.traffic.store(collection.name)
-        if store is None:
-            return None
-        conn = open_read_only(store.path)
-        try:
-            return tally(read_interleaved(conn, spec.served_hash, spec.content_hash, spec.started), spec.test)
-        finally:
-            conn.close()
+        return count(self.traffic, collection.name, spec)
 
     def _export(self, name: str, live: Live) -> None:
         counted = live.tally
@@ -230,14 +222,27 @@ class Comparisons:
         self._live.clear()
 
 
+def count(traffic: Traffic, name: str, spec: ComparisonSpec) -> Tally | None:
+    """The comparison counted from the traffic log of collection `name` (None when the server records none)."""
+    store = traffic.store(name)
+    if store is None:
+        return None
+    conn = open_read_only(store.path)
+    try:
+        return tally(read_interleaved(conn, spec.served_hash, spec.content_hash, spec.started), spec.test)
+    finally:
+        conn.close()
+
+
 def _folder(collection: Collection) -> Path:
     return collection.settings.index_dir / collection.name
 
 
-def require_events(traffic: Traffic, collection: Collection) -> None:
+def require_events(traffic: Traffic, collection: Collection | str) -> None:
     """A comparison counts clicks: refuse one where this server records no traffic."""
-    if not traffic.records(collection.name):
+    name = collection if isinstance(collection, str) else collection.name
+    if not traffic.records(name):
         raise Forbidden(
-            f"collection '{collection.name}' records no traffic (SSI_EVENTS=false, or its own events=false): "
+            f"collection '{name}' records no traffic (SSI_EVENTS=false, or its own events=false): "
             "interleaving has no clicks to count"
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from service.model_state import QueryResult
+from service.schemas import SearchResult
 from ssi.interleaving import SERVED, team_draft
 
 
@@ -30,5 +31,19 @@ def interleave_results(
         candidates=served.candidates + candidate.candidates,
         rows=[],  # rows of two states: neither's numbering holds for the page
         sentence=[r.sentence[i] for r, i in picked] if has_sentence else [],
+    )
+    return merged, teams
+
+
+def interleave_hits(
+    served: SearchResult, candidate: SearchResult, k: int, rng: random.Random
+) -> tuple[SearchResult, str]:
+    """The same merge for two answers already built (a sharded cluster's router merges its shards' pages): each
+    hit as the model that placed it answered it."""
+    ids, teams = team_draft([h.id for h in served.hits], [h.id for h in candidate.hits], k, rng)
+    hits = {SERVED: {h.id: h for h in served.hits}, "candidate": {h.id: h for h in candidate.hits}}
+    picked = [hits[SERVED][d] if team == SERVED else hits["candidate"][d] for d, team in zip(ids, teams, strict=True)]
+    merged = SearchResult(
+        hits=picked, query_words=served.query_words, candidates=served.candidates + candidate.candidates
     )
     return merged, teams

@@ -32,7 +32,7 @@ from service.settings import CollectionSpec, Settings
 from ssi.records import Document
 from ssi.tokenize import tokenize
 from ssi.weighting import average_length
-from tests.cluster.test_cluster_local import Router, call
+from tests.cluster.router_testing import Router, call
 from tests.cluster.test_cluster_open_vocab import CountingShards, cli, id_on, new_word_of
 from tests.service.service_testing import Oracle, assert_same_ranking, make_bundle, make_corpus, write_corpus
 

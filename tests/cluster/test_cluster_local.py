@@ -16,43 +16,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from cluster.fanout import Fanout, LocalShards, merge
-from cluster.http import build_app
+from cluster.fanout import merge
 from cluster.index_job import build_index
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.shard_server import ShardServer
-from cluster.shard_settings import statistics_of
 from cluster.sharding import shard_of
-from service.settings import Settings
 from ssi.records import Document
+from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import Oracle, assert_same_ranking, needle_of, probe_queries
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-class Router:
-    """The router app over in-process shards, called through httpx's ASGI transport."""
-
-    def __init__(self, index: Path, shards: type[LocalShards] = LocalShards, **settings: object) -> None:
-        manifest = read_manifest(index)
-        app_settings = Settings(**settings)
-        # given to shards as cluster.deploy gives them
-        open_vocab = (app_settings.open_vocab, app_settings.open_vocab_words, statistics_of(app_settings, manifest))
-        self.servers = [ShardServer(str(index), i, 1, *open_vocab) for i in range(manifest.shards)]
-        about = manifest.model_dump(exclude={"entries"})  # what cluster.deploy gives the Serve router
-        self.shards = shards(self.servers)
-        app = build_app(app_settings, Fanout(self.shards), about)
-        self.client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://router")
-
-    def close(self) -> None:
-        for server in self.servers:
-            server.close()
-
-
-def call(router: Router, method: str, url: str, **kwargs: object) -> httpx.Response:
-    import asyncio
-
-    return asyncio.run(router.client.request(method, url, **kwargs))  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")

@@ -26,7 +26,7 @@ from cluster.shard_settings import shard_settings
 from service.adverts import AdFilter, AdvertBook, AdvertMeta
 from service.settings import CollectionSpec
 from ssi.records import Document
-from tests.cluster.test_cluster_local import Router, call
+from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import API_KEY, ThreadServer, free_port, make_bundle, probe_queries, wait_ready
 
 SHARDS = 3

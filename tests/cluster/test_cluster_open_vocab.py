@@ -26,7 +26,7 @@ from service.snapshot import snapshots
 from ssi.bundle import load_bundle
 from ssi.records import Document
 from ssi.tokenize import tokenize
-from tests.cluster.test_cluster_local import Router, call
+from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import (
     Oracle,
     ThreadServer,

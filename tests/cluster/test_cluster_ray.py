@@ -211,6 +211,32 @@ def test_a_reload_through_the_router_swaps_every_shard_on_ray(world: dict, clust
         assert back.status_code == 200, back.text
 
 
+def test_the_serve_router_interleaves_a_candidate_over_every_shard(world: dict, cluster: dict) -> None:
+    """POST /admin/interleave on the Serve router: each shard replica loads the candidate, a first page merges
+    both rankings (the router's log says who placed each hit), and DELETE ends it (tests/cluster/
+    test_cluster_interleave.py checks the merge against brute force without Ray)."""
+    from ssi.traffic import EVENTS_FILE, read_events
+
+    client = cluster["client"]
+    candidate = make_bundle(world["bundle"].parent / "bundle-ray-candidate", world["docs"], seed=31)
+    started = client.post("/admin/interleave", json={"bundle": str(candidate), "share": 1.0}, timeout=300)
+    assert started.status_code == 200, started.text
+    content_hash = Oracle(candidate, world["docs"]).bundle.content_hash
+    try:
+        assert started.json()["comparison"]["content_hash"] == content_hash
+        answer = client.post("/search", json={"query": world["docs"][61].title, "k": 6}).json()
+        log = cluster["index"] / "router" / "stores" / "documents" / EVENTS_FILE
+        deadline = time.monotonic() + 10
+        while not (rows := [r for r in read_events(log) if r.impression == answer["impression"]]):
+            assert time.monotonic() < deadline, "the router did not log the interleaved answer"
+            time.sleep(0.1)
+        assert [r.doc for r in rows] == [h["id"] for h in answer["hits"]]
+        assert {r.placed_by for r in rows} == {content_hash, rows[0].model}  # both teams placed hits
+    finally:
+        ended = client.delete("/admin/interleave")
+        assert ended.status_code == 200 and ended.json()["running"] is False
+
+
 def written(client: httpx.Client) -> list[Document]:
     """Documents other tests of the module wrote through the router (they stay in the shards' stores)."""
     found = client.get("/documents/ray-written")
