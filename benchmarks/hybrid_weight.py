@@ -5,6 +5,10 @@ It shows where the rule `ssi train --encoder` uses without pairs (λ = 1, traini
 weights; it tunes nothing. The BM25 part is the day-one bundle's own (the default vocabulary: stems, every word).
 
     python -m benchmarks.hybrid_weight --out runs/hybrid-weight.json
+
+`--learned B` adds a bundle trained without labels in the BM25 part's place (`ssi train --self-pairs title`: its
+BM25 plus what it learned from titles and their abstracts), alone and with λ · the cosine: whether the two
+label-free gains add up.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from typing import Annotated
 import numpy as np
 import typer
 
+import ssi
 from benchmarks.replication_faults import write_figures
 from ssi.corpus import read_beir_queries, read_corpus, read_qrels
 from ssi.forms.diagonal import Diagonal
@@ -36,6 +41,7 @@ WEIGHTS = (0.1, 0.2, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 def main(
     data: Annotated[Path, typer.Option(help="SciFact's folder (BEIR layout).")] = Path("../shared/data/scifact"),
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
+    learned: Annotated[Path | None, typer.Option(help="A label-free bundle to fuse in BM25's place.")] = None,
 ) -> None:
     docs = read_corpus(data / "corpus.jsonl.gz")
     _, valid = split_by_query(read_qrels(data / "qrels" / "train.tsv"), 0.2, 0)
@@ -63,6 +69,10 @@ def main(
         "bm25_plus_weight_times_cosine": {str(w): ndcg(lexical + np.float32(w) * cosine) for w in WEIGHTS},
         "z_scores_averaged": ndcg(z(lexical) + z(cosine)),
     }
+    if learned is not None:
+        own = ssi.load(learned, corpus=data / "corpus.jsonl.gz").scores(list(task.query_texts))
+        figures["learned"] = {"bundle": str(learned), "alone": ndcg(own)}
+        figures["learned"] |= {f"plus {w} times cosine": ndcg(own + np.float32(w) * cosine) for w in (0.5, 1.0, 1.5)}
     write_figures(figures, out)
 
 
