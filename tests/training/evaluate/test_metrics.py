@@ -41,7 +41,7 @@ def hand_example() -> tuple[np.ndarray, sp.csr_matrix, sp.csr_matrix]:
 
 
 def test_metrics_match_a_hand_computed_ranking() -> None:
-    """The four metrics of one ranking worked out by hand (ranx's kernels come compiled from scripts/install.sh)."""
+    """The four metrics of one ranking worked out by hand."""
     scores, relevant, excluded = hand_example()
     expected = {
         MAP: (1 / 1 + 2 / 3) / 2,
@@ -92,7 +92,10 @@ def test_numpy_path_equals_the_ranx_path(seed: int) -> None:
 
 
 def test_ranx_path_equals_ranx_on_its_own_dict_api() -> None:
-    """The oracle: ranx fed the filtered run as plain dicts (no ties, so its own sort agrees)."""
+    """The oracle: ranx fed the filtered run as plain dicts (no ties, so its own sort agrees).
+
+    Slow: the first use of ranx in a process compiles its numba metrics into the suite's NUMBA_CACHE_DIR (about
+    13 s of CPU, far longer beside the Ray group)."""
     scores, relevant, excluded = random_case(5, ties=False)
     qrels, run = {}, {}
     for q in range(scores.shape[0]):
