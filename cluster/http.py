@@ -108,7 +108,10 @@ def build_app(
     install_error_handlers(app)
     reads = [ReadKeyDep] if settings.read_key is not None else []
     name = settings.collection
-    comparison = RouterComparison(fanout, traffic, name, PathLib(data_dir) if data_dir is not None else None)
+    metrics_of_app = Metrics()  # the request metrics (install_guards) and the comparison's gauges
+    comparison = RouterComparison(
+        fanout, traffic, name, PathLib(data_dir) if data_dir is not None else None, metrics_of_app
+    )
     app.state.comparison = comparison
 
     @app.get("/healthz")
@@ -303,7 +306,7 @@ def build_app(
 
     app.include_router(admin)
     app.include_router(metrics.router, dependencies=reads)
-    install_guards(app, settings, Metrics())
+    install_guards(app, settings, metrics_of_app)
     return app
 
 

@@ -29,8 +29,9 @@ from starlette.concurrency import run_in_threadpool
 from cluster.fanout import Fanout
 from service.errors import Conflict, InvalidInput
 from service.events.traffic import Traffic
-from service.interleave.comparisons import TALLY_EVERY, count, require_events
+from service.interleave.comparisons import TALLY_EVERY, count, export_tally, require_events
 from service.interleave.record import ComparisonSpec, read_record, remove_record, write_record
+from service.metrics import Metrics
 from service.schemas import SearchResult
 from ssi.interleaving import SequentialTest, Tally
 
@@ -43,8 +44,9 @@ TEST_FIELDS = ("mode", "delta", "alpha", "beta", "budget")
 class RouterComparison:
     """The cluster's comparison (one at most: a cluster serves one collection)."""
 
-    def __init__(self, fanout: Fanout, traffic: Traffic, name: str, folder: Path | None) -> None:
+    def __init__(self, fanout: Fanout, traffic: Traffic, name: str, folder: Path | None, metrics: Metrics) -> None:
         self.fanout = fanout
+        self.metrics = metrics  # the router's /metrics: the single node's ssi_interleave_* gauges
         self.traffic = traffic
         self.name = name
         self.folder = folder  # the router's data folder (None: no log is kept, so no comparison either)
@@ -80,6 +82,7 @@ class RouterComparison:
         if spec is not None and time.monotonic() - self._counted_at >= TALLY_EVERY:
             self._counted_at = time.monotonic()
             self.tally = await run_in_threadpool(count, self.traffic, self.name, spec)
+            export_tally(self.metrics, self.name, self.tally)
 
     async def candidate_page(self, spec: ComparisonSpec, query: str, k: int) -> SearchResult | None:
         """The candidate's first page of `k` for `query`; None when it failed (the answer is then the served
@@ -89,6 +92,7 @@ class RouterComparison:
         except Exception:
             log.exception("the candidate of comparison %s failed on a shard", spec.id)
             return None
+        self.metrics.interleaved_searches.labels(self.name).inc()
         return page
 
     # -- admin ----------------------------------------------------------------------------------------------
@@ -142,6 +146,7 @@ class RouterComparison:
         self.traffic.flush()
         self.tally = counted = await run_in_threadpool(count, self.traffic, self.name, spec)
         self._counted_at = time.monotonic()
+        export_tally(self.metrics, self.name, counted)
         return {
             "collection": self.name,
             "running": True,
@@ -158,6 +163,7 @@ class RouterComparison:
                 remove_record(self.folder)
             self.spec, self.tally = None, None
             await self.fanout.drop_candidate()
+            self.metrics.interleave_running.labels(self.name).set(0)
         return {**answer, "running": False}
 
     # -- the record -----------------------------------------------------------------------------------------

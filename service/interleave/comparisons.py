@@ -202,24 +202,28 @@ class Comparisons:
         return count(self.traffic, collection.name, spec)
 
     def _export(self, name: str, live: Live) -> None:
-        counted = live.tally
-        self.metrics.interleave_running.labels(name).set(0 if live.decided else 1)
-        if counted is None:
-            return
-        for outcome, value in (
-            ("impressions", counted.impressions),
-            ("won", counted.wins),
-            ("lost", counted.losses),
-            ("tied", counted.ties),
-        ):
-            self.metrics.interleave_impressions.labels(name, outcome).set(value)
-        self.metrics.interleave_llr.labels(name).set(counted.llr)
+        export_tally(self.metrics, name, live.tally)
 
     def close(self) -> None:
         self._stop.set()
         if self._watcher is not None:
             self._watcher.join(timeout=5)
         self._live.clear()
+
+
+def export_tally(metrics: Metrics, name: str, counted: Tally | None) -> None:
+    """A running comparison's gauges on /metrics, from its last count (running until the test decides)."""
+    metrics.interleave_running.labels(name).set(1 if counted is None or counted.decision == "running" else 0)
+    if counted is None:
+        return
+    for outcome, value in (
+        ("impressions", counted.impressions),
+        ("won", counted.wins),
+        ("lost", counted.losses),
+        ("tied", counted.ties),
+    ):
+        metrics.interleave_impressions.labels(name, outcome).set(value)
+    metrics.interleave_llr.labels(name).set(counted.llr)
 
 
 def count(traffic: Traffic, name: str, spec: ComparisonSpec) -> Tally | None:

@@ -85,6 +85,10 @@ def test_first_pages_merge_both_exact_rankings_over_every_shard(world: dict, clu
     later = call(cluster["router"], "POST", "/search", json={"query": world["docs"][3].title, "k": 4, "offset": 4})
     assert all(r.placed_by is None for r in logged(cluster, later.json()["impression"]))  # later pages: served alone
     assert status(cluster)["tally"]["impressions"] == 6
+    exported = call(cluster["router"], "GET", "/metrics").text  # the single node's gauges, on the router
+    assert 'ssi_interleave_impressions{collection="documents",outcome="impressions"} 6.0' in exported
+    assert 'ssi_interleave_running{collection="documents"} 1.0' in exported
+    assert 'ssi_interleaved_searches_total{collection="documents"} 6.0' in exported
 
 
 def test_clicks_on_the_candidates_picks_decide_and_interleaving_stops(
@@ -109,6 +113,7 @@ def test_clicks_on_the_candidates_picks_decide_and_interleaving_stops(
     assert all(r.placed_by is None for r in logged(cluster, after["impression"]))  # decided: served alone
     ended = call(cluster["router"], "DELETE", "/admin/interleave", headers=ADMIN).json()
     assert ended["running"] is False and ended["decision"] == "promote"
+    assert 'ssi_interleave_running{collection="documents"} 0.0' in call(cluster["router"], "GET", "/metrics").text
     assert status(cluster) == {"collection": "documents", "running": False, **dict.fromkeys(NONE_FIELDS)}
     assert all(server._challenger is None for server in cluster["router"].servers)  # every shard let it go
 
