@@ -69,6 +69,7 @@ from service.schemas import (
     WriteResponse,
 )
 from service.settings import Settings
+from ssi.interleaving import TEST_FIELDS
 
 COLLECTION_NAME = "documents"
 
@@ -291,7 +292,7 @@ def build_app(
         """Interleave a candidate bundle with the served one over every shard (cluster.interleave)."""
         this_collection(body.collection)
         bundle = allowed_bundle(settings, str(about.get("bundle", "")), body.bundle)
-        test = body.model_dump(include={"mode", "delta", "alpha", "beta", "budget"})
+        test = body.model_dump(include=set(TEST_FIELDS))
         return InterleaveStatus(**await comparison.start(bundle, served_model(about), body.share, test))
 
     @admin.get("/admin/interleave", response_model=InterleaveStatus, responses=error_responses(401, 403, 404, 422))

@@ -33,12 +33,11 @@ from service.interleave.comparisons import TALLY_EVERY, count, export_tally, req
 from service.interleave.record import ComparisonSpec, read_record, remove_record, write_record
 from service.metrics import Metrics
 from service.schemas import SearchResult
-from ssi.interleaving import SequentialTest, Tally
+from ssi.interleaving import TEST_FIELDS, SequentialTest, Tally
 
 log = logging.getLogger(__name__)
 
 FOLLOW_EVERY = 1.0  # seconds between two reads of the record on the search path
-TEST_FIELDS = ("mode", "delta", "alpha", "beta", "budget")
 
 
 class RouterComparison:

@@ -39,7 +39,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal
 
 SERVED = "a"  # a result placed by the served model, in an impression's `teams`
@@ -152,6 +152,10 @@ class SequentialTest:
         if value <= self.lower:
             return "drop"
         return "budget" if impressions >= self.budget else "running"
+
+
+# The test's settings, as POST /admin/interleave and a comparison's record name them.
+TEST_FIELDS: tuple[str, ...] = tuple(field.name for field in fields(SequentialTest))
 
 
 @dataclass(frozen=True, slots=True)

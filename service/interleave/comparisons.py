@@ -33,7 +33,7 @@ from service.interleave.record import ComparisonSpec, read_record, remove_record
 from service.metrics import Metrics
 from service.threads import release_free_memory
 from ssi.bundle import BundleError
-from ssi.interleaving import SequentialTest, Tally, tally
+from ssi.interleaving import TEST_FIELDS, SequentialTest, Tally, tally
 from ssi.traffic import open_read_only, read_interleaved
 
 log = logging.getLogger(__name__)
@@ -108,7 +108,7 @@ class Comparisons:
                     "DELETE /admin/interleave first"
                 )
             try:
-                SequentialTest(**{k: test[k] for k in ("delta", "alpha", "beta", "budget", "mode")})
+                SequentialTest(**{k: test[k] for k in TEST_FIELDS})
                 state = build_state(collection, path)
             except (BundleError, ValueError, OSError) as exc:
                 raise InvalidInput(f"cannot compare with {bundle}: {exc}") from None

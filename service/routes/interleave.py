@@ -18,6 +18,7 @@ from service.errors import error_responses
 from service.interleave.comparisons import Comparisons
 from service.interleave.schemas import InterleaveRequest, InterleaveStatus
 from service.schemas import COLLECTION_NAME
+from ssi.interleaving import TEST_FIELDS
 
 router = APIRouter(tags=["admin"], route_class=AdminRoute)
 
@@ -39,7 +40,7 @@ def _comparisons(request: Request) -> Comparisons:
 async def start(_: AdminKeyDep, catalog: CatalogDep, body: InterleaveRequest, request: Request) -> InterleaveStatus:
     collection = catalog.get(body.collection)
     collection.require_type("documents", "/admin/interleave")
-    test = body.model_dump(include={"share", "mode", "delta", "alpha", "beta", "budget"})
+    test = body.model_dump(include={"share", *TEST_FIELDS})
     answer = await run_in_threadpool(_comparisons(request).start, collection, body.bundle, **test)
     return InterleaveStatus(**answer)
 
