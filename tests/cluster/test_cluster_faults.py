@@ -1,11 +1,11 @@
 """A shard process killed (SIGKILL) on a local Ray cluster while writes and searches run through the router.
 
-What the cluster promises (docs/cluster-faults.md): every answer is a success or a 503 that names
-the missing shard, never a partial ranking, a 500 or a hang; every write acknowledged with a 2xx is
-there once Ray Serve has restarted the shard (its store on disk is the truth); a shard that cannot
-come back (its store missing) is a 503 naming it within the shard timeout, never an empty shard; and
-with two replicas per shard, searches keep answering while one replica is down. One small cluster and
-one local index build for the module; the figures in the docs are the ones printed (`pytest -s`).
+What the cluster promises (docs/cluster-faults.md): every answer is a success or a 503 that names the missing shard,
+never a partial ranking, a 500 or a hang; every write acknowledged with a 2xx is there once Ray Serve has restarted
+the shard (its store on disk is the truth); a shard that cannot come back (its store missing) is a 503 naming it
+within the shard timeout, never an empty shard; and with two replicas per shard, searches keep answering while one
+replica is down. One local index build for the module, served on the cluster the Serve modules share
+(tests/cluster/conftest.py); the figures in the docs are the ones printed (`pytest -s`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[clu
 
 from cluster.index_job import build_index  # noqa: E402
 from cluster.sharding import shard_of  # noqa: E402
-from tests.service.service_testing import free_port, needle_of, probe_queries, wait_ready  # noqa: E402
+from tests.service.service_testing import needle_of, probe_queries, wait_ready  # noqa: E402
 
 SHARDS = 3
 VICTIM = 1
@@ -159,19 +159,16 @@ def deployed(cluster: dict, replicas: int) -> str:
 
 @pytest.fixture(scope="module")
 def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    from ray import serve
-
-    from cluster.local import LocalCluster
+    from cluster import deploy
+    from tests.cluster.conftest import shared_ray
 
     index = tmp_path_factory.mktemp("fault-index") / "index"
     build_index(world["corpus"], world["bundle"], index, SHARDS, batch_size=100)
-    local = LocalCluster(workers=2, cpus_per_node=1, object_store_mb=96)  # two labelled nodes: replicas=2
+    ray = shared_ray()  # two labelled worker nodes: replicas=2
     try:
-        local.connect()
-        yield {"index": index, "port": free_port(), "local": local}
-        serve.shutdown()
+        yield {"index": index, "port": ray.port, "local": ray.local}
     finally:
-        local.shutdown()
+        deploy.stop()
 
 
 def report(title: str, outcomes: list[Outcome], killed_at: float) -> dict[str, object]:

@@ -1,12 +1,12 @@
 """POST /match on the sharded router: an adverts index (`ssi index --type adverts`) answers as the single node does.
 
-The same adverts (the cluster world's 300 documents, each given a category, an advertiser, a budget flag and,
-for some, a pause) and the same bundle are served by a real single node (`ssi serve` with an adverts collection)
-and by 3 shards behind the router on a local Ray cluster (a head and a worker, the index built by the Ray Data
-job): every page, a 1,000+ word one and filtered ones included, gets the same adverts with the same scores, score
-split and explanations; a malformed request the same 4xx; and after a reload through the router both serve the
-new bundle alike. The router's errors that need no Ray (a shard down, a documents index, `page_id`) are checked
-in process (cluster.fanout.LocalShards), as in test_cluster_local.py.
+The same adverts (the cluster world's 300 documents, each given a category, an advertiser, a budget flag and, for
+some, a pause) and the same bundle are served by a real single node (`ssi serve` with an adverts collection) and by
+3 shards behind the router on the local Ray cluster the Serve modules share (tests/cluster/conftest.py; the index
+built in process): every page, a 1,000+ word one and filtered ones included, gets the same adverts with the same
+scores, score split and explanations; a malformed request the same 4xx; and after a reload through the router both
+serve the new bundle alike. The router's errors that need no Ray (a shard down, a documents index, `page_id`) are
+checked in process (cluster.fanout.LocalShards), as in test_cluster_local.py.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from service.adverts import AdFilter, AdvertBook, AdvertMeta
 from service.settings import CollectionSpec
 from ssi.records import Document
 from tests.cluster.router_testing import Router, call
-from tests.service.service_testing import API_KEY, ThreadServer, free_port, make_bundle, probe_queries, wait_ready
+from tests.service.service_testing import API_KEY, ThreadServer, make_bundle, probe_queries, wait_ready
 
 SHARDS = 3
 COLLECTION = "ads"
@@ -89,23 +89,22 @@ def ray_router(world: dict, ad_world: dict, tmp_path_factory: pytest.TempPathFac
     pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[cluster]")
     from ray import serve
 
-    from cluster.deploy import ClusterOptions, start
-    from cluster.local import LocalCluster
+    from cluster.deploy import ClusterOptions, application
     from service.settings import Settings
+    from tests.cluster.conftest import shared_ray
 
-    local = LocalCluster(workers=1, cpus_per_node=1, object_store_mb=128)
+    ray = shared_ray()
+    index = adverts_index(world, ad_world, tmp_path_factory.mktemp("ray-adverts") / "index")
+    settings = Settings(api_key=API_KEY, collection=COLLECTION)
+    options = ClusterOptions(shard_cpus=0, retry_seconds=30)
+    serve.run(application(index, settings, options), name="adverts", route_prefix="/adverts")
+    url = f"{ray.url}/adverts"
     try:
-        local.connect()
-        index = adverts_index(world, ad_world, tmp_path_factory.mktemp("ray-adverts") / "index")
-        settings = Settings(host="127.0.0.1", port=free_port(), api_key=API_KEY, collection=COLLECTION)
-        start(index, settings, ClusterOptions(shard_cpus=0, retry_seconds=30), address=local.address)
-        url = f"http://127.0.0.1:{settings.port}"
         wait_ready(url, timeout=60)
         with httpx.Client(base_url=url, timeout=60) as client:
             yield {"index": index, "client": client}
-        serve.shutdown()
     finally:
-        local.shutdown()
+        serve.delete("adverts")
 
 
 @pytest.fixture(scope="module")

@@ -1,7 +1,8 @@
 """The sharded service on a local Ray cluster (a head and a worker node on loopback): index, search, writes, failures.
 
-One cluster, one Ray Data index build and one Serve application for the whole module (starting them
-is most of its time). Skipped with a message when Ray is not installed (the `cluster` extra).
+One Ray Data index build and one Serve application for the whole module, on the cluster the Serve modules share
+(tests/cluster/conftest.py: starting it is most of their time). Skipped with a message when Ray is not installed
+(the `cluster` extra).
 """
 
 from __future__ import annotations
@@ -26,7 +27,6 @@ from tests.service.service_testing import (  # noqa: E402
     Oracle,
     ThreadServer,
     assert_same_ranking,
-    free_port,
     make_bundle,
     make_corpus,
     needle_of,
@@ -40,29 +40,21 @@ SHARDS = 3
 
 @pytest.fixture(scope="module")
 def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    from ray import serve
-
-    from cluster.deploy import ClusterOptions, start
-    from cluster.local import LocalCluster
+    from cluster import deploy
     from service.settings import Settings
+    from tests.cluster.conftest import shared_ray
 
-    local = LocalCluster(workers=1, cpus_per_node=1, object_store_mb=128)
+    ray = shared_ray()
+    index = tmp_path_factory.mktemp("ray-index") / "index"
+    manifest = build_index(world["corpus"], world["bundle"], index, SHARDS, ray_address=ray.address, batch_size=50)
+    settings = Settings(host="127.0.0.1", port=ray.port, insecure_writes=True)
+    deploy.start(index, settings, deploy.ClusterOptions(shard_cpus=0, retry_seconds=30), address=ray.address)
+    wait_ready(ray.url, timeout=60)
     try:
-        local.connect()
-        index = tmp_path_factory.mktemp("ray-index") / "index"
-        manifest = build_index(
-            world["corpus"], world["bundle"], index, SHARDS, ray_address=local.address, batch_size=50
-        )
-        settings = Settings(host="127.0.0.1", port=free_port(), insecure_writes=True)
-        options = ClusterOptions(shard_cpus=0, retry_seconds=30)
-        start(index, settings, options, address=local.address)
-        url = f"http://127.0.0.1:{settings.port}"
-        wait_ready(url, timeout=60)
-        with httpx.Client(base_url=url, timeout=60) as client:
-            yield {"index": index, "manifest": manifest, "client": client, "local": local}
-        serve.shutdown()
+        with httpx.Client(base_url=ray.url, timeout=60) as client:
+            yield {"index": index, "manifest": manifest, "client": client, "local": ray.local}
     finally:
-        local.shutdown()
+        deploy.stop()
 
 
 def shard_replica(client: httpx.Client, shard: int) -> dict:
