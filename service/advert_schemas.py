@@ -37,9 +37,12 @@ class AdMatch(BaseModel):
     id: str
     title: str
     text: str
-    score: float = Field(description="f(page, ad) = semantic + lexical")
+    score: float = Field(description="f(page, ad) = semantic + lexical (+ sentence for a hybrid bundle)")
     semantic: float = Field(description="(U q)·(V d): the learned part")
     lexical: float = Field(description="Σ w_i q_i d_i: the words page and advert share")
+    sentence: float | None = Field(
+        default=None, description="a hybrid bundle's third part, λ e(page)·e(ad); null for any other bundle"
+    )
     category: str | None
     advertiser: str | None
     budget: bool

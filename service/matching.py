@@ -50,6 +50,7 @@ class AdHit:
     lexical: float
     shared: list[str]
     related: list[str]
+    sentence: float | None = None  # a hybrid bundle's third part (ssi.hybrid); None for any other bundle
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +144,7 @@ def _match_one(
             lexical=result.lexical[position[ad_id]],
             shared=shared[i],
             related=related[i],
+            sentence=result.sentence[position[ad_id]] if result.sentence else None,
         )
         for i, ad_id in enumerate(ids)
     ]
@@ -176,9 +178,10 @@ def explain(
         # the page's lexical values as it was ranked (the collection's idf where the collection's statistics are on)
         lexical_vals = state.lexical_values(page, 0, int(page.indptr[1]), counts).astype(np.float64)
         ad_values = state.lexical.query(q_ids, q_vals).values_of(at)  # [ads, page words]: d_i
-        ad_embedded = state.index.vectors(at).astype(np.float32)  # [ads, M], as the index holds them
+        ad_embedded = state.index.vectors(at).astype(np.float32)  # [ads, M (+ E)], as the index holds them
         opened = state.open_shares(open_weights or {}, rows)  # each advert's new words shared with the page
     page_map = np.asarray(embedder.form.query_map()[:, q_ids], dtype=np.float32)  # M × page words
+    ad_embedded = ad_embedded[:, : page_map.shape[0]]  # a hybrid bundle's rows end with λ e(d), no word's share
     if embedder.form.normalizes_query:  # a cosine form's query embedding is A q/‖A q‖: its shares scale alike
         page_map /= max(float(np.linalg.norm(page_map @ q_vals)), UNIT_EPS)
     # contribution[a, i] = q_i (U e_i)·(V d_a): the page words' shares of each advert's semantic part

@@ -159,6 +159,7 @@ def page_match_out(match: PageMatch) -> PageMatchOut:
                 score=hit.score,
                 semantic=hit.semantic,
                 lexical=hit.lexical,
+                sentence=hit.sentence,
                 category=hit.meta.category,
                 advertiser=hit.meta.advertiser,
                 budget=hit.meta.budget,

@@ -98,3 +98,28 @@ def test_a_bundle_without_an_encoder_answers_as_before(world: dict, tmp_path: Pa
     manifest = (world["plain"] / "manifest.json").read_text(encoding="utf-8")
     assert '"sentence"' not in manifest and not (world["plain"] / "sentence").exists()
     assert np.isfinite([hit["score"] for hit in hits]).all()
+
+
+def test_match_on_a_hybrid_adverts_collection_is_exact_with_its_third_part_apart(world: dict, tmp_path: Path):
+    """An adverts collection served with a hybrid bundle (it answered 500 before: the explanation multiplied the
+    index rows [V d, λ e(d)] by the query map of V d alone): each page's adverts are the brute force's top k of the
+    whole f, and each hit's parts, the third one included, add up to its score."""
+    import json
+
+    from service.settings import CollectionSpec
+
+    ads = world["root"] / "ads.jsonl"
+    with ads.open("w", encoding="utf-8") as handle:
+        for i, doc in enumerate(world["docs"]):
+            line = {"id": doc.id, "title": doc.title, "text": doc.text, "category": f"cat{i % 3}"}
+            handle.write(json.dumps(line) + "\n")
+    spec = CollectionSpec(bundle=world["bundle"], corpus=ads, type="adverts")
+    oracle = Oracle(world["bundle"], world["docs"])
+    pages = [" ".join(doc.full_text for doc in world["docs"][i : i + 3]) for i in (0, 50, 100)]
+    settings = {"bundle": world["bundle"], "corpus": world["corpus"], "cache_dir": tmp_path / "cache"}
+    with ThreadServer(**settings, api_key=KEY, collections={"ads": spec}) as server:
+        response = server.client.post("/collections/ads/match", json={"pages": pages, "k": K})
+        assert response.status_code == 200, response.text
+        for page, result in zip(pages, response.json()["results"], strict=True):
+            assert_same_ranking(result["ads"], oracle, page, K)
+            assert all(hit["sentence"] is not None for hit in result["ads"])

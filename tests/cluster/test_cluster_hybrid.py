@@ -1,0 +1,145 @@
+"""A hybrid bundle (ssi.hybrid: f + λ e(q)·e(d)) on the sharded index: each shard's documents are encoded by the index
+build (the in-process build and the Ray Data job's task alike), the router's /search, /similar and /match are the
+brute force of the whole f over every shard with the third part apart, and a document written through the router is
+encoded on its shard. In process (cluster.fanout.LocalShards): Ray Serve adds nothing here that
+tests/cluster/test_cluster_ray.py does not check for every bundle.
+
+The encoder is a tiny random BERT (tests/training/sentence_testing.py), exported and checked by the trainer's code.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cluster.index_job import build_index
+from cluster.manifest import read_manifest
+from ssi.bundle import load_bundle
+from ssi.records import Document
+from ssi.sentence import read_spec, write_spec
+from tests.cluster.router_testing import Router, call
+from tests.service.service_testing import (
+    Oracle,
+    assert_same_ranking,
+    make_bundle,
+    make_corpus,
+    probe_queries,
+    write_corpus,
+)
+from tests.training.sentence_testing import make_tiny_encoder
+from training.sentence_export import prepare_encoder
+
+SHARDS = 3
+K = 10
+WEIGHT = 3.0  # large beside the random model's parts, so the third part changes rankings
+
+
+@pytest.fixture(scope="module")
+def hybrid(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("cluster-hybrid")
+    docs = make_corpus(180, seed=5, vocab_words=300)
+    encoder = root / "sentence"
+    prepare_encoder(make_tiny_encoder(root / "tiny"), encoder)
+    write_spec(encoder, read_spec(encoder).with_weight(WEIGHT, "test"))
+    bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
+    plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    index = root / "index"
+    build_index(corpus, bundle, index, SHARDS, batch_size=50, open_vocab=True)
+    return {"root": root, "docs": docs, "bundle": bundle, "plain": plain, "corpus": corpus, "index": index}
+
+
+def test_the_router_ranks_the_whole_hybrid_score_over_every_shard(hybrid: dict) -> None:
+    """/search and /similar: the brute force's top k of f + λ e(q)·e(d) over all documents, each hit's third part
+    apart; the third part changes some top k, and no shard encoded a document when it started (the build did)."""
+    oracle, plain = Oracle(hybrid["bundle"], hybrid["docs"]), Oracle(hybrid["plain"], hybrid["docs"])
+    queries = probe_queries(hybrid["docs"], 8, seed=4)
+    assert any(oracle.top(q, K)[0] != plain.top(q, K)[0] for q in queries)
+    router = Router(hybrid["index"])
+    try:
+        for server in router.servers:
+            assert server.collection.ready_state().report.encoded == 0
+        for query in queries:
+            response = call(router, "POST", "/search", json={"query": query, "k": K})
+            assert response.status_code == 200, response.text
+            hits = response.json()["hits"]
+            assert_same_ranking(hits, oracle, query, K)
+            assert all(hit["sentence"] is not None for hit in hits)
+        doc = hybrid["docs"][17]
+        similar = call(router, "GET", f"/documents/{doc.id}/similar", params={"k": K}).json()["hits"]
+        assert_same_ranking(similar, oracle, doc.full_text, K, exclude=doc.id)
+    finally:
+        router.close()
+
+
+def test_a_document_written_through_the_router_is_encoded_on_its_shard(hybrid: dict, tmp_path: Path) -> None:
+    """A document of words the bundle never saw, written through the router: its shard encodes it, and the ranking
+    is the brute force's over the collection that holds it."""
+    index = tmp_path / "index"
+    build_index(hybrid["corpus"], hybrid["bundle"], index, SHARDS, batch_size=50, open_vocab=True)
+    new = Document("new-music", "piano violin song", "music note piano song violin")
+    router = Router(index, insecure_writes=True)
+    try:
+        put = call(router, "PUT", f"/documents/{new.id}", json={"title": new.title, "text": new.text})
+        assert put.status_code in (200, 201), put.text
+        query = "piano music"
+        oracle = Oracle(hybrid["bundle"], [*hybrid["docs"], new])
+        hits = call(router, "POST", "/search", json={"query": query, "k": 100}).json()["hits"]
+        assert_same_ranking(hits, oracle, query, 100)
+        assert new.id in oracle.top(query, 100)[0]
+        assert next(hit for hit in hits if hit["id"] == new.id)["sentence"] is not None
+    finally:
+        router.close()
+
+
+def test_the_ray_data_task_encodes_as_the_in_process_build(hybrid: dict) -> None:
+    """The Ray Data job's embedding task (cluster.ray_index.embed_batch, called here without Ray) gives each document
+    the vector the in-process build stored in its shard: [V d, λ e(d)]."""
+    import pyarrow.json as pj
+
+    from cluster.ray_index import embed_batch
+    from cluster.shard_build import Block
+
+    table = pj.read_json(hybrid["corpus"])
+    columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
+    rows = embed_batch(columns, str(hybrid["bundle"]), SHARDS)
+    block = Block.from_columns(rows, vocab_size=load_bundle(hybrid["bundle"]).vocab.size)
+    assert block.embeddings.shape == (len(hybrid["docs"]), 8 + 32)
+    assert read_manifest(hybrid["index"]).documents == len(hybrid["docs"])
+    router = Router(hybrid["index"])
+    try:
+        for shard, server in enumerate(router.servers):
+            state = server.collection.ready_state()
+            ids = state.table.doc_ids
+            assert set(ids) == {block.ids[i] for i in np.flatnonzero(block.shards == shard)}
+            at = np.array([block.ids.index(doc_id) for doc_id in ids])
+            stored = state.index.vectors(np.arange(len(ids)))
+            assert np.allclose(stored, block.embeddings[at], atol=1e-5)
+    finally:
+        router.close()
+
+
+def test_match_on_a_hybrid_adverts_index_is_the_brute_force_over_every_shard(hybrid: dict, tmp_path: Path) -> None:
+    """/match on the router over an adverts index built with the hybrid bundle: each page's adverts are the brute
+    force's top k of the whole f, with their third part."""
+    ads = tmp_path / "ads.jsonl"
+    with ads.open("w", encoding="utf-8") as handle:
+        for i, doc in enumerate(hybrid["docs"]):
+            line = {"id": doc.id, "title": doc.title, "text": doc.text, "category": f"cat{i % 3}"}
+            handle.write(json.dumps(line) + "\n")
+    index = tmp_path / "ads-index"
+    build_index(ads, hybrid["bundle"], index, SHARDS, batch_size=50, collection_type="adverts", open_vocab=True)
+    oracle = Oracle(hybrid["bundle"], hybrid["docs"])
+    pages = [" ".join(doc.full_text for doc in hybrid["docs"][i : i + 3]) for i in (0, 60, 120)]
+    router = Router(index)
+    try:
+        response = call(router, "POST", "/match", json={"pages": pages, "k": K})
+        assert response.status_code == 200, response.text
+        for page, result in zip(pages, response.json()["results"], strict=True):
+            assert_same_ranking(result["ads"], oracle, page, K)
+            assert all(hit["sentence"] is not None for hit in result["ads"])
+    finally:
+        router.close()
