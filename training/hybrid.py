@@ -25,7 +25,7 @@ import torch
 
 from ssi.sentence import SentenceEncoder, write_spec
 from training.data import TrainingData
-from training.sentence_export import prepare_encoder
+from training.sentence_export import encoder_of_bundle, is_bundle, prepare_encoder
 from training.sentence_vectors import encode_corpus
 
 SENTENCE_WEIGHT = "sentence_weight"  # λ, beside the validation metrics of each step (training.trainer)
@@ -42,7 +42,12 @@ class PreparedEncoder:
         self.source = folder
         self.threads = threads
         self.folder = self._scratch / "sentence"
-        self.spec = prepare_encoder(folder, self.folder, threads=threads)
+        self.from_bundle = is_bundle(folder)  # a hybrid bundle's encoder: its graph, no weights to fine-tune
+        self.spec = (
+            encoder_of_bundle(folder, self.folder)
+            if self.from_bundle
+            else prepare_encoder(folder, self.folder, threads=threads)
+        )
         self.encoder = SentenceEncoder(self.folder, threads)
 
     def finetune(self, data: TrainingData, epochs: int, seed: int, device: str = "cpu") -> None:

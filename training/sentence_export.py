@@ -1,4 +1,5 @@
-"""`ssi train --encoder DIR`: a sentence-transformers model folder made into a bundle's `sentence/` part.
+"""`ssi train --encoder DIR`: a sentence-transformers model folder made into a bundle's `sentence/` part (or a hybrid
+bundle's own encoder taken as it is: `encoder_of_bundle`).
 
 The folder is the one a user has (sentence-transformers' layout: config.json, tokenizer.json,
 modules.json, 1_Pooling/config.json, sentence_bert_config.json, the weights). Its graph is taken as it
@@ -20,8 +21,18 @@ from typing import Any
 
 import numpy as np
 
-from ssi.bundle import sha256_file
-from ssi.sentence import MODEL_FILE, TOKENIZER_FILE, SentenceEncoder, SentenceError, SentenceSpec, pool, write_spec
+from ssi.bundle import MANIFEST, load_bundle, sha256_file
+from ssi.sentence import (
+    FILES,
+    MODEL_FILE,
+    TOKENIZER_FILE,
+    SentenceEncoder,
+    SentenceError,
+    SentenceSpec,
+    pool,
+    read_spec,
+    write_spec,
+)
 
 MIN_COSINE = 0.999
 OUTPUT = "token_states"
@@ -215,3 +226,27 @@ def prepare_encoder(folder: Path | str, out: Path | str, *, threads: int = 1, na
             f"{folder}: the ONNX graph's vectors differ from the model's own (cosine {worst:.4f} < {MIN_COSINE})"
         )
     return spec
+
+
+def encoder_of_bundle(bundle_dir: Path | str, out: Path | str) -> SentenceSpec:
+    """Write `out/` from a hybrid bundle's own encoder (its `sentence/` part), λ unset: what a click-learning round
+    trains its candidates with, so that they keep the served bundle's encoder.
+
+    The bundle is loaded first, which checks every file against its manifest's sha256; a bundle holds the graph, not
+    the weights, so nothing here can be fine-tuned. Raises `SentenceError` for a bundle without an encoder.
+    """
+    bundle = load_bundle(Path(bundle_dir))
+    if bundle.sentence is None:
+        raise SentenceError(f"{bundle_dir}: a bundle without a sentence encoder (not a hybrid bundle)")
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        shutil.copyfile(bundle.sentence_path / name, out / name)
+    spec = read_spec(out).model_copy(update={"weight": 0.0, "weight_rule": "unset"})
+    write_spec(out, spec)
+    return spec
+
+
+def is_bundle(folder: Path) -> bool:
+    """A bundle folder (its manifest) rather than a model folder: `--encoder` then takes the bundle's encoder."""
+    return (folder / MANIFEST).is_file()

@@ -223,9 +223,9 @@ def train_command(
         Path | None,
         _opt(
             "encoder",
-            "A pre-trained sentence encoder (a sentence-transformers model folder): a hybrid bundle, whose score "
-            "adds λ e(q)·e(d). Without pairs, BM25 + the encoder at λ = 1; with pairs, λ is learned with U and V "
-            "(training/hybrid.py). Needs the `encoder` and `encoder-export` extras.",
+            "A pre-trained sentence encoder (a sentence-transformers model folder, or a hybrid bundle: its encoder): "
+            "a hybrid bundle, whose score adds λ e(q)·e(d). Without pairs, BM25 + the encoder at λ = 1; with pairs, "
+            "λ is learned with U and V (training/hybrid.py). Needs the `encoder` and `encoder-export` extras.",
             MODEL,
         ),
     ] = None,

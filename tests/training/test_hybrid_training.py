@@ -1,5 +1,6 @@
 """`ssi train --encoder`: the sentence encoder exported and checked against its model, the day-one hybrid
-(BM25 + the encoder, nothing learned), λ learned with U and V from pairs, and the real all-MiniLM-L6-v2."""
+(BM25 + the encoder, nothing learned), λ learned with U and V from pairs, a hybrid bundle's encoder taken over by
+the next model and by the click-learning round's candidates, and the real all-MiniLM-L6-v2."""
 
 from __future__ import annotations
 
@@ -119,6 +120,33 @@ def test_pairs_learn_the_weight_with_u_and_v(synonyms: SynonymCorpus, tiny: Path
     learned, tfidf = held_out_map(synonyms, tmp_path / "b")
     assert summary["valid"]["map"] == pytest.approx(learned, abs=1e-5)
     assert learned > 0.8 > 8 * tfidf  # the learned parts still find the synonyms the encoder cannot know
+    taken_over_by_the_next_model(synonyms, tmp_path / "b", tmp_path)
+
+
+def taken_over_by_the_next_model(synonyms: SynonymCorpus, hybrid: Path, tmp_path: Path) -> None:
+    """`--encoder` given a hybrid bundle trains with that bundle's encoder, its files as they are (what a click-learning
+    round's candidates do: `ssi learn` passes the served bundle); it cannot be fine-tuned (no weights); a round over
+    a hybrid served bundle asks for it."""
+    from training.feedback.round import RoundSettings, train_command
+
+    train(synonyms, tmp_path / "next", "--epochs", "2", "--dims", "16", "--lr", "0.1", "--encoder", str(hybrid))
+    before, after = load_bundle(hybrid), load_bundle(tmp_path / "next")
+    assert before.sentence is not None and after.sentence is not None
+    assert after.sentence.source == before.sentence.source and after.sentence.weight_rule == LEARNED_RULE
+    for name in ("model.onnx", "tokenizer.json"):
+        assert (after.sentence_path / name).read_bytes() == (before.sentence_path / name).read_bytes()
+    args = ["train", "--corpus", str(synonyms.corpus), "--pairs", str(synonyms.train_pairs), "--encoder", str(hybrid)]
+    refused = CliRunner().invoke(build_app(), [*args, "--finetune-encoder", "1", "--out", str(tmp_path / "tuned")])
+    assert refused.exit_code == 2 and "holds only its encoder's graph" in refused.output, refused.output
+    assert not (tmp_path / "tuned").exists()
+    train(synonyms, tmp_path / "plain", "--epochs", "1", "--dims", "16")
+
+    def round_flags(served: Path) -> dict[str, str]:
+        settings = RoundSettings(log=Path("events.sqlite"), served=served, corpus=synonyms.corpus)
+        command, _ = train_command(settings, Path("clicks.jsonl"), Path("out"))
+        return dict(zip(command, command[1:], strict=False))
+
+    assert round_flags(hybrid)["--encoder"] == str(hybrid) and "--encoder" not in round_flags(tmp_path / "plain")
 
 
 @pytest.mark.skipif(minilm_folder() is None, reason="all-MiniLM-L6-v2 not installed (requirements/minilm.txt)")
@@ -169,3 +197,41 @@ def test_finetuning_trains_the_encoders_own_weights_then_exports_and_checks_them
         cos = encoder.encode(queries) @ encoder.encode(targets).T
         contrast.append(float(np.diag(cos).mean() - cos[~np.eye(len(pairs), dtype=bool)].mean()))
     assert contrast[1] > contrast[0]
+
+
+def test_a_round_over_the_day_one_hybrid_trains_a_hybrid_candidate(tiny: Path, tmp_path: Path) -> None:
+    """The loop's start with an encoder (training.feedback.start) is the day-one hybrid, BM25 + 1 · e(q)·e(d); a
+    round of `ssi learn` over it, warm-started, trains its candidate with the served bundle's encoder and learns λ.
+
+    Slow: exports the tiny encoder, then trains and judges a hybrid candidate and its refit."""
+    import typer
+
+    from tests.training.test_learn_round import write_store, write_world
+    from training.cli import register
+    from training.feedback.start import write_bm25_start
+
+    corpus, relevant = write_world(tmp_path)
+    start = tmp_path / "bundles" / "start"
+    write_bm25_start(corpus, start, dims=8, encoder=tiny)
+    served = load_bundle(start)
+    assert served.sentence is not None and served.sentence.weight == DAY_ONE_WEIGHT
+    docs, queries = read_corpus(corpus), ["riverish money", "forest storm"]
+    encoder = SentenceEncoder(served.sentence_path)
+    bm25 = FormScorer(served.vocab, served.form, docs).score(queries)  # U = 0: the lexical part alone
+    expected = hybrid_scores(bm25, encoder.encode(queries), encoder.encode([d.full_text for d in docs]), 1.0)
+    assert np.allclose(ssi.load(start, corpus=corpus).scores(queries), expected, atol=1e-5)
+    store = tmp_path / "events.sqlite"
+    write_store(store, relevant)
+    app = typer.Typer()
+    register(app)
+    report = tmp_path / "round.json"
+    args = ["learn", "--log", str(store), "--served", str(start), "--corpus", str(corpus), "--name", "cand"]
+    args += ["--report", str(report), "--epochs", "50", "--lr", "0.1", "--eta", "0.5", "--split", "time", "--warm"]
+    args += ["--threads", "1", "--train-args", "--valid-share 0"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(report.read_text())
+    assert data["start"].startswith("warm start") and f"--encoder {start}" in data["train_command"]
+    candidate = load_bundle(data["candidate"])
+    assert candidate.sentence is not None and candidate.sentence.source == served.sentence.source
+    assert candidate.sentence.weight_rule == LEARNED_RULE

@@ -163,7 +163,8 @@ def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[lis
     """The `ssi train` command line of the candidate, and how it starts (warm or cold, and why).
 
     The training is the click recipe's (training.click_recipe: the simulated loop's epochs, rate, uniform
-    negatives, no early stopping on clicks) unless given: --epochs, --max-minutes and --lr of the round, then
+    negatives, no early stopping on clicks; one model instead of its folded three for a hybrid served bundle, whose
+    encoder the candidate keeps and whose λ it learns again) unless given: --epochs, --max-minutes and --lr of the round, then
     `train_args`, which come last and so win over anything before them.
     """
     args = [
@@ -184,6 +185,8 @@ def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[lis
             args += ["--dims", str(dims)]
     if settings.queries is not None and settings.qrels is not None:
         args += ["--queries", str(settings.queries), "--qrels", str(settings.qrels)]
+    if load_bundle(settings.served).sentence is not None:  # a hybrid served bundle: its candidates keep its encoder
+        args += ["--encoder", str(settings.served)]
     if settings.debias == "ips":
         args += ["--propensity-clip", str(settings.clip)] if "--propensity-clip" in _train_flags() else []
     epochs = settings.epochs if settings.epochs is not None or settings.max_minutes else CLICK_RECIPE.epochs
