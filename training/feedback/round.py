@@ -164,8 +164,8 @@ def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[lis
 
     The training is the click recipe's (training.click_recipe: the simulated loop's epochs, rate, uniform
     negatives, no early stopping on clicks; one model instead of its folded three for a hybrid served bundle, whose
-    encoder the candidate keeps and whose λ it learns again) unless given: --epochs, --max-minutes and --lr of the round, then
-    `train_args`, which come last and so win over anything before them.
+    encoder the candidate keeps and whose λ it learns again) unless given: --epochs, --max-minutes and --lr of the
+    round, then `train_args`, which come last and so win over anything before them.
     """
     args = [
         sys.executable, "-m", "training", "train", "--corpus", str(settings.corpus), "--clicks", str(clicks),
