@@ -298,6 +298,11 @@ def _copy_sentence(folder: Path, into: Path, form: Form) -> SentenceSpec:
     return spec
 
 
+def is_bundle(folder: Path) -> bool:
+    """Whether `folder` is a bundle (it has a manifest), as opposed to, say, a model folder."""
+    return (folder / MANIFEST).is_file()
+
+
 def read_raw_manifest(path: Path) -> dict[str, Any]:
     """manifest.json as a dict, checked to be an ssi-bundle manifest (any version)."""
     if not path.is_dir():

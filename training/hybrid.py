@@ -23,9 +23,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ssi.bundle import is_bundle
 from ssi.sentence import SentenceEncoder, write_spec
 from training.data import TrainingData
-from training.sentence_export import encoder_of_bundle, is_bundle, prepare_encoder
+from training.sentence_export import encoder_of_bundle, prepare_encoder
 from training.sentence_vectors import encode_corpus
 
 SENTENCE_WEIGHT = "sentence_weight"  # λ, beside the validation metrics of each step (training.trainer)
@@ -42,10 +43,9 @@ class PreparedEncoder:
         self.source = folder
         self.threads = threads
         self.folder = self._scratch / "sentence"
-        self.from_bundle = is_bundle(folder)  # a hybrid bundle's encoder: its graph, no weights to fine-tune
-        self.spec = (
+        self.spec = (  # a hybrid bundle's encoder as it is (no weights to fine-tune), or a model folder's, exported
             encoder_of_bundle(folder, self.folder)
-            if self.from_bundle
+            if is_bundle(folder)
             else prepare_encoder(folder, self.folder, threads=threads)
         )
         self.encoder = SentenceEncoder(self.folder, threads)

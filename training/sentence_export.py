@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from ssi.bundle import MANIFEST, load_bundle, sha256_file
+from ssi.bundle import load_bundle, sha256_file
 from ssi.sentence import (
     FILES,
     MODEL_FILE,
@@ -245,8 +245,3 @@ def encoder_of_bundle(bundle_dir: Path | str, out: Path | str) -> SentenceSpec:
     spec = read_spec(out).model_copy(update={"weight": 0.0, "weight_rule": "unset"})
     write_spec(out, spec)
     return spec
-
-
-def is_bundle(folder: Path) -> bool:
-    """A bundle folder (its manifest) rather than a model folder: `--encoder` then takes the bundle's encoder."""
-    return (folder / MANIFEST).is_file()

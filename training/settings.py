@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from ssi.bundle import MANIFEST
+from ssi.bundle import is_bundle
 from ssi.stemming import NO_STEMMER, check_stemmer
 from ssi.weighting import DEFAULT_B, DEFAULT_K1
 from training.device import check_device
@@ -214,7 +214,7 @@ class TrainSettings(BaseSettings):
         given = [flag for flag, on in clashes.items() if on]
         if given:
             raise ValueError(f"--encoder does not go with {', '.join(given)} yet")
-        if self.finetune_encoder and (self.encoder / MANIFEST).is_file():
+        if self.finetune_encoder and is_bundle(self.encoder):
             raise ValueError(
                 f"--finetune-encoder trains the model's weights, and --encoder {self.encoder} is a bundle, which holds "
                 "only its encoder's graph: give the sentence-transformers model folder"
