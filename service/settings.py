@@ -212,6 +212,10 @@ class Settings(BaseSettings):
     events_text: Literal["plain", "hash", "none"] = "plain"
     events_explore: float = Field(default=0.0, ge=0, le=1)
     events_explore_depth: int = Field(default=10, ge=2, le=1000)
+    # Seeds the service's own draws (the explore shuffle above; the team-draft coin of an interleaving comparison),
+    # so a simulation that sends the same requests in the same order gets the same log (benchmarks/click_loop*.py);
+    # None, the default: drawn from the operating system, as a live service wants.
+    random_seed: int | None = None
     events_max_age_days: float = Field(default=30.0, gt=0, le=36_500)
     events_max_mb: float = Field(default=512.0, ge=1, le=1 << 30)
 

@@ -51,7 +51,7 @@ class Traffic:
         self.enabled = enabled  # False: nothing is recorded, whatever the settings (a router without a data folder)
         self._stores: dict[str, EventStore] = {}
         self._lock = threading.Lock()
-        self._rng = random.Random()
+        self._rng = random.Random(settings.random_seed)
         self._retry_at: dict[str, float] = {}  # a store that could not be opened, and when to try again
 
     def store(self, name: str) -> EventStore | None:

@@ -63,7 +63,8 @@ class Comparisons:
         self.metrics = metrics
         self._live: dict[str, Live] = {}
         self._lock = threading.Lock()  # loads and drops, the watcher's and an admin request's
-        self._rng = random.Random()
+        # its own stream: with SSI_RANDOM_SEED, not the explore shuffle's (service.events.traffic)
+        self._rng = random.Random(None if traffic.settings.random_seed is None else traffic.settings.random_seed + 1)
         self._stop = threading.Event()
         self._watcher: threading.Thread | None = None
 

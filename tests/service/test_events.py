@@ -117,6 +117,23 @@ def test_explore_shuffles_the_top_of_a_share_of_answers_and_marks_them(small_wor
     assert rows and all(r.randomized for r in rows)
 
 
+def test_a_seeded_service_shuffles_the_same_answers_the_same_way(small_world: dict, tmp_path: Path) -> None:
+    """SSI_RANDOM_SEED: the same requests in the same order get the same shuffles (a simulation can be repeated);
+    another seed, other ones."""
+    query = small_world["docs"][30].text[:60]
+
+    def orders(seed: int, run: str) -> list[tuple[str, ...]]:
+        settings = dict(events_explore=0.5, events_explore_depth=4, random_seed=seed, cache_dir=tmp_path / run)
+        with ThreadServer(bundle=small_world["bundle"], corpus=small_world["corpus"], **settings) as s:
+            answers = [s.client.post("/search", json={"query": query, "k": 6}).json() for _ in range(16)]
+        return [tuple(h["id"] for h in answer["hits"]) for answer in answers]
+
+    first = orders(7, "a")
+    assert len(set(first)) > 1  # some answers shuffled, some not, at a share of 0.5
+    assert orders(7, "b") == first
+    assert orders(8, "c") != first
+
+
 def test_hashed_text_keeps_no_query_and_none_keeps_nothing(tmp_path: Path) -> None:
     for mode in ("hash", "none"):
         store = EventStore(tmp_path / mode, text_mode=mode, max_age=3600, max_bytes=1 << 30, start_writer=False)
