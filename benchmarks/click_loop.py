@@ -165,10 +165,11 @@ class Users:
         return clicks
 
 
-def serve_arm(world: World, start: Path, root: Path, explore: float, timeout: float = 600) -> ServedProcess:
+def serve_arm(world: World, start: Path, root: Path, explore: float, seed: int, timeout: float = 600) -> ServedProcess:
     """An arm's own `ssi serve` (started), recording plain-text traffic in `root`, serving a copy of `start` as
-    `root/bundles/start`, reloadable from `root/bundles` with ADMIN_KEY. `timeout`: for its first start (a hybrid
-    start encodes every abstract first: about 11 minutes on 2 cores)."""
+    `root/bundles/start`, reloadable from `root/bundles` with ADMIN_KEY; its own draws seeded with `seed`
+    (SSI_RANDOM_SEED), so that a run can be repeated. `timeout`: for its first start (a hybrid start encodes every
+    abstract first: about 7 minutes on 2 cores)."""
     bundles = root / "bundles"
     shutil.rmtree(root, ignore_errors=True)
     bundles.mkdir(parents=True)
@@ -176,7 +177,7 @@ def serve_arm(world: World, start: Path, root: Path, explore: float, timeout: fl
     settings = {
         "SSI_DATA_DIR": str(root / "data"), "SSI_CACHE_DIR": str(root / "cache"), "SSI_ADMIN_KEY": ADMIN_KEY,
         "SSI_BUNDLE_ROOT": str(bundles), "SSI_WORKERS": "1", "SSI_EVENTS": "true", "SSI_EVENTS_TEXT": "plain",
-        "SSI_EVENTS_EXPLORE": str(explore),
+        "SSI_EVENTS_EXPLORE": str(explore), "SSI_RANDOM_SEED": str(seed),
     }  # fmt: skip
     server = ServedProcess(bundles / "start", world.corpus, root, settings)
     server.start(timeout=timeout)
@@ -194,7 +195,7 @@ def run_arm(
     root = work / arm
     bundles = root / "bundles"
     served_path = bundles / "start"
-    server = serve_arm(world, start, root, opts["explore"], timeout=3600 if opts["encoder"] else 600)
+    server = serve_arm(world, start, root, opts["explore"], opts["seed"], timeout=3600 if opts["encoder"] else 600)
     users = Users(
         world, opts["eta"], opts["p_relevant"], opts["p_other"], opts["page_size"], random.Random(opts["seed"])
     )

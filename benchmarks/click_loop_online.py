@@ -70,7 +70,7 @@ def run_arm(name: str, world: World, start: Path, work: Path, opts: dict[str, An
     root = work / name
     bundles = root / "bundles"
     served_path = bundles / "start"
-    server = serve_arm(world, start, root, opts["explore"])
+    server = serve_arm(world, start, root, opts["explore"], opts["seed"])
     users = Users(world, opts["eta"], opts["p_relevant"], opts["p_other"], 10, random.Random(opts["seed"]))
     served_model = start_model
     start_ndcg = model_ndcg(start_model, world.valid_task)
