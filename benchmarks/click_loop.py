@@ -165,17 +165,28 @@ class Users:
         return clicks
 
 
-def serve_arm(world: World, start: Path, root: Path, explore: float, seed: int, timeout: float = 600) -> ServedProcess:
+def serve_arm(
+    world: World,
+    start: Path,
+    root: Path,
+    explore: float,
+    seed: int,
+    timeout: float = 600,
+    cache_dir: Path | None = None,
+) -> ServedProcess:
     """An arm's own `ssi serve` (started), recording plain-text traffic in `root`, serving a copy of `start` as
     `root/bundles/start`, reloadable from `root/bundles` with ADMIN_KEY; its own draws seeded with `seed`
     (SSI_RANDOM_SEED), so that a run can be repeated. `timeout`: for its first start (a hybrid start encodes every
-    abstract first: about 7 minutes on 2 cores)."""
+    abstract first: about 7 minutes on 2 cores). `cache_dir`: SSI_CACHE_DIR shared with other arms (default: the
+    arm's own), so that a hybrid start reads the abstracts' e(d) another arm's server kept (service.sentence_cache);
+    snapshots are keyed by each arm's own store, so no arm reads another's index."""
     bundles = root / "bundles"
     shutil.rmtree(root, ignore_errors=True)
     bundles.mkdir(parents=True)
     shutil.copytree(start, bundles / "start")
     settings = {
-        "SSI_DATA_DIR": str(root / "data"), "SSI_CACHE_DIR": str(root / "cache"), "SSI_ADMIN_KEY": ADMIN_KEY,
+        "SSI_DATA_DIR": str(root / "data"), "SSI_CACHE_DIR": str(cache_dir or root / "cache"),
+        "SSI_ADMIN_KEY": ADMIN_KEY,
         "SSI_BUNDLE_ROOT": str(bundles), "SSI_WORKERS": "1", "SSI_EVENTS": "true", "SSI_EVENTS_TEXT": "plain",
         "SSI_EVENTS_EXPLORE": str(explore), "SSI_RANDOM_SEED": str(seed),
     }  # fmt: skip
