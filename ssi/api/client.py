@@ -27,9 +27,9 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
@@ -59,6 +59,16 @@ class ServiceError(Exception):
         self.message = message
         self.errors = errors or []
         self.retry_after = retry_after
+
+
+R = TypeVar("R")
+
+
+def _record(kind: type[R], body: Mapping[str, Any]) -> R:
+    """`kind` from a response body's fields, ignoring any it does not have: a newer server may add fields (as
+    `sentence` was added to /match's adverts) without breaking an older client."""
+    names = {f.name for f in fields(kind)}  # type: ignore[arg-type]
+    return kind(**{key: value for key, value in body.items() if key in names})
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +131,7 @@ class DeleteResult:
 
 @dataclass(frozen=True, slots=True)
 class AdMatch:
-    """One advert for a page, with the words that made the match."""
+    """One advert for a page, with the words that made the match; `sentence` as in SearchHit."""
 
     id: str
     title: str
@@ -134,6 +144,7 @@ class AdMatch:
     budget: bool
     shared_words: list[str]  # words of both page and advert, strongest first
     related_words: list[str]  # page words that pulled the advert most through the semantic part
+    sentence: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +188,7 @@ class AdFilter:
 
 def _search_result(body: Mapping[str, Any], collection: str, took_ms: float) -> SearchResult:
     return SearchResult(
-        hits=[SearchHit(**hit) for hit in body["hits"]],
+        hits=[_record(SearchHit, hit) for hit in body["hits"]],
         query_words=body["query_words"],
         candidates=body["candidates"],
         collection=collection,
@@ -189,7 +200,7 @@ def _search_result(body: Mapping[str, Any], collection: str, took_ms: float) -> 
 def _page_matches(body: Mapping[str, Any]) -> list[PageMatch]:
     return [
         PageMatch(
-            ads=[AdMatch(**ad) for ad in result["ads"]],
+            ads=[_record(AdMatch, ad) for ad in result["ads"]],
             page_words=result["page_words"],
             ranked=result["ranked"],
             collection=body["collection"],
@@ -299,13 +310,13 @@ class Client:
         body: dict[str, Any] = {"impression": impression, "id": doc_id}
         if dwell_ms is not None:
             body["dwell_ms"] = dwell_ms
-        return ClickResult(**self._request("POST", "/clicks", json=body))
+        return _record(ClickResult, self._request("POST", "/clicks", json=body))
 
     # -- documents ---------------------------------------------------------------------------------------------
 
     def get_document(self, doc_id: str) -> StoredDocument:
         """A stored document (`GET /documents/{id}`); a `ServiceError` 404 when there is none."""
-        return StoredDocument(**self._request("GET", f"/documents/{_path_id(doc_id)}"))
+        return _record(StoredDocument, self._request("GET", f"/documents/{_path_id(doc_id)}"))
 
     def put_document(self, doc_id: str, *, title: str = "", text: str = "") -> WriteResult:
         """Add or replace one document (`PUT /documents/{id}`); searchable when this returns."""
@@ -316,11 +327,11 @@ class Client:
     def put_documents(self, documents: Iterable[Document]) -> WriteResult:
         """Add or replace several documents in one transaction (`POST /documents`): all of them or none."""
         body = {"documents": [{"id": d.id, "title": d.title, "text": d.text} for d in documents]}
-        return WriteResult(**self._request("POST", "/documents", json=body))
+        return _record(WriteResult, self._request("POST", "/documents", json=body))
 
     def delete_document(self, doc_id: str) -> DeleteResult:
         """Delete one document (`DELETE /documents/{id}`); a `ServiceError` 404 when there is none."""
-        return DeleteResult(**self._request("DELETE", f"/documents/{_path_id(doc_id)}"))
+        return _record(DeleteResult, self._request("DELETE", f"/documents/{_path_id(doc_id)}"))
 
     # -- adverts -----------------------------------------------------------------------------------------------
 
@@ -348,7 +359,7 @@ class Client:
 
     def get_advert(self, ad_id: str) -> Advert:
         """An advert with its metadata (`GET /adverts/{id}`)."""
-        return Advert(**self._request("GET", f"/adverts/{_path_id(ad_id)}"))
+        return _record(Advert, self._request("GET", f"/adverts/{_path_id(ad_id)}"))
 
     def put_advert(
         self,
@@ -366,16 +377,16 @@ class Client:
             "title": title, "text": text, "active": active,
             "category": category, "advertiser": advertiser, "budget": budget,
         }  # fmt: skip
-        return WriteResult(**self._request("PUT", f"/adverts/{_path_id(ad_id)}", json=body))
+        return _record(WriteResult, self._request("PUT", f"/adverts/{_path_id(ad_id)}", json=body))
 
     def update_advert(self, ad_id: str, **changes: bool | str | None) -> Advert:
         """Change an advert's metadata only (`PATCH /adverts/{id}`): `active` (pause, resume), `category`,
         `advertiser`, `budget`. The text and its embedding are kept, so this is instant."""
-        return Advert(**self._request("PATCH", f"/adverts/{_path_id(ad_id)}", json=changes))
+        return _record(Advert, self._request("PATCH", f"/adverts/{_path_id(ad_id)}", json=changes))
 
     def delete_advert(self, ad_id: str) -> DeleteResult:
         """Delete one advert, text and metadata (`DELETE /adverts/{id}`)."""
-        return DeleteResult(**self._request("DELETE", f"/adverts/{_path_id(ad_id)}"))
+        return _record(DeleteResult, self._request("DELETE", f"/adverts/{_path_id(ad_id)}"))
 
     # -- the service -------------------------------------------------------------------------------------------
 

@@ -148,3 +148,16 @@ def test_adverts_match_writes_and_pauses(client: ssi.Client, api_world: ApiWorld
 def test_the_service_description(client: ssi.Client, api_world: ApiWorld, tmp_path: Path) -> None:
     assert client.ready()["status"] == "ready"
     assert client.model()["content_hash"] == api_world.trained.content_hash
+
+
+def test_a_field_a_newer_server_adds_is_ignored_not_fatal() -> None:
+    """The client reads the fields it knows: /match's adverts gained `sentence` (a hybrid bundle's third part), and
+    a client without it raised TypeError on every answer."""
+    from ssi.api.client import AdMatch, SearchHit, _record
+
+    hit = {"id": "d1", "title": "t", "snippet": "s", "score": 1.5, "semantic": 0.5, "lexical": 1.0}
+    assert _record(SearchHit, {**hit, "added_later": [1, 2]}) == SearchHit(**hit)
+    ad = {"id": "a1", "title": "t", "text": "x", "score": 2.0, "semantic": 0.5, "lexical": 1.0, "category": None,
+          "advertiser": None, "budget": True, "shared_words": [], "related_words": ["w"]}  # fmt: skip
+    assert _record(AdMatch, {**ad, "sentence": 0.5}).sentence == 0.5
+    assert _record(AdMatch, {**ad, "placed_by": "served"}) == AdMatch(**ad)
