@@ -19,18 +19,16 @@ from cluster.index_job import build_index
 from cluster.manifest import read_manifest
 from ssi.bundle import load_bundle
 from ssi.records import Document
-from ssi.sentence import read_spec, write_spec
 from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import (
     Oracle,
     assert_same_ranking,
     make_bundle,
     make_corpus,
+    make_sentence_encoder,
     probe_queries,
     write_corpus,
 )
-from tests.training.sentence_testing import make_tiny_encoder
-from training.sentence_export import prepare_encoder
 
 SHARDS = 3
 K = 10
@@ -41,9 +39,7 @@ WEIGHT = 3.0  # large beside the random model's parts, so the third part changes
 def hybrid(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("cluster-hybrid")
     docs = make_corpus(180, seed=5, vocab_words=300)
-    encoder = root / "sentence"
-    prepare_encoder(make_tiny_encoder(root / "tiny"), encoder)
-    write_spec(encoder, read_spec(encoder).with_weight(WEIGHT, "test"))
+    encoder = make_sentence_encoder(root, "sentence", WEIGHT)
     bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
     plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
     corpus = write_corpus(root / "corpus.jsonl", docs)

@@ -32,7 +32,7 @@ from ssi.keywords import keyword_query
 from ssi.open_vocab import CollectionStatistics, OpenRule, build_postings, collection_statistics, open_scores
 from ssi.products import DocMatrix
 from ssi.records import Document
-from ssi.sentence import SentenceEncoder
+from ssi.sentence import SentenceEncoder, read_spec, write_spec
 from ssi.tokenize import tokenize
 from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
@@ -165,6 +165,19 @@ def make_bundle(
     encoder = form_encoder(model) if model.served_exactly else None  # hash kernels have none
     write_bundle(path, form=model, vocab=vocab, encoder_onnx=encoder, sentence=sentence)
     return path
+
+
+def make_sentence_encoder(root: Path, name: str, weight: float, seed: int = 0) -> Path:
+    """`root/name`: a tiny random BERT (tests/training/sentence_testing.py, its model in `root/tiny-<seed>`) exported
+    and checked by the trainer's own code (training.sentence_export), with λ = `weight`: what
+    `make_bundle(sentence=...)` takes."""
+    from tests.training.sentence_testing import make_tiny_encoder
+    from training.sentence_export import prepare_encoder
+
+    folder = root / name
+    prepare_encoder(make_tiny_encoder(root / f"tiny-{seed}", seed=seed), folder)
+    write_spec(folder, read_spec(folder).with_weight(weight, "test"))
+    return folder
 
 
 @dataclass

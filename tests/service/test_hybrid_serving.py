@@ -18,13 +18,10 @@ from service_testing import (
     assert_same_ranking,
     make_bundle,
     make_corpus,
+    make_sentence_encoder,
     probe_queries,
     write_corpus,
 )
-
-from ssi.sentence import read_spec, write_spec
-from tests.training.sentence_testing import make_tiny_encoder
-from training.sentence_export import prepare_encoder
 
 K = 10
 POOL = 16
@@ -36,9 +33,7 @@ WEIGHT = 3.0  # large beside the random model's parts, so the third part changes
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("hybrid")
     docs = make_corpus(240, seed=5, vocab_words=300)
-    encoder = root / "sentence"
-    prepare_encoder(make_tiny_encoder(root / "tiny"), encoder)
-    write_spec(encoder, read_spec(encoder).with_weight(WEIGHT, "test"))
+    encoder = make_sentence_encoder(root, "sentence", WEIGHT)
     bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
     plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
     return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs), "bundle": bundle,

@@ -21,6 +21,7 @@ from service_testing import (
     assert_same_ranking,
     make_bundle,
     make_corpus,
+    make_sentence_encoder,
     probe_queries,
     write_corpus,
 )
@@ -30,20 +31,11 @@ from service.snapshot import SENTENCE_CACHE_DIR
 from ssi.bundle import load_bundle
 from ssi.records import Document
 from ssi.sentence import read_spec, write_spec
-from tests.training.sentence_testing import make_tiny_encoder
-from training.sentence_export import prepare_encoder
 
 K = 10
 POOL = 16
 KEY = {"X-API-Key": API_KEY}
 NEW = Document(id="new-music", title="piano violin song", text="music note piano song violin")
-
-
-def _encoder(root: Path, name: str, weight: float, seed: int = 0) -> Path:
-    folder = root / name
-    prepare_encoder(make_tiny_encoder(root / f"tiny-{seed}", seed=seed), folder)
-    write_spec(folder, read_spec(folder).with_weight(weight, "test"))
-    return folder
 
 
 def _reweighed(encoder: Path, folder: Path, weight: float) -> Path:
@@ -57,7 +49,7 @@ def _reweighed(encoder: Path, folder: Path, weight: float) -> Path:
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("sentence-cache")
     docs = make_corpus(240, seed=5, vocab_words=300)
-    encoder = _encoder(root, "sentence-a", 3.0)
+    encoder = make_sentence_encoder(root, "sentence-a", 3.0)
     bundles = root / "bundles"
     first = make_bundle(bundles / "first", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
     reweighed = _reweighed(encoder, root / "sentence-a-half", 1.5)
@@ -115,7 +107,7 @@ def test_another_encoders_vectors_are_not_used(world: dict, tmp_path: Path, capl
         assert _loaded(server)["encoded_on_load"] == 240
     other = make_bundle(
         world["bundles"] / "other-encoder", world["docs"], n_dims=8, seed=2, lexical="bm25",
-        sentence=_encoder(tmp_path, "sentence-b", 3.0, seed=1),
+        sentence=make_sentence_encoder(tmp_path, "sentence-b", 3.0, seed=1),
     )  # fmt: skip
     assert encoder_key(load_bundle(other)) != encoder_key(load_bundle(world["first"]))
     (foreign,) = _segments(cache, world["first"])
