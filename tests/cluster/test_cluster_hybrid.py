@@ -9,7 +9,6 @@ The encoder is a tiny random BERT (tests/training/sentence_testing.py), exported
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +22,9 @@ from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import (
     Oracle,
     assert_same_ranking,
-    make_bundle,
-    make_corpus,
-    make_sentence_encoder,
+    hybrid_world,
     probe_queries,
-    write_corpus,
+    write_adverts,
 )
 
 SHARDS = 3
@@ -37,15 +34,10 @@ WEIGHT = 3.0  # large beside the random model's parts, so the third part changes
 
 @pytest.fixture(scope="module")
 def hybrid(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("cluster-hybrid")
-    docs = make_corpus(180, seed=5, vocab_words=300)
-    encoder = make_sentence_encoder(root, "sentence", WEIGHT)
-    bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
-    plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
-    corpus = write_corpus(root / "corpus.jsonl", docs)
-    index = root / "index"
-    build_index(corpus, bundle, index, SHARDS, batch_size=50, open_vocab=True)
-    return {"root": root, "docs": docs, "bundle": bundle, "plain": plain, "corpus": corpus, "index": index}
+    world = hybrid_world(tmp_path_factory.mktemp("cluster-hybrid"), 180, WEIGHT)
+    world["index"] = world["root"] / "index"
+    build_index(world["corpus"], world["bundle"], world["index"], SHARDS, batch_size=50, open_vocab=True)
+    return world
 
 
 def test_the_router_ranks_the_whole_hybrid_score_over_every_shard(hybrid: dict) -> None:
@@ -121,11 +113,7 @@ def test_the_ray_data_task_encodes_as_the_in_process_build(hybrid: dict) -> None
 def test_match_on_a_hybrid_adverts_index_is_the_brute_force_over_every_shard(hybrid: dict, tmp_path: Path) -> None:
     """/match on the router over an adverts index built with the hybrid bundle: each page's adverts are the brute
     force's top k of the whole f, with their third part."""
-    ads = tmp_path / "ads.jsonl"
-    with ads.open("w", encoding="utf-8") as handle:
-        for i, doc in enumerate(hybrid["docs"]):
-            line = {"id": doc.id, "title": doc.title, "text": doc.text, "category": f"cat{i % 3}"}
-            handle.write(json.dumps(line) + "\n")
+    ads = write_adverts(tmp_path / "ads.jsonl", hybrid["docs"])
     index = tmp_path / "ads-index"
     build_index(ads, hybrid["bundle"], index, SHARDS, batch_size=50, collection_type="adverts", open_vocab=True)
     oracle = Oracle(hybrid["bundle"], hybrid["docs"])

@@ -98,6 +98,15 @@ def write_corpus(path: Path, docs: list[Document]) -> Path:
     return path
 
 
+def write_adverts(path: Path, docs: list[Document]) -> Path:
+    """The documents as an adverts corpus (`ssi serve`'s adverts lines), document i in category cat<i mod 3>."""
+    with path.open("w", encoding="utf-8") as handle:
+        for i, doc in enumerate(docs):
+            line = {"id": doc.id, "title": doc.title, "text": doc.text, "category": f"cat{i % 3}"}
+            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
+    return path
+
+
 def process_world(root: Path, n_docs: int, seed: int, vocab_words: int = 3000, n_dims: int = 32) -> dict:
     """A generated corpus file and a bundle trained on it under `root`, for tests that start real servers."""
     docs = make_corpus(n_docs, seed=seed, vocab_words=vocab_words)
@@ -178,6 +187,17 @@ def make_sentence_encoder(root: Path, name: str, weight: float, seed: int = 0) -
     prepare_encoder(make_tiny_encoder(root / f"tiny-{seed}", seed=seed), folder)
     write_spec(folder, read_spec(folder).with_weight(weight, "test"))
     return folder
+
+
+def hybrid_world(root: Path, n_docs: int, weight: float) -> dict:
+    """A generated corpus file, a hybrid BM25 bundle over it (a tiny encoder at λ = `weight`) and its `plain` twin
+    without the encoder (the same vocabulary and random form)."""
+    docs = make_corpus(n_docs, seed=5, vocab_words=300)
+    encoder = make_sentence_encoder(root, "sentence", weight)
+    bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
+    plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "plain": plain}
 
 
 @dataclass

@@ -16,11 +16,9 @@ from service_testing import (
     Oracle,
     ThreadServer,
     assert_same_ranking,
-    make_bundle,
-    make_corpus,
-    make_sentence_encoder,
+    hybrid_world,
     probe_queries,
-    write_corpus,
+    write_adverts,
 )
 
 K = 10
@@ -31,13 +29,7 @@ WEIGHT = 3.0  # large beside the random model's parts, so the third part changes
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    root = tmp_path_factory.mktemp("hybrid")
-    docs = make_corpus(240, seed=5, vocab_words=300)
-    encoder = make_sentence_encoder(root, "sentence", WEIGHT)
-    bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
-    plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
-    return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs), "bundle": bundle,
-            "plain": plain}  # fmt: skip
+    return hybrid_world(tmp_path_factory.mktemp("hybrid"), 240, WEIGHT)
 
 
 @pytest.mark.parametrize("scan_pool", [POOL, 1024])
@@ -99,15 +91,10 @@ def test_match_on_a_hybrid_adverts_collection_is_exact_with_its_third_part_apart
     """An adverts collection served with a hybrid bundle (it answered 500 before: the explanation multiplied the
     index rows [V d, λ e(d)] by the query map of V d alone): each page's adverts are the brute force's top k of the
     whole f, and each hit's parts, the third one included, add up to its score."""
-    import json
 
     from service.settings import CollectionSpec
 
-    ads = world["root"] / "ads.jsonl"
-    with ads.open("w", encoding="utf-8") as handle:
-        for i, doc in enumerate(world["docs"]):
-            line = {"id": doc.id, "title": doc.title, "text": doc.text, "category": f"cat{i % 3}"}
-            handle.write(json.dumps(line) + "\n")
+    ads = write_adverts(world["root"] / "ads.jsonl", world["docs"])
     spec = CollectionSpec(bundle=world["bundle"], corpus=ads, type="adverts")
     oracle = Oracle(world["bundle"], world["docs"])
     pages = [" ".join(doc.full_text for doc in world["docs"][i : i + 3]) for i in (0, 50, 100)]

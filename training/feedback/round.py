@@ -35,7 +35,7 @@ import httpx
 import numpy as np
 
 import ssi
-from ssi.bundle import load_bundle
+from ssi.bundle import load_bundle, read_manifest
 from ssi.traffic import ShownResult
 from training.click_recipe import CLICK_RECIPE
 from training.debias import DEFAULT_CLIP
@@ -185,7 +185,7 @@ def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[lis
             args += ["--dims", str(dims)]
     if settings.queries is not None and settings.qrels is not None:
         args += ["--queries", str(settings.queries), "--qrels", str(settings.qrels)]
-    if load_bundle(settings.served).sentence is not None:  # a hybrid served bundle: its candidates keep its encoder
+    if read_manifest(settings.served).sentence is not None:  # hybrid served: its candidates keep its encoder
         args += ["--encoder", str(settings.served)]
     if settings.debias == "ips":
         args += ["--propensity-clip", str(settings.clip)] if "--propensity-clip" in _train_flags() else []
