@@ -22,6 +22,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TypeVar
 
@@ -114,11 +115,15 @@ def in_process(bundle_path: Path, texts: list[str], batch: int) -> dict:
     }
 
 
-def service_build(bundle_path: Path, corpus: Path, work: Path, batch: int, workers: list[int]) -> dict:
+def service_build(
+    bundle_path: Path, corpus: Path, work: Path, batch: int, workers: list[int], start_up: list[int], threads: int
+) -> dict:
     """The service's build from an empty data folder: the store import, then `open_state` computing the state
-    with each SSI_BUILD_WORKERS of `workers` (no snapshot is written, so each starts from an empty cache)."""
+    with each SSI_BUILD_WORKERS of `workers` (no snapshot is written, so each starts from an empty cache), and for a
+    hybrid bundle each of `start_up`'s threads for the documents' encoding (0: the serving encoder's SSI_THREADS,
+    as a reload builds; a first load uses the usable cores), the sentence cache emptied before each."""
     shutil.rmtree(work, ignore_errors=True)
-    settings = Settings(bundle=bundle_path, corpus=corpus, cache_dir=work / "cache", embed_batch=batch)
+    settings = Settings(bundle=bundle_path, corpus=corpus, cache_dir=work / "cache", embed_batch=batch, threads=threads)
     clock = Clock()
     store = clock.run("store import", lambda: DocumentStore.open_for_corpus(settings.store_dir, "documents", corpus))
     report: dict = {"documents": store.count()}
@@ -126,10 +131,13 @@ def service_build(bundle_path: Path, corpus: Path, work: Path, batch: int, worke
         report["store import"] = clock.report(["store import"], report["documents"])
         bundle = load_bundle(bundle_path)
         for n in workers:
-            settings = settings.model_copy(update={"build_workers": n})
-            stage = f"open_state, {n} build workers"
-            clock.run(stage, lambda: open_state(collection="documents", bundle=bundle, store=store, settings=settings))  # noqa: B023
-            report[stage] = clock.report([stage], report["documents"])
+            for t in start_up if bundle.sentence is not None else [0]:
+                settings = settings.model_copy(update={"build_workers": n})
+                shutil.rmtree(settings.index_dir, ignore_errors=True)  # the sentence cache with it
+                stage = f"open_state, {n} build workers" + (f", start-up encoder of {t} threads" if t else "")
+                build = partial(open_state, collection="documents", bundle=bundle, store=store, settings=settings)
+                clock.run(stage, partial(build, start_up_threads=t or None))
+                report[stage] = clock.report([stage], report["documents"])
     finally:
         store.close()
         shutil.rmtree(work, ignore_errors=True)
@@ -148,6 +156,10 @@ def main() -> None:
     parser.add_argument(
         "--build-workers", default="0,1", help="SSI_BUILD_WORKERS values to time the service's build with"
     )
+    parser.add_argument(
+        "--start-up-threads", default="0", help="a hybrid bundle's encoding threads at a first load (0: SSI_THREADS)"
+    )
+    parser.add_argument("--threads", type=int, default=Settings().threads, help="SSI_THREADS of the build")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     args = parser.parse_args()
 
@@ -160,7 +172,10 @@ def main() -> None:
         report["in_process"] = in_process(args.bundle, texts, args.batch)
     if not args.skip_service:
         workers = [int(n) for n in args.build_workers.split(",")]
-        report["service"] = service_build(args.bundle, jsonl, args.work_dir / "service", args.batch, workers)
+        start_up = [int(n) for n in args.start_up_threads.split(",")]
+        report["service"] = service_build(
+            args.bundle, jsonl, args.work_dir / "service", args.batch, workers, start_up, args.threads
+        )
     report["load_average_after"] = os.getloadavg()
     print(json.dumps(report, indent=2))
     if args.out is not None:

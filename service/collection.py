@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from service.bounds import cut_long_text, shown
+from service.cores import usable_cores
 from service.embedding import Prepared
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
 from service.group_reload import GroupBundle
@@ -117,7 +118,10 @@ class Collection:
             self.store = DocumentStore.open_for_corpus(
                 self.settings.store_dir, self.name, self.spec.corpus, on_change=self.settings.corpus_change
             )
-            state = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
+            state = open_state(
+                collection=self.name, bundle=bundle, store=self.store, settings=self.settings,
+                start_up_threads=usable_cores().usable,
+            )  # fmt: skip
             self.state = state
             self._record_load(state)
             if state.saved_seq != state.seq:

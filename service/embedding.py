@@ -15,7 +15,7 @@ one, so a text another bundle with the same encoder has seen is not encoded agai
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -224,6 +224,22 @@ class Embedder:
         if sentence is None:
             sentence = self.document_sentences(self._texts_of(texts, tfidf.shape[0]))
         return join_documents(embedded, sentence, self.sentence.spec.weight)
+
+    def start_up_encoder(self, threads: int) -> Callable[[list[str]], np.ndarray]:
+        """e(d) for the build of a collection's first load, with `threads` threads: no worker serves it yet and the
+        others wait for its snapshot, while the serving encoder has SSI_THREADS (one a worker where the workers fill
+        the cores). Loaded at its first call, so a build that finds every e(d) in the sentence cache never loads it."""
+        if self.sentence is None:
+            raise RuntimeError("a bundle without a sentence encoder has no e(d)")
+        path = self.bundle.sentence_path
+        loaded: list[SentenceEncoder] = []
+
+        def encode(texts: list[str]) -> np.ndarray:
+            if not loaded:
+                loaded.append(SentenceEncoder(path, threads))
+            return loaded[0].encode(texts)
+
+        return encode
 
     def document_sentences(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [texts, E]: e(d) of documents' texts, unscaled: the sentence cache's where it holds a text (and

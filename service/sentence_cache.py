@@ -259,9 +259,10 @@ class SentenceCache:
                 self._keep(looked.digests[looked.new], looked.vectors[looked.new])
         return looked.vectors
 
-    def build(self) -> SentenceBuild:
-        """A full build's e(d): one segment of its documents replaces what the cache held (`SentenceBuild`)."""
-        return SentenceBuild(self)
+    def build(self, encode: Encode | None = None) -> SentenceBuild:
+        """A full build's e(d): one segment of its documents replaces what the cache held (`SentenceBuild`);
+        `encode`: what encodes the texts the cache lacks, where not the serving encoder (a start-up build's)."""
+        return SentenceBuild(self, encode)
 
     def _held(self) -> set[str]:
         """The segments the folder holds now, read and checked (a build replaces them)."""
@@ -285,7 +286,7 @@ class SentenceCache:
                 writer.abort()
                 log.warning("could not write the sentence cache's segment in %s: %s", self.folder, exc)
 
-    def _look(self, texts: Sequence[str]) -> _Looked:
+    def _look(self, texts: Sequence[str], encode: Encode | None = None) -> _Looked:
         texts = list(texts)
         digests = text_digests(texts)
         with self._lock:
@@ -298,7 +299,7 @@ class SentenceCache:
                 vectors, found = self._find(digests, vectors, found)
         new = ~found
         if new.any():
-            vectors[new] = self.encode([texts[i] for i in np.flatnonzero(new).tolist()])
+            vectors[new] = (encode or self.encode)([texts[i] for i in np.flatnonzero(new).tolist()])
         with self._lock:
             self.counts.encoded += int(new.sum())
             self.counts.cached += int(found.sum())
@@ -387,8 +388,9 @@ class SentenceBuild:
     the segments the cache held when the build began (those written meanwhile, by writes, stay). A context manager:
     after an error the cache is left as it was."""
 
-    def __init__(self, cache: SentenceCache) -> None:
+    def __init__(self, cache: SentenceCache, encode: Encode | None = None) -> None:
         self.cache = cache
+        self.encode = encode
         self._writer: _Writer | None = _Writer(cache.folder, cache.key, cache.dims)  # None: a write failed
         self._replaces: set[str] | None = None  # the segments held when the build began
 
@@ -396,7 +398,7 @@ class SentenceBuild:
         """float32 [texts, E]: e of each text, from the cache or encoded; each goes into the build's segment."""
         if self._replaces is None:
             self._replaces = self.cache._held()
-        looked = self.cache._look(texts)
+        looked = self.cache._look(texts, self.encode)
         if self._writer is not None:
             try:
                 self._writer.add(looked.digests, looked.vectors)

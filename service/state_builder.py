@@ -60,8 +60,13 @@ def index_config(settings: Settings) -> IndexConfig:
     )
 
 
-def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, settings: Settings) -> ModelState:
-    """The state for `bundle` over `store`'s documents at their latest write, from cache when possible."""
+def open_state(
+    *, collection: str, bundle: Bundle, store: DocumentStore, settings: Settings, start_up_threads: int | None = None
+) -> ModelState:
+    """The state for `bundle` over `store`'s documents at their latest write, from cache when possible.
+
+    `start_up_threads`: a collection's first load, which nobody is served from yet, encodes a hybrid bundle's documents
+    with that many threads (`Embedder.start_up_encoder`); a reload's build leaves the cores to the serving workers."""
     started = time.perf_counter()
     embedder = Embedder(
         bundle, settings.threads, open_vocab=settings.open_vocab, statistics=settings.open_vocab_statistics
@@ -81,7 +86,7 @@ def open_state(*, collection: str, bundle: Bundle, store: DocumentStore, setting
                 log.warning("[%s] ignoring snapshot %s (removed it): %s", collection, path.name, exc)
                 discard(path)
         if state is None:
-            state = computed(view, settings, **common)
+            state = computed(view, settings, start_up_threads=start_up_threads, **common)
         else:
             state.open.max_words = settings.open_vocab_words  # the cap set now, not the one the snapshot saved
             state.report.replayed = replay(state, view)
@@ -178,7 +183,7 @@ def from_snapshot(path: Path, view: StoreView, avg_len: float | None = None, **c
     )
 
 
-def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
+def computed(view: StoreView, settings: Settings, start_up_threads: int | None = None, **common: Any) -> ModelState:
     """The state computed from scratch: every stored document featurized and embedded, the index built.
 
     Featurized by `BulkFeaturizer` (the rows `Embedder.featurize` gives, byte for byte, without a
@@ -209,7 +214,8 @@ def computed(view: StoreView, settings: Settings, **common: Any) -> ModelState:
     kept = embedder.sentence_cache
     # A hybrid bundle's e(d): the sentence cache's where it holds a text, else encoded; its segment then holds exactly
     # this build's documents (service.sentence_cache).
-    sentences: SentenceBuild | nullcontext[None] = kept.build() if kept is not None else nullcontext()
+    encode = embedder.start_up_encoder(start_up_threads) if kept is not None and start_up_threads else None
+    sentences: SentenceBuild | nullcontext[None] = kept.build(encode) if kept is not None else nullcontext()
     with sentences as build, progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
         for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):
             texts = _full_texts(batch) if embedder.sentence is not None else None

@@ -21,6 +21,9 @@ from service_testing import (
     write_adverts,
 )
 
+from service.embedding import Embedder
+from ssi.bundle import load_bundle
+
 K = 10
 POOL = 16
 KEY = "hybrid-test-key-0123"
@@ -105,3 +108,14 @@ def test_match_on_a_hybrid_adverts_collection_is_exact_with_its_third_part_apart
         for page, result in zip(pages, response.json()["results"], strict=True):
             assert_same_ranking(result["ads"], oracle, page, K)
             assert all(hit["sentence"] is not None for hit in result["ads"])
+
+
+def test_the_start_up_encoder_gives_the_serving_encoders_vectors(world: dict) -> None:
+    """A first load encodes the documents with every core (Embedder.start_up_encoder), the serving encoder with
+    SSI_THREADS: the vectors must be the same, or the index would not rank what a write's encoding ranks."""
+    embedder = Embedder(load_bundle(world["bundle"]), 1)
+    assert embedder.sentence is not None
+    texts = [d.full_text for d in world["docs"][:40]]
+    np.testing.assert_allclose(embedder.start_up_encoder(2)(texts), embedder.sentence.encode(texts), atol=1e-5)
+    with pytest.raises(RuntimeError, match="no e\\(d\\)"):
+        Embedder(load_bundle(world["plain"]), 1).start_up_encoder(2)
