@@ -146,7 +146,7 @@ def main(
         figures["min_max_per_query_added"] = ndcg(_min_max(lexical) + _min_max(cosine))
     for name, other in others.items():
         figures[name] = {"alone": ndcg(other)}
-        figures[name] |= {f"plus {w} times cosine": ndcg(lexical + np.float32(w) * other) for w in VARIANT_WEIGHTS}
+        figures[name] |= {f"bm25 plus {w} times it": ndcg(lexical + np.float32(w) * other) for w in VARIANT_WEIGHTS}
     if learned is not None:
         own = ssi.load(learned, corpus=data / "corpus.jsonl.gz").scores(list(task.query_texts))
         figures["learned"] = {"bundle": str(learned), "alone": ndcg(own)}

@@ -79,6 +79,7 @@ class Embedder:
             )
         self.bundle = bundle
         self.form = bundle.form
+        self.threads = threads
         self.index_dims = bundle.manifest.index_dims
         form_dims = self.index_dims - bundle.manifest.sentence_dims
         self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, form_dims, threads)
@@ -228,18 +229,14 @@ class Embedder:
     def start_up_encoder(self, threads: int) -> Callable[[list[str]], np.ndarray]:
         """e(d) for the build of a collection's first load, with `threads` threads: no worker serves it yet and the
         others wait for its snapshot, while the serving encoder has SSI_THREADS (one a worker where the workers fill
-        the cores). Loaded at its first call, so a build that finds every e(d) in the sentence cache never loads it."""
+        the cores). The serving encoder itself where it has as many; else another, loaded at its first call, so a
+        build that finds every e(d) in the sentence cache never loads it."""
         if self.sentence is None:
             raise RuntimeError("a bundle without a sentence encoder has no e(d)")
-        path = self.bundle.sentence_path
-        loaded: list[SentenceEncoder] = []
-
-        def encode(texts: list[str]) -> np.ndarray:
-            if not loaded:
-                loaded.append(SentenceEncoder(path, threads))
-            return loaded[0].encode(texts)
-
-        return encode
+        if threads <= self.threads:
+            return self.sentence.encode
+        load = functools.cache(functools.partial(SentenceEncoder, self.bundle.sentence_path, threads))
+        return lambda texts: load().encode(texts)
 
     def document_sentences(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [texts, E]: e(d) of documents' texts, unscaled: the sentence cache's where it holds a text (and

@@ -117,5 +117,6 @@ def test_the_start_up_encoder_gives_the_serving_encoders_vectors(world: dict) ->
     assert embedder.sentence is not None
     texts = [d.full_text for d in world["docs"][:40]]
     np.testing.assert_allclose(embedder.start_up_encoder(2)(texts), embedder.sentence.encode(texts), atol=1e-5)
+    assert embedder.start_up_encoder(1) == embedder.sentence.encode  # no second encoder where it adds no thread
     with pytest.raises(RuntimeError, match="no e\\(d\\)"):
         Embedder(load_bundle(world["plain"]), 1).start_up_encoder(2)
