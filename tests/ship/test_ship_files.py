@@ -4,6 +4,7 @@ route that they name is checked against the real repository, the real CLI and th
 
 from __future__ import annotations
 
+import functools
 import http.server
 import json
 import os
@@ -81,8 +82,11 @@ def options_of(command: Any) -> set[str]:
     return {opt for param in command.params for opt in (*param.opts, *param.secondary_opts) if opt.startswith("-")}
 
 
-def check_ssi_argv(argv: list[str]) -> None:
-    """`ssi SUB --flag value ...`: SUB is a real subcommand, every flag one of its options, and `--help` runs."""
+def check_ssi_argv(argv: list[str], entry_point: bool = False) -> None:
+    """`ssi SUB --flag value ...`: SUB is a real subcommand, every flag one of its options, and `--help` runs:
+    through the installed `ssi` script in a new process with `entry_point` (what an image's CMD runs), else through
+    the same `main` in this process, once a subcommand (a new interpreter importing the training half, torch
+    included, cost ~10 s of a loaded two-core machine a call; the learner's test runs `ssi learn` as a process)."""
     assert argv[0] == "ssi", argv
     group = ssi_cli()
     assert argv[1] in group.commands, f"`ssi {argv[1]}` is not a command (have: {sorted(group.commands)})"
@@ -93,7 +97,23 @@ def check_ssi_argv(argv: list[str]) -> None:
     for arg in rest:
         if arg.startswith("--"):
             assert arg.split("=", 1)[0] in known, f"`ssi {argv[1]}` has no option {arg}"
-    subprocess.run([str(SSI), argv[1], "--help"], check=True, capture_output=True, timeout=120)
+    if entry_point:
+        subprocess.run([str(SSI), argv[1], "--help"], check=True, capture_output=True, timeout=120)
+    else:
+        ssi_help(argv[1])
+
+
+@functools.cache
+def ssi_help(subcommand: str) -> str:
+    """`ssi SUBCOMMAND --help` as the `ssi` script runs it (ssi_cli.main.main), in this process: its output."""
+    from typer.testing import CliRunner
+
+    from ssi_cli.main import build_app
+
+    result = CliRunner().invoke(build_app(subcommand), [subcommand, "--help"], prog_name="ssi")
+    assert result.exit_code == 0, result.output[-2000:]
+    assert "Usage" in result.output, result.output[-2000:]
+    return result.output
 
 
 def script_options(script: Path) -> set[str]:
@@ -203,7 +223,7 @@ def test_service_image_has_no_torch_and_a_readiness_healthcheck(routes: Routes) 
     assert repo_path(argv[1]).is_file()
     assert argv[2] == "/readyz" and routes.answers("/readyz")
 
-    check_ssi_argv(argv_of(the(instructions, "CMD")))
+    check_ssi_argv(argv_of(the(instructions, "CMD")), entry_point=True)
 
 
 def test_trainer_image_runs_the_train_script_with_pinned_cpu_torch() -> None:
@@ -491,9 +511,9 @@ def _ssi_invocations(text: str) -> list[list[str]]:
 
 
 def test_scripts_call_real_ssi_commands_and_flags() -> None:
-    """Every `ssi` call in the shipped scripts parses with the real command line.
+    """Every `ssi` call in the shipped scripts parses with the real command line, and its subcommand's help runs.
 
-    Slow: building the whole command line imports the trainer's and the service's modules."""
+    Slow: building the whole command line imports the trainer's and the service's modules (torch included)."""
     calls = [call for script in SCRIPTS for call in _ssi_invocations(script.read_text(encoding="utf-8"))]
     assert {call[1] for call in calls} >= {"train", "serve"}
     assert any("--valid-pairs" in call for call in calls)
@@ -578,9 +598,9 @@ def test_python_m_help_explains_every_option(package: str) -> None:
 # -- scripts/train-bundle.sh (the quick start's and the trainer image's training step) -------------
 
 
-def _train_bundle(*args: str) -> subprocess.CompletedProcess[str]:
+def _train_bundle(*args: str, ssi_dir: Path = SSI.parent) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("SSI_")}
-    env["PATH"] = f"{SSI.parent}{os.pathsep}{env.get('PATH', '')}"
+    env["PATH"] = f"{ssi_dir}{os.pathsep}{SSI.parent}{os.pathsep}{env.get('PATH', '')}"
     return subprocess.run(
         ["bash", str(REPO / "scripts" / "train-bundle.sh"), *args, "--", "--no-progress", "--dims", "8"],
         env=env,
@@ -591,7 +611,11 @@ def _train_bundle(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_train_bundle_trains_once_per_input_and_refuses_missing_files(tmp_path: Path) -> None:
-    """Slow: trains a bundle on a demo corpus through the script, then checks that a second call trains nothing."""
+    """The script trains a real bundle; a second call with the same inputs trains nothing; a changed input trains
+    again (through a stand-in `ssi` that records its arguments: a second real training proves nothing the first
+    did not, and cost ~25 s); a missing corpus is refused.
+
+    Slow: trains a bundle on a demo corpus through the script (a new interpreter importing torch)."""
     from ssi.bundle import load_bundle
     from training.demo_corpus import DemoConfig, generate, write
 
@@ -611,8 +635,17 @@ def test_train_bundle_trains_once_per_input_and_refuses_missing_files(tmp_path: 
 
     with (source / "train_pairs.tsv").open("a", encoding="utf-8") as handle:
         handle.write("astronomy-001\tastronomy-002\n")
-    changed = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05")
-    assert changed.returncode == 0 and "up to date" not in changed.stdout
+    stand_in = tmp_path / "stand-in"
+    stand_in.mkdir()
+    (stand_in / "ssi").write_text('#!/usr/bin/env bash\nprintf "%s\\n" "$@" >"$(dirname "$0")/argv"\n')
+    (stand_in / "ssi").chmod(0o755)
+    changed = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05", ssi_dir=stand_in)
+    assert changed.returncode == 0 and "up to date" not in changed.stdout, changed.stderr[-3000:]
+    argv = (stand_in / "argv").read_text().splitlines()
+    assert argv[:3] == ["train", "--corpus", str(data / "corpus.jsonl")] and "--max-minutes" in argv, argv
+    assert argv[argv.index("--pairs") + 1] == str(source / "train_pairs.tsv") and argv[-2:] == ["--dims", "8"], argv
+    again = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05", ssi_dir=stand_in)
+    assert again.returncode == 0 and "up to date" in again.stdout  # the new inputs' training was recorded
 
     (source / "corpus.jsonl").unlink()
     missing = _train_bundle("--data", str(data), "--input", str(source))
