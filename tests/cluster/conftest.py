@@ -12,11 +12,16 @@ import pytest
 
 from tests.service.service_testing import Oracle, free_port, make_bundle, make_corpus, write_corpus
 
-# The modules that deploy their Serve applications on one shared cluster (a head and two labelled worker nodes,
-# Serve's proxy on one port), one after the other in the Ray group (tests/conftest.py): starting a cluster and
-# Serve is most of a module's time, so three modules start it once. Each deletes its applications when it ends.
-# Any other module (its own cluster: nodes killed, Ray Train's own instance) shuts the shared one down first.
-SHARED_RAY_MODULES = frozenset({"test_cluster_faults", "test_cluster_match", "test_cluster_ray"})
+# Every module of the Ray group (tests/conftest.py's RAY_MODULES) runs on one shared local cluster, started once: a
+# head and three labelled worker nodes (replicated shards put copy i on node n<i>), Serve's proxy on one port.
+# Starting a cluster and Serve is most of a small module's time. Each module deletes its applications when it ends;
+# a module that kills a worker node starts it again under its label before it ends. Any other module (a worker that
+# goes on to other work once the group is done: tests/conftest.py) shuts it down first.
+SHARED_RAY_MODULES = frozenset(
+    {"test_cluster_faults", "test_cluster_match", "test_cluster_ray", "test_ray_train", "test_replication_ray"}
+)
+WORKER_NODES = 3
+CPUS_PER_NODE = 1  # four CPUs in all: Ray Train's two workers, or Ray Data's tasks beside Serve's replicas (0 CPUs)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,7 +49,7 @@ def shared_ray() -> SharedRay:
         from cluster.local import LocalCluster
         from service.settings import Settings
 
-        local = LocalCluster(workers=2, cpus_per_node=1, object_store_mb=128)  # two labelled nodes: replicas=2
+        local = LocalCluster(workers=WORKER_NODES, cpus_per_node=CPUS_PER_NODE, object_store_mb=128)
         try:
             local.connect()
             port = free_port()
@@ -70,14 +75,6 @@ def release_shared_ray() -> None:
         _shared.local.shutdown()
         _shared = None
         builtins.print = saved
-
-
-@pytest.fixture(autouse=True, scope="module")
-def _own_cluster_first(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A module that is not one of SHARED_RAY_MODULES starts with no shared cluster running."""
-    if request.module.__name__.rsplit(".", 1)[-1] not in SHARED_RAY_MODULES:
-        release_shared_ray()
-    yield
 
 
 @pytest.fixture(autouse=True, scope="session")

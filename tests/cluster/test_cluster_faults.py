@@ -164,7 +164,7 @@ def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
 
     index = tmp_path_factory.mktemp("fault-index") / "index"
     build_index(world["corpus"], world["bundle"], index, SHARDS, batch_size=100)
-    ray = shared_ray()  # two labelled worker nodes: replicas=2
+    ray = shared_ray()  # labelled worker nodes: replicas=2 puts a copy on n0 and n1
     try:
         yield {"index": index, "port": ray.port, "local": ray.local}
     finally:

@@ -78,23 +78,14 @@ def test_ray_data_job_writes_the_shards_the_local_build_writes(world: dict, clus
     assert ids and all(shard_of(doc_id, SHARDS) == 1 for doc_id in ids)
 
 
-def test_a_parquet_corpus_gives_the_same_shards(world: dict, cluster: dict, tmp_path: Path) -> None:
-    """`ssi index --ray` reads Parquet as well as JSONL: the same documents land in the same shards.
-
-    Slow: a second Ray Data index build (from Parquet) on the module's cluster."""
+def write_parquet(path: Path, docs: list[Document], row_group_size: int) -> Path:
+    """`docs` as a Parquet corpus in row groups of `row_group_size` (several row groups: several read blocks)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    docs = world["docs"]
     table = pa.table({"id": [d.id for d in docs], "title": [d.title for d in docs], "text": [d.text for d in docs]})
-    corpus = tmp_path / "corpus.parquet"
-    pq.write_table(table, corpus, row_group_size=64)  # several row groups: several read blocks
-    from_parquet = build_index(corpus, world["bundle"], tmp_path / "pq", SHARDS, ray_address=cluster["local"].address)
-    from_jsonl = cluster["manifest"]
-    assert from_parquet.documents == len(docs)
-    assert [(e.documents, e.ids_sha256) for e in from_parquet.entries] == [
-        (e.documents, e.ids_sha256) for e in from_jsonl.entries
-    ]
+    pq.write_table(table, path, row_group_size=row_group_size)
+    return path
 
 
 def test_sharded_search_equals_single_node_search(world: dict, cluster: dict, tmp_path: Path) -> None:
@@ -263,7 +254,7 @@ def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: 
     over HTTP and through the Python API (ssi.Client); with a new word on both shards, in different numbers, the
     ranking is one node's; deleting the documents takes the words out.
 
-    Slow: a Ray Data index build and a second Serve application on the module's cluster."""
+    Slow: a second Serve application (a local build of its index) on the module's cluster."""
     from ray import serve
 
     from cluster.deploy import ClusterOptions, application
@@ -305,8 +296,9 @@ def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: 
 
 def test_the_collections_statistics_are_served_through_the_ray_router(cluster: dict, tmp_path: Path) -> None:
     """SSI_OPEN_VOCAB_STATISTICS=collection on the router starts (it was refused before) over an index the Ray Data
-    job built with them: its avg_len is the local build's, and the ranking is the brute force over every document
-    with the collection's statistics at that avg_len, through a write and a delete.
+    job built with them from a Parquet corpus: its shards and avg_len are the local build's from JSONL, and the
+    ranking is the brute force over every document with the collection's statistics at that avg_len, through a write
+    and a delete. (The Ray Data job's Parquet reader is tested here: the same documents land in the same shards.)
 
     Slow: a Ray Data index build and a second Serve application on the module's cluster."""
     from ray import serve
@@ -320,9 +312,13 @@ def test_the_collections_statistics_are_served_through_the_ray_router(cluster: d
     here = build_index(corpus, bundle, tmp_path / "here", 2, open_vocab=True, statistics="collection")
     index = tmp_path / "index"
     address = cluster["local"].address
+    parquet = write_parquet(tmp_path / "corpus.parquet", docs[30:], row_group_size=25)
     built = build_index(
-        corpus, bundle, index, 2, ray_address=address, batch_size=25, open_vocab=True, statistics="collection"
+        parquet, bundle, index, 2, ray_address=address, batch_size=25, open_vocab=True, statistics="collection"
     )
+    # `ssi index --ray` reads Parquet as well as JSONL: the same documents in the same shards as the local build's
+    assert built.engine == "ray" and built.documents == len(docs[30:])
+    assert [(e.documents, e.ids_sha256) for e in built.entries] == [(e.documents, e.ids_sha256) for e in here.entries]
     assert built.avg_len is not None and built.avg_len == here.avg_len
     settings = Settings(insecure_writes=True, open_vocab=True, open_vocab_statistics="collection")
     serve.run(application(index, settings, ClusterOptions(shard_cpus=0)), name="stats", route_prefix="/stats")

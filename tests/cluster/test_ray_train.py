@@ -18,18 +18,18 @@ from training.settings import TrainSettings  # noqa: E402
 
 
 def test_two_ray_workers_train_a_bundle_that_beats_tfidf(tmp_path: Path) -> None:
-    """Slow: a local Ray cluster and two Ray Train workers, each importing PyTorch."""
-    import ray
+    """On the Ray group's shared cluster (tests/cluster/conftest.py), joined by its address as `--ray HOST:PORT` does.
 
+    Slow: two Ray Train workers, each importing PyTorch."""
+    from tests.cluster.conftest import shared_ray
+
+    address = shared_ray().address
     data = make_synonym_corpus(tmp_path / "synonyms")
     settings = TrainSettings(
         corpus=data.corpus, pairs=data.train_pairs, valid_pairs=data.valid_pairs, out=tmp_path / "bundle",
-        ray="local", workers=2, shuffle_buffer=64, epochs=40, n_dims=16, lr=0.1, seed=1, threads=1,
+        ray=address, workers=2, shuffle_buffer=64, epochs=40, n_dims=16, lr=0.1, seed=1, threads=1,
     )  # fmt: skip
-    try:
-        summary = run_training(settings, show_progress=False)
-    finally:
-        ray.shutdown()
+    summary = run_training(settings, show_progress=False)
     bundle = load_bundle(tmp_path / "bundle")
     assert bundle.manifest.form == "lowrank" and bundle.manifest.training["config"]["workers"] == 2
     stream = summary["stream"]

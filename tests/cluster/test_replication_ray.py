@@ -21,7 +21,7 @@ pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[clu
 
 from cluster.index_job import build_index  # noqa: E402
 from cluster.sharding import shard_of  # noqa: E402
-from tests.service.service_testing import free_port, needle_of, wait_ready  # noqa: E402
+from tests.service.service_testing import needle_of, wait_ready  # noqa: E402
 
 SHARDS = 2
 COPIES = 3
@@ -29,35 +29,32 @@ COPIES = 3
 
 @pytest.fixture(scope="module")
 def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    from ray import serve
-
+    """The replicated service on the Ray group's shared cluster (tests/cluster/conftest.py: three labelled worker
+    nodes, one a copy); the tests that kill a node start it again, so the cluster is whole when the module ends."""
     from cluster import deploy
-    from cluster.local import LocalCluster
     from service.settings import Settings
+    from tests.cluster.conftest import WORKER_NODES, shared_ray
 
+    assert WORKER_NODES == COPIES
     root = tmp_path_factory.mktemp("replicated-ray")
     index = root / "index"
     build_index(world["corpus"], world["bundle"], index, SHARDS, batch_size=100)
-    local = LocalCluster(workers=COPIES, cpus_per_node=1, object_store_mb=96)
+    ray = shared_ray()
+    options = deploy.ClusterOptions(
+        shard_cpus=0,
+        replicas=COPIES,
+        node_dir=root / "nodes",
+        retry_seconds=10.0,
+        shard_timeout_seconds=8.0,
+        router_on_head=True,
+    )
+    settings = Settings(host="127.0.0.1", port=ray.port, insecure_writes=True)
+    deploy.start(index, settings, options, address=ray.address)
     try:
-        local.connect()
-        port = free_port()
-        options = deploy.ClusterOptions(
-            shard_cpus=0,
-            replicas=COPIES,
-            node_dir=root / "nodes",
-            retry_seconds=10.0,
-            shard_timeout_seconds=8.0,
-            router_on_head=True,
-        )
-        deploy.start(index, Settings(host="127.0.0.1", port=port, insecure_writes=True), options, address="auto")
-        url = f"http://127.0.0.1:{port}"
-        wait_ready(url, timeout=120)
-        yield {"url": url, "local": local, "nodes": root / "nodes"}
-        deploy.stop()
-        serve.shutdown()
+        wait_ready(ray.url, timeout=120)
+        yield {"url": ray.url, "local": ray.local, "nodes": root / "nodes"}
     finally:
-        local.shutdown()
+        deploy.stop()
 
 
 def coordinator() -> Any:
