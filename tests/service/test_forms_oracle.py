@@ -10,6 +10,7 @@ over every document (ssi.forms: the single definition of f); nothing here comput
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
@@ -45,7 +46,15 @@ SCALES = {"psi3": {"V3": 0.8, "Y3": 0.8}}
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("forms")
     docs = make_corpus(300, seed=21, vocab_words=400)
-    return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs)}
+    return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs), "bundles": {}}
+
+
+def shared_bundle(corpus: dict, name: str, build: Callable[[Path], Path]) -> Path:
+    """The bundle `name`, built by `build` into the module's folder once: both routes' tests of a form read the
+    same one (a server only reads its bundle; its index goes to the test's own cache folder)."""
+    if name not in corpus["bundles"]:
+        corpus["bundles"][name] = build(corpus["root"] / "bundles" / name)
+    return corpus["bundles"][name]
 
 
 def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> bool:
@@ -85,13 +94,19 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(
     a stemmer, the service looks every word up by its stem as the trainer did (ssi.stemming).
 
     Both routes of the exact ranking: s and l of every row (a flat index and a cheap dense lexical pass: a
-    small collection), and the FAISS pool with the lexical rows beyond it (a large one)."""
+    small collection), and the FAISS pool with the lexical rows beyond it (a large one). The two routes of a form
+    read one bundle (shared_bundle).
+
+    Slow: only the module's first case, which imports torch for the encoders' ONNX export (training.encoder) and
+    the service for the rest of the module; each other case takes a few seconds."""
     if route == "pool":
         monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool, every_row=False: False)
     docs: list[Document] = corpus["docs"]
-    bundle = make_bundle(
-        tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical,
-        stemmer=stemmer,
+    bundle = shared_bundle(
+        corpus, f"{form}-{lexical}-{stemmer}",
+        lambda path: make_bundle(
+            path, docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical, stemmer=stemmer
+        ),
     )  # fmt: skip
     oracle = Oracle(bundle, docs)
     assert oracle.bundle.vocab.lexical == lexical and oracle.bundle.vocab.stemmer == stemmer
@@ -127,10 +142,17 @@ def test_a_projection_alone_or_with_tfidf_is_served_exactly(
     if route == "pool":
         monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool, every_row=False: False)
     docs: list[Document] = corpus["docs"]
-    random = load_bundle(make_bundle(tmp_path / "random", docs, form="projection", n_dims=12, seed=5), mmap=False)
-    form = Projection({**random.form.values, "w": np.full_like(random.form.values["w"], weight)})
-    bundle = tmp_path / "bundle"
-    write_bundle(bundle, form=form, vocab=random.vocab, encoder_onnx=form_encoder(form))
+
+    def build(path: Path) -> Path:
+        random_dir = shared_bundle(
+            corpus, "projection-random", lambda at: make_bundle(at, docs, form="projection", n_dims=12, seed=5)
+        )
+        random = load_bundle(random_dir, mmap=False)
+        form = Projection({**random.form.values, "w": np.full_like(random.form.values["w"], weight)})
+        write_bundle(path, form=form, vocab=random.vocab, encoder_onnx=form_encoder(form))
+        return path
+
+    bundle = shared_bundle(corpus, f"projection-{weight}", build)
     oracle = Oracle(bundle, docs)
     with ThreadServer(bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL) as server:
         candidates = []
