@@ -62,6 +62,8 @@ def _queries(docs: list[Document]) -> list[str]:
 
 
 def test_a_new_word_is_found_over_http_and_leaves_with_its_document(tmp_path: Path) -> None:
+    """Slow: only as the module's first test, which imports torch (the bundle's ONNX export, training.encoder) and
+    the service for the whole module; its own work is one small bundle and one in-process server."""
     known, _, corpus, bundle = _world(tmp_path)
     with ThreadServer(
         bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL, open_vocab=True
@@ -422,10 +424,14 @@ def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(tmp
 @pytest.mark.parametrize("statistics", ["bundle", "collection"])
 def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statistics: str) -> None:
     """SSI_WORKERS=2 with the open vocabulary on (either statistics): whichever worker answers, a new word written
-    through another is found at once and the ranking is the brute force; its delete takes it out everywhere; the
-    group restarted from its snapshot ranks the same.
+    through another is found at once and the ranking is the brute force; its delete takes it out everywhere. With
+    the collection's statistics (the ones a snapshot must bring back: avg_len of the rows it holds, live idf) the
+    group is restarted from its snapshot and ranks the same; with the bundle's, whose figures are the bundle's
+    whatever is loaded, that second group start is left out (a single process's restart from a snapshot with the
+    open vocabulary: test_the_served_ranking_is_the_brute_force_with_the_open_term).
 
-    Slow: a group of real worker processes, started twice (the second time from its snapshot)."""
+    Slow: a group of real worker processes (each imports the service and loads the model), written to and
+    searched on fresh connections."""
     known, later, _, bundle = _world(tmp_path)
     served = [*known[:100], *later[:25]]
     corpus = write_corpus(tmp_path / "served.jsonl", served)
@@ -469,6 +475,8 @@ def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statisti
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.log()
+    if statistics == "bundle":
+        return
     again = ProcessServer(tmp_path, env, args).start()
     try:
         assert httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
