@@ -15,6 +15,8 @@ KEY = {"X-API-Key": API_KEY}
 
 
 def test_a_write_and_single_searches_do_not_wait_for_long_batches(tmp_path: Path) -> None:
+    """Slow: a real server process over 10,000 documents (a bundle built for them, each embedded at start-up), so
+    that a batch takes long enough to tell a write or a search that waited for it from one that did not."""
     docs = make_corpus(10_000, seed=5, vocab_words=3000)
     corpus = write_corpus(tmp_path / "corpus.jsonl", docs)
     bundle = make_bundle(tmp_path / "bundle", docs, n_dims=32)
