@@ -29,7 +29,7 @@ import numba
 import numpy as np
 import onnxruntime as ort
 
-from service.jit_cache import CACHE
+from ssi.jit_cache import CACHE
 
 # A lone query takes numba's pass: both cost ~1.5 ms over 100k rows of 100 there, and numba's needs no query
 # quantization (a tighter bound) nor a session call a piece; from two queries on the product wins (0.90 ms a

@@ -36,7 +36,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-from service.jit_cache import CACHE
+from ssi.jit_cache import CACHE
 
 DELTA_ROWS = 4096  # appended rows kept apart before a merge into the base matrix
 
@@ -142,7 +142,7 @@ class _BaseBounds:
 # The two inner loops of long queries (a web page to /match holds ~1,000 words), compiled: in numpy each
 # query word costs a few calls (~10 µs), so a page spent ~10 ms in call overhead alone. They compile on
 # first use (LexicalIndex warms them when built), cached on disk only where NUMBA_CACHE_DIR names a
-# folder (service.jit_cache): the install may be read-only.
+# folder (ssi.jit_cache): the install may be read-only.
 @numba.njit(nogil=True, cache=CACHE)
 def _add_postings(
     indptr: np.ndarray,

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from service.jit_cache import CACHE
+from ssi.jit_cache import CACHE
 
 QUANTIZED_QUERIES = 8  # chunks of at most this many queries take the int8 pass; larger ones BLAS's product
 _LEVELS = 127.0

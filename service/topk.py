@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from service.jit_cache import CACHE
+from ssi.jit_cache import CACHE
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,12 +24,13 @@ import numba
 import numpy as np
 
 from ssi.feature_hashing import CorrelatedHashing
+from ssi.jit_cache import CACHE
 from ssi.vocab import Vocabulary
 
 log = logging.getLogger(__name__)
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _dice_top_k(
     feature_indptr: np.ndarray,
     feature_docs: np.ndarray,

@@ -21,6 +21,7 @@ import numba
 import numpy as np
 import torch
 
+from ssi.jit_cache import CACHE
 from training.numba_threads import use_torch_threads
 
 
@@ -53,7 +54,7 @@ def margin_ranking(
     return loss, _coefficients(neg_cell, pos_cell, weight, n_rows, n_cols), active.sum() / count
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _row_sums(neg: np.ndarray, pos: np.ndarray, w: np.ndarray, starts: np.ndarray, out: np.ndarray) -> None:
     """Row b of `out` from its triples starts[b]:starts[b+1], summed in float64 in the triples' order: the sums
     `np.bincount` makes, bit for bit, with the rows on the threads given."""

@@ -25,8 +25,9 @@ import numpy as np
 import scipy.sparse as sp
 
 from ssi.forms.base import ArraySpec, DocumentProducts, Form, FormError
+from ssi.jit_cache import CACHE
 
-# The kernels compile on first use (a few seconds) and are not cached on disk (numba's cache=True): an
+# The kernels compile on first use (a few seconds) and are not cached on disk (numba's cache=CACHE): an
 # install the process cannot write to, as in the service image, would fail at import.
 
 # A prime near 2³²/φ (Knuth's multiplicative hash): s·P mod H spreads the words' windows over W for
@@ -40,13 +41,13 @@ def pair_hash(s: np.ndarray | int, t: np.ndarray | int, hash_size: int) -> np.nd
     return (np.asarray(s, dtype=np.int64) * PRIME + np.asarray(t, dtype=np.int64)) % hash_size
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", cache=CACHE)
 def window_offset(s: int, hash_size: int) -> int:
     """h(s, 0); h(s, t) is then (offset + t) mod H."""
     return (s * PRIME) % hash_size
 
 
-@numba.njit
+@numba.njit(cache=CACHE)
 def query_row(u: np.ndarray, q_ids: np.ndarray, q_vals: np.ndarray, W_ext: np.ndarray, w: np.ndarray) -> None:
     """u ← u_q: Σ_s q_s W[h(s, ·)] plus the diagonal w_t q_t; `W_ext` is W repeated to H + D entries.
 
@@ -73,7 +74,7 @@ def query_row(u: np.ndarray, q_ids: np.ndarray, q_vals: np.ndarray, W_ext: np.nd
         u[q_ids[k]] += w[q_ids[k]] * q_vals[k]
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def query_rows(
     q_ptr: np.ndarray, q_ids: np.ndarray, q_vals: np.ndarray, W_ext: np.ndarray, w: np.ndarray
 ) -> np.ndarray:

@@ -33,12 +33,13 @@ import scipy.sparse as sp
 
 from ssi.forms.base import ArraySpec, DocumentKeys, DocumentProducts
 from ssi.forms.query_likelihood import LanguageModelForm, query_log_likelihood, term_counts, unigram_rows
+from ssi.jit_cache import CACHE
 
 MIXTURE = ("lambda", "alpha", "fold_in_iterations", "topic_prior")  # the entries of the `mixture` array
 MAX_FOLD_IN = 200
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def fold_in(
     indptr: np.ndarray, indices: np.ndarray, counts: np.ndarray, phi: np.ndarray, iterations: int, prior: float
 ) -> np.ndarray:

@@ -22,10 +22,11 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
+from ssi.jit_cache import CACHE
 from training.fitted.sides import Sides
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _em_pass(
     q_ptr: np.ndarray, q_idx: np.ndarray, q_cnt: np.ndarray,
     d_ptr: np.ndarray, d_idx: np.ndarray, d_prob: np.ndarray,

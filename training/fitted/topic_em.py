@@ -36,13 +36,14 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from ssi.jit_cache import CACHE
 from training.fitted.sides import Sides
 
 SEED_PAIRS = 3  # pairs whose words seed each topic's starting distribution
 MAX_TILT = 30.0  # |λ_z| / |side| at most: e^±30 keeps every projected posterior finite
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", cache=CACHE)
 def _posteriors(idx: np.ndarray, phi: np.ndarray, theta: np.ndarray, counts: np.ndarray, out: np.ndarray) -> float:
     """out[j] ← P(z|w_j) of each token of the text, P(z|w) ∝ φ_z(w) θ(z); returns Σ_j c_j log P(w_j)."""
     k = theta.shape[0]
@@ -60,7 +61,7 @@ def _posteriors(idx: np.ndarray, phi: np.ndarray, theta: np.ndarray, counts: np.
     return loglik
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", cache=CACHE)
 def _tilt(
     base: np.ndarray, n: int, counts: np.ndarray, weights: np.ndarray, size: float, sign: float,
     out: np.ndarray, grad: np.ndarray, hess: np.ndarray,
@@ -81,7 +82,7 @@ def _tilt(
                 hess[z] += share * (1.0 - out[j, z]) / size
 
 
-@numba.njit(inline="always")
+@numba.njit(inline="always", cache=CACHE)
 def _project(
     rq: np.ndarray, nq: int, cq: np.ndarray, rd: np.ndarray, nd: int, cd: np.ndarray, steps: int,
     pq: np.ndarray, pd: np.ndarray,
@@ -109,7 +110,7 @@ def _project(
                 lam[z] += grad[z] / (hess[z] + 1e-12)
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _em_pass(
     q_ptr: np.ndarray, q_idx: np.ndarray, q_cnt: np.ndarray,
     d_ptr: np.ndarray, d_idx: np.ndarray, d_cnt: np.ndarray,

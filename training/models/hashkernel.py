@@ -20,6 +20,7 @@ import torch
 
 from ssi.forms.hashkernel import HashKernel as HashKernelForm
 from ssi.forms.hashkernel import csr_parts, hashed_scores, window_offset
+from ssi.jit_cache import CACHE
 from training.models.base import ModelShape, SSIModel
 from training.models.block import Block
 from training.models.optim import EPS
@@ -30,7 +31,7 @@ from training.numba_threads import use_torch_threads
 DENSE_SHARE = 0.25
 
 
-@numba.njit
+@numba.njit(cache=CACHE)
 def _scatter_window(grad: np.ndarray, g: np.ndarray, offset: int, scale: float) -> None:
     """grad[(offset + t) mod H] += scale · g[t] for every t, in contiguous runs."""
     hash_size, n = grad.shape[0], g.shape[0]
@@ -43,7 +44,7 @@ def _scatter_window(grad: np.ndarray, g: np.ndarray, offset: int, scale: float) 
         offset = 0
 
 
-@numba.njit
+@numba.njit(cache=CACHE)
 def _accumulate(
     q_ptr: np.ndarray,
     q_ids: np.ndarray,
@@ -94,7 +95,7 @@ def _accumulate(
             seen[touched[x]] = False
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _adagrad(weight: np.ndarray, accumulator: np.ndarray, grad: np.ndarray, lr: float, eps: float) -> None:
     """Adagrad on the entries with a gradient (the rest stay exactly as they are); clears `grad`."""
     for k in numba.prange(weight.shape[0]):

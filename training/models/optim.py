@@ -17,6 +17,7 @@ import numba
 import numpy as np
 import torch
 
+from ssi.jit_cache import CACHE
 from training.numba_threads import use_torch_threads
 
 DENSE_SHARE = 0.25
@@ -64,7 +65,7 @@ def _fits_kernel(*tables: torch.Tensor) -> bool:
     return all(t.dtype == torch.float32 and t.is_contiguous() and not t.requires_grad for t in tables)
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _dense_step(weight: np.ndarray, accumulator: np.ndarray, grad: np.ndarray, lr: float) -> None:
     """Adagrad on every row in one pass, in PyTorch's order: its addcmul rounds a + g·g once (a fused multiply-add;
     here in float64, exact for float32 inputs, so the accumulators are its bits), its addcdiv computes

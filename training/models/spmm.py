@@ -23,6 +23,7 @@ import numpy as np
 import scipy.sparse as sp
 import torch
 
+from ssi.jit_cache import CACHE
 from training.numba_threads import use_torch_threads
 
 CHUNKS_PER_THREAD = 8
@@ -32,7 +33,7 @@ SPARSE_COEFF_SHARE = 0.05  # ∂loss/∂S with fewer non-zeros than this share: 
 BLOCKED_MIN_READS = 32  # mean reads of a table row per product before blocking pays (512 queries × U: 16, no gain)
 
 
-@numba.njit(parallel=True, fastmath=True)
+@numba.njit(parallel=True, fastmath=True, cache=CACHE)
 def _rows_times(
     indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, table: np.ndarray, out: np.ndarray, bounds: np.ndarray
 ) -> None:
@@ -49,7 +50,7 @@ def _rows_times(
                     row[t] += value * weights[t]
 
 
-@numba.njit(parallel=True, fastmath=True)
+@numba.njit(parallel=True, fastmath=True, cache=CACHE)
 def _rows_times_blocked(
     indptr: np.ndarray,
     indices: np.ndarray,
@@ -123,7 +124,7 @@ def coefficient_products(
     return rows_times(rows, doc_rows), rows_times(rows.T.tocsr(), query_rows)
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _count_nonzero(dense: np.ndarray, out: np.ndarray) -> None:
     """Non-zeros of each row of `dense` (scipy's conversion of a dense C took 20 ms, as long as the products)."""
     for r in numba.prange(dense.shape[0]):
@@ -134,7 +135,7 @@ def _count_nonzero(dense: np.ndarray, out: np.ndarray) -> None:
         out[r] = n
 
 
-@numba.njit(parallel=True)
+@numba.njit(parallel=True, cache=CACHE)
 def _fill_nonzero(dense: np.ndarray, indptr: np.ndarray, indices: np.ndarray, data: np.ndarray) -> None:
     """The CSR columns and values of `dense`'s non-zeros, row by row at `indptr`."""
     for r in numba.prange(dense.shape[0]):
