@@ -11,6 +11,8 @@
 # a module to a worker (tests/conftest.py), with line and branch coverage printed file by file and summed by
 # package (COVERAGE=0 skips it), the ten slowest phases and the tests over the one-test budget
 # (docs/contributing.md).
+# With PYTEST_BUDGET_SECONDS set (.ci/run sets it: 1.5 × the suite's 12-minute budget, room for a noisy machine),
+# a pytest run that takes longer fails even when every test passed, saying by how much (docs/contributing.md).
 # Tests that need ../shared/data or Debian's chromium skip with a message when those are absent
 # (set SSI_REQUIRE_BROWSER=1 to make a missing browser an error, as CI does), and the wrk load test
 # when wrk is absent (SSI_REQUIRE_WRK=1 makes that an error).
@@ -56,10 +58,24 @@ if [[ "${COVERAGE:-1}" != 0 ]]; then
     args+=(--cov --cov-report=term "--cov-report=json:$report")
 fi
 status=0
+started=$(date +%s.%N)
 "$py" -m pytest "${args[@]}" "$@" || status=$?
+took=$(awk -v a="$started" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 if [[ $status -eq 5 ]]; then
     echo "test.sh: pytest collected no tests; failing on purpose" >&2
     exit 1
+fi
+budget="${PYTEST_BUDGET_SECONDS:-}"
+if [[ -n "$budget" ]]; then
+    if awk -v t="$took" -v b="$budget" 'BEGIN { exit !(t > b) }'; then
+        echo "test.sh: pytest took $took s, over its budget of $budget s (PYTEST_BUDGET_SECONDS): the suite is too" \
+            "slow; the units and tests listed above under 'test budget' say where the time went" >&2
+        [[ $status -ne 0 ]] || status=3
+    else
+        echo "==> pytest took $took s (budget $budget s)"
+    fi
+else
+    echo "==> pytest took $took s"
 fi
 if [[ -n "$report" && -f "$report" ]]; then
     echo "==> coverage by package (line and branch)"
