@@ -34,7 +34,7 @@ WEIGHT = 3.0  # large beside the random model's parts, so the third part changes
 
 @pytest.fixture(scope="module")
 def hybrid(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    world = hybrid_world(tmp_path_factory.mktemp("cluster-hybrid"), 180, WEIGHT)
+    world = hybrid_world(tmp_path_factory, "cluster-hybrid", 180, WEIGHT)
     world["index"] = world["root"] / "index"
     build_index(world["corpus"], world["bundle"], world["index"], SHARDS, batch_size=50, open_vocab=True)
     return world

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -176,24 +177,24 @@ def make_bundle(
     return path
 
 
-def make_sentence_encoder(root: Path, name: str, weight: float, seed: int = 0) -> Path:
-    """`root/name`: a tiny random BERT (tests/training/sentence_testing.py, its model in `root/tiny-<seed>`) exported
-    and checked by the trainer's own code (training.sentence_export), with λ = `weight`: what
-    `make_bundle(sentence=...)` takes."""
-    from tests.training.sentence_testing import make_tiny_encoder
-    from training.sentence_export import prepare_encoder
+def make_sentence_encoder(factory: pytest.TempPathFactory, root: Path, name: str, weight: float, seed: int = 0) -> Path:
+    """`root/name`: the run's tiny random BERT of `seed` as exported and checked by the trainer's own code
+    (tests/training/sentence_testing.py's exported_tiny_encoder: once per run, shared by every worker), copied with
+    λ = `weight`: what `make_bundle(sentence=...)` takes."""
+    from tests.training.sentence_testing import exported_tiny_encoder
 
     folder = root / name
-    prepare_encoder(make_tiny_encoder(root / f"tiny-{seed}", seed=seed), folder)
+    shutil.copytree(exported_tiny_encoder(factory, seed=seed).sentence, folder, copy_function=shutil.copyfile)
     write_spec(folder, read_spec(folder).with_weight(weight, "test"))
     return folder
 
 
-def hybrid_world(root: Path, n_docs: int, weight: float) -> dict:
-    """A generated corpus file, a hybrid BM25 bundle over it (a tiny encoder at λ = `weight`) and its `plain` twin
-    without the encoder (the same vocabulary and random form)."""
+def hybrid_world(factory: pytest.TempPathFactory, name: str, n_docs: int, weight: float) -> dict:
+    """A new folder `name` with a generated corpus file, a hybrid BM25 bundle over it (the run's tiny encoder at
+    λ = `weight`) and its `plain` twin without the encoder (the same vocabulary and random form)."""
+    root = factory.mktemp(name)
     docs = make_corpus(n_docs, seed=5, vocab_words=300)
-    encoder = make_sentence_encoder(root, "sentence", weight)
+    encoder = make_sentence_encoder(factory, root, "sentence", weight)
     bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
     plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
     corpus = write_corpus(root / "corpus.jsonl", docs)

@@ -32,7 +32,7 @@ WEIGHT = 3.0  # large beside the random model's parts, so the third part changes
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    return hybrid_world(tmp_path_factory.mktemp("hybrid"), 240, WEIGHT)
+    return hybrid_world(tmp_path_factory, "hybrid", 240, WEIGHT)
 
 
 @pytest.mark.parametrize("scan_pool", [POOL, 1024])

@@ -49,7 +49,7 @@ def _reweighed(encoder: Path, folder: Path, weight: float) -> Path:
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("sentence-cache")
     docs = make_corpus(240, seed=5, vocab_words=300)
-    encoder = make_sentence_encoder(root, "sentence-a", 3.0)
+    encoder = make_sentence_encoder(tmp_path_factory, root, "sentence-a", 3.0)
     bundles = root / "bundles"
     first = make_bundle(bundles / "first", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
     reweighed = _reweighed(encoder, root / "sentence-a-half", 1.5)
@@ -97,7 +97,9 @@ def test_a_reload_to_another_bundle_with_the_same_encoder_encodes_no_document(wo
     assert segment.name.startswith("seg-0000000241-")
 
 
-def test_another_encoders_vectors_are_not_used(world: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+def test_another_encoders_vectors_are_not_used(
+    world: dict, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory, caplog: pytest.LogCaptureFixture
+) -> None:
     """An encoder with other files has its own folder; even another encoder's file put into that folder is refused
     (its trailer names its encoder), and every document is encoded by the new one: the ranking is exact.
 
@@ -107,7 +109,7 @@ def test_another_encoders_vectors_are_not_used(world: dict, tmp_path: Path, capl
         assert _loaded(server)["encoded_on_load"] == 240
     other = make_bundle(
         world["bundles"] / "other-encoder", world["docs"], n_dims=8, seed=2, lexical="bm25",
-        sentence=make_sentence_encoder(tmp_path, "sentence-b", 3.0, seed=1),
+        sentence=make_sentence_encoder(tmp_path_factory, tmp_path, "sentence-b", 3.0, seed=1),
     )  # fmt: skip
     assert encoder_key(load_bundle(other)) != encoder_key(load_bundle(world["first"]))
     (foreign,) = _segments(cache, world["first"])

@@ -1,11 +1,24 @@
 """A tiny random sentence encoder in sentence-transformers' folder layout, for tests: BERT with 2 layers of
 width 32 over a word-piece vocabulary of a few hundred pieces, made with `transformers` and `tokenizers`
-(the `encoder-export` extra), so `ssi train --encoder` exports and checks it as it does a real model."""
+(the `encoder-export` extra), so `ssi train --encoder` exports and checks it as it does a real model.
+
+`exported_tiny_encoder` makes and exports it once per pytest run, shared by every pytest-xdist worker: an export is
+the slow part of the hybrid tests, and most of them only read its result."""
 
 from __future__ import annotations
 
+import fcntl
 import json
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
+
+from ssi.sentence import MODEL_FILE
+from training.sentence_export import prepare_encoder
 
 WORDS = (
     "the a of and to in is for on with star planet moon orbit telescope lens light bread oven dough flour "
@@ -57,3 +70,41 @@ def make_tiny_encoder(folder: Path, *, pooling: str = "mean", normalize: bool = 
     (folder / "sentence_bert_config.json").write_text(json.dumps({"max_seq_length": 48}))
     (folder / "README.md").write_text("---\nlicense: apache-2.0\n---\n# a tiny random encoder for tests\n")
     return folder
+
+
+@dataclass(frozen=True)
+class ExportedEncoder:
+    """The tiny encoder of one seed, made and exported once per pytest run (`exported_tiny_encoder`); read only."""
+
+    model: Path  # its model folder, with the checked graph beside the weights (onnx/model.onnx), as a user's may have
+    sentence: Path  # prepare_encoder's output from the folder without the graph: the full export path, λ unset
+
+
+def run_temp(factory: pytest.TempPathFactory) -> Path:
+    """This run's temporary folder: under pytest-xdist the one every worker of the run shares (each worker's own is a
+    folder in it); without xdist the process's own (its parent holds earlier runs' folders)."""
+    base = factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+def exported_tiny_encoder(factory: pytest.TempPathFactory, *, seed: int = 0) -> ExportedEncoder:
+    """The tiny encoder (mean pooling, normalised) made and exported by training.sentence_export once per run, for
+    every worker: the first to ask builds it under a lock, the others wait for it, then all read it.
+
+    An export with PyTorch's dynamo exporter takes tens of seconds on 2 busy cores; `ssi train --encoder` given the
+    model folder takes its graph as it is and only checks it against the model's forward pass."""
+    root = run_temp(factory)
+    final = root / f"tiny-encoder-{seed}"
+    with (root / f"tiny-encoder-{seed}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, or when its process dies
+        if not final.is_dir():
+            scratch = Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=root))
+            model = make_tiny_encoder(scratch / "model", seed=seed)
+            prepare_encoder(model, scratch / "sentence")
+            (model / "onnx").mkdir()
+            shutil.copyfile(scratch / "sentence" / MODEL_FILE, model / "onnx" / MODEL_FILE)
+            for path in scratch.rglob("*"):  # shared: a test that writes into it fails instead of changing the others'
+                if path.is_file():
+                    path.chmod(0o444)
+            scratch.rename(final)  # whole or not there: a build that failed leaves only its scratch folder
+    return ExportedEncoder(final / "model", final / "sentence")

@@ -17,9 +17,9 @@ from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus
 from ssi.forms.diagonal import Diagonal
 from ssi.hybrid import hybrid_scores
-from ssi.sentence import SentenceEncoder, SentenceError
+from ssi.sentence import SentenceEncoder, SentenceError, read_spec
 from ssi_cli.main import build_app
-from tests.training.sentence_testing import WORDS, make_tiny_encoder
+from tests.training.sentence_testing import WORDS, ExportedEncoder, exported_tiny_encoder, make_tiny_encoder
 from tests.training.synonyms import SynonymCorpus, held_out_map, train
 from training.evaluate.form_scorer import FormScorer
 from training.hybrid import DAY_ONE_WEIGHT, LEARNED_RULE, SENTENCE_WEIGHT
@@ -30,20 +30,34 @@ TEXTS = ["the star and the planet", "bread dough in the oven", "a song for piano
 
 
 @pytest.fixture(scope="module")
-def tiny(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_encoder(tmp_path_factory.mktemp("tiny") / "tiny")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> ExportedEncoder:
+    """The run's tiny encoder, exported once for every module and worker (sentence_testing.exported_tiny_encoder)."""
+    return exported_tiny_encoder(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def tiny(shared: ExportedEncoder) -> Path:
+    """Its model folder with the graph beside the weights: `--encoder` takes that graph after the check, so a
+    training run does not export again (the fine-tuning test still exports its tuned model)."""
+    return shared.model
 
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
-def test_the_exported_graph_gives_the_models_own_vectors(tmp_path: Path, pooling: str) -> None:
-    """Pooling and normalisation as the folder's configuration says, against PyTorch's forward pass.
+def test_the_exported_graph_gives_the_models_own_vectors(shared: ExportedEncoder, tmp_path: Path, pooling: str) -> None:
+    """Pooling and normalisation as the folder's configuration says, against PyTorch's forward pass; each an export
+    from the weights (mean: the run's shared one, made by the same prepare_encoder from a folder without a graph).
 
     Slow: an ONNX export of a PyTorch model (the first in a process also imports the exporter)."""
-    folder = make_tiny_encoder(tmp_path / "model", pooling=pooling, normalize=pooling != "max")
-    spec = prepare_encoder(folder, tmp_path / "out")
+    if pooling == "mean":
+        folder, out = shared.model, shared.sentence
+        spec = read_spec(out)
+    else:
+        out = tmp_path / "out"
+        folder = make_tiny_encoder(tmp_path / "model", pooling=pooling, normalize=pooling != "max")
+        spec = prepare_encoder(folder, out)
     assert (spec.pooling, spec.normalize, spec.dims, spec.max_length) == (pooling, pooling != "max", 32, 48)
     assert spec.license == "apache-2.0" and set(spec.source) == {"model.safetensors", "tokenizer.json", "config.json"}
-    encoder = SentenceEncoder(tmp_path / "out")
+    encoder = SentenceEncoder(out)
     got = encoder.encode(TEXTS)
     want = reference_vectors(_reference_model(folder), encoder, TEXTS)
     assert cosines(got, want).min() >= MIN_COSINE
@@ -53,14 +67,17 @@ def test_the_exported_graph_gives_the_models_own_vectors(tmp_path: Path, pooling
     assert np.allclose(encoder.encode(TEXTS[:1])[0], got[0], atol=1e-5)
 
 
-def test_a_graph_that_is_not_the_models_is_refused(tiny: Path, tmp_path: Path) -> None:
-    """A folder whose onnx/model.onnx came from other weights: the check against the model refuses it."""
-    other = make_tiny_encoder(tmp_path / "other", seed=7)
-    prepare_encoder(other, tmp_path / "other-out")
-    folder = tmp_path / "mixed"
-    shutil.copytree(tiny, folder)
+def test_a_graph_that_is_not_the_models_is_refused(shared: ExportedEncoder, tmp_path: Path) -> None:
+    """A folder's own onnx/model.onnx is taken as it is (no export: what `--encoder` does with the shared folder);
+    one that came from other weights (seed 0's graph beside seed 7's weights): the check against the model refuses
+    it."""
+    spec = prepare_encoder(shared.model, tmp_path / "taken")
+    assert (tmp_path / "taken" / "model.onnx").read_bytes() == (shared.model / "onnx" / "model.onnx").read_bytes()
+    assert spec.model_dump(exclude={"source"}) == read_spec(shared.sentence).model_dump(exclude={"source"})
+    assert spec.source == {**read_spec(shared.sentence).source, "onnx/model.onnx": spec.source["onnx/model.onnx"]}
+    folder = make_tiny_encoder(tmp_path / "mixed", seed=7)
     (folder / "onnx").mkdir()
-    shutil.copyfile(tmp_path / "other-out" / "model.onnx", folder / "onnx" / "model.onnx")
+    shutil.copyfile(shared.model / "onnx" / "model.onnx", folder / "onnx" / "model.onnx")
     with pytest.raises(SentenceError, match="differ from the model's own"):
         prepare_encoder(folder, tmp_path / "out")
 
@@ -111,7 +128,8 @@ def test_pairs_learn_the_weight_with_u_and_v(synonyms: SynonymCorpus, tiny: Path
     """λ moves from its day-one value by the same loss as U and V, the bundle keeps the validation-chosen step's,
     and the trainer's validation and the evaluation harness rank the hybrid alike.
 
-    Slow: exports the encoder and encodes the corpus before training, then evaluates the bundle."""
+    Slow: checks the encoder's graph and encodes the corpus before training, then evaluates the bundle, then trains
+    twice more with its encoder."""
     summary = train(synonyms, tmp_path / "b", "--epochs", "20", "--dims", "16", "--lr", "0.1", "--encoder", str(tiny))
     bundle = load_bundle(tmp_path / "b")
     assert bundle.sentence is not None and bundle.sentence.weight_rule == LEARNED_RULE
@@ -180,7 +198,7 @@ def test_finetuning_trains_the_encoders_own_weights_then_exports_and_checks_them
     within MIN_COSINE of their own forward pass (prepare_encoder refuses otherwise), and a query's own document
     further above the other documents than before (the loss's contrast: its cosine less the others' mean).
 
-    Slow: fine-tunes the encoder in PyTorch, then exports the tuned and the original model and checks each."""
+    Slow: fine-tunes the encoder in PyTorch, then exports the tuned model and checks it."""
     args = ("--epochs", "2", "--dims", "8", "--lr", "0.1", "--encoder", str(tiny), "--finetune-encoder", "2")
     train(synonyms, tmp_path / "b", *args)
     bundle = load_bundle(tmp_path / "b")
@@ -203,7 +221,7 @@ def test_a_round_over_the_day_one_hybrid_trains_a_hybrid_candidate(tiny: Path, t
     """The loop's start with an encoder (training.feedback.start) is the day-one hybrid, BM25 + 1 · e(q)·e(d); a
     round of `ssi learn` over it, warm-started, trains its candidate with the served bundle's encoder and learns λ.
 
-    Slow: exports the tiny encoder, then trains and judges a hybrid candidate and its refit."""
+    Slow: trains and judges a hybrid candidate and its refit."""
     import typer
 
     from tests.training.test_learn_round import write_store, write_world
