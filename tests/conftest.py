@@ -16,6 +16,17 @@ import pytest
 # Set before any test module imports the service; a developer's own NUMBA_CACHE_DIR is kept.
 os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1] / ".numba-cache"))
 
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Fill that cache once, before pytest-xdist starts its workers (in its own sessionstart, which runs last),
+    instead of in every worker at once: ranx's and the service's kernels (tests/numba_warmup.py)."""
+    if session.config.pluginmanager.has_plugin("dsession"):  # the controller of a run spread over workers
+        from tests.numba_warmup import run_parts
+
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(run_parts())
+
+
 # A test's call phase may take this long; one that takes longer says why in its docstring, in a sentence that
 # starts with SLOW_REASON. Fixtures are not counted here: `--durations` lists their setup on its own lines.
 BUDGET_SECONDS = 20.0

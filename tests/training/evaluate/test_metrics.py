@@ -94,8 +94,9 @@ def test_numpy_path_equals_the_ranx_path(seed: int) -> None:
 def test_ranx_path_equals_ranx_on_its_own_dict_api() -> None:
     """The oracle: ranx fed the filtered run as plain dicts (no ties, so its own sort agrees).
 
-    Slow: the first use of ranx in a process compiles its numba metrics into the suite's NUMBA_CACHE_DIR (about
-    13 s of CPU, far longer beside the Ray group)."""
+    Slow: ranx's dict API (Qrels, Run) compiles numba kernels of its own on first use, and only this test takes
+    it (ranx's metrics come compiled from the suite's NUMBA_CACHE_DIR, which the suite's warm-up fills). The
+    warm-up, tests/numba_warmup.py, leaves the dict API to this test's worker."""
     scores, relevant, excluded = random_case(5, ties=False)
     qrels, run = {}, {}
     for q in range(scores.shape[0]):
