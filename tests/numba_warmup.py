@@ -4,9 +4,9 @@ its workers.
 Each worker process would otherwise compile, on first use, the same cached kernels as the others, at the same
 time, racing to write the same cache files: ranx's metrics (about 40 s of CPU on two cores;
 scripts/install.sh compiles them into ranx's own folder, which a NUMBA_CACHE_DIR bypasses) and the service's
-kernels (service.jit_cache). A kernel found in the cache is loaded instead (well under a second), so a run whose
-cache is already full spends here little more than the imports. The kernels without `cache=True` (ssi.forms,
-the trainer's) cannot be kept between processes and still compile where they are used.
+kernels (ssi.jit_cache). A kernel found in the cache is loaded instead (well under a second), so a run whose
+cache is already full spends here little more than the imports. The forms' and the trainer's cached kernels are
+not warmed here: the first test that uses them fills the cache with them.
 
 The parts run as subprocesses, side by side: the test run's own process imports none of it, and coverage does
 not count the warm-up as testing.
