@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,11 +31,12 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 # A test's call phase may take this long; one that takes longer says why in its docstring, in a sentence that
 # starts with SLOW_REASON. Fixtures are not counted here: `--durations` lists their setup on its own lines.
 BUDGET_SECONDS = 20.0
-UNITS_SHOWN = 12  # the longest units of work listed at the end of a run
+UNIT_SHOWN_SECONDS = 60.0  # every unit of work (a module, or the Ray group) that took longer is listed at the end
 SLOW_REASON = "Slow:"
 
-# Modules that start a local Ray cluster run one after another on one worker: the fault tests' timeouts are set for
-# one cluster at a time, and two clusters at once would compete for the same two cores.
+# The modules on a local Ray cluster run one after another on one worker, on one cluster that worker starts once
+# (tests/cluster/conftest.py's shared_ray): the fault tests' timeouts are set for one cluster at a time, and two
+# clusters at once would compete for the same two cores.
 RAY_GROUP = "ray-cluster"
 RAY_MODULES = frozenset(
     {
@@ -104,9 +106,16 @@ _niced = False
 
 @pytest.fixture(autouse=True, scope="module")
 def _ray_group_first(request: pytest.FixtureRequest) -> None:
+    """Outside the Ray group: the group's shared cluster (tests/cluster/conftest.py) is shut down, if this worker ran
+    it, so that its processes do not take the cores from the rest of the run; and this worker's priority lowered."""
     global _niced
+    if _scope(request.node.nodeid) == RAY_GROUP:
+        return
+    cluster_fixtures = sys.modules.get("tests.cluster.conftest")
+    if cluster_fixtures is not None:
+        cluster_fixtures.release_shared_ray()
     worker = hasattr(request.config, "workerinput")  # only under pytest-xdist: a lone run keeps its priority
-    if worker and not _niced and _scope(request.node.nodeid) != RAY_GROUP:
+    if worker and not _niced:
         os.nice(OTHERS_NICENESS)  # inherited by the servers and trainers this worker starts from now on
         _niced = True
 
@@ -153,9 +162,12 @@ class Budget:
         missing = sum(1 for _, _, reason in over if not reason)
         write(f"{len(over)} over budget, {missing} of them without a reason" if over else "none over budget")
         # The suite's length is set by its longest units (each runs on one worker) and by the work of all of them.
-        longest = sorted(self.units.items(), key=lambda unit: unit[1], reverse=True)[:UNITS_SHOWN]
-        write(f"longest units of work (of {len(self.units)}; {sum(self.units.values()):.0f} s in all):")
-        for unit, took in longest:
+        longest = sorted(((took, unit) for unit, took in self.units.items() if took > UNIT_SHOWN_SECONDS), reverse=True)
+        write(
+            f"units of work over {UNIT_SHOWN_SECONDS:g} s: {len(longest)} of {len(self.units)}"
+            f" ({sum(self.units.values()):.0f} s of work in all):"
+        )
+        for took, unit in longest:
             write(f"{took:7.1f} s  {unit}")
 
 
