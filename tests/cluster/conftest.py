@@ -4,6 +4,7 @@ Ray cluster that the Serve modules share."""
 from __future__ import annotations
 
 import builtins
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -45,6 +46,10 @@ def shared_ray() -> SharedRay:
     """The shared cluster, started (with Serve's proxy) on first use and joined by this process."""
     global _shared
     if _shared is None:
+        # Ray starts its workers (every Serve replica, Ray Data task and Ray Train worker) at niceness 15, below the
+        # other pytest-xdist workers (tests/conftest.py: 10), which would take the cores from the Ray group, the
+        # longest unit: at 0 they come first, as the group's own process does.
+        os.environ.setdefault("RAY_worker_niceness", "0")
         from cluster.deploy import start_proxies
         from cluster.local import LocalCluster
         from service.settings import Settings
