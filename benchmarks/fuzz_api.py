@@ -158,8 +158,10 @@ def fuzz(
     out: Path,
     extra: list[str] | None = None,
     repo: Path = REPO,
+    extra_by_mode: dict[str, list[str]] | None = None,
 ) -> dict[str, Any]:
-    """Fuzz until `requests` requests were sent (both modes each round); the summary, also in out/summary.json."""
+    """Fuzz until `requests` requests were sent (both modes each round); the summary, also in out/summary.json.
+    `extra`: schemathesis arguments for both modes; `extra_by_mode`: more for one mode (e.g. its `--phases`)."""
     out.mkdir(parents=True, exist_ok=True)
     world = write_world(out / "world", n_docs=300, seed=seed)
     tally = Tally()
@@ -169,8 +171,9 @@ def fuzz(
             for mode in MODES:
                 report_dir = out / f"round-{round_:03d}-{mode}"
                 report_dir.mkdir(parents=True, exist_ok=True)
+                arguments = [*(extra or []), *(extra_by_mode or {}).get(mode, [])]
                 command, status, seconds = run_schemathesis(
-                    server.url, mode, seed + round_, examples, workers, report_dir, extra or []
+                    server.url, mode, seed + round_, examples, workers, report_dir, arguments
                 )
                 sent = sum(read_report(report, mode, tally) for report in report_dir.glob("*.ndjson"))
                 errors = tool_errors((report_dir / "output.txt").read_text(encoding="utf-8", errors="replace"))
