@@ -7,7 +7,8 @@
 # both), builds the documentation site with `mkdocs build --strict` into a temporary folder (a broken
 # link, a missing page or a failing generated page fails it; DOCS=0 skips it), then runs pytest in the
 # environment made by scripts/install.sh ($VENV, default .venv): spread over $WORKERS pytest-xdist worker
-# processes (default 4, more than the cores, since many tests wait on servers; WORKERS=0 runs in this process),
+# processes (default 3: one more than the cores, since many tests wait on servers, but not so many that every unit
+# waits on the others for a core; WORKERS=0 runs in this process),
 # a module to a worker (tests/conftest.py), with line and branch coverage printed file by file and summed by
 # package (COVERAGE=0 skips it), the ten slowest phases and the tests over the one-test budget
 # (docs/contributing.md).
@@ -48,7 +49,7 @@ fi
 
 echo "==> pytest"
 args=()
-workers="${WORKERS:-4}"
+workers="${WORKERS:-3}"
 if [[ "$workers" != 0 ]]; then
     args+=(-n "$workers" --dist loadscope --no-loadscope-reorder)
 fi

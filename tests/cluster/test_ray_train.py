@@ -1,4 +1,5 @@
-"""`ssi train --ray local --workers 2`: data-parallel training on Ray Train writes a bundle that learned.
+"""`ssi train --ray ADDRESS --workers 2`: data-parallel training on Ray Train writes a bundle that learned (on the Ray
+group's shared cluster; `--ray local`'s own instance: tests/cluster/test_ray_connect.py).
 
 Skipped with a message when Ray is not installed (the `cluster` extra).
 """
