@@ -13,13 +13,13 @@ prints (and writes to --out) each metric's mean ± standard error over queries, 
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from benchmarks.replication_faults import write_figures
 from ssi.corpus import read_corpus, read_pairs
 from ssi.records import Document, Pair
 from ssi.vocab import Vocabulary
@@ -62,11 +62,7 @@ def main(
 ) -> None:
     docs = read_corpus(data / "docs.jsonl.gz")
     found = tfidf_reference(docs, read_pairs(data / "links.valid.tsv.gz"), read_pairs(data / "links.train.tsv.gz"))
-    text = json.dumps(found, indent=2)
-    print(text)
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text + "\n", encoding="utf-8")
+    write_figures(found, out)
 
 
 if __name__ == "__main__":
