@@ -3,14 +3,16 @@
 Each form gets random arrays of its declared shapes over a small generated corpus (D of a few
 hundred words, so full W stays small), a bundle whose encoder is the trainer's ONNX export of the
 form's query map, and a real server with a flat index and a FAISS pool much smaller than the
-collection, so the lexical candidates have work to do. The brute force is `form.reference_scores`
+collection, so the lexical candidates have work to do; each bundle is served once, and its queries go down both
+routes of the exact ranking. The brute force is `form.reference_scores`
 over every document (ssi.forms: the single definition of f); nothing here computes f by hand.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
@@ -46,15 +48,7 @@ SCALES = {"psi3": {"V3": 0.8, "Y3": 0.8}}
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("forms")
     docs = make_corpus(300, seed=21, vocab_words=400)
-    return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs), "bundles": {}}
-
-
-def shared_bundle(corpus: dict, name: str, build: Callable[[Path], Path]) -> Path:
-    """The bundle `name`, built by `build` into the module's folder once: both routes' tests of a form read the
-    same one (a server only reads its bundle; its index goes to the test's own cache folder)."""
-    if name not in corpus["bundles"]:
-        corpus["bundles"][name] = build(corpus["root"] / "bundles" / name)
-    return corpus["bundles"][name]
+    return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs)}
 
 
 def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> bool:
@@ -73,7 +67,20 @@ def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> 
 SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
 
 
-@pytest.mark.parametrize("route", ["every-row", "pool"])
+ROUTES = ("every-row", "pool")
+
+
+@contextmanager
+def route(name: str) -> Iterator[None]:
+    """One of the two routes of the exact ranking, chosen per search (service.model_state): s and l of every row
+    (a flat index and a cheap dense lexical pass: a small collection), or the FAISS pool with the lexical rows
+    beyond it (a large one), forced here on a small collection."""
+    with pytest.MonkeyPatch.context() as patch:
+        if name == "pool":
+            patch.setattr(model_state, "prefers_dense", lambda lexical, pool, every_row=False: False)
+        yield
+
+
 @pytest.mark.parametrize(
     ("form", "lexical", "stemmer"),
     [(form, "tfidf", None) for form in SERVED]
@@ -81,32 +88,19 @@ SERVED = sorted(name for name, cls in FORMS.items() if cls.served_exactly)
     + [("lowrank", "bm25", "english"), ("diagonal", "bm25", "english"), ("symmetric", "tfidf", "english")],
 )
 def test_served_top_k_equals_brute_force_of_the_reference_score(
-    form: str,
-    lexical: str,
-    stemmer: str | None,
-    route: str,
-    corpus: dict,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
+    form: str, lexical: str, stemmer: str | None, corpus: dict, tmp_path: Path
 ) -> None:
     """Under both lexical weightings: with BM25 a query's row and a document's differ (ssi.weighting), and the
     service must put each text on its side, "more like this" included (a stored document as the query). With
-    a stemmer, the service looks every word up by its stem as the trainer did (ssi.stemming).
-
-    Both routes of the exact ranking: s and l of every row (a flat index and a cheap dense lexical pass: a
-    small collection), and the FAISS pool with the lexical rows beyond it (a large one). The two routes of a form
-    read one bundle (shared_bundle).
+    a stemmer, the service looks every word up by its stem as the trainer did (ssi.stemming). Both routes of the
+    exact ranking (`route`), from one server.
 
     Slow: only the module's first case, which imports torch for the encoders' ONNX export (training.encoder) and
     the service for the rest of the module; each other case takes a few seconds."""
-    if route == "pool":
-        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool, every_row=False: False)
     docs: list[Document] = corpus["docs"]
-    bundle = shared_bundle(
-        corpus, f"{form}-{lexical}-{stemmer}",
-        lambda path: make_bundle(
-            path, docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical, stemmer=stemmer
-        ),
+    bundle = make_bundle(
+        tmp_path / "bundle", docs, form=form, n_dims=12, seed=3, scales=SCALES.get(form), lexical=lexical,
+        stemmer=stemmer,
     )  # fmt: skip
     oracle = Oracle(bundle, docs)
     assert oracle.bundle.vocab.lexical == lexical and oracle.bundle.vocab.stemmer == stemmer
@@ -117,53 +111,45 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(
     with ThreadServer(bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL) as server:
         model = server.client.get("/model").json()
         assert model["form"] == form and model["index_dims"] == oracle.form.index_dims
-        candidates = []
-        for query in queries:
-            response = server.client.post("/search", json={"query": query, "k": K})
-            assert response.status_code == 200, response.text
-            assert_same_ranking(response.json()["hits"], oracle, query, K)
-            candidates.append(response.json()["candidates"])
-        if route == "pool" and oracle.form.lexical_weights().any():  # rows beyond the FAISS pool were scored
-            assert max(candidates) > POOL
-        for doc in docs[:: len(docs) // 8]:
-            response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
-            assert response.status_code == 200, response.text
-            assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)
+        for name in ROUTES:
+            with route(name):
+                candidates = []
+                for query in queries:
+                    response = server.client.post("/search", json={"query": query, "k": K})
+                    assert response.status_code == 200, response.text
+                    assert_same_ranking(response.json()["hits"], oracle, query, K)
+                    candidates.append(response.json()["candidates"])
+                if name == "pool" and oracle.form.lexical_weights().any():  # rows beyond the FAISS pool were scored
+                    assert max(candidates) > POOL
+                for doc in docs[:: len(docs) // 8]:
+                    response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
+                    assert response.status_code == 200, response.text
+                    assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)
 
 
-@pytest.mark.parametrize("route", ["every-row", "pool"])
 @pytest.mark.parametrize("weight", [0.0, 2.0])
-def test_a_projection_alone_or_with_tfidf_is_served_exactly(
-    weight: float, route: str, corpus: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_projection_alone_or_with_tfidf_is_served_exactly(weight: float, corpus: dict, tmp_path: Path) -> None:
     """The projection form as the fitted kinds export it (paper 003): cos(Aq, Bd) plus one tf-idf weight c for
     every word, 0 (the cosine alone) or c > 0 (combined). The index holds B d/‖B d‖, the encoder A q/‖A q‖,
-    and the rerank's bounds (s ∈ [−1, 1], l⁺ ≤ c·q·d) keep the top k exact."""
-    if route == "pool":
-        monkeypatch.setattr(model_state, "prefers_dense", lambda lexical, pool, every_row=False: False)
+    and the rerank's bounds (s ∈ [−1, 1], l⁺ ≤ c·q·d) keep the top k exact on both routes."""
     docs: list[Document] = corpus["docs"]
-
-    def build(path: Path) -> Path:
-        random_dir = shared_bundle(
-            corpus, "projection-random", lambda at: make_bundle(at, docs, form="projection", n_dims=12, seed=5)
-        )
-        random = load_bundle(random_dir, mmap=False)
-        form = Projection({**random.form.values, "w": np.full_like(random.form.values["w"], weight)})
-        write_bundle(path, form=form, vocab=random.vocab, encoder_onnx=form_encoder(form))
-        return path
-
-    bundle = shared_bundle(corpus, f"projection-{weight}", build)
+    random = load_bundle(make_bundle(tmp_path / "random", docs, form="projection", n_dims=12, seed=5), mmap=False)
+    form = Projection({**random.form.values, "w": np.full_like(random.form.values["w"], weight)})
+    bundle = tmp_path / "bundle"
+    write_bundle(bundle, form=form, vocab=random.vocab, encoder_onnx=form_encoder(form))
     oracle = Oracle(bundle, docs)
     with ThreadServer(bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL) as server:
-        candidates = []
-        for query in probe_queries(docs, 12, seed=7):
-            response = server.client.post("/search", json={"query": query, "k": K})
-            assert response.status_code == 200, response.text
-            assert_same_ranking(response.json()["hits"], oracle, query, K)
-            assert all(-1 - 1e-5 <= hit["semantic"] <= 1 + 1e-5 for hit in response.json()["hits"])  # a cosine
-            candidates.append(response.json()["candidates"])
-        if route == "pool":  # only word matches bring documents beyond the pool
-            assert (max(candidates) > POOL) == (weight > 0)
+        for name in ROUTES:
+            with route(name):
+                candidates = []
+                for query in probe_queries(docs, 12, seed=7):
+                    response = server.client.post("/search", json={"query": query, "k": K})
+                    assert response.status_code == 200, response.text
+                    assert_same_ranking(response.json()["hits"], oracle, query, K)
+                    assert all(-1 - 1e-5 <= hit["semantic"] <= 1 + 1e-5 for hit in response.json()["hits"])  # cosine
+                    candidates.append(response.json()["candidates"])
+                if name == "pool":  # only word matches bring documents beyond the pool
+                    assert (max(candidates) > POOL) == (weight > 0)
 
 
 class _RerankOnly(FORMS["lowrank"]):  # type: ignore[misc, valid-type]
