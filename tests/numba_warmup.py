@@ -31,8 +31,7 @@ PARTS = ("ranx", "service")
 
 def warm_ranx() -> None:
     """ranx's metrics on the arrays of training.evaluate.metrics, which every `ssi eval` and `evaluate` of the
-    tests takes. Not its dict API (Qrels, Run), whose kernels only one test uses: its worker compiles them there,
-    beside the other workers' tests, rather than here, before any of them starts."""
+    tests takes (the suite does not use its dict API, Qrels and Run, whose typed containers no cache keeps)."""
     from training.evaluate.metrics import compile_ranx
 
     compile_ranx()
