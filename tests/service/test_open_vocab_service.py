@@ -45,11 +45,18 @@ STATS = ("collection", "bundle")
 NEW = Document("new-doc", "Quuxblarg zymurgical notes", "quuxblarg zymurgical fermentation of quuxblarg in barley")
 
 
-def _world(tmp_path: Path) -> tuple[list[Document], list[Document], Path, Path]:
-    """A BM25 bundle trained on the first 150 documents of a corpus whose other 50 bring words it never saw."""
+World = tuple[list[Document], list[Document], Path, Path]
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """A BM25 bundle trained on the first 150 documents of a corpus whose other 50 bring words it never saw: the
+    known documents, the later ones, the known ones' corpus file and the bundle, built once (servers only read
+    them; each test's index and store go to its own folder)."""
+    root = tmp_path_factory.mktemp("open-vocab")
     docs = make_corpus(200, seed=9, vocab_words=400)
-    bundle = make_bundle(tmp_path / "bundle", docs[:150], n_dims=16, seed=3, lexical="bm25")
-    return docs[:150], docs[150:], write_corpus(tmp_path / "corpus.jsonl", docs[:150]), bundle
+    bundle = make_bundle(root / "bundle", docs[:150], n_dims=16, seed=3, lexical="bm25")
+    return docs[:150], docs[150:], write_corpus(root / "corpus.jsonl", docs[:150]), bundle
 
 
 def _queries(docs: list[Document]) -> list[str]:
@@ -61,10 +68,10 @@ def _queries(docs: list[Document]) -> list[str]:
     return out
 
 
-def test_a_new_word_is_found_over_http_and_leaves_with_its_document(tmp_path: Path) -> None:
+def test_a_new_word_is_found_over_http_and_leaves_with_its_document(world: World, tmp_path: Path) -> None:
     """Slow: only as the module's first test, which imports torch (the bundle's ONNX export, training.encoder) and
     the service for the whole module; its own work is one small bundle and one in-process server."""
-    known, _, corpus, bundle = _world(tmp_path)
+    known, _, corpus, bundle = world
     with ThreadServer(
         bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL, open_vocab=True
     ) as server:
@@ -95,10 +102,10 @@ def _open_gauges(server: ThreadServer) -> dict[str, float]:
     return out
 
 
-def test_metrics_and_model_report_the_open_vocabulary_size(tmp_path: Path) -> None:
+def test_metrics_and_model_report_the_open_vocabulary_size(world: World, tmp_path: Path) -> None:
     """/metrics gauges and /model's index.open_vocab hold words, postings and dropped words, after each write;
     with the switch off, neither has them."""
-    known, later, corpus, bundle = _world(tmp_path)
+    known, later, corpus, bundle = world
     with ThreadServer(
         bundle=bundle, corpus=corpus, cache_dir=tmp_path / "on", api_key=API_KEY, scan_pool=POOL, open_vocab=True
     ) as server:
@@ -144,9 +151,9 @@ def test_metrics_and_model_report_the_open_vocabulary_size(tmp_path: Path) -> No
         assert "open_vocab" not in server.client.get("/model").json()["index"]
 
 
-def test_the_served_ranking_is_the_brute_force_with_the_open_term(tmp_path: Path) -> None:
+def test_the_served_ranking_is_the_brute_force_with_the_open_term(world: World, tmp_path: Path) -> None:
     """Writes, deletes, compaction, a snapshot and a restart: top-k = brute force of reference + open term."""
-    known, later, corpus, bundle = _world(tmp_path)
+    known, later, corpus, bundle = world
     settings = Settings(
         bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, scan_pool=POOL,
         compact_dead_fraction=0.1, open_vocab=True,
@@ -208,10 +215,10 @@ def _check(served: Collection, oracle: Oracle, queries: list[str]) -> None:
             assert hits == [], query
 
 
-def test_on_by_default_and_off_nothing_is_indexed_served_or_saved(tmp_path: Path) -> None:
+def test_on_by_default_and_off_nothing_is_indexed_served_or_saved(world: World, tmp_path: Path) -> None:
     """SSI_OPEN_VOCAB unset: on. SSI_OPEN_VOCAB=false: a new word finds nothing, /model says nothing of it, a
     snapshot has no open_vocab.json."""
-    known, later, corpus, bundle = _world(tmp_path)
+    known, later, corpus, bundle = world
     with ThreadServer(bundle=bundle, corpus=corpus, cache_dir=tmp_path / "on", api_key=API_KEY, scan_pool=POOL) as on:
         assert on.settings.open_vocab and "open_vocab" in on.client.get("/model").json()["index"]
         body = {"title": NEW.title, "text": NEW.text}
@@ -240,9 +247,9 @@ def test_on_by_default_and_off_nothing_is_indexed_served_or_saved(tmp_path: Path
     assert path is not None and not (path / "open_vocab.json").exists()
 
 
-def test_a_snapshot_loads_or_is_rebuilt_across_the_switch(tmp_path: Path) -> None:
+def test_a_snapshot_loads_or_is_rebuilt_across_the_switch(world: World, tmp_path: Path) -> None:
     """Written on, read off: loaded from cache, closed. Written off, read on: refused and rebuilt, open."""
-    known, later, corpus, bundle = _world(tmp_path)
+    known, later, corpus, bundle = world
     queries = _queries([*known, *later])
     common = dict(bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", insecure_writes=True, scan_pool=POOL)
     opened = _collection(Settings(**common, open_vocab=True))  # type: ignore[arg-type]
@@ -269,11 +276,11 @@ def test_a_snapshot_loads_or_is_rebuilt_across_the_switch(tmp_path: Path) -> Non
     reopened.close()
 
 
-def test_match_ranks_adverts_with_the_open_term_as_search_does(tmp_path: Path) -> None:
+def test_match_ranks_adverts_with_the_open_term_as_search_does(world: World, tmp_path: Path) -> None:
     """/match (adverts) with SSI_OPEN_VOCAB on: an advert written after training is the first match for a page
     holding a word only it has, explained by that word, ranked as the brute force of reference + open term (also
     when a filter makes the match search again wider); with the switch off the new word finds nothing."""
-    known, later, corpus, bundle = _world(tmp_path)
+    known, later, corpus, bundle = world
     ads = write_corpus(tmp_path / "ads.jsonl", known)
     twin = Document("twin-ad", "Plain", later[0].text)  # written after training too, without NEW's new words
     page = known[0].title + " on zymurgical brewing"
@@ -375,12 +382,12 @@ def test_a_pages_words_for_the_open_term_come_from_its_featurizing(tmp_path: Pat
     assert uncut is not None and [list(w.new.items()) for w in uncut] == [list(w.new.items()) for w in found]
 
 
-def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(tmp_path: Path) -> None:
+def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(world: World, tmp_path: Path) -> None:
     """SSI_OPEN_VOCAB_STATISTICS=collection on a corpus other than the training one: the lexical rows weighed with the
     avg_len of the documents the index was computed from (kept through writes, compaction and a snapshot), every
     word's idf from the live documents; top-k = brute force at each step. A bundle-statistics server keeps its own
     snapshots apart."""
-    known, later, _, bundle = _world(tmp_path)
+    known, later, _, bundle = world
     initial = [*known[:100], *later[:25]]
     corpus = write_corpus(tmp_path / "served.jsonl", initial)
     avg_len = average_length(sum(len(tokenize(d.full_text)) for d in initial), len(initial))
@@ -405,10 +412,10 @@ def test_with_the_collections_statistics_the_served_ranking_is_the_brute_force(t
     bundled.close()
 
 
-def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(tmp_path: Path) -> None:
+def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(world: World, tmp_path: Path) -> None:
     """Served on the corpus the bundle was trained on, the collection's statistics are the bundle's: the same hits
     and scores, bit for bit, as with the bundle's statistics."""
-    known, _, corpus, bundle = _world(tmp_path)
+    known, _, corpus, bundle = world
     common = dict(bundle=bundle, corpus=corpus, insecure_writes=True, scan_pool=POOL, open_vocab=True)
     served = {
         statistics: _collection(Settings(cache_dir=tmp_path / statistics, open_vocab_statistics=statistics, **common))
@@ -421,18 +428,18 @@ def test_the_collections_statistics_of_the_training_corpus_serve_bit_for_bit(tmp
         collection.close()
 
 
-@pytest.mark.parametrize("statistics", ["bundle", "collection"])
-def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statistics: str) -> None:
-    """SSI_WORKERS=2 with the open vocabulary on (either statistics): whichever worker answers, a new word written
-    through another is found at once and the ranking is the brute force; its delete takes it out everywhere. With
-    the collection's statistics (the ones a snapshot must bring back: avg_len of the rows it holds, live idf) the
-    group is restarted from its snapshot and ranks the same; with the bundle's, whose figures are the bundle's
-    whatever is loaded, that second group start is left out (a single process's restart from a snapshot with the
-    open vocabulary: test_the_served_ranking_is_the_brute_force_with_the_open_term).
+def test_a_worker_group_finds_new_words_on_every_worker(world: World, tmp_path: Path) -> None:
+    """SSI_WORKERS=2 with the open vocabulary on: whichever worker answers, a new word written through another is
+    found at once and the ranking is the brute force; its delete takes it out everywhere; the group restarted from
+    its snapshot ranks the same. With the collection's statistics, the ones the workers must agree on and a snapshot
+    must bring back (avg_len of the rows it holds, live idf). The bundle's statistics are the bundle's figures
+    whatever is loaded, and new words reach every worker the same way under both: a single process serves them
+    (the default: test_the_served_ranking_is_the_brute_force_with_the_open_term).
 
-    Slow: a group of real worker processes (each imports the service and loads the model), written to and
+    Slow: two groups of real worker processes (each imports the service and loads the model), written to and
     searched on fresh connections."""
-    known, later, _, bundle = _world(tmp_path)
+    statistics = "collection"
+    known, later, _, bundle = world
     served = [*known[:100], *later[:25]]
     corpus = write_corpus(tmp_path / "served.jsonl", served)
     avg_len = average_length(sum(len(tokenize(d.full_text)) for d in served), len(served))
@@ -475,8 +482,6 @@ def test_a_worker_group_finds_new_words_on_every_worker(tmp_path: Path, statisti
     finally:
         assert server.stop() == 0
     assert "Traceback" not in server.log()
-    if statistics == "bundle":
-        return
     again = ProcessServer(tmp_path, env, args).start()
     try:
         assert httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
@@ -492,10 +497,10 @@ def _fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
     return response.json()["hits"]
 
 
-def test_match_ranks_adverts_with_the_collections_statistics(tmp_path: Path) -> None:
+def test_match_ranks_adverts_with_the_collections_statistics(world: World, tmp_path: Path) -> None:
     """/match with SSI_OPEN_VOCAB_STATISTICS=collection on adverts other than the training corpus: the brute force of
     the collection's statistics (the adverts' avg_len, live idf) before and after an advert with a new word."""
-    known, later, corpus, bundle = _world(tmp_path)
+    known, later, corpus, bundle = world
     adverts = [*known[:80], *later[:10]]
     ads = write_corpus(tmp_path / "ads.jsonl", adverts)
     avg_len = average_length(sum(len(tokenize(d.full_text)) for d in adverts), len(adverts))
