@@ -30,7 +30,7 @@ from service.sentence_cache import FANOUT, KEEP_ENCODERS, SentenceCache, encoder
 from service.snapshot import SENTENCE_CACHE_DIR
 from ssi.bundle import load_bundle
 from ssi.records import Document
-from ssi.sentence import read_spec, write_spec
+from ssi.sentence import MODEL_FILE, read_spec, write_spec
 
 K = 10
 POOL = 16
@@ -42,6 +42,26 @@ def _reweighed(encoder: Path, folder: Path, weight: float) -> Path:
     """The same encoder's files with another λ (sentence.json differs: so does the bundle's content hash)."""
     shutil.copytree(encoder, folder)
     write_spec(folder, read_spec(folder).with_weight(weight, "test"))
+    return folder
+
+
+def _other_weights(encoder: Path, folder: Path) -> Path:
+    """Another encoder e: the same files with every weight of the graph moved by noise of its own scale (another
+    graph file, so another sha256; other vectors), without a second export of a model."""
+    import onnx
+    from onnx import numpy_helper
+
+    shutil.copytree(encoder, folder)
+    graph_file = folder / MODEL_FILE
+    model = onnx.load(graph_file)
+    rng = np.random.default_rng(1)
+    for init in model.graph.initializer:
+        weights = numpy_helper.to_array(init)
+        if weights.dtype == np.float32 and weights.size > 1:
+            moved = weights + rng.standard_normal(weights.shape).astype(np.float32) * 0.5 * float(weights.std())
+            init.CopyFrom(numpy_helper.from_array(moved, init.name))
+    graph_file.chmod(0o644)
+    onnx.save(model, graph_file)
     return folder
 
 
@@ -109,7 +129,7 @@ def test_another_encoders_vectors_are_not_used(
         assert _loaded(server)["encoded_on_load"] == 240
     other = make_bundle(
         world["bundles"] / "other-encoder", world["docs"], n_dims=8, seed=2, lexical="bm25",
-        sentence=make_sentence_encoder(tmp_path_factory, tmp_path, "sentence-b", 3.0, seed=1),
+        sentence=_other_weights(make_sentence_encoder(tmp_path_factory, tmp_path, "sentence-a", 3.0), tmp_path / "b"),
     )  # fmt: skip
     assert encoder_key(load_bundle(other)) != encoder_key(load_bundle(world["first"]))
     (foreign,) = _segments(cache, world["first"])
