@@ -188,7 +188,7 @@ def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[lis
     if read_manifest(settings.served).sentence is not None:  # hybrid served: its candidates keep its encoder
         args += ["--encoder", str(settings.served)]
     if settings.debias == "ips":
-        args += ["--propensity-clip", str(settings.clip)] if "--propensity-clip" in _train_flags() else []
+        args += ["--propensity-clip", str(settings.clip)]
     epochs = settings.epochs if settings.epochs is not None or settings.max_minutes else CLICK_RECIPE.epochs
     training = (
         ("--epochs", epochs), ("--max-minutes", settings.max_minutes), ("--lr", settings.lr or CLICK_RECIPE.lr),
@@ -198,20 +198,6 @@ def train_command(settings: RoundSettings, clicks: Path, out: Path) -> tuple[lis
         if value is not None:
             args += [flag, f"{value:g}"]
     return args + list(settings.train_args), start
-
-
-def _train_flags() -> str:
-    """`ssi train --help` (which flags this trainer has), asked once per process."""
-    global _HELP
-    if _HELP is None:
-        done = subprocess.run(
-            [sys.executable, "-m", "training", "train", "--help"], capture_output=True, text=True, check=False
-        )
-        _HELP = done.stdout
-    return _HELP
-
-
-_HELP: str | None = None
 
 
 def _summary(stdout: str) -> dict[str, Any]:
