@@ -165,28 +165,33 @@ def server(served_dir: Path) -> Iterator[str]:
             process.wait(timeout=10)
 
 
-@pytest.fixture
-def page(tmp_path: Path) -> Iterator[object]:
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """One headless chromium for the module: each test gets a context of its own (`page`), as fresh as a new
+    profile (no cookies, storage or cache shared), without a browser start per test."""
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
-        context = playwright.chromium.launch_persistent_context(
-            user_data_dir=str(tmp_path / "chromium-profile"),  # fresh for every test
-            executable_path=CHROMIUM,
-            headless=True,
-            args=CHROMIUM_FLAGS,
-            viewport={"width": 1100, "height": 1000},
-        )
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_FLAGS)
         try:
-            page = context.pages[0] if context.pages else context.new_page()
-            page.set_default_timeout(30_000)
-            problems: list[str] = []  # JavaScript errors and console errors seen while testing
-            page.problems = problems
-            page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
-            page.on("console", lambda msg: problems.append(f"console: {msg.text}") if msg.type == "error" else None)
-            yield page
+            yield browser
         finally:
-            context.close()
+            browser.close()
+
+
+@pytest.fixture
+def page(browser: object) -> Iterator[object]:
+    context = browser.new_context(viewport={"width": 1100, "height": 1000})
+    try:
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        problems: list[str] = []  # JavaScript errors and console errors seen while testing
+        page.problems = problems
+        page.on("pageerror", lambda error: problems.append(f"page error: {error}"))
+        page.on("console", lambda msg: problems.append(f"console: {msg.text}") if msg.type == "error" else None)
+        yield page
+    finally:
+        context.close()
 
 
 def _screenshot(page: object, name: str) -> Path:
