@@ -622,19 +622,19 @@ def test_train_bundle_trains_once_per_input_and_refuses_missing_files(tmp_path: 
     write(generate(DemoConfig(topics=2, seed=3)), source)
     data = tmp_path / "data"
 
-    first = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05")
+    first = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.01")
     assert first.returncode == 0, first.stderr[-3000:]
     bundle = load_bundle(data / "bundle")
     assert bundle.manifest.n_dims == 8
     assert (data / "corpus.jsonl").read_bytes() == (source / "corpus.jsonl").read_bytes()
 
-    again = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05")
+    again = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.01")
     assert again.returncode == 0 and "up to date" in again.stdout
     assert load_bundle(data / "bundle").content_hash == bundle.content_hash
 
     with (source / "train_pairs.tsv").open("a", encoding="utf-8") as handle:
         handle.write("astronomy-001\tastronomy-002\n")
-    changed = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.05")
+    changed = _train_bundle("--data", str(data), "--input", str(source), "--minutes", "0.01")
     assert changed.returncode == 0 and "up to date" not in changed.stdout, changed.stderr[-3000:]
     assert load_bundle(data / "bundle").content_hash != bundle.content_hash  # trained again, on the new pairs
 
