@@ -3,9 +3,12 @@
 Each round starts `python -m service serve` (a real process: SQLite WAL store, FAISS index,
 snapshots, the write log), lets several client threads write as fast as they can (add, replace,
 delete, and three-document batches) while another searches, and SIGKILLs the process at a random
-moment: mostly during the burst, sometimes while it is still loading (before /readyz). Snapshots are
-frequent and compaction eager, so kills land before, during and after snapshot writes, log trims and
-online compactions. After every restart it checks:
+moment: mostly during the burst, sometimes while it is still loading (before /readyz). A burst ends
+after a random number of acknowledged puts (and at least one acknowledged delete and click), not
+after a random time, so that a slow or loaded machine still writes before each kill; a kill while
+loading lands at a random moment of the previous start-up's duration, or as the server becomes ready
+if that comes first. Snapshots are frequent and compaction eager, so kills land before, during and
+after snapshot writes, log trims and online compactions. After every restart it checks:
 
 - the index loads (/readyz answers 200) and its document count equals the expected one;
 - every acknowledged write is there with its exact text, every acknowledged delete is absent (a
@@ -15,8 +18,8 @@ online compactions. After every restart it checks:
   the scores of `bundle.form.reference_scores(Q, DocMatrix(X))` over every surviving document.
 
 Each writer owns its ids (no two threads write one id), so the last acknowledged write of an id is
-its expected state. Figures (kills, acknowledged writes, restart times, load sources) go to a JSON
-file; any violation stops the loop with the round, the id and what was found.
+its expected state. Figures (kills, acknowledged writes, restart times, load sources, online
+compactions) go to a JSON file; any violation stops the loop with the round, the id and what was found.
 
     python -m benchmarks.crash_loop --kills 50            # or scripts/crash-loop.sh --kills 50
 """
@@ -67,9 +70,14 @@ class Config:
     kills: int = 50
     writers: int = 4
     documents: int = 1500
-    burst_min: float = 0.3  # seconds of writes before a kill
-    burst_max: float = 1.5
-    kill_while_loading: float = 0.15  # share of kills aimed at the start-up instead of a burst
+    # A burst ends (the kill) once the writers have acknowledged a number of document puts drawn between these,
+    # and at least one delete and one click; burst_timeout caps its seconds (a server that stops answering).
+    burst_min_writes: int = 20
+    burst_max_writes: int = 150
+    burst_timeout: float = 120.0
+    # Chance that a burst's kill is followed by a kill of the next start, at a random moment of its loading
+    # (1.0: after every burst while kills remain).
+    kill_while_loading: float = 0.15
     queries: int = 8  # brute-force ranking checks after each restart
     seed: int = 0
     snapshot_every_writes: int = 25
@@ -81,6 +89,7 @@ class Config:
 class Round:
     number: int
     killed_while_loading: bool
+    burst_target: int
     burst_seconds: float
     acked_puts: int
     acked_deletes: int
@@ -89,6 +98,7 @@ class Round:
     restart_seconds: float
     loaded_from: str
     replayed_on_load: int
+    compacted_on_load: bool
     documents: int
     rows: int
 
@@ -98,6 +108,7 @@ class Result:
     config: dict[str, Any]
     rounds: list[Round] = field(default_factory=list)
     kills: int = 0
+    compactions: int = 0  # online compactions the server logged (each worker of a group logs its own)
 
     def summary(self) -> dict[str, Any]:
         restarts = [r.restart_seconds for r in self.rounds]
@@ -114,6 +125,9 @@ class Result:
             "ranking_mismatches": 0,
             "restart_seconds_median": round(statistics.median(restarts), 3) if restarts else None,
             "restart_seconds_max": round(max(restarts), 3) if restarts else None,
+            "burst_seconds_max": round(max(r.burst_seconds for r in self.rounds), 3) if self.rounds else None,
+            "online_compactions": self.compactions,
+            "compactions_on_load": sum(r.compacted_on_load for r in self.rounds),
             "loaded_from": {src: sum(r.loaded_from == src for r in self.rounds) for src in ("cache", "computed")},
         }
 
@@ -196,21 +210,35 @@ class Server:
             self.process = subprocess.Popen(self.args, env=self.env, stdout=log, stderr=subprocess.STDOUT, cwd=REPO)
 
     def wait_ready(self, timeout: float = 120.0) -> dict[str, Any]:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise CrashLoopFailure(
-                    f"the server exited with {self.process.returncode} while loading; see {self.log_path}"
-                )
-            try:
-                response = httpx.get(f"{self.url}/readyz", timeout=5)
-                if response.status_code == 200:
-                    return response.json()["collections"]["documents"]
-            except httpx.TransportError:
-                pass
-            time.sleep(0.02)
-        raise CrashLoopFailure(f"the index did not load within {timeout:.0f}s; see {self.log_path}")
+        """The documents collection's /readyz state once the server has loaded it."""
+        info = self.poll_ready(timeout)
+        if info is None:
+            raise CrashLoopFailure(f"the index did not load within {timeout:.0f}s; see {self.log_path}")
+        return info
+
+    def poll_ready(self, seconds: float) -> dict[str, Any] | None:
+        """Ask /readyz for up to `seconds`: the documents collection's state as soon as it answers 200, else None."""
+        deadline = time.monotonic() + seconds
+        # One client for the whole wait: httpx.get makes a client (and its TLS context) per call, some 40 ms of CPU
+        # that the loading server needs. No keep-alive: every poll is a fresh connection, as a new client's is
+        # (each worker of a group listens only once it has loaded).
+        with httpx.Client(timeout=5, limits=httpx.Limits(max_keepalive_connections=0)) as client:
+            while True:
+                assert self.process is not None
+                if self.process.poll() is not None:
+                    raise CrashLoopFailure(
+                        f"the server exited with {self.process.returncode} while loading; see {self.log_path}"
+                    )
+                try:
+                    response = client.get(f"{self.url}/readyz")
+                    if response.status_code == 200:
+                        return response.json()["collections"]["documents"]
+                except httpx.TransportError:
+                    pass
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                time.sleep(min(0.05, left))
 
     def kill(self) -> None:
         assert self.process is not None
@@ -426,9 +454,8 @@ def run_crash_loop(
     started = time.perf_counter()
     server.start()
     info = server.wait_ready()
-    log(
-        f"first start: {info['documents']} documents from {info['loaded_from']} in {time.perf_counter() - started:.1f}s"
-    )
+    loading = time.perf_counter() - started  # the last start-up's seconds: a kill while loading lands within them
+    log(f"first start: {info['documents']} documents from {info['loaded_from']} in {loading:.1f}s")
     kills = 0
     try:
         while kills < config.kills:
@@ -441,8 +468,8 @@ def run_crash_loop(
             )
             for thread in [*writers, searcher]:
                 thread.start()
-            burst = rng.uniform(config.burst_min, config.burst_max)
-            time.sleep(burst)
+            target = rng.randint(config.burst_min_writes, config.burst_max_writes)
+            burst = _burst(server, writers, searcher, target, config.burst_timeout, log)
             server.kill()
             kills += 1
             for thread in [*writers, searcher]:
@@ -461,15 +488,15 @@ def run_crash_loop(
                     expected[doc_id] = doc
             touched.update(uncertain)
             while_loading = kills < config.kills and rng.random() < config.kill_while_loading
-            if while_loading:  # the next start is killed too, at a random moment of its loading
-                server.start()
-                time.sleep(rng.uniform(0.05, 1.5))
+            if while_loading:  # the next start is killed too, at a random moment of a start-up as long as the last,
+                server.start()  # or as it becomes ready if that comes first (its post-load snapshot and log trim)
+                server.poll_ready(rng.uniform(0.05, 1.0) * loading)
                 server.kill()
                 kills += 1
             started = time.perf_counter()
             server.start()
             info = server.wait_ready()
-            restart = time.perf_counter() - started
+            restart = loading = time.perf_counter() - started
             where = f"round {number}"
             with httpx.Client(base_url=server.url, timeout=60) as client:
                 _resolve(client, expected, uncertain, where)
@@ -489,6 +516,7 @@ def run_crash_loop(
             round_ = Round(
                 number=number,
                 killed_while_loading=while_loading,
+                burst_target=target,
                 burst_seconds=round(burst, 3),
                 acked_puts=sum(w.acked_puts for w in writers),
                 acked_deletes=sum(w.acked_deletes for w in writers),
@@ -497,6 +525,7 @@ def run_crash_loop(
                 restart_seconds=round(restart, 3),
                 loaded_from=info["loaded_from"],
                 replayed_on_load=info["replayed_on_load"],
+                compacted_on_load=info["compacted_on_load"],
                 documents=info["documents"],
                 rows=info["rows"],
             )
@@ -504,14 +533,42 @@ def run_crash_loop(
             log(
                 f"kill {kills}/{config.kills}{' (+1 while loading)' if while_loading else ''}: "
                 f"{round_.acked_puts} puts + {round_.acked_deletes} deletes + {round_.acked_clicks} clicks "
-                f"acknowledged, {round_.uncertain} cut off; "
+                f"acknowledged in {burst:.2f}s, {round_.uncertain} cut off; "
                 f"restart {restart:.2f}s from {round_.loaded_from} (replayed {round_.replayed_on_load}); "
                 f"{round_.documents} documents in {round_.rows} rows, all as acknowledged; ranking exact"
             )
     finally:
         server.stop()
     result.kills = kills
+    result.compactions = server.log_path.read_text(encoding="utf-8", errors="replace").count("compacted online")
     return result
+
+
+def _burst(
+    server: Server, writers: list[Writer], searcher: Searcher, target: int, timeout: float, log: Callable[[str], None]
+) -> float:
+    """Wait until the writers have acknowledged `target` puts, one delete and one click (or a request failed, or
+    `timeout` passed); returns the burst's seconds. The kill then lands within a few milliseconds of that."""
+    started = time.perf_counter()
+    while True:
+        seconds = time.perf_counter() - started
+        puts, deletes = sum(w.acked_puts for w in writers), sum(w.acked_deletes for w in writers)
+        if puts >= target and deletes >= 1 and searcher.acked_clicks:
+            return seconds
+        if any(w.error for w in writers) or searcher.errors:
+            return seconds  # reported after the kill
+        assert server.process is not None
+        if server.process.poll() is not None:
+            raise CrashLoopFailure(
+                f"the server exited on its own ({server.process.returncode}) during a burst; see {server.log_path}"
+            )
+        if seconds > timeout:
+            clicks = len(searcher.acked_clicks)
+            log(
+                f"burst cut at {timeout:.0f}s: {puts} of {target} puts, {deletes} deletes, {clicks} clicks acknowledged"
+            )
+            return seconds
+        time.sleep(0.002)
 
 
 def _owner(doc_id: str, writers: int) -> int:
@@ -526,13 +583,19 @@ def main(
     writers: Annotated[int, typer.Option(help="Concurrent writing clients")] = 4,
     workers: Annotated[int, typer.Option(help="SSI_WORKERS of the server (its processes)", min=1)] = 1,
     documents: Annotated[int, typer.Option(help="Documents of the generated corpus")] = 1500,
-    burst_min: Annotated[float, typer.Option(help="Shortest write burst before a kill (s)")] = 0.3,
-    burst_max: Annotated[float, typer.Option(help="Longest write burst before a kill (s)")] = 1.5,
+    burst_min_writes: Annotated[int, typer.Option(help="Fewest acknowledged puts of a burst before its kill")] = 20,
+    burst_max_writes: Annotated[int, typer.Option(help="Most acknowledged puts of a burst before its kill")] = 150,
+    burst_timeout: Annotated[float, typer.Option(help="Longest burst (s), whatever was acknowledged")] = 120.0,
+    kill_while_loading: Annotated[
+        float, typer.Option(help="Chance that a burst's kill is followed by one during the next start-up", min=0, max=1)
+    ] = 0.15,
     seed: Annotated[int, typer.Option(help="Random seed (corpus, bundle, kill times, writes)")] = 0,
     work_dir: Annotated[Path | None, typer.Option(help="Store, cache and server log (default: a temp folder)")] = None,
     out: Annotated[Path, typer.Option(help="JSON result")] = Path("bench-results/crash-loop.json"),
 ) -> None:
     """SIGKILL the real server during write bursts, restart, and check that nothing acknowledged was lost."""
+    if not 1 <= burst_min_writes <= burst_max_writes:
+        raise typer.BadParameter("--burst-min-writes must be at least 1 and at most --burst-max-writes")
     folder = work_dir or Path(tempfile.mkdtemp(prefix="ssi-crash-loop-"))
     config = Config(
         work_dir=folder,
@@ -540,8 +603,10 @@ def main(
         writers=writers,
         workers=workers,
         documents=documents,
-        burst_min=burst_min,
-        burst_max=burst_max,
+        burst_min_writes=burst_min_writes,
+        burst_max_writes=burst_max_writes,
+        burst_timeout=burst_timeout,
+        kill_while_loading=kill_while_loading,
         seed=seed,
     )
     docs, corpus, bundle = make_world(folder / "world", documents, seed)

@@ -4,9 +4,11 @@
 # is there, every acknowledged delete is gone, the index loads, and search equals brute force.
 #
 #   scripts/crash-loop.sh [--kills 50] [--writers 4] [--documents 1500] [--out FILE] ...
+#       [--burst-min-writes 20] [--burst-max-writes 150] [--kill-while-loading 0.15] [--workers 1]
 #
-# Runs benchmarks/crash_loop.py in the environment made by scripts/install.sh ($VENV, default .venv);
-# the figures go to bench-results/crash-loop.json. CI runs a 5-kill version as a test
+# A burst ends after a random number of acknowledged puts (between the two --burst-*-writes), not after a
+# time. Runs benchmarks/crash_loop.py in the environment made by scripts/install.sh ($VENV, default .venv);
+# the figures go to bench-results/crash-loop.json. CI runs a 3-kill version as a test
 # (tests/service/test_durability_crash_loop.py).
 set -euo pipefail
 
