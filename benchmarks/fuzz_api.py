@@ -11,6 +11,9 @@ error with a message, and tracebacks in the server log. Exit status 1 if any of 
     python -m benchmarks.fuzz_api --requests 10000 --out fuzz-report
     scripts/fuzz-api.sh --requests 10000            # the same
 
+`--config schemathesis.toml` gives every run schemathesis settings by operation (tests/service/test_http_fuzz.py
+says there where the coverage phase runs).
+
 Every generated case is sent as schemathesis makes it: a write that names an id twice is valid to the
 schema, and the server answers it with the 409 the schema declares.
 """
@@ -115,13 +118,22 @@ def tool_errors(output: str) -> list[str]:
 
 
 def run_schemathesis(
-    url: str, mode: str, seed: int, examples: int, workers: int, report_dir: Path, extra: list[str]
+    url: str,
+    mode: str,
+    seed: int,
+    examples: int,
+    workers: int,
+    report_dir: Path,
+    extra: list[str],
+    config: Path | None = None,
 ) -> tuple[list[str], int, float]:
-    """One `schemathesis run` over the whole schema; returns its command, exit status and seconds."""
+    """One `schemathesis run` over the whole schema; returns its command, exit status and seconds.
+    `config`: a schemathesis.toml (its --config-file)."""
     command = [
         sys.executable,
         "-m",
         "schemathesis.cli",
+        *(["--config-file", str(config)] if config is not None else []),
         "run",
         f"{url}/openapi.json",
         "--checks",
@@ -159,9 +171,11 @@ def fuzz(
     extra: list[str] | None = None,
     repo: Path = REPO,
     extra_by_mode: dict[str, list[str]] | None = None,
+    config: Path | None = None,
 ) -> dict[str, Any]:
     """Fuzz until `requests` requests were sent (both modes each round); the summary, also in out/summary.json.
-    `extra`: schemathesis arguments for both modes; `extra_by_mode`: more for one mode (e.g. its `--phases`)."""
+    `extra`: schemathesis arguments for both modes; `extra_by_mode`: more for one mode (e.g. its `--phases`);
+    `config`: a schemathesis.toml for every run (settings by operation, e.g. where a phase runs)."""
     out.mkdir(parents=True, exist_ok=True)
     world = write_world(out / "world", n_docs=300, seed=seed)
     tally = Tally()
@@ -173,7 +187,7 @@ def fuzz(
                 report_dir.mkdir(parents=True, exist_ok=True)
                 arguments = [*(extra or []), *(extra_by_mode or {}).get(mode, [])]
                 command, status, seconds = run_schemathesis(
-                    server.url, mode, seed + round_, examples, workers, report_dir, arguments
+                    server.url, mode, seed + round_, examples, workers, report_dir, arguments, config
                 )
                 sent = sum(read_report(report, mode, tally) for report in report_dir.glob("*.ndjson"))
                 errors = tool_errors((report_dir / "output.txt").read_text(encoding="utf-8", errors="replace"))
@@ -227,10 +241,13 @@ def main(
         Path | None, typer.Option(help="reports and summary.json here (default: a temporary folder)")
     ] = None,
     repo: Annotated[Path, typer.Option(help="serve from this checkout (to compare with another version)")] = REPO,
+    config: Annotated[
+        Path | None, typer.Option(help="a schemathesis.toml for every run (schemathesis --config-file)")
+    ] = None,
 ) -> None:
     """Fuzz the API and print the summary; exit 1 on any 5xx, failed check or 4xx that is not a JSON error."""
     with tempfile.TemporaryDirectory() as tmp:
-        summary = fuzz(requests, examples, seed, workers, out or Path(tmp), repo=repo)
+        summary = fuzz(requests, examples, seed, workers, out or Path(tmp), repo=repo, config=config)
         brief = {k: v for k, v in summary.items() if k not in ("runs", "examples")}
         print(json.dumps(brief, indent=2))
         if not summary["ok"]:
