@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import quote
 
-import httpx
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -23,6 +22,7 @@ from service_testing import (
     assert_same_ranking,
     make_bundle,
     make_corpus,
+    polling_client,
     worker_pids,
     write_corpus,
 )
@@ -464,7 +464,7 @@ def test_a_worker_group_finds_new_words_on_every_worker(world: World, tmp_path: 
     try:
         assert len(worker_pids(server.url, 2)) == 2
         same_everywhere(server.url, oracle(served))
-        response = httpx.put(
+        response = CLIENT.put(
             f"{server.url}/documents/{NEW.id}", json={"title": NEW.title, "text": NEW.text}, headers=KEY, timeout=30
         )
         assert response.status_code == 200, response.text
@@ -472,10 +472,10 @@ def test_a_worker_group_finds_new_words_on_every_worker(world: World, tmp_path: 
             assert _fresh_search(server.url, "zymurgical")[0]["id"] == NEW.id
         gone = {d.id for d in served[::9]}
         for doc_id in sorted(gone):
-            assert httpx.delete(f"{server.url}/documents/{doc_id}", headers=KEY, timeout=30).status_code == 200
+            assert CLIENT.delete(f"{server.url}/documents/{doc_id}", headers=KEY, timeout=30).status_code == 200
         live = [d for d in [*served, NEW] if d.id not in gone]
         same_everywhere(server.url, oracle(live))
-        assert httpx.delete(f"{server.url}/documents/{NEW.id}", headers=KEY, timeout=30).status_code == 200
+        assert CLIENT.delete(f"{server.url}/documents/{NEW.id}", headers=KEY, timeout=30).status_code == 200
         for _ in range(6):
             assert _fresh_search(server.url, "zymurgical") == []
         live.remove(NEW)
@@ -484,15 +484,18 @@ def test_a_worker_group_finds_new_words_on_every_worker(world: World, tmp_path: 
     assert "Traceback" not in server.log()
     again = ProcessServer(tmp_path, env, args).start()
     try:
-        assert httpx.get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
+        assert CLIENT.get(f"{again.url}/readyz").json()["collections"]["documents"]["loaded_from"] == "cache"
         same_everywhere(again.url, oracle(live))
     finally:
         assert again.stop() == 0
 
 
+CLIENT = polling_client()  # requests on fresh connections, without a client (and its TLS context) built for each
+
+
 def _fresh_search(url: str, query: str, k: int = 10) -> list[dict]:
     """A search on a new connection, so that any worker of a group may take it."""
-    response = httpx.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
+    response = CLIENT.post(f"{url}/search", json={"query": query, "k": k}, timeout=30)
     assert response.status_code == 200, response.text
     return response.json()["hits"]
 
