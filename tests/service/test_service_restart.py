@@ -151,7 +151,7 @@ class Writer(threading.Thread):
 def test_sigkill_during_writes_loses_no_acknowledged_write(world: dict, tmp_path: Path) -> None:
     """A server killed during writes, with snapshots every 4 writes so the kill may land in one, keeps every
     acknowledged write and an index that agrees with its store. One kill, not two: the second killed a server that
-    had itself recovered from a kill, which test_durability_crash_loop does three times a run (and
+    had itself recovered from a kill, which test_durability_crash_loop does in each of its cases (and
     scripts/crash-loop.sh fifty).
 
     Slow: a real server process killed during writes and started again on its folder."""
