@@ -59,7 +59,7 @@ def operations_sent(report_dir: Path) -> tuple[dict[str, set[str]], int]:
 
 def test_schemathesis_finds_nothing(tmp_path: Path) -> None:
     """Slow: schemathesis generates and sends requests for every operation of the OpenAPI schema (its coverage
-    phase alone ~600, with the key), in two runs that each build its strategies for all of them."""
+    phase alone ~600, with the key), in two schemathesis runs that each build their generators for all of them."""
     pytest.importorskip("schemathesis", reason="schemathesis is in the test extra: pip install -e '.[test]'")
     config = tmp_path / "schemathesis.toml"
     config.write_text(COVERAGE_WHERE_NEW, encoding="utf-8")

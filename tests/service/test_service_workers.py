@@ -234,9 +234,7 @@ def test_a_reload_reaches_every_worker_and_a_replaced_one(shared: Shared) -> Non
     """POST /admin/reload to a group answers once both workers serve the new bundle, and both rank with it exactly.
     A worker started again after a crash serves it too, and a restarted server the bundle it is started with:
     both checked in test_a_killed_worker_is_replaced_and_the_folder_stays_locked and the test after it, which kill a
-    worker of the group this test reloaded, then the group, and start the next.
-
-    Slow: a group of real worker processes (each loads the model and its index) and a reload on each."""
+    worker of the group this test reloaded, then the group, and start the next."""
     server = shared.running()
     first_hash = Oracle(shared.world["bundle"], shared.docs[:1]).bundle.content_hash
     other = make_bundle(shared.world["root"] / "bundle-reloaded", shared.world["docs"], n_dims=32, seed=9)
