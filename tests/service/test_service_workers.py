@@ -25,6 +25,7 @@ from service_testing import (
     free_port,
     make_bundle,
     needle_of,
+    polling_client,
     process_world,
 )
 
@@ -36,11 +37,13 @@ KEY = {"X-API-Key": API_KEY}
 
 @functools.cache
 def fresh() -> httpx.Client:
-    """The module's one HTTP client, which sends every request on a new connection (no keep-alive), so that any
-    worker may take it: the kernel spreads new connections over the workers' SO_REUSEPORT sockets. One client for
-    all of them: httpx.get and the like build a client and its TLS context per call, ~40 ms of CPU each, which made
-    most of this module's CPU over the ~1,500 requests it sent then and took a core from the servers it waited on."""
-    return httpx.Client(timeout=30, limits=httpx.Limits(max_keepalive_connections=0))
+    """The module's one HTTP client (service_testing.polling_client): every request on a new connection, so that
+    any worker may take it (the kernel spreads new connections over the workers' SO_REUSEPORT sockets). httpx.get
+    and the like, which build a client and its TLS context per call (~40 ms of CPU), made most of this module's
+    CPU over the ~1,500 requests it sent with them, and took a core from the servers it waited on."""
+    client = polling_client()
+    client.timeout = httpx.Timeout(30)
+    return client
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -54,24 +57,6 @@ def _close_client() -> Iterator[None]:
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return process_world(tmp_path_factory.mktemp("workers"), 1500, seed=5)
-
-
-def start(server: ProcessServer, timeout: float = 120.0) -> ProcessServer:
-    """`server` started and answering /readyz (ProcessServer.start's wait, asked through `fresh()`)."""
-    server.start(wait=False)
-    assert server.process is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and server.process.poll() is None:
-        try:
-            response = fresh().get(f"{server.url}/readyz", timeout=5)
-            if response.status_code == 200:
-                server.ready = response.json()
-                return server
-        except httpx.TransportError:  # no worker listens yet
-            pass
-        time.sleep(0.05)
-    server.stop()
-    raise RuntimeError(f"server did not start; log:\n{server.log()}")
 
 
 def group(
@@ -126,7 +111,7 @@ class Shared:
 
     def start(self) -> ProcessServer:
         self.bundle = self.world["bundle"]  # a group starts with the command line's bundle, whatever was reloaded
-        self.server = start(group(self.world, self.cache, env=COMPACTING))
+        self.server = group(self.world, self.cache, env=COMPACTING).start()
         return self.server
 
     def running(self) -> ProcessServer:
@@ -333,7 +318,7 @@ def test_ssi_serve_sizes_its_workers_by_the_cores_it_may_use(shared: Shared) -> 
     workers, threads = serve_sizes(cores.usable, None, None)
     env = {"SSI_CACHE_DIR": str(shared.cache), "SSI_WORKERS": None, "SSI_THREADS": None}
     args = ["--bundle", str(shared.world["bundle"]), "--corpus", str(shared.world["corpus"])]
-    server = start(ProcessServer(shared.world["root"], env, args))
+    server = ProcessServer(shared.world["root"], env, args).start()
     shared.bundle = shared.world["bundle"]  # the command line's, whatever the killed group had reloaded
     try:
         processes = f"{workers} worker process{'es' if workers > 1 else ''}"
