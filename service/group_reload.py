@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -41,8 +42,9 @@ class ServedBundle:
 
 
 def write_whole(path: Path, text: str) -> None:
-    """Readers see the old text or the new one, never a part."""
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    """Readers see the old text or the new one, never a part. The partial file is the writer's thread's own: a
+    reload's handler and the upkeep thread of one worker may acknowledge the same generation at once."""
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.partial")
     partial.write_text(text, encoding="utf-8")
     os.replace(partial, path)
 
