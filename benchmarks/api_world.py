@@ -108,15 +108,16 @@ class Server:
                 [sys.executable, "-m", "service", "serve"], env=self.env, cwd=self.repo, stdout=log, stderr=log
             )
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"server exited:\n{self.log_path.read_text(errors='replace')}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
-                    return self
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
+        with httpx.Client() as client:  # one client: httpx.get builds one (and its TLS context) per poll
+            while time.monotonic() < deadline:
+                if self.process.poll() is not None:
+                    raise RuntimeError(f"server exited:\n{self.log_path.read_text(errors='replace')}")
+                try:
+                    if client.get(f"{self.url}/readyz", timeout=5).status_code == 200:
+                        return self
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.1)
         self.__exit__()
         raise TimeoutError(f"server not ready:\n{self.log_path.read_text(errors='replace')}")
 
