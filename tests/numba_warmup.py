@@ -2,11 +2,11 @@
 its workers.
 
 Each worker process would otherwise compile, on first use, the same cached kernels as the others, at the same
-time, racing to write the same cache files: ranx's metrics (about 40 s of CPU on two cores;
-scripts/install.sh compiles them into ranx's own folder, which a NUMBA_CACHE_DIR bypasses) and the service's
-kernels (ssi.jit_cache). A kernel found in the cache is loaded instead (well under a second), so a run whose
-cache is already full spends here little more than the imports. The forms' and the trainer's cached kernels are
-not warmed here: the first test that uses them fills the cache with them.
+time, racing to write the same cache files: ranx's metrics (12-16 s to compile; scripts/install.sh compiles them
+into ranx's own folder, which a NUMBA_CACHE_DIR bypasses, so they are copied from there: adopt_in_tree_cache) and
+the service's kernels (ssi.jit_cache). A kernel found in the cache is loaded instead (well under a second), so a
+run whose cache is already full spends here little more than the imports. The forms' and the trainer's cached
+kernels are not warmed here: the first test that uses them fills the cache with them.
 
 The parts run as subprocesses, side by side: the test run's own process imports none of it, and coverage does
 not count the warm-up as testing.
@@ -16,7 +16,9 @@ not count the warm-up as testing.
 
 from __future__ import annotations
 
+import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -31,10 +33,31 @@ PARTS = ("ranx", "service")
 
 def warm_ranx() -> None:
     """ranx's metrics on the arrays of training.evaluate.metrics, which every `ssi eval` and `evaluate` of the
-    tests takes (the suite does not use its dict API, Qrels and Run, whose typed containers no cache keeps)."""
+    tests takes (the suite does not use its dict API, Qrels and Run, whose typed containers no cache keeps).
+    What scripts/install.sh compiled beside ranx is copied into the suite's cache first, so that they load."""
+    import ranx
+
     from training.evaluate.metrics import compile_ranx
 
+    adopt_in_tree_cache(Path(os.path.abspath(ranx.__file__)).parent, Path(os.environ["NUMBA_CACHE_DIR"]))
     compile_ranx()
+
+
+def adopt_in_tree_cache(package: Path, cache_dir: Path) -> int:
+    """Copy the numba cache files that a package's kernels left in its own __pycache__ folders (numba's default
+    place) to where they are looked for once NUMBA_CACHE_DIR is set (numba.core.caching's
+    _UserProvidedCacheLocator: a folder named for the source's folder and the sha1 of its path). An index names
+    its source file's time stamp and size, so a copy whose source changed is not used. Returns the files copied."""
+    copied = 0
+    for pycache in package.rglob("__pycache__"):
+        source_dir = str(pycache.parent)
+        target = cache_dir / f"{pycache.parent.name}_{hashlib.sha1(source_dir.encode()).hexdigest()}"
+        for path in pycache.iterdir():
+            if path.suffix in (".nbi", ".nbc") and not (target / path.name).exists():
+                target.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(path, target / path.name)
+                copied += 1
+    return copied
 
 
 def warm_service() -> None:
