@@ -44,19 +44,25 @@ def tiny(shared: ExportedEncoder) -> Path:
 
 @pytest.mark.parametrize("pooling", ["mean", "cls", "max"])
 def test_the_exported_graph_gives_the_models_own_vectors(shared: ExportedEncoder, tmp_path: Path, pooling: str) -> None:
-    """Pooling and normalisation as the folder's configuration says, against PyTorch's forward pass; each an export
-    from the weights (mean: the run's shared one, made by the same prepare_encoder from a folder without a graph).
-
-    Slow: an ONNX export of a PyTorch model (the first in a process also imports the exporter)."""
+    """Pooling and normalisation as the folder's configuration says, against PyTorch's forward pass. Mean: the
+    run's shared export from the weights (made by the same prepare_encoder from a folder without a graph). Cls and
+    max: the same weights under another pooling configuration, with that graph beside them (the graph gives the
+    token states; pooling and normalisation run after it, ssi.sentence), taken after the same check."""
     if pooling == "mean":
         folder, out = shared.model, shared.sentence
         spec = read_spec(out)
     else:
         out = tmp_path / "out"
         folder = make_tiny_encoder(tmp_path / "model", pooling=pooling, normalize=pooling != "max")
+        (folder / "onnx").mkdir()
+        shutil.copyfile(shared.model / "onnx" / "model.onnx", folder / "onnx" / "model.onnx")
         spec = prepare_encoder(folder, out)
     assert (spec.pooling, spec.normalize, spec.dims, spec.max_length) == (pooling, pooling != "max", 32, 48)
-    assert spec.license == "apache-2.0" and set(spec.source) == {"model.safetensors", "tokenizer.json", "config.json"}
+    taken = set() if pooling == "mean" else {"onnx/model.onnx"}
+    assert (
+        spec.license == "apache-2.0"
+        and set(spec.source) == {"model.safetensors", "tokenizer.json", "config.json"} | taken
+    )
     encoder = SentenceEncoder(out)
     got = encoder.encode(TEXTS)
     want = reference_vectors(_reference_model(folder), encoder, TEXTS)
