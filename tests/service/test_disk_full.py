@@ -14,10 +14,11 @@ from pathlib import Path
 
 import httpx
 import pytest
-from service_testing import API_KEY, ProcessServer, process_world
+from service_testing import API_KEY, ProcessServer, polling_client, process_world
 
 KEY = {"X-API-Key": API_KEY}
 SIZE = "6m"
+CLIENT = polling_client()  # one client for every request: httpx.post builds one (and its TLS context) per call
 
 
 @pytest.fixture
@@ -40,7 +41,7 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
 
 def write(url: str, batch: int) -> httpx.Response:
     docs = [{"id": f"w{batch}-{j}", "title": f"batch {batch}", "text": f"word{j} " * 400} for j in range(10)]
-    return httpx.post(f"{url}/documents", json={"documents": docs}, headers=KEY, timeout=60)
+    return CLIENT.post(f"{url}/documents", json={"documents": docs}, headers=KEY, timeout=60)
 
 
 def test_a_full_disk_refuses_writes_with_507_and_loses_nothing(small_disk: Path, tmp_path: Path) -> None:
@@ -65,9 +66,9 @@ def test_a_full_disk_refuses_writes_with_507_and_loses_nothing(small_disk: Path,
         assert refused is not None and refused.status_code == 507, refused and refused.text
         assert "is full: the write was not applied" in refused.json()["detail"]
         assert write(server.url, 10_000).status_code == 507  # still full: still refused, still no 500
-        search = httpx.post(f"{server.url}/search", json={"query": world["docs"][0].title, "k": 3}, timeout=30)
+        search = CLIENT.post(f"{server.url}/search", json={"query": world["docs"][0].title, "k": 3}, timeout=30)
         assert search.status_code == 200 and len(search.json()["hits"]) == 3
-        assert httpx.get(f"{server.url}/documents/{acknowledged[-1]}", timeout=30).status_code == 200
+        assert CLIENT.get(f"{server.url}/documents/{acknowledged[-1]}", timeout=30).status_code == 200
 
         ballast.unlink()  # room again: writes are taken at once
         again = write(server.url, 20_000)
@@ -81,8 +82,8 @@ def test_a_full_disk_refuses_writes_with_507_and_loses_nothing(small_disk: Path,
     restarted = ProcessServer(tmp_path, env, args).start()  # what the store acknowledged, after a restart
     try:
         for doc_id in acknowledged[:: max(1, len(acknowledged) // 50)] + acknowledged[-10:]:
-            assert httpx.get(f"{restarted.url}/documents/{doc_id}", timeout=30).status_code == 200, doc_id
-        ready = httpx.get(f"{restarted.url}/readyz", timeout=30).json()["collections"]["documents"]
+            assert CLIENT.get(f"{restarted.url}/documents/{doc_id}", timeout=30).status_code == 200, doc_id
+        ready = CLIENT.get(f"{restarted.url}/readyz", timeout=30).json()["collections"]["documents"]
         assert ready["documents"] == 200 + len(acknowledged)
     finally:
         restarted.stop()
