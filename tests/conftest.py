@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import resource
 import sys
 import time
 from collections.abc import Iterator
@@ -113,7 +114,9 @@ def _ray_group_first(request: pytest.FixtureRequest) -> None:
         return
     cluster_fixtures = sys.modules.get("tests.cluster.conftest")
     if cluster_fixtures is not None:
-        cluster_fixtures.release_shared_ray()
+        before = _cpu_seconds()
+        cluster_fixtures.release_shared_ray()  # its processes' CPU is counted when they are waited for: here
+        _ray_cpu_after_the_group.append(_cpu_seconds() - before)
     worker = hasattr(request.config, "workerinput")  # only under pytest-xdist: a lone run keeps its priority
     if worker and not _niced:
         os.nice(OTHERS_NICENESS)  # inherited by the servers and trainers this worker starts from now on
@@ -132,6 +135,34 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
     item.user_properties.append(("slow_reason", _slow_reason(item)))
 
 
+def _cpu_seconds() -> float:
+    """CPU time of this process (all its threads: in-process servers too) and of the children it has waited for
+    (server processes, trainers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+_cpu_mark: list[float] = []
+_ray_cpu_after_the_group: list[float] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Iterator[None]:
+    """Each phase's report carries the CPU seconds spent since the last one (cpu_seconds): on two cores the suite is
+    work-bound, so a unit's CPU, not its wall time (which waits on the others), says what it costs the run."""
+    outcome = yield
+    now = _cpu_seconds()
+    spent = now - (_cpu_mark[0] if _cpu_mark else now)
+    _cpu_mark[:] = [now]
+    report = outcome.get_result()
+    if _ray_cpu_after_the_group:  # the shared cluster's, counted in the next module's set-up: the Ray group's
+        ray = sum(_ray_cpu_after_the_group)
+        _ray_cpu_after_the_group.clear()
+        report.user_properties.append(("ray_group_cpu_seconds", round(ray, 3)))
+        spent -= ray
+    report.user_properties.append(("cpu_seconds", round(spent, 3)))
+
+
 class Budget:
     """Collects each test's call time and prints, at the end of every run, the wall time and who broke the budget."""
 
@@ -139,11 +170,17 @@ class Budget:
         self.started = time.monotonic()
         self.calls: dict[str, tuple[float, str]] = {}
         self.units: dict[str, float] = {}  # seconds of setup, call and teardown per unit of work (_scope)
+        self.cpu: dict[str, float] = {}  # CPU seconds of the same (cpu_seconds)
 
     @pytest.hookimpl
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         unit = _scope(report.nodeid)
         self.units[unit] = self.units.get(unit, 0.0) + report.duration
+        properties = dict(report.user_properties)
+        self.cpu[unit] = self.cpu.get(unit, 0.0) + float(properties.get("cpu_seconds", 0.0))
+        ray = float(properties.get("ray_group_cpu_seconds", 0.0))
+        if ray:
+            self.cpu[RAY_GROUP] = self.cpu.get(RAY_GROUP, 0.0) + ray
         if report.when == "call":
             reason = dict(report.user_properties).get("slow_reason", "")
             self.calls[report.nodeid] = (report.duration, str(reason))
@@ -165,10 +202,14 @@ class Budget:
         longest = sorted(((took, unit) for unit, took in self.units.items() if took > UNIT_SHOWN_SECONDS), reverse=True)
         write(
             f"units of work over {UNIT_SHOWN_SECONDS:g} s: {len(longest)} of {len(self.units)}"
-            f" ({sum(self.units.values()):.0f} s of work in all):"
+            f" ({sum(self.units.values()):.0f} s of work in all, {sum(self.cpu.values()):.0f} s of CPU):"
         )
         for took, unit in longest:
-            write(f"{took:7.1f} s  {unit}")
+            write(f"{took:7.1f} s  {self.cpu.get(unit, 0.0):7.1f} s CPU  {unit}")
+        hungriest = sorted(((cpu, unit) for unit, cpu in self.cpu.items()), reverse=True)[:15]
+        write("the units that took the most CPU (this process's threads and the children it waited for):")
+        for cpu, unit in hungriest:
+            write(f"{cpu:7.1f} s CPU  {self.units.get(unit, 0.0):7.1f} s  {unit}")
 
 
 def pytest_configure(config: pytest.Config) -> None:
