@@ -298,11 +298,11 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def polling_client() -> httpx.Client:
+def polling_client(timeout: float = 30.0) -> httpx.Client:
     """One client for a loop of requests to a server: `httpx.get` builds a client (and its TLS context) per call,
     ~40 ms of CPU each, taken from the server a test waits on. No keep-alive: each request opens a connection of
     its own, as a new client does, so any worker of a group may take it."""
-    return httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+    return httpx.Client(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0))
 
 
 def wait_ready(base_url: str, timeout: float = 60.0, process: subprocess.Popen | None = None) -> dict:

@@ -41,9 +41,7 @@ def fresh() -> httpx.Client:
     any worker may take it (the kernel spreads new connections over the workers' SO_REUSEPORT sockets). httpx.get
     and the like, which build a client and its TLS context per call (~40 ms of CPU), made most of this module's
     CPU over the ~1,500 requests it sent with them, and took a core from the servers it waited on."""
-    client = polling_client()
-    client.timeout = httpx.Timeout(30)
-    return client
+    return polling_client(timeout=30)
 
 
 @pytest.fixture(scope="module", autouse=True)
