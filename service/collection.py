@@ -38,6 +38,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,21 +46,40 @@ from service.bounds import cut_long_text, shown
 from service.cores import usable_cores
 from service.embedding import Prepared
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
+from service.fields.facets import Facet, check_facets
+from service.fields.filters import FilterBounds, parse_filter
+from service.fields.plan import Planner
 from service.group_reload import GroupBundle
 from service.instance_lock import FileLock, FolderLock
 from service.metrics import Metrics
-from service.model_state import ModelState, QueryResult
+from service.model_state import ModelState, QueryResult, Where
 from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
-from service.state_builder import compacted, needs_compaction, open_state
+from service.state_builder import attach_fields, compacted, needs_compaction, open_state
 from service.store import DocumentStore, StoredDocument, StoreError, disk_full
 from service.threads import freeze_loaded_objects, release_free_memory
-from service.writes import apply_writes, capture, replay
+from service.writes import FieldWrites, apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
 from ssi.open_vocab import OpenCounts
 from ssi.records import Document
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldRequest:
+    """What a search asks of the documents' fields (service.fields): a filter (the JSON as sent) and facets."""
+
+    filter: Any = None
+    facets: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class FieldAnswer:
+    """How many live documents matched the filter, and the facets asked for."""
+
+    matched: int
+    facets: dict[str, Facet]
 
 
 def _load_bundle(path: Path) -> Bundle:
@@ -116,7 +136,11 @@ class Collection:
         # Workers load one at a time: the first imports the corpus, builds and snapshots; the next ones load that.
         with self._upkeep():
             self.store = DocumentStore.open_for_corpus(
-                self.settings.store_dir, self.name, self.spec.corpus, on_change=self.settings.corpus_change
+                self.settings.store_dir,
+                self.name,
+                self.spec.corpus,
+                on_change=self.settings.corpus_change,
+                fields=self.spec.fields,
             )
             state = open_state(
                 collection=self.name, bundle=bundle, store=self.store, settings=self.settings,
@@ -282,6 +306,39 @@ class Collection:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
         return [result.page(offset) for result in results]
 
+    def search_where(
+        self,
+        queries: Sequence[str],
+        k: int,
+        offset: int,
+        request: FieldRequest,
+        *,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+    ) -> tuple[list[QueryResult], FieldAnswer]:
+        """`search` among the documents matching `request.filter` (service.fields), with the facets it asks for
+        over every matching document: the exact top k of f among them, never a short page while more match."""
+        self.require_type("documents", "search")
+        self.ready_state()
+        self._catch_up()
+        state = self.ready_state()
+        self._check_knobs(state, ef_search, nprobe)
+        settings = self.settings
+        with state.lock.read():
+            types = dict(state.fields.types)
+        bounds = FilterBounds(settings.max_filter_clauses, settings.max_filter_terms, settings.max_filter_depth)
+        clause = parse_filter(request.filter, types, bounds) if request.filter is not None else None
+        check_facets(request.facets, types, settings.max_facets)
+        where = Where(clause, Planner(settings.filter_exact_docs, settings.filter_exact_fraction))
+        results = state.search(
+            queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe, where=where
+        )
+        facets = state.facets(clause, request.facets, settings.facet_size) if request.facets else {}
+        self.metrics.search_batch.labels(self.name).observe(len(queries))
+        for result in results:
+            self.metrics.candidates.labels(self.name).observe(result.candidates)
+        return [result.page(offset) for result in results], FieldAnswer(state.matched(clause), facets)
+
     def similar(self, doc_id: str, k: int, offset: int) -> QueryResult:
         """The documents most like `doc_id`, the stored document itself being the query (it is left out).
 
@@ -340,7 +397,8 @@ class Collection:
             state = self.ready_state()
             prepared = state.embedder.prepare(docs)
             seqs = store.put(docs, term)
-            self._apply(state, lambda: self._apply_committed(state, prepared, [], seqs[-1]), seqs[-1])
+            fields = FieldWrites.of(docs, store.field_types()) if any(d.fields for d in docs) else None
+            self._apply(state, lambda: self._apply_committed(state, prepared, [], seqs[-1], fields), seqs[-1])
             self._after_write(state, "put", len(docs))
         return seqs
 
@@ -371,11 +429,18 @@ class Collection:
         with store.view() as view:
             replay(state, view)
 
-    def _apply_committed(self, state: ModelState, prepared: Prepared | None, deleted: list[str], seq: int) -> None:
+    def _apply_committed(
+        self,
+        state: ModelState,
+        prepared: Prepared | None,
+        deleted: list[str],
+        seq: int,
+        fields: FieldWrites | None = None,
+    ) -> None:
         """Make this process's committed write visible. Alone, its writes are the only ones; in a group, other
         workers' writes may have come between this state's and this one, so the log is replayed in order."""
         if not self.shared:
-            apply_writes(state, prepared, deleted, seq)
+            apply_writes(state, prepared, deleted, seq, fields)
             return
         assert self.store is not None
         self._replay_store(state, self.store)
@@ -617,6 +682,7 @@ class Collection:
                     return False
                 with self.store.view() as view:
                     replay(fresh, view)
+                    attach_fields(fresh, view)  # the rows were renumbered
                 self.state = fresh
             del state
             gc.collect()

@@ -35,6 +35,10 @@ import scipy.sparse as sp
 
 from service import int8_gemm, quantized, topk
 from service.embedding import Embedder
+from service.fields.facets import Facet, facet
+from service.fields.filters import Clause, matching_rows
+from service.fields.index import FieldIndex, bitmap_of
+from service.fields.plan import Planner, exact_scan, selector_bits
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex, LexicalQuery, RareSum
 from service.open_lexical import OpenLexicalQuery, with_open
@@ -123,6 +127,15 @@ class QueryResult:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Where:
+    """A search restricted by its documents' fields (service.fields): the filter (None: every document), and how
+    each query is searched (`Planner`: an exact scan of the matching rows or the index with them as a selector)."""
+
+    clause: Clause | None
+    planner: Planner
+
+
 # A scanning index's first pool grows with the collection: one row of K per SCAN_POOL_ROWS live rows, at least
 # SSI_SCAN_POOL. The k-th pool score s_K bounds what the rows outside the pool can reach, and at 1 M passages
 # (IVF 4,000 lists, nprobe 512) K = 128 left a median of 1,998 rows to score exactly and took 7.97 ms a query
@@ -157,6 +170,9 @@ class ModelState:
         # Rows' words the bundle lacks (ssi.open_vocab): mutated in place by writes, under the write lock.
         self.open = open_postings if open_postings is not None else OpenPostings()
         self.table = table
+        # Every row's fields by value (service.fields.index): filters and facets read it. Built from the store when
+        # the state is opened (service.state_builder.attach_fields), then kept up by the writes.
+        self.fields = FieldIndex()
         self.seq = seq
         self.store_uuid = store_uuid
         self.folder = folder  # where this state's snapshots go (service.snapshot.cache_folder)
@@ -194,6 +210,7 @@ class ModelState:
         exclude: Sequence[str | None] | None = None,
         max_words: int | None = None,
         open_counts: Sequence[OpenCounts | None] | None = None,
+        where: Where | None = None,
     ) -> list[QueryResult]:
         """The exact top `want` documents for each query text (see service.rerank for why it is exact).
 
@@ -214,6 +231,7 @@ class ModelState:
             open_words=words,
             open_counts=open_counts,
             texts=queries,
+            where=where,
         )
 
     def featurize(
@@ -319,16 +337,22 @@ class ModelState:
         open_words: Sequence[QueryWords] | None = None,
         open_counts: Sequence[OpenCounts | None] | None = None,
         texts: Sequence[str] | None = None,
+        where: Where | None = None,
     ) -> list[QueryResult]:
         """`search` for queries already featurized (Embedder.featurize_queries): one ONNX call and one index
         call per chunk of them, as for texts. `open_words`: their words for the open vocabulary's term (`featurize`);
         `open_counts`: what weighs their new words where not this collection's own counts (`search`); `texts`: the
-        queries' texts, which a hybrid bundle's sentence encoder reads (one call for them all)."""
+        queries' texts, which a hybrid bundle's sentence encoder reads (one call for them all); `where`: only the
+        documents matching a filter (`_search_where`)."""
         n_queries = tfidf.shape[0]
         query_embeddings = self.embedder.embed_queries(tfidf, texts)
         excluded = list(exclude) if exclude is not None else [None] * n_queries
         asks = [want + (1 if doc_id is not None else 0) for doc_id in excluded]
         knobs = {"ef_search": ef_search, "nprobe": nprobe}
+        if where is not None:
+            return self._search_where(
+                tfidf, query_embeddings, want, asks, excluded, pool, knobs, where, open_words, open_counts
+            )
         results: list[QueryResult] = []
         chunk: _Chunk | None = None
         weighed: dict[int, tuple[int, dict[str, float]]] = {}  # `_open_weights`' memo for this call
@@ -361,6 +385,91 @@ class ModelState:
                 results.append(self._result(ranked, want, excluded[i], words.shape[0], weights, query_embeddings[i]))
         return results
 
+    def _search_where(
+        self,
+        tfidf: sp.csr_matrix,
+        query_embeddings: np.ndarray,
+        want: int,
+        asks: list[int],
+        excluded: list[str | None],
+        pool: int,
+        knobs: dict[str, int | None],
+        where: Where,
+        open_words: Sequence[QueryWords] | None,
+        open_counts: Sequence[OpenCounts | None] | None,
+    ) -> list[QueryResult]:
+        """`search_rows` among the rows matching `where.clause` only: the exact top `want` of f over them, by an
+        exact scan or the index with them as a selector (service.fields.plan). The filter is evaluated once for
+        the batch; each query takes the rows of it still live under its own read lock (a write may come between)."""
+        with self.lock.read():
+            matched = matching_rows(where.clause, self.fields, self.table.live)
+        weighed: dict[int, tuple[int, dict[str, float]]] = {}
+        results: list[QueryResult] = []
+        for i in range(tfidf.shape[0]):
+            words = tfidf.indices[tfidf.indptr[i] : tfidf.indptr[i + 1]]
+            with self.lock.read():
+                live = self.table.live
+                rows = matched[live[matched]]
+                weights = self._open_weights(weighed, i, open_words, open_counts)
+                if (words.shape[0] == 0 and not weights) or rows.shape[0] == 0:
+                    results.append(QueryResult([], [], [], [], query_words=words.shape[0], candidates=0))
+                    continue
+                (lexical,) = self._lexical_terms(tfidf, i, i + 1, open_words, open_counts, weighed)
+                uq = np.asarray(query_embeddings[i], dtype=np.float64)
+                count = int(rows.shape[0])
+                if where.planner.exact(count, self.table.n_live):
+                    ranked = exact_scan(uq, asks[i], rows, lexical, self.index.vectors)
+                else:
+                    ranked = self._selected(query_embeddings[i], asks[i], rows, lexical, pool, knobs)
+                results.append(self._result(ranked, want, excluded[i], words.shape[0], weights, query_embeddings[i]))
+        return results
+
+    def _selected(
+        self,
+        query_embedding: np.ndarray,
+        want: int,
+        rows: np.ndarray,
+        lexical: LexicalQuery | OpenLexicalQuery,
+        pool: int,
+        knobs: dict[str, int | None],
+    ) -> Ranked:
+        """The exact top `want` of the live `rows` through the index, searched with them as its selector and ranked
+        by the reranker with their mask as the live rows; an exact scan of them when the index answered short
+        (fewer rows than asked while as many match: an approximate index's walk cut off by the filter). The
+        caller holds the read lock."""
+        count = int(rows.shape[0])
+        mask = np.zeros(self.table.rows, dtype=bool)
+        mask[rows] = True
+        bits = selector_bits(rows, self.table.rows)
+        short = False
+
+        def semantic(k: int) -> tuple[np.ndarray, np.ndarray]:
+            nonlocal short
+            scores, found = self.index.search(query_embedding[None, :], k, live_bits=bits, **knobs)
+            if int((found[0] >= 0).sum()) < min(k, count):
+                short = True
+            return scores[0], found[0]
+
+        ranked = self._rank(query_embedding, want, semantic, lexical, pool, live=mask, n_live=count)
+        if short:
+            return exact_scan(np.asarray(query_embedding, dtype=np.float64), want, rows, lexical, self.index.vectors)
+        return ranked
+
+    def matched(self, clause: Clause | None) -> int:
+        """How many live documents match `clause` (None: every live document)."""
+        with self.lock.read():
+            if clause is None:
+                return self.table.n_live
+            return int(matching_rows(clause, self.fields, self.table.live).shape[0])
+
+    def facets(self, clause: Clause | None, names: Sequence[str], size: int) -> dict[str, Facet]:
+        """Each keyword field of `names`, its `size` most frequent values over every live document matching
+        `clause` (service.fields.facets), not over a page of hits."""
+        with self.lock.read():
+            rows = matching_rows(clause, self.fields, self.table.live)
+            matching = bitmap_of(rows)
+            return {name: facet(self.fields, name, matching, size) for name in names}
+
     def _search_chunk(
         self,
         tfidf: sp.csr_matrix,
@@ -380,17 +489,7 @@ class ModelState:
         stop = min(start + size, tfidf.shape[0])
         bits = self.table.live_bits()
         spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
-        given = [None] * len(spans) if open_counts is None else open_counts[start:stop]
-        lexical = [
-            self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b, counts))
-            for (a, b), counts in zip(spans, given, strict=True)
-        ]
-        if open_words is not None:
-            memo = {} if weighed is None else weighed
-            lexical = [
-                with_open(query, self.open, self._open_weights(memo, start + j, open_words, open_counts))
-                for j, query in enumerate(lexical)
-            ]
+        lexical = self._lexical_terms(tfidf, start, stop, open_words, open_counts, weighed)
         dense = [
             flat and (b > a or isinstance(query, OpenLexicalQuery)) and prefers_dense(query, first_k, every_row=True)
             for (a, b), query in zip(spans, lexical, strict=True)
@@ -414,6 +513,31 @@ class ModelState:
             scores, rows = self.index.search(query_embeddings[others], first_k, live_bits=bits, **knobs)
             pools = {i: (scores[j], rows[j]) for j, i in enumerate(others)}
         return _Chunk(self.version, first_k, start, stop, bits, lexical, every, pools)
+
+    def _lexical_terms(
+        self,
+        tfidf: sp.csr_matrix,
+        start: int,
+        stop: int,
+        open_words: Sequence[QueryWords] | None = None,
+        open_counts: Sequence[OpenCounts | None] | None = None,
+        weighed: dict[int, tuple[int, dict[str, float]]] | None = None,
+    ) -> list[LexicalQuery | OpenLexicalQuery]:
+        """The lexical term l of the queries start … stop − 1 (with their new words' where the vocabulary is open).
+        The caller holds the read lock."""
+        spans = [(int(tfidf.indptr[i]), int(tfidf.indptr[i + 1])) for i in range(start, stop)]
+        given = [None] * len(spans) if open_counts is None else open_counts[start:stop]
+        lexical: list[LexicalQuery | OpenLexicalQuery] = [
+            self.lexical.query(tfidf.indices[a:b], self.lexical_values(tfidf, a, b, counts))
+            for (a, b), counts in zip(spans, given, strict=True)
+        ]
+        if open_words is not None:
+            memo = {} if weighed is None else weighed
+            lexical = [
+                with_open(query, self.open, self._open_weights(memo, start + j, open_words, open_counts))
+                for j, query in enumerate(lexical)
+            ]
+        return lexical
 
     def _open_weights(
         self,
@@ -463,8 +587,11 @@ class ModelState:
         semantic: SemanticSearch,
         lexical: LexicalQuery | OpenLexicalQuery,
         pool: int,
+        live: np.ndarray | None = None,
+        n_live: int | None = None,
     ) -> Ranked:
-        """One query's exact top `want` rows, from the index pool and the rows sharing its words."""
+        """One query's exact top `want` rows, from the index pool and the rows sharing its words (`live` and
+        `n_live`: the rows that may be ranked, the table's live rows unless a filter says fewer)."""
         # A flat or IVF search costs its scan whatever K is (the caller's pool is large for them);
         # an HNSW search grows with K, which bounds how far K is widened (service.rerank).
         return exact_top(
@@ -473,8 +600,8 @@ class ModelState:
             semantic,
             lexical,
             self.index.vectors,
-            self.table.live,
-            self.table.n_live,
+            self.table.live if live is None else live,
+            self.table.n_live if n_live is None else n_live,
             pool,
             scan=self.config.index_type != "hnsw",
         )

@@ -182,6 +182,19 @@ class Hit(BaseModel):
     sentence: float | None = Field(
         default=None, description="a hybrid bundle's third part, λ e(q)·e(d); null for any other bundle"
     )
+    fields: dict[str, Any] | None = Field(
+        default=None, description="the fields a search asked for (`fields`) that the document has; else null"
+    )
+
+
+class FacetValue(BaseModel):
+    value: str | bool
+    count: int = Field(description="matching documents with this value")
+
+
+class FacetOut(BaseModel):
+    values: list[FacetValue] = Field(description="the most frequent values, most first (at most SSI_FACET_SIZE)")
+    other: int = Field(description="the counts of the values left out, summed")
 
 
 class SearchResult(BaseModel):
@@ -193,6 +206,10 @@ class SearchResult(BaseModel):
         description="names this answer in the traffic log: report a click with POST /clicks and it "
         "(null when the server records no traffic, SSI_EVENTS=false)",
     )
+    matched: int | None = Field(
+        default=None, description="documents matching the search's filter (set when it has a filter or facets)"
+    )
+    facets: dict[str, FacetOut] | None = Field(default=None, description="the facets asked for, by field")
 
 
 class SearchResponse(SearchResult):
@@ -252,6 +269,7 @@ class DocumentOut(BaseModel):
     id: str
     title: str
     text: str
+    fields: dict[str, Any] = Field(default_factory=dict, description="the document's fields (service.fields)")
     seq: int = Field(description="the write sequence number of this version")
 
 

@@ -25,6 +25,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.cores import MAX_WORKERS, serve_sizes, usable_cores
+from service.fields.types import FieldType
 
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -62,6 +63,9 @@ class CollectionSpec(BaseModel):
     # Record this collection's traffic (impressions, clicks); None: as SSI_EVENTS says. An internal collection can
     # stay out of the log while the public one feeds it.
     events: bool | None = None
+    # Field types fixed before any document uses the name (service.fields): e.g. {"published": "keyword"} where the
+    # first value would otherwise make it a date.
+    fields: dict[str, FieldType] = Field(default_factory=dict)
 
 
 class Settings(BaseSettings):
@@ -199,6 +203,17 @@ class Settings(BaseSettings):
     # When more than this share of the index's rows are dead (replaced or deleted documents), the index
     # is rebuilt without them: at load, and online in the background when snapshots are due.
     compact_dead_fraction: float = Field(default=0.3, gt=0, le=1)
+
+    # Filters, facets (service.fields): a filter's size (clauses, values of `terms` in all, nesting depth), facets
+    # per request and values per facet; a filtered query matching at most filter_exact_docs documents, or at most
+    # filter_exact_fraction of them, is ranked by an exact scan of those, else by the index with them as a selector.
+    max_filter_clauses: int = Field(default=64, ge=1, le=10_000)
+    max_filter_terms: int = Field(default=1024, ge=1, le=1_000_000)
+    max_filter_depth: int = Field(default=8, ge=1, le=64)
+    max_facets: int = Field(default=8, ge=1, le=256)
+    facet_size: int = Field(default=10, ge=1, le=10_000)
+    filter_exact_docs: int = Field(default=10_000, ge=0, le=1 << 31)
+    filter_exact_fraction: float = Field(default=0.05, ge=0, le=1)
     # A corpus file that changed since it seeded the document store: merge what only the corpus
     # changed (new ids, documents never written through the API), or refuse to start.
     corpus_change: Literal["merge", "refuse"] = "merge"

@@ -26,6 +26,7 @@ import scipy.sparse as sp
 from service.bulk_featurize import BulkFeaturizer
 from service.embedding import Embedder
 from service.featurize_pool import featurized, pool_workers
+from service.fields.index import FieldIndex, bitmap_of
 from service.index import IndexConfig, IndexLoadError, VectorIndex
 from service.lexical import LexicalIndex
 from service.model_state import LoadReport, ModelState
@@ -93,6 +94,7 @@ def open_state(
             if needs_compaction(state, settings):
                 state = compacted(state)
                 state.report.compacted = True
+        attach_fields(state, view)
     kept = embedder.sentence_cache
     if kept is not None:
         state.report.encoded, state.report.sentence_cached = kept.counts.encoded, kept.counts.cached
@@ -117,6 +119,18 @@ def open_state(
         state.report.replayed,
     )
     return state
+
+
+def attach_fields(state: ModelState, view: StoreView) -> None:
+    """Index the fields of the state's live rows as the store `view` holds them (service.fields.index): the state
+    must be at the view's write (replayed up to it). Rebuilt rather than saved in snapshots: the store has them,
+    and a compaction renumbers the rows."""
+    row_of = state.table.row_of
+    rows = ((row_of[doc_id], fields) for doc_id, fields in view.iter_fields() if doc_id in row_of)
+    index = FieldIndex.build(view.field_types(), rows)
+    index.dead = bitmap_of(np.flatnonzero(~state.table.live))
+    with state.lock.write():
+        state.fields = index
 
 
 def needs_compaction(state: ModelState, settings: Settings) -> bool:

@@ -25,25 +25,27 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import logging
 import os
 import re
 import sqlite3
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
-from service.errors import StorageFull
+from service.errors import InvalidInput, StorageFull
+from service.fields.schema import admit, check_shape
 from ssi.corpus import DataFileError, iter_corpus
 from ssi.records import Document
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"  # 3: documents' fields (a JSON column) and the collection's field types
 STORE_FILE = "documents.sqlite"
 # Version 1 kept one store per corpus file, named by the file's sha256 (or "empty").
 _LEGACY_NAME = re.compile(r"^([0-9a-f]{16}|empty)\.sqlite$")
@@ -55,13 +57,17 @@ CREATE TABLE IF NOT EXISTS documents (
     id TEXT PRIMARY KEY,
     seq INTEGER NOT NULL,
     title TEXT NOT NULL,
-    text TEXT NOT NULL
+    text TEXT NOT NULL,
+    fields TEXT
 );
 CREATE UNIQUE INDEX IF NOT EXISTS documents_by_seq ON documents(seq);
 CREATE TABLE IF NOT EXISTS log (seq INTEGER PRIMARY KEY, op TEXT NOT NULL, doc_id TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS seeded (id TEXT PRIMARY KEY, digest TEXT);
 CREATE TABLE IF NOT EXISTS terms (first_seq INTEGER PRIMARY KEY, term INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS field_types (name TEXT PRIMARY KEY, type TEXT NOT NULL);
 """
+# A document's columns as `StoredDocument` takes them.
+_COLUMNS = "id, title, text, seq, fields"
 
 CorpusChange = Literal["merge", "refuse"]
 
@@ -101,9 +107,34 @@ class StoredDocument:
     title: str
     text: str
     seq: int
+    fields: dict[str, Any] | None = None  # service.fields: None when the document has none
 
     def as_document(self) -> Document:
-        return Document(id=self.id, title=self.title, text=self.text)
+        return Document(id=self.id, title=self.title, text=self.text, fields=self.fields)
+
+    @classmethod
+    def of_row(cls, row: Sequence[Any]) -> StoredDocument:
+        """A document from its `_COLUMNS` (the fields as stored: JSON text or NULL)."""
+        doc_id, title, text, seq, fields = row
+        return cls(doc_id, title, text, seq, json.loads(fields) if fields else None)
+
+
+def fields_json(fields: Mapping[str, Any] | None) -> str | None:
+    """A document's fields as the store keeps them (NULL for none)."""
+    return json.dumps(fields, ensure_ascii=False, separators=(",", ":")) if fields else None
+
+
+def _field_types(conn: sqlite3.Connection) -> dict[str, str]:
+    return dict(conn.execute("SELECT name, type FROM field_types").fetchall())
+
+
+def _admit(conn: sqlite3.Connection, docs: Sequence[Document]) -> list[str | None]:
+    """Check the documents' fields against the collection's types, fixing the types of names new to it in the
+    same transaction (service.fields.schema.admit: a mismatch raises and the transaction writes nothing); returns
+    each document's fields as stored."""
+    added, stored = admit(_field_types(conn), ((d.id, d.fields) for d in docs))
+    conn.executemany("INSERT INTO field_types(name, type) VALUES (?, ?)", list(added.items()))
+    return [fields_json(fields) for fields in stored]
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,9 +209,18 @@ class StoreView:
         self.log_floor = int(floor[0]) if floor else 0
 
     def iter_batches(self, size: int) -> Iterator[list[StoredDocument]]:
-        cursor = self._conn.execute("SELECT id, title, text, seq FROM documents ORDER BY seq")
+        cursor = self._conn.execute(f"SELECT {_COLUMNS} FROM documents ORDER BY seq")
         while rows := cursor.fetchmany(size):
-            yield [StoredDocument(*row) for row in rows]
+            yield [StoredDocument.of_row(row) for row in rows]
+
+    def field_types(self) -> dict[str, str]:
+        """The collection's field types (service.fields.schema) at this read."""
+        return _field_types(self._conn)
+
+    def iter_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(id, fields) of every document that has fields: what a state's field index is built from."""
+        for doc_id, fields in self._conn.execute("SELECT id, fields FROM documents WHERE fields IS NOT NULL"):
+            yield doc_id, json.loads(fields)
 
     def changed_since(self, seq: int) -> list[str]:
         """Ids written (put or deleted) after `seq`, each once; an error if the log no longer reaches back."""
@@ -228,8 +268,8 @@ def _get_many(conn: sqlite3.Connection, ids: Sequence[str], text_chars: int | No
     for start in range(0, len(ids), 500):
         chunk = list(ids[start : start + 500])
         marks = ",".join("?" * len(chunk))
-        for row in conn.execute(f"SELECT id, title, {text}, seq FROM documents WHERE id IN ({marks})", chunk):
-            found[row[0]] = StoredDocument(*row)
+        for row in conn.execute(f"SELECT id, title, {text}, seq, fields FROM documents WHERE id IN ({marks})", chunk):
+            found[row[0]] = StoredDocument.of_row(row)
     return found
 
 
@@ -259,8 +299,10 @@ class DocumentStore:
                 defaults = {"schema_version": SCHEMA_VERSION, "uuid": uuid.uuid4().hex, "last_seq": "0"}
                 conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?)", list(defaults.items()))
                 meta = defaults
-            elif meta.get("schema_version") == "1":
-                self._migrate_from_1(conn, meta)
+            elif meta.get("schema_version") in ("1", "2"):
+                if meta["schema_version"] == "1":
+                    self._migrate_from_1(conn, meta)
+                self._migrate_from_2(conn)
                 meta["schema_version"] = SCHEMA_VERSION
             conn.execute("COMMIT")
         except BaseException:
@@ -286,6 +328,13 @@ class DocumentStore:
             "INSERT OR IGNORE INTO seeded(id, digest) SELECT DISTINCT doc_id, NULL FROM log "
             "WHERE op = 'delete' AND doc_id NOT IN (SELECT id FROM documents)"
         )
+
+    @staticmethod
+    def _migrate_from_2(conn: sqlite3.Connection) -> None:
+        """Version 2 had no fields: a NULL `fields` column for every document (field_types comes from _SCHEMA)."""
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(documents)")}
+        if "fields" not in columns:
+            conn.execute("ALTER TABLE documents ADD COLUMN fields TEXT")
         conn.execute("UPDATE meta SET value=? WHERE key='schema_version'", (SCHEMA_VERSION,))
 
     @staticmethod
@@ -301,17 +350,21 @@ class DocumentStore:
         on_progress: Callable[[int], None] | None = None,
         *,
         on_change: CorpusChange = "merge",
+        fields: Mapping[str, str] | None = None,
     ) -> DocumentStore:
         """The collection's store: seeded from `corpus` on first use, afterwards the truth.
 
         A corpus file that changed since it seeded the store is merged (`merge_corpus`) or, with
-        `on_change="refuse"`, refused with a `StoreError` that says what to do.
+        `on_change="refuse"`, refused with a `StoreError` that says what to do. `fields`: the field types the
+        collection's spec declares (service.fields).
         """
         path = cls.path_for(store_dir, collection)
         if not path.exists():
             _adopt_legacy_store(path, corpus_fingerprint(corpus) if corpus is not None else "none")
         store = cls(path)
         try:
+            if fields:  # declared types come first: the corpus's values are checked against them
+                store.declare_fields(fields)
             if corpus is not None:
                 store._seed_or_merge(corpus, on_progress, on_change)
         except BaseException:
@@ -385,8 +438,23 @@ class DocumentStore:
 
     def get(self, doc_id: str) -> StoredDocument | None:
         with self._reader() as conn:
-            row = conn.execute("SELECT id, title, text, seq FROM documents WHERE id=?", (doc_id,)).fetchone()
-        return StoredDocument(*row) if row else None
+            row = conn.execute(f"SELECT {_COLUMNS} FROM documents WHERE id=?", (doc_id,)).fetchone()
+        return StoredDocument.of_row(row) if row else None
+
+    def field_types(self) -> dict[str, str]:
+        """The collection's field types (service.fields.schema), as fixed by first use or declared."""
+        with self._reader() as conn:
+            return _field_types(conn)
+
+    def declare_fields(self, types: Mapping[str, str]) -> None:
+        """Fix the types of fields named in the collection's spec (SSI_COLLECTIONS); a name already typed
+        otherwise is a `StoreError`."""
+        with self._transaction() as conn:
+            known = _field_types(conn)
+            for name, field_type in types.items():
+                if known.get(name, field_type) != field_type:
+                    raise StoreError(f"{self.path}: field '{name}' is declared {field_type} but has type {known[name]}")
+            conn.executemany("INSERT OR IGNORE INTO field_types(name, type) VALUES (?, ?)", list(types.items()))
 
     def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
         with self._reader() as conn:
@@ -437,10 +505,12 @@ class DocumentStore:
     def _put_in(self, conn: sqlite3.Connection, docs: Sequence[Document]) -> list[int]:
         first = self._next_seq(conn)
         seqs = list(range(first, first + len(docs)))
+        fields = _admit(conn, docs)  # before anything is written: a type mismatch writes nothing
         conn.executemany(
-            "INSERT INTO documents(id, seq, title, text) VALUES (?, ?, ?, ?) "
-            "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text",
-            [(d.id, s, d.title, d.text) for d, s in zip(docs, seqs, strict=True)],
+            "INSERT INTO documents(id, seq, title, text, fields) VALUES (?, ?, ?, ?, ?) "
+            "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text, "
+            "fields=excluded.fields",
+            [(d.id, s, d.title, d.text, f) for d, s, f in zip(docs, seqs, fields, strict=True)],
         )
         conn.executemany(
             "INSERT INTO log(seq, op, doc_id) VALUES (?, 'put', ?)",
@@ -471,10 +541,12 @@ class DocumentStore:
             conn.execute("DELETE FROM terms WHERE first_seq > ?", (changes.since,))
             conn.executemany("INSERT OR REPLACE INTO terms(first_seq, term) VALUES (?, ?)", changes.terms)
             conn.executemany("DELETE FROM documents WHERE id=?", [(doc_id,) for doc_id, _ in changes.deletes])
+            fields = _admit(conn, [d.as_document() for d in changes.puts])
             conn.executemany(
-                "INSERT INTO documents(id, seq, title, text) VALUES (?, ?, ?, ?) "
-                "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text",
-                [(d.id, d.seq, d.title, d.text) for d in changes.puts],
+                "INSERT INTO documents(id, seq, title, text, fields) VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text, "
+                "fields=excluded.fields",
+                [(d.id, d.seq, d.title, d.text, f) for d, f in zip(changes.puts, fields, strict=True)],
             )
             log_rows = [(d.seq, "put", d.id) for d in changes.puts] + [(s, "delete", i) for i, s in changes.deletes]
             conn.executemany("INSERT INTO log(seq, op, doc_id) VALUES (?, ?, ?)", log_rows)
@@ -483,12 +555,13 @@ class DocumentStore:
     def import_corpus(self, corpus: Path, fingerprint: str, on_progress: Callable[[int], None] | None = None) -> int:
         """Load every document of a JSONL corpus, all or nothing; a repeated id is a `DataFileError`."""
         count = 0
+        types: dict[str, str] = {}
 
-        def rows(docs: Iterable[Document]) -> Iterator[tuple[str, int, str, str]]:
+        def rows(docs: Iterable[Document]) -> Iterator[tuple[str, int, str, str, str | None]]:
             nonlocal count
             for doc in docs:
                 count += 1
-                yield doc.id, count, doc.title, doc.text
+                yield doc.id, count, doc.title, doc.text, _corpus_fields(corpus, count, doc, types)
                 if on_progress is not None and count % 10_000 == 0:
                     on_progress(count)
 
@@ -496,9 +569,11 @@ class DocumentStore:
             conn.execute("DELETE FROM documents")
             conn.execute("DELETE FROM log")
             conn.execute("DELETE FROM seeded")
+            types.update(_field_types(conn))  # declared in the collection's spec (declare_fields)
             try:
                 conn.executemany(
-                    "INSERT INTO documents(id, seq, title, text) VALUES (?, ?, ?, ?)", rows(iter_corpus(corpus))
+                    "INSERT INTO documents(id, seq, title, text, fields) VALUES (?, ?, ?, ?, ?)",
+                    rows(iter_corpus(corpus)),
                 )
             except sqlite3.IntegrityError:
                 raise DataFileError(
@@ -507,6 +582,7 @@ class DocumentStore:
             if count == 0:
                 raise DataFileError(corpus, None, "the corpus holds no documents")
             self._set_seq(conn, count)
+            conn.executemany("INSERT OR IGNORE INTO field_types(name, type) VALUES (?, ?)", list(types.items()))
             conn.execute("INSERT INTO seeded(id, digest) SELECT id, ssi_digest(title, text) FROM documents")
             self._set_meta(conn, {"imported": "1", "import_seq": str(count), "corpus": str(corpus)})
             self._set_meta(conn, {"corpus_sha256": fingerprint})
@@ -528,15 +604,23 @@ class DocumentStore:
         otherwise the API's version, or its delete, stands. Documents the corpus no longer lists stay.
         """
 
-        def rows() -> Iterator[tuple[str, str, str, str]]:
-            for doc in iter_corpus(corpus):
-                yield doc.id, doc.title, doc.text, digest(doc.title, doc.text)
+        types: dict[str, str] = {}
+
+        def rows() -> Iterator[tuple[str, str, str, str | None, str]]:
+            for number, doc in enumerate(iter_corpus(corpus), 1):
+                fields = _corpus_fields(corpus, number, doc, types)
+                yield doc.id, doc.title, doc.text, fields, digest(doc.title, doc.text)
 
         with self._transaction() as conn:
-            conn.execute("CREATE TEMP TABLE incoming (id TEXT PRIMARY KEY, title TEXT, text TEXT, digest TEXT)")
+            types.update(_field_types(conn))
+            conn.execute(
+                "CREATE TEMP TABLE incoming (id TEXT PRIMARY KEY, title TEXT, text TEXT, fields TEXT, digest TEXT)"
+            )
             try:
                 try:
-                    conn.executemany("INSERT INTO incoming(id, title, text, digest) VALUES (?, ?, ?, ?)", rows())
+                    conn.executemany(
+                        "INSERT INTO incoming(id, title, text, fields, digest) VALUES (?, ?, ?, ?, ?)", rows()
+                    )
                 except sqlite3.IntegrityError:
                     raise DataFileError(corpus, None, "duplicate document id") from None
 
@@ -557,6 +641,7 @@ class DocumentStore:
                 base = self._next_seq(conn) - 1
                 conn.execute(
                     f"CREATE TEMP TABLE applied AS SELECT i.id AS id, i.title AS title, i.text AS text, "
+                    f"i.fields AS fields, "
                     f"{base} + row_number() OVER (ORDER BY i.rowid) AS seq {joined} ({new}) OR ({changed} AND {owned})"
                 )
                 applied = count("SELECT COUNT(*) FROM temp.applied")
@@ -571,10 +656,12 @@ class DocumentStore:
                         "WHERE s.id NOT IN (SELECT id FROM incoming)"
                     ),
                 )
+                conn.executemany("INSERT OR IGNORE INTO field_types(name, type) VALUES (?, ?)", list(types.items()))
                 conn.execute(
-                    "INSERT INTO documents(id, seq, title, text) "
-                    "SELECT id, seq, title, text FROM temp.applied WHERE true "
-                    "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text"
+                    "INSERT INTO documents(id, seq, title, text, fields) "
+                    "SELECT id, seq, title, text, fields FROM temp.applied WHERE true "
+                    "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text, "
+                    "fields=excluded.fields"
                 )
                 conn.execute("INSERT INTO log(seq, op, doc_id) SELECT seq, 'put', id FROM temp.applied")
                 if applied:
@@ -622,6 +709,19 @@ class DocumentStore:
             conn.close()
         with self._write_lock:
             self._writer.close()
+
+
+def _corpus_fields(corpus: Path, number: int, doc: Document, types: dict[str, str]) -> str | None:
+    """A corpus document's fields as stored, checked against the types so far (`types`, extended with the names
+    it is the first to use); a bad value is a `DataFileError` naming the line, and nothing is imported."""
+    if not doc.fields:
+        return None
+    try:
+        added, (stored,) = admit(types, [(doc.id, check_shape(doc.fields))])
+    except InvalidInput as exc:
+        raise DataFileError(corpus, number, str(exc)) from None
+    types.update(added)
+    return fields_json(stored)
 
 
 def _adopt_legacy_store(path: Path, fingerprint: str) -> None:

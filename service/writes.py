@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -25,10 +26,30 @@ from service.model_state import ModelState
 from service.quantized import Codes
 from service.snapshot import SnapshotData
 from service.store import StoreView
+from ssi.records import Document
 
 
-def apply_writes(state: ModelState, prepared: Prepared | None, deleted: Sequence[str], seq: int) -> None:
-    """Make committed writes visible: new rows for `prepared`, dead rows for replaced and deleted ids.
+@dataclass(frozen=True, slots=True)
+class FieldWrites:
+    """The fields of the documents of a write, by id, and the collection's field types once it is committed."""
+
+    by_id: dict[str, dict[str, Any]]
+    types: dict[str, str]
+
+    @classmethod
+    def of(cls, docs: Sequence[Document], types: dict[str, str]) -> FieldWrites:
+        return cls({doc.id: doc.fields for doc in docs if doc.fields}, types)
+
+
+def apply_writes(
+    state: ModelState,
+    prepared: Prepared | None,
+    deleted: Sequence[str],
+    seq: int,
+    fields: FieldWrites | None = None,
+) -> None:
+    """Make committed writes visible: new rows for `prepared`, dead rows for replaced and deleted ids; `fields`:
+    the written documents' fields (service.fields) and the collection's field types after the write.
 
     The caller holds the collection's writer lock (one writer at a time) and has committed the
     writes to the store.
@@ -44,6 +65,10 @@ def apply_writes(state: ModelState, prepared: Prepared | None, deleted: Sequence
             first = state.table.append(prepared.ids)
             if state.index.add(prepared.embeddings) != first:
                 raise RuntimeError("index rows out of step with the row table")
+            if fields is not None:
+                state.fields.declare(fields.types)
+                for offset, doc_id in enumerate(prepared.ids):
+                    state.fields.add(first + offset, fields.by_id.get(doc_id))
             state.lexical = lexical
             for offset, entries in enumerate(prepared.open_entries or ()):
                 if entries:
@@ -60,6 +85,7 @@ def _killed(state: ModelState, doc_id: str) -> None:
     row = state.table.kill(doc_id)
     if row is not None:
         state.open.remove(row)
+        state.fields.kill(row)
 
 
 def replay(state: ModelState, view: StoreView) -> int:
@@ -72,7 +98,8 @@ def replay(state: ModelState, view: StoreView) -> int:
         current = view.get_many(changed)
         puts = [current[doc_id].as_document() for doc_id in changed if doc_id in current]
         deletes = [doc_id for doc_id in changed if doc_id not in current]
-        apply_writes(state, state.embedder.prepare(puts) if puts else None, deletes, view.last_seq)
+        fields = FieldWrites.of(puts, view.field_types())
+        apply_writes(state, state.embedder.prepare(puts) if puts else None, deletes, view.last_seq, fields)
     state.seq = view.last_seq
     return len(changed)
 

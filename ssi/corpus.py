@@ -77,7 +77,8 @@ def _string_field(path: Path, number: int, record: dict, *names: str, required: 
 
 
 def iter_corpus(path: Path | str) -> Iterator[Document]:
-    """Documents of a JSONL corpus: `id` (or BEIR's `_id`), optional `title`, `text`."""
+    """Documents of a JSONL corpus: `id` (or BEIR's `_id`), optional `title`, `text`, optional `fields` (a flat
+    object of filterable values, service.fields)."""
     path = Path(path)
     for number, line in numbered_lines(path):
         record = _json_object(path, number, line)
@@ -86,7 +87,10 @@ def iter_corpus(path: Path | str) -> Iterator[Document]:
             raise DataFileError(path, number, "empty document id")
         title = _string_field(path, number, record, "title", required=False)
         text = _string_field(path, number, record, "text")
-        yield Document(id=doc_id, title=title, text=text)
+        fields = record.get("fields")
+        if fields is not None and not isinstance(fields, dict):
+            raise DataFileError(path, number, "'fields' must be a JSON object of field names to values")
+        yield Document(id=doc_id, title=title, text=text, fields=fields or None)
 
 
 def read_corpus(path: Path | str) -> list[Document]:

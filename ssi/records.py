@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -12,6 +13,9 @@ class Document:
     id: str
     title: str
     text: str
+    # Filterable values (service.fields): a flat object of keywords, keyword lists, numbers, booleans and dates;
+    # never featurized. Not hashed (a dict); compared.
+    fields: dict[str, Any] | None = field(default=None, hash=False)
 
     @property
     def full_text(self) -> str:

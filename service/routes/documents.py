@@ -30,14 +30,13 @@ from service.deps import (
     WriteRoute,
 )
 from service.errors import error_responses
+from service.fields.http import DocumentBody, DocumentIn, DocumentsIn
+from service.fields.schema import check_shape
 from service.routes.search import to_result
 from service.schemas import (
     WRITTEN_ID,
     DeleteResponse,
-    DocumentBody,
-    DocumentIn,
     DocumentOut,
-    DocumentsIn,
     SearchResponse,
     WriteResponse,
     ceiling,
@@ -142,7 +141,9 @@ async def similar(
 )
 async def get_document(doc_id: LookupId, collection: CollectionDep) -> DocumentOut:
     doc = await run_in_threadpool(collection.get, doc_id)
-    return DocumentOut(collection=collection.name, id=doc.id, title=doc.title, text=doc.text, seq=doc.seq)
+    return DocumentOut(
+        collection=collection.name, id=doc.id, title=doc.title, text=doc.text, fields=doc.fields or {}, seq=doc.seq
+    )
 
 
 @write_router.put(
@@ -160,7 +161,8 @@ async def put_document(
     limiter: WriteLimiterDep,
 ) -> WriteResponse:
     check_documents(settings, [DocumentIn(id=doc_id, title=body.title, text=body.text)], field="document")
-    seqs = await limiter.run(collection.put, [Document(id=doc_id, title=body.title, text=body.text)])
+    fields = check_shape(body.fields, "document.fields") if body.fields else None
+    seqs = await limiter.run(collection.put, [Document(id=doc_id, title=body.title, text=body.text, fields=fields)])
     return WriteResponse(collection=collection.name, ids=[doc_id], seq=seqs[-1])
 
 
@@ -178,7 +180,15 @@ async def post_documents(
     limiter: WriteLimiterDep,
 ) -> WriteResponse:
     check_documents(settings, body.documents)
-    docs = [Document(id=d.id, title=d.title, text=d.text) for d in body.documents]
+    docs = [
+        Document(
+            id=d.id,
+            title=d.title,
+            text=d.text,
+            fields=check_shape(d.fields, f"documents[{i}].fields") if d.fields else None,
+        )
+        for i, d in enumerate(body.documents)
+    ]
     seqs = await limiter.run(collection.put, docs)
     return WriteResponse(collection=collection.name, ids=[d.id for d in docs], seq=seqs[-1])
 

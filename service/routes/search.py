@@ -13,18 +13,19 @@ from fastapi import APIRouter, Response
 
 from service.batching import BatchKey, QueryBatcher
 from service.bounds import check_search
-from service.collection import Collection
+from service.collection import Collection, FieldAnswer, FieldRequest
 from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
 from service.events.traffic import id_of_result, served_model
+from service.fields.http import BatchSearchRequest, FieldOptions, SearchRequest
 from service.interleave.comparisons import Comparisons
 from service.interleave.merge import interleave_results
 from service.model_state import QueryResult
 from service.schemas import (
-    BatchSearchRequest,
     BatchSearchResponse,
+    FacetOut,
+    FacetValue,
     Hit,
-    SearchRequest,
     SearchResponse,
     SearchResult,
     json_response,
@@ -117,9 +118,10 @@ def to_results(
     results: Sequence[QueryResult],
     queries: Sequence[str | None],
     scan: int | None = None,
+    fields: Sequence[str] = (),
 ) -> list[SearchResult]:
     """`to_result` of each (result, query), with one store read for the hits of them all (a micro-batch's
-    or a /search/batch request's) instead of one per query."""
+    or a /search/batch request's) instead of one per query; `fields`: the fields each hit comes with."""
     scans = [scan_chars(settings, len(r.doc_ids)) if scan is None else scan for r in results]
     wanted = list(dict.fromkeys(doc_id for r in results for doc_id in r.doc_ids))
     # A snippet reads at most scan + width characters; one more tells whether the text goes on ("…").
@@ -136,6 +138,10 @@ def to_results(
             if doc is None:  # deleted between the ranking and this lookup
                 continue
             snippet = make_snippet(doc.text, pattern, settings.snippet_chars, each)
+            shown_fields = None
+            if fields:
+                held = doc.fields or {}
+                shown_fields = {name: held[name] for name in fields if name in held}
             hits.append(
                 Hit(
                     id=doc_id,
@@ -145,10 +151,44 @@ def to_results(
                     semantic=semantic,
                     lexical=lexical,
                     sentence=sentence,
+                    fields=shown_fields,
                 )
             )
         out.append(SearchResult(hits=hits, query_words=result.query_words, candidates=result.candidates))
     return out
+
+
+def search_with_fields(
+    collection: Collection,
+    settings: Settings,
+    body: FieldOptions,
+    queries: Sequence[str],
+    k: int,
+    offset: int,
+    ef_search: int | None,
+    nprobe: int | None,
+) -> list[SearchResult]:
+    """A search that asks something of the documents' fields (service.fields): a filter, facets, or fields with
+    each hit. Not micro-batched: its filter is its own (the batcher groups searches of one kind)."""
+    request = FieldRequest(filter=body.filter, facets=list(body.facets))
+    found, answer = collection.search_where(queries, k, offset, request, ef_search=ef_search, nprobe=nprobe)
+    scan = scan_chars(settings, sum(len(r.doc_ids) for r in found))
+    results = to_results(collection, settings, found, queries, scan, fields=body.fields)
+    for result in results:
+        add_field_answer(result, body, answer)
+    return results
+
+
+def add_field_answer(result: SearchResult, body: FieldOptions, answer: FieldAnswer) -> None:
+    """The count of matching documents and the facets, on a result of a search with a filter or facets."""
+    if body.filter is None and not body.facets:
+        return
+    result.matched = answer.matched
+    if body.facets:
+        result.facets = {
+            name: FacetOut(values=[FacetValue(value=v, count=n) for v, n in facet.values], other=facet.other)
+            for name, facet in answer.facets.items()
+        }
 
 
 @router.post(
@@ -169,11 +209,19 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
     key = (body.k, body.offset, body.ef_search, body.nprobe)
-    async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
-        answer: Answer = await asyncio.wrap_future(
-            batcher_for(collection, settings, searching.comparisons).submit(body.query, key)
+    if body.asks_fields():
+        (result,) = await limiter.run(
+            lambda: search_with_fields(
+                collection, settings, body, [body.query], body.k, body.offset, body.ef_search, body.nprobe
+            )
         )
-    result, interleaved = answer
+        interleaved = None
+    else:
+        async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
+            answer: Answer = await asyncio.wrap_future(
+                batcher_for(collection, settings, searching.comparisons).submit(body.query, key)
+            )
+        result, interleaved = answer
     impression, hits = searching.traffic.show(
         collection.name,
         served_model(collection),
@@ -190,6 +238,8 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
             hits=hits,
             query_words=result.query_words,
             candidates=result.candidates,
+            matched=result.matched,
+            facets=result.facets,
             impression=impression,
             collection=collection.name,
             took_ms=round(took, 3),
@@ -213,6 +263,10 @@ async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Res
     started = time.perf_counter()
 
     def work() -> list[SearchResult]:
+        if body.asks_fields():
+            return search_with_fields(
+                collection, settings, body, body.queries, body.k, body.offset, body.ef_search, body.nprobe
+            )
         results = collection.search(body.queries, body.k, body.offset, ef_search=body.ef_search, nprobe=body.nprobe)
         return to_results(
             collection, settings, results, body.queries, scan_chars(settings, sum(len(r.doc_ids) for r in results))

@@ -95,7 +95,10 @@ def probe_queries(docs: list[Document], n: int, seed: int) -> list[str]:
 def write_corpus(path: Path, docs: list[Document]) -> Path:
     with path.open("w", encoding="utf-8") as handle:
         for doc in docs:
-            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text}, ensure_ascii=False) + "\n")
+            line = {"id": doc.id, "title": doc.title, "text": doc.text}
+            if doc.fields:  # filterable values (service.fields)
+                line["fields"] = doc.fields
+            handle.write(json.dumps(line, ensure_ascii=False) + "\n")
     return path
 
 

@@ -1,0 +1,183 @@
+"""The filter language of `/search`: parsed and checked against the collection's fields, then evaluated to the
+set of matching rows from the field index (service.fields.index), never by reading the documents.
+
+    {"term":   {"category": "books"}}                one value (of a keyword, keyword list, boolean, number, date)
+    {"terms":  {"category": ["books", "music"]}}     any of these values
+    {"range":  {"price": {"gte": 10, "lt": 20}}}     gt / gte / lt / lte on an integer, float or date field
+    {"exists": {"field": "price"}}                   the document has the field (a non-empty list for a list)
+    {"and": [F, ...]}, {"or": [F, ...]}, {"not": F}   combined
+
+A filter's size is bounded (`FilterBounds`: clauses, values of `terms` in all, nesting depth; settings beside the
+other request bounds, service.settings); past a bound, or on an unknown operator or field or a value of the wrong
+type, it is a 422 that says which.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from pyroaring import BitMap
+
+from service.errors import InvalidInput
+from service.fields.index import FieldIndex, bitmap_of, ordered_value
+from service.fields.schema import KEYWORD_TYPES, ORDERED_TYPES, fits, type_of
+
+OPERATORS = ("term", "terms", "range", "exists", "and", "or", "not")
+RANGE_KEYS = ("gt", "gte", "lt", "lte")
+
+
+@dataclass(frozen=True, slots=True)
+class FilterBounds:
+    max_clauses: int
+    max_terms: int
+    max_depth: int
+
+
+@dataclass(frozen=True, slots=True)
+class Term:
+    field: str
+    values: tuple[Any, ...]  # any of them (`term`: one)
+
+
+@dataclass(frozen=True, slots=True)
+class Range:
+    field: str
+    low: float | int | None
+    low_open: bool
+    high: float | int | None
+    high_open: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Exists:
+    field: str
+
+
+@dataclass(frozen=True, slots=True)
+class Bool:
+    op: str  # "and", "or", "not" (one clause)
+    clauses: tuple[Clause, ...]
+
+
+Clause = Term | Range | Exists | Bool
+
+
+class _Parser:
+    def __init__(self, types: dict[str, str], bounds: FilterBounds) -> None:
+        self.types = types
+        self.bounds = bounds
+        self.clauses = 0
+        self.terms = 0
+
+    def clause(self, node: Any, where: str, depth: int) -> Clause:
+        if depth > self.bounds.max_depth:
+            raise InvalidInput(f"{where}: a filter nests at most {self.bounds.max_depth} levels deep")
+        self.clauses += 1
+        if self.clauses > self.bounds.max_clauses:
+            raise InvalidInput(f"{where}: a filter holds at most {self.bounds.max_clauses} clauses")
+        if not isinstance(node, dict) or len(node) != 1:
+            raise InvalidInput(f"{where}: a filter clause is an object with one operator ({', '.join(OPERATORS)})")
+        ((op, body),) = node.items()
+        if op in ("and", "or"):
+            if not isinstance(body, list) or not body:
+                raise InvalidInput(f"{where}.{op}: a non-empty list of filter clauses")
+            return Bool(op, tuple(self.clause(c, f"{where}.{op}[{i}]", depth + 1) for i, c in enumerate(body)))
+        if op == "not":
+            return Bool("not", (self.clause(body, f"{where}.not", depth + 1),))
+        if op == "exists":
+            name = body.get("field") if isinstance(body, dict) and len(body) == 1 else body
+            return Exists(self.field(name, f"{where}.exists"))
+        if op not in ("term", "terms", "range"):
+            raise InvalidInput(f"{where}: unknown filter operator {str(op)[:40]!r} (one of {', '.join(OPERATORS)})")
+        if not isinstance(body, dict) or len(body) != 1:
+            raise InvalidInput(f"{where}.{op}: an object naming one field")
+        ((name, value),) = body.items()
+        name = self.field(name, f"{where}.{op}")
+        at = f"{where}.{op}.{name}"
+        if op == "range":
+            return self.range(name, value, at)
+        values = value if op == "terms" else [value]
+        if op == "terms" and (not isinstance(values, list) or not values):
+            raise InvalidInput(f"{at}: a non-empty list of values")
+        self.terms += len(values)
+        if self.terms > self.bounds.max_terms:
+            raise InvalidInput(f"{at}: a filter holds at most {self.bounds.max_terms} values in all")
+        field_type = self.types[name]
+        value_type = "keyword" if field_type == "keyword_list" else field_type
+        fitted = []
+        for item in values:
+            got = fits(value_type, item)
+            if got is None:
+                raise InvalidInput(f"{at}: field '{name}' has type {field_type}, was given {type_of(item)}")
+            fitted.append(got)
+        if field_type in ORDERED_TYPES:  # a number or a date: equality is a closed range
+            ranges = [Range(name, v, False, v, False) for v in (ordered_value(field_type, x) for x in fitted)]
+            return ranges[0] if len(ranges) == 1 else Bool("or", tuple(ranges))
+        return Term(name, tuple(dict.fromkeys(fitted)))
+
+    def field(self, name: Any, where: str) -> str:
+        if not isinstance(name, str):
+            raise InvalidInput(f"{where}: a field name")
+        if name not in self.types:
+            known = ", ".join(sorted(self.types)[:20]) or "none yet"
+            raise InvalidInput(f"{where}: unknown field {name[:70]!r} (this collection's fields: {known})")
+        return name
+
+    def range(self, name: str, value: Any, at: str) -> Range:
+        field_type = self.types[name]
+        if field_type not in ORDERED_TYPES:
+            raise InvalidInput(f"{at}: range applies to integer, float and date fields; '{name}' is a {field_type}")
+        if not isinstance(value, dict) or not value or any(key not in RANGE_KEYS for key in value):
+            raise InvalidInput(f"{at}: an object of {', '.join(RANGE_KEYS)}")
+        if ("gt" in value and "gte" in value) or ("lt" in value and "lte" in value):
+            raise InvalidInput(f"{at}: at most one lower bound (gt, gte) and one upper bound (lt, lte)")
+        bounds: dict[str, float | int] = {}
+        for key, bound in value.items():
+            # A number bounds any number (an integer field by 2.5 too); a date field is bounded by dates.
+            got = fits("float" if field_type != "date" else "date", bound)
+            if got is None:
+                raise InvalidInput(f"{at}.{key}: field '{name}' has type {field_type}, was given {type_of(bound)}")
+            bounds[key] = ordered_value("date", got) if field_type == "date" else got
+        low_key = "gt" if "gt" in bounds else "gte"
+        high_key = "lt" if "lt" in bounds else "lte"
+        return Range(name, bounds.get(low_key), low_key == "gt", bounds.get(high_key), high_key == "lt")
+
+
+def parse_filter(node: Any, types: dict[str, str], bounds: FilterBounds) -> Clause:
+    """A filter as a tree of clauses, checked against the collection's field `types` (422 naming the problem)."""
+    return _Parser(types, bounds).clause(node, "filter", 1)
+
+
+def evaluate(clause: Clause, index: FieldIndex, rows: int) -> BitMap:
+    """The rows of 0 … rows − 1 matching `clause`, dead rows included (the caller takes `index.dead` out)."""
+    if isinstance(clause, Term):
+        by_value = index.keywords.get(clause.field, {})
+        return BitMap.union(BitMap(), *(by_value[v] for v in clause.values if v in by_value))
+    if isinstance(clause, Range):
+        column = index.ordered.get(clause.field)
+        if column is None:
+            return BitMap()
+        return bitmap_of(column.between(clause.low, clause.low_open, clause.high, clause.high_open))
+    if isinstance(clause, Exists):
+        return BitMap(index.present.get(clause.field, BitMap()))
+    parts = [evaluate(c, index, rows) for c in clause.clauses]
+    if clause.op == "and":
+        return BitMap.intersection(*parts) if len(parts) > 1 else parts[0]
+    if clause.op == "or":
+        return BitMap.union(*parts) if len(parts) > 1 else parts[0]
+    return BitMap(range(rows)) - parts[0]
+
+
+def matching_rows(clause: Clause | None, index: FieldIndex, live: np.ndarray) -> np.ndarray:
+    """The live rows matching `clause` (None: every live row), sorted (int64): what a filtered search ranks."""
+    if clause is None:
+        return np.flatnonzero(live)
+    found = evaluate(clause, index, live.shape[0]) - index.dead
+    rows = np.frombuffer(found.to_array(), dtype=np.uint32).astype(np.int64)
+    rows = rows[rows < live.shape[0]]
+    return rows[live[rows]]
+
+
+__all__ = ["KEYWORD_TYPES", "Clause", "FilterBounds", "evaluate", "matching_rows", "parse_filter"]

@@ -1,0 +1,76 @@
+"""The single-node service's request bodies with fields (service.fields): the plain ones of service.schemas plus
+`filter`, `facets` and `fields` on searches and `fields` on documents, under the same names, so the published
+schema reads as before with the new properties in it. The sharded cluster's routes keep the plain bodies: there
+an unknown `filter` is a 422 (extra fields are refused), never a filter silently left out."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from service import schemas
+
+FieldName = Annotated[str, Field(max_length=64, description="a field name (service.fields)")]
+FILTER_EXAMPLE = {"and": [{"term": {"category": "books"}}, {"range": {"price": {"gte": 5, "lt": 20}}}]}
+FIELDS_EXAMPLE = {"category": "books", "tags": ["new"], "price": 12.5, "published": "2024-05-01"}
+
+
+class FieldOptions(schemas.Strict):
+    """What a search asks of the documents' fields; absent, a search is what it always was."""
+
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "only documents matching it: term, terms, range (gt, gte, lt, lte on integer, float and date fields), "
+            "exists, combined with and, or, not; at most SSI_MAX_FILTER_CLAUSES clauses, SSI_MAX_FILTER_TERMS "
+            "values in all, SSI_MAX_FILTER_DEPTH levels. The hits are the top k of the score among them."
+        ),
+        json_schema_extra={"examples": [FILTER_EXAMPLE]},
+    )
+    facets: list[FieldName] = Field(
+        default_factory=list,
+        max_length=256,
+        description="keyword or boolean fields whose most frequent values (SSI_FACET_SIZE) are counted over every "
+        "matching document (at most SSI_MAX_FACETS fields)",
+    )
+    fields: list[FieldName] = Field(
+        default_factory=list, max_length=64, description="fields returned with each hit (those the document has)"
+    )
+
+    def asks_fields(self) -> bool:
+        return self.filter is not None or bool(self.facets) or bool(self.fields)
+
+
+class SearchRequest(schemas.SearchRequest, FieldOptions):
+    pass
+
+
+class BatchSearchRequest(schemas.BatchSearchRequest, FieldOptions):
+    pass
+
+
+class DocumentFields(schemas.Strict):
+    fields: dict[str, Any] | None = Field(
+        default=None,
+        description="filterable values: a flat object of keywords, keyword lists, integers, floats, booleans and "
+        "ISO 8601 dates; a field's type is fixed by its first use (or declared), another type is a 422",
+        json_schema_extra={"examples": [FIELDS_EXAMPLE]},
+    )
+
+
+class DocumentBody(schemas.DocumentBody, DocumentFields):
+    pass
+
+
+class DocumentIn(schemas.DocumentIn, DocumentFields):
+    pass
+
+
+class DocumentsIn(schemas.DocumentsIn):
+    documents: list[DocumentIn] = Field(  # type: ignore[assignment]
+        max_length=schemas.ceiling("max_documents_per_write"),
+        fail_fast=True,
+        description=schemas.DocumentsIn.model_fields["documents"].description,
+        json_schema_extra={"minItems": 1, "x-bounds": {"maxItems": "max_documents_per_write"}},
+    )

@@ -1,0 +1,278 @@
+"""Documents with fields over HTTP (service.fields): filtered search is the brute force among the matching
+documents (flat and HNSW, exact scan and selector plans), pages are never short, facets count every matching
+document, bad values and bad filters are 422s that write nothing, and fields survive a restart."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterator
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from service_testing import API_KEY, Oracle, ThreadServer, make_bundle, make_corpus, probe_queries, write_corpus
+
+from ssi.records import Document
+
+KEY = {"X-API-Key": API_KEY}
+CATEGORIES = ["alpha", "beta", "gamma", "delta"]
+
+
+def fields_of(i: int) -> dict[str, Any] | None:
+    """Generated fields of document i: a 1 % category ("rare"), a keyword list, numbers, a date, a boolean; every
+    tenth document has no price, every fiftieth no fields at all."""
+    if i % 50 == 49:
+        return None
+    fields: dict[str, Any] = {
+        "category": "rare" if i % 100 == 7 else CATEGORIES[i % 4],
+        "tags": [f"t{i % 3}"] + (["odd"] if i % 2 else []),
+        "year": 2000 + i % 20,
+        "published": f"2024-{1 + i % 12:02d}-{1 + i % 28:02d}",
+        "on_sale": i % 5 == 0,
+    }
+    if i % 10 != 9:
+        fields["price"] = round((i * 0.37) % 50, 2) + 0.5
+    return fields
+
+
+# Each filter with the same predicate in Python: the brute force keeps the documents for which it holds.
+Predicate = Callable[[dict[str, Any]], bool]
+FILTERS: dict[str, tuple[dict[str, Any], Predicate]] = {
+    "rare (1 %)": ({"term": {"category": "rare"}}, lambda f: f.get("category") == "rare"),
+    "broad (~74 %)": (
+        {"terms": {"category": ["alpha", "beta", "gamma"]}},
+        lambda f: f.get("category") in ("alpha", "beta", "gamma"),
+    ),
+    "and of two fields": (
+        {"and": [{"term": {"category": "beta"}}, {"range": {"price": {"gte": 10, "lt": 30}}}]},
+        lambda f: f.get("category") == "beta" and "price" in f and 10 <= f["price"] < 30,
+    ),
+    "date, not, or, exists": (
+        {
+            "and": [
+                {"range": {"published": {"gte": "2024-03-01", "lt": "2024-09-01T00:00:00Z"}}},
+                {"not": {"term": {"tags": "odd"}}},
+                {"or": [{"exists": {"field": "price"}}, {"term": {"on_sale": True}}]},
+            ]
+        },
+        lambda f: (
+            "published" in f
+            and date(2024, 3, 1) <= date.fromisoformat(f["published"]) < date(2024, 9, 1)
+            and "odd" not in f.get("tags", [])
+            and ("price" in f or f.get("on_sale") is True)
+        ),
+    ),
+    "integer range, selector plan": (
+        {"range": {"year": {"gt": 2003}}},
+        lambda f: "year" in f and f["year"] > 2003,
+    ),
+}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    root = tmp_path_factory.mktemp("fields")
+    docs = [dataclasses.replace(d, fields=fields_of(i)) for i, d in enumerate(make_corpus(400, seed=3))]
+    corpus = write_corpus(root / "corpus.jsonl", docs)
+    bundle = make_bundle(root / "bundle", docs)
+    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}
+
+
+@pytest.fixture(scope="module", params=["flat", "hnsw"])
+def server(world: dict, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """The world served by a flat or an HNSW index; a filter matching at most 5 % of the documents is scanned
+    exactly, a broader one goes through the index with a selector (filter_exact_docs=0)."""
+    settings: dict[str, Any] = dict(
+        api_key=API_KEY,
+        filter_exact_docs=0,
+        filter_exact_fraction=0.05,
+        facet_size=3,
+        max_filter_depth=4,
+        max_filter_terms=16,
+        max_filter_clauses=16,
+        index_type=request.param,
+    )
+    if request.param == "hnsw":  # a graph walk that sees every node: HNSW's own misses out of the comparison
+        settings.update(hnsw_m=8, hnsw_ef_construction=64, hnsw_ef_search=400)
+    cache = tmp_path_factory.mktemp(f"served-{request.param}")
+    with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=cache, **settings) as s:
+        yield {"server": s, **world}
+
+
+def brute_force(oracle: Oracle, docs: list[Document], query: str, keep: Predicate, k: int) -> tuple[list[str], Any]:
+    """The top k of f among the documents `keep` holds for (ties by collection order), and every f."""
+    f = oracle.scores(query)
+    matching = np.array([doc.fields is not None and keep(doc.fields) for doc in docs])
+    order = [i for i in np.lexsort((np.arange(f.shape[0]), -f)).tolist() if matching[i]][:k]
+    return [docs[i].id for i in order], f
+
+
+def assert_top(hits: list[dict], oracle: Oracle, docs: list[Document], query: str, keep: Predicate, k: int) -> None:
+    ids, f = brute_force(oracle, docs, query, keep, k)
+    assert len(hits) == len(ids), (query, len(hits), len(ids))
+    scale = max(1.0, float(np.abs(f).max()))
+    for position, (hit, expected) in enumerate(zip(hits, ids, strict=True)):
+        expected_score = f[oracle.ids.index(expected)]
+        assert hit["score"] == pytest.approx(expected_score, abs=1e-4 * scale), (query, position)
+        if hit["id"] != expected:  # only a tie may swap two documents
+            assert f[oracle.ids.index(hit["id"])] == pytest.approx(expected_score, abs=1e-5 * scale), (query, position)
+
+
+@pytest.mark.parametrize("name", list(FILTERS))
+def test_filtered_search_is_the_brute_force_among_matching_documents(server: dict, name: str) -> None:
+    s, docs, oracle = server["server"], server["docs"], server["oracle"]
+    node, keep = FILTERS[name]
+    queries = probe_queries(docs, 2, seed=5)
+    for query in queries:
+        response = s.client.post("/search", json={"query": query, "k": 10, "filter": node, "fields": ["category"]})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert body["matched"] == sum(1 for d in docs if d.fields is not None and keep(d.fields))
+        assert_top(body["hits"], oracle, docs, query, keep, 10)
+        held = {d.id: d.fields for d in docs}
+        assert all(hit["fields"] == {"category": held[hit["id"]]["category"]} for hit in body["hits"])
+    batch = s.client.post("/search/batch", json={"queries": queries, "k": 5, "filter": node})
+    assert batch.status_code == 200, batch.text
+    for query, result in zip(queries, batch.json()["results"], strict=True):
+        assert_top(result["hits"], oracle, docs, query, keep, 5)
+
+
+def test_a_page_is_never_short_while_matching_documents_remain(server: dict) -> None:
+    s, docs = server["server"], server["docs"]
+    rare = [d.id for d in docs if d.fields and d.fields["category"] == "rare"]
+    assert len(rare) == 4
+    query = probe_queries(docs, 1, seed=9)[0]
+    node = {"term": {"category": "rare"}}
+    pages = []
+    for offset in (0, 3):
+        response = s.client.post("/search", json={"query": query, "k": 3, "offset": offset, "filter": node})
+        assert response.status_code == 200, response.text
+        pages.append([hit["id"] for hit in response.json()["hits"]])
+    assert [len(page) for page in pages] == [3, 1]
+    assert sorted(pages[0] + pages[1]) == sorted(rare)
+    # A broad filter through the index (the selector plan): a full page deep into the matching documents.
+    node = {"range": {"year": {"gte": 2001}}}
+    response = s.client.post("/search", json={"query": query, "k": 50, "offset": 300, "filter": node})
+    matched = response.json()["matched"]
+    assert len(response.json()["hits"]) == min(50, matched - 300) > 0
+
+
+def test_facets_count_every_matching_document(server: dict) -> None:
+    s, docs = server["server"], server["docs"]
+    node = {"range": {"price": {"lt": 25}}}
+    keep = [d.fields for d in docs if d.fields and "price" in d.fields and d.fields["price"] < 25]
+    response = s.client.post(
+        "/search",
+        json={"query": probe_queries(docs, 1, seed=2)[0], "k": 2, "filter": node, "facets": ["tags", "on_sale"]},
+    )
+    assert response.status_code == 200, response.text
+    body = response.json()
+    assert body["matched"] == len(keep) and len(body["hits"]) == 2
+    for name in ("tags", "on_sale"):
+        counts: dict[Any, int] = {}
+        for fields in keep:
+            for value in fields[name] if isinstance(fields[name], list) else [fields[name]]:
+                counts[value] = counts.get(value, 0) + 1
+        expected = sorted(counts.items(), key=lambda pair: (-pair[1], str(pair[0])))
+        facet = body["facets"][name]
+        assert [(v["value"], v["count"]) for v in facet["values"]] == expected[:3]  # facet_size=3
+        assert facet["other"] == sum(n for _, n in expected[3:])
+    # Facets alone (no filter) count every document.
+    response = s.client.post("/search", json={"query": "baba", "facets": ["category"]})
+    values = {v["value"]: v["count"] for v in response.json()["facets"]["category"]["values"]}
+    assert values == {c: sum(1 for d in docs if d.fields and d.fields["category"] == c) for c in values}
+
+
+def test_a_value_of_another_type_is_a_422_and_nothing_is_written(server: dict) -> None:
+    s = server["server"]
+    batch = [
+        {"id": "new-1", "text": "fine document", "fields": {"category": "alpha", "size": 3}},
+        {"id": "new-2", "text": "bad document", "fields": {"price": "cheap"}},
+    ]
+    response = s.client.post("/documents", json={"documents": batch}, headers=KEY)
+    assert response.status_code == 422, response.text
+    assert "'price' has type float, was given keyword" in response.json()["detail"]
+    assert s.client.get("/documents/new-1").status_code == 404
+    # The new field "size" was not fixed either: a later first use decides its type.
+    response = s.client.put("/documents/new-3", json={"text": "x", "fields": {"size": "large"}}, headers=KEY)
+    assert response.status_code == 200, response.text
+    got = s.client.get("/documents/new-3").json()
+    assert got["fields"] == {"size": "large"}
+    for fields, message in (
+        ({"year": 2.5}, "'year' has type integer, was given float"),
+        ({"on_sale": "yes"}, "'on_sale' has type boolean, was given keyword"),
+        ({"published": "soon"}, "'published' has type date, was given keyword"),
+        ({"tags": "one"}, "'tags' has type keyword_list, was given keyword"),
+        ({"nested": {"a": 1}}, "got dict"),
+    ):
+        response = s.client.put("/documents/new-4", json={"text": "x", "fields": fields}, headers=KEY)
+        assert response.status_code == 422 and message in response.json()["detail"], (fields, response.text)
+    assert s.client.get("/documents/new-4").status_code == 404
+    # A whole float is an integer (one rule for integers, as the routes take them).
+    response = s.client.put("/documents/new-4", json={"text": "x", "fields": {"year": 2021.0}}, headers=KEY)
+    assert response.status_code == 200 and s.client.get("/documents/new-4").json()["fields"] == {"year": 2021}
+    for doc_id in ("new-3", "new-4"):
+        assert s.client.delete(f"/documents/{doc_id}", headers=KEY).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("node", "message"),
+    [
+        ({"match": {"category": "x"}}, "unknown filter operator 'match'"),
+        ({"term": {"colour": "red"}}, "unknown field 'colour'"),
+        ({"term": {"year": "old"}}, "'year' has type integer, was given keyword"),
+        ({"range": {"category": {"gt": 1}}}, "range applies to integer, float and date fields"),
+        ({"range": {"published": {"gte": "yesterday"}}}, "'published' has type date, was given keyword"),
+        ({"range": {"price": {"gt": 1, "gte": 2}}}, "at most one lower bound"),
+        ({"not": {"not": {"not": {"not": {"term": {"category": "x"}}}}}}, "at most 4 levels deep"),
+        ({"terms": {"category": [f"c{i}" for i in range(17)]}}, "at most 16 values in all"),
+        ({"or": [{"exists": {"field": "price"}}] * 16}, "at most 16 clauses"),
+        ({"term": {"category": "a"}, "exists": {"field": "price"}}, "one operator"),
+        ({"and": []}, "a non-empty list"),
+    ],
+)
+def test_a_bad_filter_is_a_422_naming_the_problem(server: dict, node: dict, message: str) -> None:
+    response = server["server"].client.post("/search", json={"query": "baba", "filter": node})
+    assert response.status_code == 422 and message in response.json()["detail"], response.text
+
+
+def test_fields_are_written_indexed_and_survive_a_restart(world: dict, tmp_path: Path) -> None:
+    """Writes with fields are filtered at once; after a restart (the store reopened, the field index built again
+    from it) the fields, the types and the filters are what they were."""
+    settings = dict(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, api_key=API_KEY)
+    node = {"and": [{"term": {"category": "written"}}, {"range": {"published": {"gte": "2030-01-01"}}}]}
+    query = probe_queries(world["docs"], 1, seed=4)[0]
+    written = [
+        {"id": f"w{i}", "title": "written", "text": world["docs"][i].text, "fields": {"category": "written",
+         "published": f"2030-01-0{1 + i}T10:00:00+02:00"}}
+        for i in range(3)
+    ]  # fmt: skip
+    with ThreadServer(**settings) as s:
+        assert s.client.post("/documents", json={"documents": written}, headers=KEY).status_code == 200
+        assert s.client.delete("/documents/w1", headers=KEY).status_code == 200
+        replaced = {"text": written[2]["text"], "fields": {"category": "other", "published": "2031-01-01"}}
+        assert s.client.put("/documents/w2", json=replaced, headers=KEY).status_code == 200
+        before = s.client.post("/search", json={"query": query, "filter": node, "fields": ["published"]}).json()
+        assert [hit["id"] for hit in before["hits"]] == ["w0"] and before["matched"] == 1
+    with ThreadServer(**settings) as s:
+        after = s.client.post("/search", json={"query": query, "filter": node, "fields": ["published"]}).json()
+        assert after["hits"] == before["hits"]
+        assert s.client.get("/documents/w2").json()["fields"] == replaced["fields"]
+        response = s.client.put("/documents/w5", json={"text": "x", "fields": {"published": 5}}, headers=KEY)
+        assert response.status_code == 422 and "'published' has type date" in response.json()["detail"]
+
+
+def test_a_graph_walk_cut_off_by_the_filter_is_made_up_for(world: dict, tmp_path: Path) -> None:
+    """A weak HNSW graph (m=4, efSearch 4) searched with a 1 % filter as its selector comes back short; the query
+    is then scanned exactly instead: a full, exact page, never a post-filtered short one."""
+    settings = dict(index_type="hnsw", hnsw_m=4, hnsw_ef_search=4, candidate_pool=4, filter_exact_docs=0,
+                    filter_exact_fraction=0.0)  # fmt: skip
+    docs, oracle = world["docs"], world["oracle"]
+    node, keep = FILTERS["rare (1 %)"]
+    with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
+        for query in probe_queries(docs, 3, seed=5):
+            response = s.client.post("/search", json={"query": query, "k": 10, "filter": node})
+            assert response.status_code == 200, response.text
+            assert_top(response.json()["hits"], oracle, docs, query, keep, 10)
