@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field
 
 from service.adverts import AdFilter
-from service.schemas import DocumentBody, DocumentId, Strict, UnicodeText, ceiling
+from service.schemas import DocumentBody, DocumentId, Integer, Strict, UnicodeText, ceiling
 
 LABEL_CHARS = 200  # a category or an advertiser name
 
@@ -29,7 +29,7 @@ class MatchRequest(Strict):
         max_length=ceiling("max_batch"),
         description="several page texts at once (at most SSI_MAX_BATCH); one result each, in order",
     )
-    k: int = Field(default=10, ge=1, le=ceiling("max_k"), description="adverts per page (at most SSI_MAX_K)")
+    k: Integer = Field(default=10, ge=1, le=ceiling("max_k"), description="adverts per page (at most SSI_MAX_K)")
     filters: AdFilter = Field(default_factory=AdFilter)
 
 

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from service.schemas import COLLECTION_NAME, ServerPath, Strict
+from service.schemas import COLLECTION_NAME, Integer, ServerPath, Strict
 from ssi.interleaving import (
     DEFAULT_ALPHA,
     DEFAULT_BETA,
@@ -38,7 +38,7 @@ class InterleaveRequest(Strict):
     beta: float = Field(
         default=DEFAULT_BETA, gt=0, lt=0.5, description="the test's bound on dropping a candidate at H1's win rate"
     )
-    budget: int = Field(
+    budget: Integer = Field(
         default=DEFAULT_BUDGET,
         ge=1,
         le=10_000_000,

@@ -215,3 +215,31 @@ def test_a_client_that_waits_for_100_continue_gets_the_413_before_it_sends(serve
     status, _, rest = answer.partition(b"\r\n")
     assert status == b"HTTP/1.1 413 Request Entity Too Large", answer
     assert b"connection: close" in rest.lower() and b"larger than" in rest
+
+
+def test_every_integer_of_a_request_body_takes_a_whole_float() -> None:
+    """One rule for integers on every route: 300.0 is the integer 300 (JSON Schema's "integer"; a client generated
+    from the schema may send it), 1.5 and "300" stay refused (service.schemas.Integer)."""
+    import importlib
+    import pkgutil
+    import typing
+
+    import service
+    from service.schemas import Strict, _integral
+
+    for module in pkgutil.walk_packages(service.__path__, "service."):
+        if module.name.startswith(("service.routes", "service.fields", "service.interleave", "service.events")) or (
+            module.name in ("service.schemas", "service.advert_schemas")
+        ):
+            importlib.import_module(module.name)
+
+    def subclasses(cls: type) -> list[type]:
+        return [sub for direct in cls.__subclasses__() for sub in (direct, *subclasses(direct))]
+
+    plain = []
+    for model in subclasses(Strict):
+        for name, field in model.model_fields.items():
+            if int in (typing.get_args(field.annotation) or (field.annotation,)):
+                if not any(getattr(meta, "func", None) is _integral for meta in field.metadata):
+                    plain.append(f"{model.__module__}.{model.__name__}.{name}")
+    assert plain == []
