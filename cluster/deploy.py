@@ -273,12 +273,17 @@ def start(
     return serve.run(application(index, settings, options), name=APP_NAME, route_prefix="/", blocking=False)
 
 
-def start_proxies(settings: Settings, attempts: int = 3) -> None:
+def start_proxies(settings: Settings, attempts: int = 3, every_node: bool = True) -> None:
     """`serve.start`, tried again where Serve killed a proxy that was slow to start (ActorDiedError), after
-    the wider start-up bounds of cluster.connect: a slow first start is retried rather than fatal."""
+    the wider start-up bounds of cluster.connect: a slow first start is retried rather than fatal.
+
+    `every_node=False`: one proxy, on the head (one machine's test cluster, whose clients all call the head)."""
     for attempt in range(1, attempts + 1):
         try:
-            serve.start(http_options={"host": settings.host, "port": settings.port})
+            serve.start(
+                proxy_location="EveryNode" if every_node else "HeadOnly",
+                http_options={"host": settings.host, "port": settings.port},
+            )
             return
         except RETRIED:
             if attempt == attempts:

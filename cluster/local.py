@@ -11,14 +11,19 @@ from typing import Any
 
 
 class LocalCluster:
-    def __init__(self, workers: int = 2, cpus_per_node: int = 1, object_store_mb: int = 256) -> None:
+    def __init__(
+        self, workers: int = 2, cpus_per_node: int = 1, object_store_mb: int = 256, log_monitor: bool = True
+    ) -> None:
+        """`log_monitor=False`: no process tails the workers' log files for the drivers (one that does not print them
+        saves its CPU: the tests' shared cluster)."""
         from cluster.connect import widen_serve_start_bounds
 
         widen_serve_start_bounds()
         from ray.cluster_utils import Cluster
 
         node = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mb * 1024 * 1024}
-        self.cluster: Any = Cluster(initialize_head=True, head_node_args={**node, "include_dashboard": False})
+        head = {**node, "include_dashboard": False, "include_log_monitor": log_monitor}
+        self.cluster: Any = Cluster(initialize_head=True, head_node_args=head)
         self.node_args = node
         # Worker i is labelled ssi.node=n<i>: copy i of every replicated shard runs there (cluster.replication).
         self.workers: list[Any] = [self.add_worker(i) for i in range(workers)]

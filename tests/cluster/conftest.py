@@ -24,6 +24,19 @@ SHARED_RAY_MODULES = frozenset(
 WORKER_NODES = 3
 CPUS_PER_NODE = 1  # four CPUs in all: Ray Train's two workers, or Ray Data's tasks beside Serve's replicas (0 CPUs)
 
+# What a cluster does for its operators and no test reads, off (each Ray process reads them from its environment):
+# metrics export, the dashboard agents' process stats every 5 s, task events, event-loop stats, workers started
+# before anything asks for them. With the log monitor off and one Serve proxy (on the head, which every test
+# calls), the group's Ray processes took ~380 s of CPU instead of ~405 s (psutil, sampled each second).
+QUIET_RAY = {
+    "RAY_enable_metrics_collection": "0",
+    "REPORTER_UPDATE_INTERVAL_MS": "60000",
+    "RAY_enable_worker_prestart": "0",
+    "RAY_prestart_worker_first_driver": "0",
+    "RAY_task_events_report_interval_ms": "0",
+    "RAY_event_stats": "0",
+}
+
 
 @dataclass(frozen=True, slots=True)
 class SharedRay:
@@ -50,15 +63,17 @@ def shared_ray() -> SharedRay:
         # other pytest-xdist workers (tests/conftest.py: 10), which would take the cores from the Ray group, the
         # longest unit: at 0 they come first, as the group's own process does.
         os.environ.setdefault("RAY_worker_niceness", "0")
+        for name, value in QUIET_RAY.items():
+            os.environ.setdefault(name, value)
         from cluster.deploy import start_proxies
         from cluster.local import LocalCluster
         from service.settings import Settings
 
-        local = LocalCluster(workers=WORKER_NODES, cpus_per_node=CPUS_PER_NODE, object_store_mb=128)
+        local = LocalCluster(workers=WORKER_NODES, cpus_per_node=CPUS_PER_NODE, object_store_mb=128, log_monitor=False)
         try:
             local.connect()
             port = free_port()
-            start_proxies(Settings(host="127.0.0.1", port=port))
+            start_proxies(Settings(host="127.0.0.1", port=port), every_node=False)
         except BaseException:
             local.shutdown()
             raise
