@@ -189,7 +189,7 @@ def create_app(
         app.include_router(router)
     STATIC_DIR.mkdir(exist_ok=True)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    install_exact_schema(app, settings, list(catalog.collections))
+    install_exact_schema(app, settings, list(catalog.collections), catalog.field_types)
 
     install_guards(app, settings, metrics_registry)
     return app

@@ -119,9 +119,12 @@ def body_limits(settings: Settings) -> list[tuple[re.Pattern[str], int]]:
     """Body bounds of the routes whose bodies are small by nature (service.request_body): the largest
     body a valid request can need, so that parsing a hostile one holds the event loop only briefly."""
     query = JSON_BYTES_PER_CHAR * settings.max_query_chars + 64
+    # What a search may ask of the fields (service.fields): a filter at its bounds with values of 256 bytes on
+    # average, and the names of its facets and returned fields.
+    fields = 128 * settings.max_filter_clauses + 256 * settings.max_filter_terms + 80 * 320
     prefix = "(?:/collections/[^/]+)?"
     return [
-        (re.compile(f"POST {prefix}/search"), query + 1024),
-        (re.compile(f"POST {prefix}/search/batch"), settings.max_batch * query + 1024),
+        (re.compile(f"POST {prefix}/search"), query + fields + 1024),
+        (re.compile(f"POST {prefix}/search/batch"), settings.max_batch * query + fields + 1024),
         (re.compile("POST /admin/reload"), 64 * 1024),
     ]

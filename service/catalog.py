@@ -32,6 +32,15 @@ class Catalog:
         self._loader: threading.Thread | None = None
         self._after_load: list[Callable[[Collection], None]] = []
 
+    def field_types(self) -> dict[str, str]:
+        """The field types of the loaded collections' documents, all together (service.fields)."""
+        types: dict[str, str] = {}
+        for collection in self.collections.values():
+            state = collection.state
+            if state is not None:
+                types.update(state.fields.types)
+        return types
+
     def after_load(self, hook: Callable[[Collection], None]) -> None:
         """Run `hook(collection)` in the loading thread once each collection has loaded (before the loaded objects
         are frozen out of garbage collection); a hook that raises fails the collection as a failed load does."""

@@ -329,7 +329,12 @@ class Collection:
         bounds = FilterBounds(settings.max_filter_clauses, settings.max_filter_terms, settings.max_filter_depth)
         clause = parse_filter(request.filter, types, bounds) if request.filter is not None else None
         check_facets(request.facets, types, settings.max_facets)
-        where = Where(clause, Planner(settings.filter_exact_docs, settings.filter_exact_fraction))
+        # Without a filter (facets or fields only) the search is the unfiltered one.
+        where = (
+            None
+            if clause is None
+            else Where(clause, Planner(settings.filter_exact_docs, settings.filter_exact_fraction))
+        )
         results = state.search(
             queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe, where=where
         )

@@ -72,7 +72,8 @@ ERROR_MEANINGS = {
     401: "a key is needed and the X-API-Key header is missing or wrong",
     403: "refused by configuration (no key set for writes, a bundle outside SSI_BUNDLE_ROOT)",
     404: "no such document or collection",
-    409: "the collection's type does not serve this route, a reload is already running, or a write names an id twice",
+    409: "the collection's type does not serve this route, a reload is already running, a write names an id twice, "
+    "or a field's value is of another type than the collection's field (service.fields)",
     413: "the body is larger than SSI_MAX_BODY_BYTES",
     422: "a value that is out of bounds or of the wrong type; the first problems are listed",
     429: "too many requests waiting; retry after Retry-After seconds",

@@ -5,18 +5,22 @@ send depends on the settings (SSI_MAX_K, SSI_MAX_BATCH, the index type, the host
 `exact_schema` fills those in, so a client generator or a fuzzer reads the contract the server
 applies: every `x-bounds` marker (service.schemas) becomes the keyword it names with the setting's
 value; `ef_search` is offered only on an HNSW index and `nprobe` only on IVF (elsewhere they are
-refused, like any unknown field); the `{collection}` parameter lists the hosted collections; and
-with SSI_ALLOWED_HOSTS set, every operation may answer 400 for a foreign Host header.
+refused, like any unknown field); the `{collection}` parameter lists the hosted collections;
+a search's `facets` lists the keyword fields the collections have, and `filter` is offered once they have any
+field (service.fields: both name fields, which a schema cannot know otherwise; the schema is made again when the
+fields change); and with SSI_ALLOWED_HOSTS set, every operation may answer 400 for a foreign Host header.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from service.errors import error_responses
+from service.fields.schema import KEYWORD_TYPES
 from service.settings import Settings
 
 BOUNDS_KEY = "x-bounds"
@@ -46,7 +50,22 @@ def _operations(schema: dict[str, Any]) -> list[dict[str, Any]]:
     return [op for item in schema.get("paths", {}).values() for op in item.values() if isinstance(op, dict)]
 
 
-def exact_schema(app: FastAPI, settings: Settings, collections: list[str]) -> dict[str, Any]:
+def _field_options(properties: dict[str, Any], types: dict[str, str]) -> None:
+    """A search body's `filter` and `facets` as the collections' fields allow them (service.fields)."""
+    if "filter" in properties and not types:
+        properties["filter"] = {"type": "null", "description": properties["filter"].get("description", "")}
+    facets = properties.get("facets")
+    if facets is not None:
+        keyword = sorted(name for name, field_type in types.items() if field_type in KEYWORD_TYPES)
+        if keyword:
+            facets["items"] = {**facets.get("items", {}), "enum": keyword}
+        else:
+            facets["maxItems"] = 0
+
+
+def exact_schema(
+    app: FastAPI, settings: Settings, collections: list[str], field_types: dict[str, str] | None = None
+) -> dict[str, Any]:
     schema = get_openapi(
         title=app.title, version=app.version, summary=app.summary, description=app.description, routes=app.routes
     )
@@ -57,6 +76,7 @@ def exact_schema(app: FastAPI, settings: Settings, collections: list[str]) -> di
         for knob, index_type in INDEX_KNOBS.items():
             if settings.index_type != index_type:
                 properties.pop(knob, None)
+        _field_options(properties, field_types or {})
     host_error = error_responses(400)[400] if settings.allowed_hosts else None
     for operation in _operations(schema):
         for parameter in operation.get("parameters", []):
@@ -71,12 +91,20 @@ def exact_schema(app: FastAPI, settings: Settings, collections: list[str]) -> di
     return schema
 
 
-def install_exact_schema(app: FastAPI, settings: Settings, collections: list[str]) -> None:
-    """Serve `exact_schema` at /openapi.json (computed once, on first request)."""
+def install_exact_schema(
+    app: FastAPI,
+    settings: Settings,
+    collections: list[str],
+    field_types: Callable[[], dict[str, str]] = dict,
+) -> None:
+    """Serve `exact_schema` at /openapi.json (computed on first request, and again when the fields change)."""
+    made_for: list[dict[str, str]] = []
 
     def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            app.openapi_schema = exact_schema(app, settings, collections)
+        types = field_types()
+        if app.openapi_schema is None or made_for != [types]:
+            app.openapi_schema = exact_schema(app, settings, collections, types)
+            made_for[:] = [types]
         return app.openapi_schema
 
     app.openapi = openapi  # type: ignore[method-assign]

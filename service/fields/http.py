@@ -10,10 +10,28 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from service import schemas
+from service.fields.schema import FIELD_NAME, MAX_FIELDS, MAX_KEYWORD_CHARS, MAX_LIST_ITEMS
 
 FieldName = Annotated[str, Field(max_length=64, description="a field name (service.fields)")]
-FILTER_EXAMPLE = {"and": [{"term": {"category": "books"}}, {"range": {"price": {"gte": 5, "lt": 20}}}]}
-FIELDS_EXAMPLE = {"category": "books", "tags": ["new"], "price": 12.5, "published": "2024-05-01"}
+# The examples are in the descriptions, not in `examples`: a fuzzer sends a schema's examples as requests that
+# must succeed, and a filter names fields that only some collections have.
+FILTER_EXAMPLE = '{"and": [{"term": {"category": "books"}}, {"range": {"price": {"gte": 5, "lt": 20}}}]}'
+FIELDS_EXAMPLE = '{"category": "books", "tags": ["new"], "price": 12.5, "published": "2024-05-01"}'
+# A field's value as the schema publishes it (service.fields.schema.check_shape holds the same bounds).
+KEYWORD = {"type": "string", "maxLength": MAX_KEYWORD_CHARS, "pattern": "^[^\\x00]*$"}
+FIELDS_SCHEMA = {
+    "type": "object",
+    "maxProperties": MAX_FIELDS,
+    "propertyNames": {"pattern": FIELD_NAME.pattern},
+    "additionalProperties": {
+        "anyOf": [
+            KEYWORD,
+            {"type": "number", "minimum": -1e308, "maximum": 1e308},
+            {"type": "boolean"},
+            {"type": "array", "items": KEYWORD, "maxItems": MAX_LIST_ITEMS},
+        ]
+    },
+}
 
 
 class FieldOptions(schemas.Strict):
@@ -24,9 +42,9 @@ class FieldOptions(schemas.Strict):
         description=(
             "only documents matching it: term, terms, range (gt, gte, lt, lte on integer, float and date fields), "
             "exists, combined with and, or, not; at most SSI_MAX_FILTER_CLAUSES clauses, SSI_MAX_FILTER_TERMS "
-            "values in all, SSI_MAX_FILTER_DEPTH levels. The hits are the top k of the score among them."
+            "values in all, SSI_MAX_FILTER_DEPTH levels. The hits are the top k of the score among them. "
+            f"For example {FILTER_EXAMPLE}"
         ),
-        json_schema_extra={"examples": [FILTER_EXAMPLE]},
     )
     facets: list[FieldName] = Field(
         default_factory=list,
@@ -54,8 +72,9 @@ class DocumentFields(schemas.Strict):
     fields: dict[str, Any] | None = Field(
         default=None,
         description="filterable values: a flat object of keywords, keyword lists, integers, floats, booleans and "
-        "ISO 8601 dates; a field's type is fixed by its first use (or declared), another type is a 422",
-        json_schema_extra={"examples": [FIELDS_EXAMPLE]},
+        "ISO 8601 dates; a field's type is fixed by its first use (or declared), another type is a 422. "
+        f"For example {FIELDS_EXAMPLE}",
+        json_schema_extra={"anyOf": [FIELDS_SCHEMA, {"type": "null"}]},
     )
 
 

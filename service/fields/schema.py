@@ -2,10 +2,15 @@
 
 A value's own type: a JSON string is a `keyword`, or a `date` when it is written as an ISO 8601 date or date and
 time (`2024-05-01`, `2024-05-01T12:30:00Z`); a list of strings a `keyword_list`; `true`/`false` a `boolean`; a whole
-number an `integer`; any other number a `float`. Once a name has a type, a value of another type is refused
-(422, naming the field, its type and the type given) and nothing of the write is applied; the few values that
-fit without loss are taken: a whole float (15.0) for an integer (as JSON Schema's "integer" has it, and as every
-route takes integers: service.schemas.Integer), an integer for a float, and a date-like string for a keyword.
+number an `integer` (past 64 bits, a `float`); any other number a `float`. Once a name has a type, a value of
+another type is refused (naming the field, its type and the type given) and nothing of the write is applied; the
+few values that fit without loss are taken: a whole float (15.0) for an integer (as JSON Schema's "integer" has it,
+and as every route takes integers: service.schemas.Integer), an integer for a float, and a date-like string for a
+keyword.
+
+That refusal is a 409 (`FieldTypeError`): the request is well formed, and whether it fits depends on what the
+collection holds, as for a write naming an id twice (a client generated from the schema cannot know it); a
+malformed value (a nested object, a null, a bad name) is a 422.
 """
 
 from __future__ import annotations
@@ -34,7 +39,10 @@ _INT64 = 1 << 63
 
 
 class FieldTypeError(InvalidInput):
-    """A value whose type is not its field's (422): nothing of the write is applied."""
+    """A value whose type is not its field's (409: a conflict with the collection's types, not a malformed
+    request): nothing of the write is applied."""
+
+    status_code = 409
 
 
 def parse_date(value: str) -> float | None:
@@ -55,7 +63,7 @@ def type_of(value: Any) -> str:
     if isinstance(value, bool):
         return "boolean"
     if isinstance(value, int):
-        return "integer"
+        return "integer" if -_INT64 <= value < _INT64 else "float"
     if isinstance(value, float):
         return "float"
     if isinstance(value, str):
@@ -118,8 +126,13 @@ def check_shape(fields: Any, where: str = "fields") -> dict[str, Any]:
                 raise InvalidInput(f"{where}.{name}: a keyword is at most {MAX_KEYWORD_CHARS} characters")
             if isinstance(item, str) and "\x00" in item:
                 raise InvalidInput(f"{where}.{name}: a keyword must not contain NUL characters")
-            if isinstance(item, float) and not math.isfinite(item):
-                raise InvalidInput(f"{where}.{name}: a number must be finite")
+            if isinstance(item, str) and not item.isascii():
+                try:
+                    item.encode("utf-8")
+                except UnicodeEncodeError:
+                    raise InvalidInput(f"{where}.{name}: not valid Unicode (a lone surrogate)") from None
+            if kind == "float" and fits("float", item) is None:
+                raise InvalidInput(f"{where}.{name}: a number must be finite and within a float's range")
     return fields
 
 

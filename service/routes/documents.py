@@ -68,8 +68,9 @@ register_url_convertor("docid", DocumentIdConvertor())
 register_url_convertor("writtenid", WrittenIdConvertor())
 
 # 400/413: the body checks; 401/403: the write key; 404: an unknown collection (or document).
-WRITE_ERRORS = (400, 401, 403, 404, 413, 422, 429, 503, 507)
-BATCH_WRITE_ERRORS = (*WRITE_ERRORS, 409)  # 409: the batch names an id twice
+# 409: a field's value of another type than the collection's field (service.fields), or the batch names an id twice.
+WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 503, 507)
+BATCH_WRITE_ERRORS = WRITE_ERRORS
 
 read_router = APIRouter(tags=["documents"])
 write_router = APIRouter(tags=["documents"], route_class=WriteRoute)

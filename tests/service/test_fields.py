@@ -185,14 +185,16 @@ def test_facets_count_every_matching_document(server: dict) -> None:
     assert values == {c: sum(1 for d in docs if d.fields and d.fields["category"] == c) for c in values}
 
 
-def test_a_value_of_another_type_is_a_422_and_nothing_is_written(server: dict) -> None:
+def test_a_value_of_another_type_is_a_409_and_nothing_is_written(server: dict) -> None:
+    """A value of another type than its field's: 409 (well formed, but in conflict with the collection's types);
+    a malformed value: 422. Either way nothing of the write is applied."""
     s = server["server"]
     batch = [
         {"id": "new-1", "text": "fine document", "fields": {"category": "alpha", "size": 3}},
         {"id": "new-2", "text": "bad document", "fields": {"price": "cheap"}},
     ]
     response = s.client.post("/documents", json={"documents": batch}, headers=KEY)
-    assert response.status_code == 422, response.text
+    assert response.status_code == 409, response.text
     assert "'price' has type float, was given keyword" in response.json()["detail"]
     assert s.client.get("/documents/new-1").status_code == 404
     # The new field "size" was not fixed either: a later first use decides its type.
@@ -200,15 +202,17 @@ def test_a_value_of_another_type_is_a_422_and_nothing_is_written(server: dict) -
     assert response.status_code == 200, response.text
     got = s.client.get("/documents/new-3").json()
     assert got["fields"] == {"size": "large"}
-    for fields, message in (
-        ({"year": 2.5}, "'year' has type integer, was given float"),
-        ({"on_sale": "yes"}, "'on_sale' has type boolean, was given keyword"),
-        ({"published": "soon"}, "'published' has type date, was given keyword"),
-        ({"tags": "one"}, "'tags' has type keyword_list, was given keyword"),
-        ({"nested": {"a": 1}}, "got dict"),
+    for fields, status, message in (
+        ({"year": 2.5}, 409, "'year' has type integer, was given float"),
+        ({"on_sale": "yes"}, 409, "'on_sale' has type boolean, was given keyword"),
+        ({"published": "soon"}, 409, "'published' has type date, was given keyword"),
+        ({"tags": "one"}, 409, "'tags' has type keyword_list, was given keyword"),
+        ({"nested": {"a": 1}}, 422, "got dict"),
+        ({"1st": "x"}, 422, "must start with a letter"),
+        ({"none": None}, 422, "got null"),
     ):
         response = s.client.put("/documents/new-4", json={"text": "x", "fields": fields}, headers=KEY)
-        assert response.status_code == 422 and message in response.json()["detail"], (fields, response.text)
+        assert response.status_code == status and message in response.json()["detail"], (fields, response.text)
     assert s.client.get("/documents/new-4").status_code == 404
     # A whole float is an integer (one rule for integers, as the routes take them).
     response = s.client.put("/documents/new-4", json={"text": "x", "fields": {"year": 2021.0}}, headers=KEY)
@@ -267,7 +271,7 @@ def test_fields_are_written_indexed_and_survive_a_restart(world: dict, tmp_path:
         assert [hit["id"] for hit in other["hits"]] == ["w2"]
         assert s.client.get("/documents/w2").json()["fields"] == replaced["fields"]
         response = s.client.put("/documents/w5", json={"text": "x", "fields": {"published": 5}}, headers=KEY)
-        assert response.status_code == 422 and "'published' has type date" in response.json()["detail"]
+        assert response.status_code == 409 and "'published' has type date" in response.json()["detail"]
 
 
 def test_a_graph_walk_cut_off_by_the_filter_is_made_up_for(world: dict, tmp_path: Path) -> None:
@@ -282,3 +286,15 @@ def test_a_graph_walk_cut_off_by_the_filter_is_made_up_for(world: dict, tmp_path
             response = s.client.post("/search", json={"query": query, "k": 10, "filter": node})
             assert response.status_code == 200, response.text
             assert_top(response.json()["hits"], oracle, docs, query, keep, 10)
+
+
+def test_the_published_schema_names_the_fields(server: dict) -> None:
+    """A search's facets list the keyword fields and its filter is offered (service.openapi): a client generated
+    from the schema sends names the server knows. (A server whose collections have no fields publishes neither.)"""
+    schemas = server["server"].client.get("/openapi.json").json()["components"]["schemas"]
+    properties = schemas["SearchRequest"]["properties"]
+    keyword = set(properties["facets"]["items"]["enum"])  # and "size", if the type test wrote it first
+    assert {"category", "on_sale", "tags"} <= keyword and not {"price", "year", "published"} & keyword
+    assert properties["filter"]["anyOf"][0]["type"] == "object"
+    fields = schemas["DocumentBody"]["properties"]["fields"]["anyOf"][0]
+    assert fields["maxProperties"] == 64 and fields["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
