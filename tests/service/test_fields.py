@@ -10,10 +10,15 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import numpy as np
 import pytest
+from hypothesis import strategies as st
 from service_testing import API_KEY, Oracle, ThreadServer, make_bundle, make_corpus, probe_queries, write_corpus
 
+from service.fields.filters import FilterBounds, matching_rows, parse_filter
+from service.fields.index import FieldIndex
+from service.fields.schema import parse_date
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
@@ -298,3 +303,85 @@ def test_the_published_schema_names_the_fields(server: dict) -> None:
     assert properties["filter"]["anyOf"][0]["type"] == "object"
     fields = schemas["DocumentBody"]["properties"]["fields"]["anyOf"][0]
     assert fields["maxProperties"] == 64 and fields["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
+
+
+# Random fields and random filters: the field index's answer is the brute force's (service.fields.filters).
+_DAYS = ["2024-01-01", "2024-01-02T12:00:00Z", "2024-01-03", "2024-02-01T00:00:00+01:00"]
+_TYPES = {"kw": "keyword", "tags": "keyword_list", "n": "integer", "x": "float", "flag": "boolean", "day": "date"}
+_row_fields = st.fixed_dictionaries(
+    {},
+    optional={
+        "kw": st.sampled_from(["a", "b", "c"]),
+        "tags": st.lists(st.sampled_from(["x", "y", "z"]), max_size=3, unique=True),
+        "n": st.integers(-3, 3),
+        "x": st.sampled_from([-1.5, 0.0, 0.25, 2.0]),
+        "flag": st.booleans(),
+        "day": st.sampled_from(_DAYS),
+    },
+)
+_leaf = st.one_of(
+    st.builds(lambda v: {"term": {"kw": v}}, st.sampled_from(["a", "b", "d"])),
+    st.builds(lambda v: {"terms": {"tags": v}}, st.lists(st.sampled_from(["x", "y", "w"]), min_size=1, max_size=3)),
+    st.builds(lambda v: {"term": {"flag": v}}, st.booleans()),
+    st.builds(lambda v: {"term": {"n": v}}, st.integers(-3, 3)),
+    st.builds(
+        lambda name, bounds: {"range": {name: bounds}},
+        st.sampled_from(["n", "x"]),
+        st.dictionaries(st.sampled_from(["gt", "lt"]), st.sampled_from([-2, 0, 0.25, 1]), min_size=1)
+        | st.dictionaries(st.sampled_from(["gte", "lte"]), st.sampled_from([-2, 0, 0.25, 1]), min_size=1),
+    ),
+    st.builds(lambda v: {"range": {"day": {"gte": v}}}, st.sampled_from(_DAYS)),
+    st.builds(lambda name: {"exists": {"field": name}}, st.sampled_from(list(_TYPES))),
+)
+_filters = st.recursive(
+    _leaf,
+    lambda inner: st.one_of(
+        st.builds(lambda c: {"and": c}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda c: {"or": c}, st.lists(inner, min_size=1, max_size=3)),
+        st.builds(lambda c: {"not": c}, inner),
+    ),
+    max_leaves=6,
+)
+
+
+def _holds(node: dict[str, Any], fields: dict[str, Any]) -> bool:
+    """The filter's meaning, written out plainly."""
+    ((op, body),) = node.items()
+    if op in ("and", "or"):
+        results = [_holds(clause, fields) for clause in body]
+        return all(results) if op == "and" else any(results)
+    if op == "not":
+        return not _holds(body, fields)
+    if op == "exists":
+        value = fields.get(body["field"])
+        return value is not None and value != []
+    ((name, wanted),) = body.items()
+    value = fields.get(name)
+    if value is None:
+        return False
+    if op in ("term", "terms"):
+        values = wanted if op == "terms" else [wanted]
+        have = value if isinstance(value, list) else [value]
+        return any(v in have and type(v) is type(h) for v in values for h in have if v == h)
+    number = parse_date(value) if name == "day" else value
+    limits = {key: parse_date(bound) if name == "day" else bound for key, bound in wanted.items()}
+    checks = {"gt": number.__gt__, "gte": number.__ge__, "lt": number.__lt__, "lte": number.__le__}
+    return all(checks[key](bound) for key, bound in limits.items())
+
+
+@hypothesis.settings(max_examples=150, deadline=None)
+@hypothesis.given(rows=st.lists(_row_fields, max_size=30), dead=st.sets(st.integers(0, 29)), node=_filters)
+def test_random_filters_over_random_fields_match_the_brute_force(
+    rows: list[dict[str, Any]], dead: set[int], node: dict[str, Any]
+) -> None:
+    half = len(rows) // 2  # half built and sorted, half appended to the unsorted tails afterwards (as writes are)
+    index = FieldIndex.build(_TYPES, enumerate(rows[:half]))
+    for row, fields in enumerate(rows[half:], half):
+        index.add(row, fields)
+    live = np.ones(len(rows), dtype=bool)
+    for row in dead & set(range(len(rows))):
+        index.kill(row)
+        live[row] = False
+    clause = parse_filter(node, dict(_TYPES), FilterBounds(64, 64, 8))
+    expected = [row for row, fields in enumerate(rows) if live[row] and _holds(node, fields)]
+    assert matching_rows(clause, index, live).tolist() == expected
