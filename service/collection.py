@@ -55,7 +55,7 @@ from service.metrics import Metrics
 from service.model_state import ModelState, QueryResult, Where
 from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
-from service.state_builder import attach_fields, compacted, needs_compaction, open_state
+from service.state_builder import compacted, needs_compaction, open_state
 from service.store import DocumentStore, StoredDocument, StoreError, disk_full
 from service.threads import freeze_loaded_objects, release_free_memory
 from service.writes import FieldWrites, apply_writes, capture, replay
@@ -687,7 +687,6 @@ class Collection:
                     return False
                 with self.store.view() as view:
                     replay(fresh, view)
-                    attach_fields(fresh, view)  # the rows were renumbered
                 self.state = fresh
             del state
             gc.collect()

@@ -306,6 +306,7 @@ def compacted(state: ModelState) -> ModelState:
         embeddings = state.index.vectors(rows)
         lexical = state.lexical
         open_postings = state.open.select(rows)  # mutated by writes: copied under the lock
+        fields = state.fields.remapped(rows)  # likewise (service.fields.index: renumbered, not rebuilt)
         seq = state.seq
         before = state.table.rows
     index = VectorIndex.build(state.config, state.index.dim, embeddings)
@@ -325,5 +326,6 @@ def compacted(state: ModelState) -> ModelState:
         folder=state.folder,
         report=report,
     )
+    fresh.fields = fields
     fresh.saved_seq = None  # the rows were renumbered: the snapshot on disk no longer matches
     return fresh

@@ -5,6 +5,7 @@ document, bad values and bad filters are 422s that write nothing, and fields sur
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
@@ -250,7 +251,7 @@ def test_a_bad_filter_is_a_422_naming_the_problem(server: dict, node: dict, mess
 def test_fields_are_written_indexed_and_survive_a_restart(world: dict, tmp_path: Path) -> None:
     """Writes with fields are filtered at once; after a restart (the store reopened, the field index built again
     from it, the rows renumbered by the compaction at load: 2 dead rows of 403) the fields, the types and the
-    filters are what they were."""
+    filters are what they were; and after an online compaction (the field index renumbered) as well."""
     settings = dict(
         bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, api_key=API_KEY, compact_dead_fraction=0.004
     )
@@ -268,7 +269,7 @@ def test_fields_are_written_indexed_and_survive_a_restart(world: dict, tmp_path:
         assert s.client.put("/documents/w2", json=replaced, headers=KEY).status_code == 200
         before = s.client.post("/search", json={"query": query, "filter": node, "fields": ["published"]}).json()
         assert [hit["id"] for hit in before["hits"]] == ["w0"] and before["matched"] == 1
-    with ThreadServer(**settings) as s:
+    with ThreadServer(**settings, snapshot_interval=0.2) as s:  # upkeep (and so compaction) every 0.2 s
         assert s.client.get("/model").json()["index"]["compacted_on_load"] is True
         after = s.client.post("/search", json={"query": query, "filter": node, "fields": ["published"]}).json()
         assert after["hits"] == before["hits"]
@@ -277,6 +278,17 @@ def test_fields_are_written_indexed_and_survive_a_restart(world: dict, tmp_path:
         assert s.client.get("/documents/w2").json()["fields"] == replaced["fields"]
         response = s.client.put("/documents/w5", json={"text": "x", "fields": {"published": 5}}, headers=KEY)
         assert response.status_code == 409 and "'published' has type date" in response.json()["detail"]
+        moved = {"text": written[0]["text"], "fields": {"category": "written", "published": "2032-01-01"}}
+        assert s.client.put("/documents/w0", json=moved, headers=KEY).status_code == 200
+        assert s.client.delete("/documents/doc-00010", headers=KEY).status_code == 200
+        deadline = time.monotonic() + 20
+        while s.client.get("/model").json()["index"]["dead_rows"] and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert s.client.get("/model").json()["index"]["dead_rows"] == 0  # compacted online
+        found = s.client.post("/search", json={"query": query, "filter": node, "fields": ["published"]}).json()
+        assert [(hit["id"], hit["fields"]) for hit in found["hits"]] == [("w0", {"published": "2032-01-01"})]
+        other = s.client.post("/search", json={"query": query, "filter": {"term": {"category": "other"}}}).json()
+        assert [hit["id"] for hit in other["hits"]] == ["w2"]
 
 
 def test_a_graph_walk_cut_off_by_the_filter_is_made_up_for(world: dict, tmp_path: Path) -> None:
@@ -385,3 +397,8 @@ def test_random_filters_over_random_fields_match_the_brute_force(
     clause = parse_filter(node, dict(_TYPES), FilterBounds(64, 64, 8))
     expected = [row for row, fields in enumerate(rows) if live[row] and _holds(node, fields)]
     assert matching_rows(clause, index, live).tolist() == expected
+    # Compacted: the live rows renumbered 0 … n − 1 (as service.state_builder.compacted does), the same documents.
+    kept = np.flatnonzero(live)
+    compacted = index.remapped(kept)
+    renumbered = np.searchsorted(kept, expected).tolist()
+    assert matching_rows(clause, compacted, np.ones(kept.shape[0], dtype=bool)).tolist() == renumbered
