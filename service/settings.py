@@ -212,8 +212,8 @@ class Settings(BaseSettings):
     max_filter_depth: int = Field(default=8, ge=1, le=64)
     max_facets: int = Field(default=8, ge=1, le=256)
     facet_size: int = Field(default=10, ge=1, le=10_000)
-    filter_exact_docs: int = Field(default=10_000, ge=0, le=1 << 31)
-    filter_exact_fraction: float = Field(default=0.05, ge=0, le=1)
+    filter_exact_docs: int = Field(default=2_000, ge=0, le=1 << 31)
+    filter_exact_fraction: float = Field(default=0.01, ge=0, le=1)
     # A corpus file that changed since it seeded the document store: merge what only the corpus
     # changed (new ids, documents never written through the API), or refuse to start.
     corpus_change: Literal["merge", "refuse"] = "merge"

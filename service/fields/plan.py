@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.rerank import LexicalTerm, Ranked, RowVectors
+from service.rerank import LexicalTerm, Ranked, RowVectors, prefers_dense
 
 EXACT_BLOCK = 8192  # matching rows scored at once by the exact scan (bounds its temporary arrays)
 
@@ -34,13 +34,16 @@ class Planner:
 
 
 def exact_scan(uq: np.ndarray, want: int, rows: np.ndarray, lexical: LexicalTerm, vectors: RowVectors) -> Ranked:
-    """The top `want` of `rows` by f = s + l, each scored exactly (`vectors(rows) · uq` and the lexical term's
-    `for_rows`), in blocks; ties by row (as `Ranked.best`)."""
+    """The top `want` of `rows` by f = s + l, each scored exactly (`vectors(rows) · uq`, and l from the lexical
+    term's `for_rows`, or from its one dense pass over every row where that costs less, as the reranker chooses:
+    service.rerank.prefers_dense), in blocks; ties by row (as `Ranked.best`)."""
     best: Ranked | None = None
+    every = lexical.everywhere() if prefers_dense(lexical, int(rows.shape[0])) else None
     for start in range(0, rows.shape[0], EXACT_BLOCK):
         block = rows[start : start + EXACT_BLOCK]
         semantic = vectors(block).astype(np.float64) @ uq
-        lexical_part = np.asarray(lexical.for_rows(block)[0], dtype=np.float64)
+        found = every[block] if every is not None else lexical.for_rows(block)[0]
+        lexical_part = np.asarray(found, dtype=np.float64)
         if best is not None:
             block = np.concatenate([best.rows, block])
             semantic = np.concatenate([best.semantic, semantic])
