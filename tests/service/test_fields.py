@@ -5,6 +5,7 @@ document, bad values and bad filters are 422s that write nothing, and fields sur
 from __future__ import annotations
 
 import dataclasses
+import operator
 import time
 from collections.abc import Callable, Iterator
 from datetime import date
@@ -377,8 +378,8 @@ def _holds(node: dict[str, Any], fields: dict[str, Any]) -> bool:
         return any(v in have and type(v) is type(h) for v in values for h in have if v == h)
     number = parse_date(value) if name == "day" else value
     limits = {key: parse_date(bound) if name == "day" else bound for key, bound in wanted.items()}
-    checks = {"gt": number.__gt__, "gte": number.__ge__, "lt": number.__lt__, "lte": number.__le__}
-    return all(checks[key](bound) for key, bound in limits.items())
+    checks = {"gt": operator.gt, "gte": operator.ge, "lt": operator.lt, "lte": operator.le}
+    return all(checks[key](number, bound) for key, bound in limits.items())
 
 
 @hypothesis.settings(max_examples=150, deadline=None)
