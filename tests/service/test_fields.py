@@ -299,11 +299,22 @@ def test_a_graph_walk_cut_off_by_the_filter_is_made_up_for(world: dict, tmp_path
                     filter_exact_fraction=0.0)  # fmt: skip
     docs, oracle = world["docs"], world["oracle"]
     node, keep = FILTERS["rare (1 %)"]
-    with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, **settings) as s:
+    # Beside it, a collection whose spec declares a type: its dates are keywords (service.settings.CollectionSpec).
+    shop = {"bundle": world["bundle"], "corpus": world["corpus"], "fields": {"published": "keyword"}}
+    with ThreadServer(
+        bundle=world["bundle"], corpus=world["corpus"], cache_dir=tmp_path, collections={"shop": shop}, **settings
+    ) as s:
         for query in probe_queries(docs, 3, seed=5):
             response = s.client.post("/search", json={"query": query, "k": 10, "filter": node})
             assert response.status_code == 200, response.text
             assert_top(response.json()["hits"], oracle, docs, query, keep, 10)
+        day = {"query": "baba", "filter": {"term": {"published": "2024-02-02"}}}
+        on_that_day = sum(1 for d in docs if d.fields and d.fields["published"] == "2024-02-02")
+        assert s.client.post("/collections/shop/search", json=day).json()["matched"] == on_that_day > 0
+        later = {"query": "baba", "filter": {"range": {"published": {"gte": "2024-02-02"}}}}
+        response = s.client.post("/collections/shop/search", json=later)
+        assert response.status_code == 422 and "'published' is a keyword" in response.json()["detail"]
+        assert s.client.post("/search", json=later).status_code == 200  # a date in the other collection
 
 
 def test_the_published_schema_names_the_fields(server: dict) -> None:
