@@ -326,15 +326,10 @@ class Collection:
         settings = self.settings
         with state.lock.read():
             types = dict(state.fields.types)
-        bounds = FilterBounds(settings.max_filter_clauses, settings.max_filter_terms, settings.max_filter_depth)
-        clause = parse_filter(request.filter, types, bounds) if request.filter is not None else None
         check_facets(request.facets, types, settings.max_facets)
         # Without a filter (facets or fields only) the search is the unfiltered one.
-        where = (
-            None
-            if clause is None
-            else Where(clause, Planner(settings.filter_exact_docs, settings.filter_exact_fraction))
-        )
+        where = self._where(state, request.filter) if request.filter is not None else None
+        clause = where.clause if where is not None else None
         results = state.search(
             queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe, where=where
         )
@@ -344,8 +339,19 @@ class Collection:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
         return [result.page(offset) for result in results], FieldAnswer(state.matched(clause), facets)
 
-    def similar(self, doc_id: str, k: int, offset: int) -> QueryResult:
-        """The documents most like `doc_id`, the stored document itself being the query (it is left out).
+    def _where(self, state: ModelState, node: Any) -> Where:
+        """A filter as sent, checked against the state's fields and the bounds (422 naming the problem), with the
+        planner of its queries (service.fields)."""
+        settings = self.settings
+        with state.lock.read():
+            types = dict(state.fields.types)
+        bounds = FilterBounds(settings.max_filter_clauses, settings.max_filter_terms, settings.max_filter_depth)
+        planner = Planner(settings.filter_exact_docs, settings.filter_exact_fraction)
+        return Where(parse_filter(node, types, bounds), planner)
+
+    def similar(self, doc_id: str, k: int, offset: int, filter: Any = None) -> QueryResult:
+        """The documents most like `doc_id`, the stored document itself being the query (it is left out); with
+        `filter` (service.fields), among the documents matching it.
 
         The document is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS heaviest words.
         """
@@ -353,10 +359,16 @@ class Collection:
         self.ready_state()
         self._catch_up()
         state = self.ready_state()
+        where = self._where(state, filter) if filter is not None else None
         doc = self.get(doc_id)
         text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
         (result,) = state.search(
-            [text], k + offset, pool=self.pool(state), exclude=[doc_id], max_words=self.settings.max_page_words
+            [text],
+            k + offset,
+            pool=self.pool(state),
+            exclude=[doc_id],
+            max_words=self.settings.max_page_words,
+            where=where,
         )
         self.metrics.candidates.labels(self.name).observe(result.candidates)
         return result.page(offset)

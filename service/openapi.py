@@ -79,6 +79,9 @@ def exact_schema(
         _field_options(properties, field_types or {})
     host_error = error_responses(400)[400] if settings.allowed_hosts else None
     for operation in _operations(schema):
+        filters = [p for p in operation.get("parameters", []) if p.get("in") == "query" and p.get("name") == "filter"]
+        if filters and not field_types:  # /similar's filter names fields, as a search body's does
+            operation["parameters"] = [p for p in operation["parameters"] if p not in filters]
         for parameter in operation.get("parameters", []):
             if parameter.get("in") == "path" and parameter.get("name") == "collection":
                 parameter["schema"] = {**parameter["schema"], "enum": sorted(collections)}

@@ -12,8 +12,9 @@ Two routers, so that the read key (when configured) is added to the reads only: 
 
 from __future__ import annotations
 
+import json
 import time
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from starlette.concurrency import run_in_threadpool
@@ -29,7 +30,7 @@ from service.deps import (
     WriteLimiterDep,
     WriteRoute,
 )
-from service.errors import error_responses
+from service.errors import InvalidInput, error_responses
 from service.fields.http import DocumentBody, DocumentIn, DocumentsIn
 from service.fields.schema import check_shape
 from service.routes.search import to_result
@@ -105,6 +106,26 @@ OFFSET = Annotated[
 ]
 
 
+FILTER = Annotated[
+    str | None,
+    Query(
+        max_length=65_536,
+        description="only documents matching this filter, as the JSON of a search's `filter` (service.fields), "
+        'e.g. {"term": {"category": "books"}}',
+    ),
+]
+
+
+def parsed_filter(text: str | None) -> Any:
+    """The `filter` query parameter's JSON (a 422 when it is not JSON)."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise InvalidInput(f"filter: not JSON ({exc})") from None
+
+
 @read_router.get(
     "/documents/{doc_id:docid}/similar",
     response_model=SearchResponse,
@@ -126,10 +147,14 @@ async def similar(
     limiter: SearchLimiterDep,
     k: K = 10,
     offset: OFFSET = 0,
+    filter: FILTER = None,
 ) -> SearchResponse:
     check_paging(settings, k, offset)
+    node = parsed_filter(filter)
     started = time.perf_counter()
-    result = await limiter.run(lambda: to_result(collection, settings, collection.similar(doc_id, k, offset), None))
+    result = await limiter.run(
+        lambda: to_result(collection, settings, collection.similar(doc_id, k, offset, node), None)
+    )
     took = (time.perf_counter() - started) * 1000
     return SearchResponse(**result.model_dump(), collection=collection.name, took_ms=round(took, 3))
 

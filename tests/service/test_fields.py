@@ -5,12 +5,14 @@ document, bad values and bad filters are 422s that write nothing, and fields sur
 from __future__ import annotations
 
 import dataclasses
+import json
 import operator
 import time
 from collections.abc import Callable, Iterator
 from datetime import date
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import hypothesis
 import numpy as np
@@ -144,6 +146,25 @@ def test_filtered_search_is_the_brute_force_among_matching_documents(server: dic
     assert batch.status_code == 200, batch.text
     for query, result in zip(queries, batch.json()["results"], strict=True):
         assert_top(result["hits"], oracle, docs, query, keep, 5)
+
+
+def test_similar_documents_obey_a_filter(server: dict) -> None:
+    """`GET /documents/{id}/similar?filter=...`: the stored document as the query, ranked among the matching
+    documents only (itself left out), the same as without the filter where the filter keeps everything it found."""
+    s, docs = server["server"], server["docs"]
+    node, keep = FILTERS["and of two fields"]
+    matching = {d.id for d in docs if d.fields is not None and keep(d.fields)}
+    source = next(d for d in docs if d.id in matching)
+    path = f"/documents/{quote(source.id, safe='')}/similar"
+    filtered = s.client.get(path, params={"k": 50, "filter": json.dumps(node)})
+    assert filtered.status_code == 200, filtered.text
+    ids = [hit["id"] for hit in filtered.json()["hits"]]
+    assert len(ids) == len(matching) - 1 and set(ids) == matching - {source.id}
+    everything = [hit["id"] for hit in s.client.get(path, params={"k": 100}).json()["hits"]]
+    among = [i for i in everything if i in matching]  # the unfiltered top 100's matching documents lead, in order
+    assert among and among == ids[: len(among)]
+    bad = s.client.get(path, params={"filter": "{not json"})
+    assert bad.status_code == 422 and "filter: not JSON" in bad.json()["detail"]
 
 
 def test_a_page_is_never_short_while_matching_documents_remain(server: dict) -> None:
