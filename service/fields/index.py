@@ -110,12 +110,39 @@ class FieldIndex:
 
     @classmethod
     def build(cls, types: Mapping[str, str], rows: Iterable[tuple[int, Mapping[str, Any]]]) -> FieldIndex:
-        """The index of `rows` (row, fields) under the collection's field `types`."""
+        """The index of `rows` (row, fields) under the collection's field `types`: the rows of each value gathered
+        in lists first and made into bitmaps and sorted arrays at once (a million documents' four fields: 15 s row
+        by row through `add`, mostly one bitmap insertion at a time)."""
         built = cls(types)
+        keywords: dict[str, dict[Any, list[int]]] = {}
+        ordered: dict[str, tuple[list[Any], list[int]]] = {}
+        present: dict[str, list[int]] = {}
         for row, fields in rows:
-            built.add(row, fields)
-        for column in built.ordered.values():
-            column.merge()
+            for name, value in fields.items():
+                field_type = built.types[name]
+                if field_type in KEYWORD_TYPES:
+                    values = value if isinstance(value, list) else (value,)
+                    if not values:
+                        continue
+                    by_value = keywords.setdefault(name, {})
+                    for item in values:
+                        by_value.setdefault(item, []).append(row)
+                else:
+                    pairs = ordered.setdefault(name, ([], []))
+                    pairs[0].append(ordered_value(field_type, value))
+                    pairs[1].append(row)
+                present.setdefault(name, []).append(row)
+        built.keywords = {
+            name: {value: bitmap_of(np.asarray(found)) for value, found in by_value.items()}
+            for name, by_value in keywords.items()
+        }
+        built.present = {name: bitmap_of(np.asarray(found)) for name, found in present.items()}
+        for name, (values, found) in ordered.items():
+            column = OrderedColumn(np.int64 if built.types[name] == "integer" else np.float64)
+            array = np.asarray(values, dtype=column.dtype)
+            order = np.argsort(array, kind="stable")
+            column.values, column.rows = array[order], np.asarray(found, dtype=np.int64)[order]
+            built.ordered[name] = column
         return built
 
     def declare(self, types: Mapping[str, str]) -> None:
