@@ -32,6 +32,7 @@ the others' replaced and deleted documents are dead rows in it as well.
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import threading
@@ -330,14 +331,18 @@ class Collection:
         # Without a filter (facets or fields only) the search is the unfiltered one.
         where = self._where(state, request.filter) if request.filter is not None else None
         clause = where.clause if where is not None else None
+        rows = state.matching(clause) if where is not None or request.facets else None
+        if where is not None:  # evaluated once: for the search, the count and the facets
+            where = dataclasses.replace(where, rows=rows)
         results = state.search(
             queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe, where=where
         )
-        facets = state.facets(clause, request.facets, settings.facet_size) if request.facets else {}
+        facets = state.facets(rows, request.facets, settings.facet_size) if rows is not None and request.facets else {}
         self.metrics.search_batch.labels(self.name).observe(len(queries))
         for result in results:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
-        return [result.page(offset) for result in results], FieldAnswer(state.matched(clause), facets)
+        matched = int(rows.shape[0]) if rows is not None else state.table.n_live
+        return [result.page(offset) for result in results], FieldAnswer(matched, facets)
 
     def _where(self, state: ModelState, node: Any) -> Where:
         """A filter as sent, checked against the state's fields and the bounds (422 naming the problem), with the

@@ -134,6 +134,8 @@ class Where:
 
     clause: Clause | None
     planner: Planner
+    # The live rows matching it when it was evaluated (`matching`), or None: evaluated by the search itself.
+    rows: np.ndarray | None = None
 
 
 # A scanning index's first pool grows with the collection: one row of K per SCAN_POOL_ROWS live rows, at least
@@ -401,8 +403,7 @@ class ModelState:
         """`search_rows` among the rows matching `where.clause` only: the exact top `want` of f over them, by an
         exact scan or the index with them as a selector (service.fields.plan). The filter is evaluated once for
         the batch; each query takes the rows of it still live under its own read lock (a write may come between)."""
-        with self.lock.read():
-            matched = matching_rows(where.clause, self.fields, self.table.live)
+        matched = where.rows if where.rows is not None else self.matching(where.clause)
         weighed: dict[int, tuple[int, dict[str, float]]] = {}
         results: list[QueryResult] = []
         for i in range(tfidf.shape[0]):
@@ -455,19 +456,17 @@ class ModelState:
             return exact_scan(np.asarray(query_embedding, dtype=np.float64), want, rows, lexical, self.index.vectors)
         return ranked
 
-    def matched(self, clause: Clause | None) -> int:
-        """How many live documents match `clause` (None: every live document)."""
+    def matching(self, clause: Clause | None) -> np.ndarray:
+        """The live rows matching `clause` (None: every live row), sorted: evaluated once for a request's search,
+        its count and its facets."""
         with self.lock.read():
-            if clause is None:
-                return self.table.n_live
-            return int(matching_rows(clause, self.fields, self.table.live).shape[0])
+            return matching_rows(clause, self.fields, self.table.live)
 
-    def facets(self, clause: Clause | None, names: Sequence[str], size: int) -> dict[str, Facet]:
-        """Each keyword field of `names`, its `size` most frequent values over every live document matching
-        `clause` (service.fields.facets), not over a page of hits."""
+    def facets(self, rows: np.ndarray, names: Sequence[str], size: int) -> dict[str, Facet]:
+        """Each keyword field of `names`, its `size` most frequent values over the documents of `rows` (every one
+        matching a filter: service.fields.facets), not over a page of hits."""
+        matching = bitmap_of(rows)
         with self.lock.read():
-            rows = matching_rows(clause, self.fields, self.table.live)
-            matching = bitmap_of(rows)
             return {name: facet(self.fields, name, matching, size) for name in names}
 
     def _search_chunk(
