@@ -89,10 +89,10 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}
 
 
-@pytest.fixture(scope="module", params=["flat", "hnsw"])
+@pytest.fixture(scope="module", params=["flat", "hnsw", "ivf"])
 def server(world: dict, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """The world served by a flat or an HNSW index; a filter matching at most 5 % of the documents is scanned
-    exactly, a broader one goes through the index with a selector (filter_exact_docs=0)."""
+    """The world served by a flat, an HNSW or an IVF index; a filter matching at most 5 % of the documents is
+    scanned exactly, a broader one goes through the index with a selector (filter_exact_docs=0)."""
     settings: dict[str, Any] = dict(
         api_key=API_KEY,
         filter_exact_docs=0,
@@ -103,8 +103,11 @@ def server(world: dict, request: pytest.FixtureRequest, tmp_path_factory: pytest
         max_filter_clauses=16,
         index_type=request.param,
     )
-    if request.param == "hnsw":  # a graph walk that sees every node: HNSW's own misses out of the comparison
+    # A graph walk that sees every node, every list probed: the index's own misses out of the comparison.
+    if request.param == "hnsw":
         settings.update(hnsw_m=8, hnsw_ef_construction=64, hnsw_ef_search=400)
+    if request.param == "ivf":
+        settings.update(ivf_nlist=8, ivf_nprobe=8)
     cache = tmp_path_factory.mktemp(f"served-{request.param}")
     with ThreadServer(bundle=world["bundle"], corpus=world["corpus"], cache_dir=cache, **settings) as s:
         yield {"server": s, **world}
