@@ -264,10 +264,14 @@ class Oracle:
             f = f + sentence_scores(self.sentence.encode([query]), self.doc_sentences, weight)[0]
         return f
 
-    def top(self, query: str, k: int, exclude: str | None = None) -> tuple[list[str], np.ndarray]:
-        """The k best documents (ties by collection order), leaving out `exclude` (the query document of /similar)."""
+    def top(
+        self, query: str, k: int, exclude: str | None = None, among: set[str] | None = None
+    ) -> tuple[list[str], np.ndarray]:
+        """The k best documents (ties by collection order), leaving out `exclude` (the query document of /similar);
+        with `among`, of those documents only (the ones a filter matches, service.fields)."""
         f = self.scores(query)
-        order = [i for i in np.lexsort((np.arange(f.shape[0]), -f))[: k + 1].tolist() if self.ids[i] != exclude][:k]
+        ranked = np.lexsort((np.arange(f.shape[0]), -f)).tolist()
+        order = [i for i in ranked if self.ids[i] != exclude and (among is None or self.ids[i] in among)][:k]
         return [self.ids[i] for i in order], f[order]
 
     def semantic_rank(self, query: str, doc_id: str) -> int:
@@ -279,9 +283,12 @@ class Oracle:
         return int((semantic > semantic[self.ids.index(doc_id)]).sum())
 
 
-def assert_same_ranking(hits: list[dict], oracle: Oracle, query: str, k: int, exclude: str | None = None) -> None:
-    """The service's hits are the brute-force top k: same ids in order, except where scores tie."""
-    ids, top_scores = oracle.top(query, k, exclude)
+def assert_same_ranking(
+    hits: list[dict], oracle: Oracle, query: str, k: int, exclude: str | None = None, among: set[str] | None = None
+) -> None:
+    """The service's hits are the brute-force top k (of the documents `among`, when given): same ids in order,
+    except where scores tie."""
+    ids, top_scores = oracle.top(query, k, exclude, among)
     f = oracle.scores(query)
     scale = max(1.0, float(np.abs(top_scores).max(initial=0.0)))
     assert len(hits) == len(ids), (query, len(hits), len(ids))

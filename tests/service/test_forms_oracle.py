@@ -47,8 +47,20 @@ SCALES = {"psi3": {"V3": 0.8, "Y3": 0.8}}
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> dict:
     root = tmp_path_factory.mktemp("forms")
-    docs = make_corpus(300, seed=21, vocab_words=400)
+    # With fields for the filtered cases (service.fields): never featurized, so every score is what it was.
+    docs = [
+        replace(d, fields={"parity": "odd" if i % 2 else "even", "bucket": i % 50})
+        for i, d in enumerate(make_corpus(300, seed=21, vocab_words=400))
+    ]
     return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs)}
+
+
+# A broad filter (half the documents: the index with them as a selector) and a narrow one (4 %: an exact scan of
+# them) with the documents each matches, for the filtered cases of every form (service.fields.plan).
+FILTERS = (
+    ({"term": {"parity": "even"}}, lambda fields: fields["parity"] == "even"),
+    ({"range": {"bucket": {"lt": 2}}}, lambda fields: fields["bucket"] < 2),
+)
 
 
 def cubic_term_matters(bundle_dir: Path, oracle: Oracle, queries: list[str]) -> bool:
@@ -108,7 +120,10 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(
     queries = probe_queries(docs, 12, seed=sum(map(ord, form)))
     if form == "psi3":
         assert cubic_term_matters(bundle, oracle, queries)
-    with ThreadServer(bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL) as server:
+    plan = dict(filter_exact_docs=0, filter_exact_fraction=0.05)  # the broad filter through the index, the narrow not
+    with ThreadServer(
+        bundle=bundle, corpus=corpus["corpus"], cache_dir=tmp_path / "cache", scan_pool=POOL, **plan
+    ) as server:
         model = server.client.get("/model").json()
         assert model["form"] == form and model["index_dims"] == oracle.form.index_dims
         for name in ROUTES:
@@ -121,6 +136,12 @@ def test_served_top_k_equals_brute_force_of_the_reference_score(
                     candidates.append(response.json()["candidates"])
                 if name == "pool" and oracle.form.lexical_weights().any():  # rows beyond the FAISS pool were scored
                     assert max(candidates) > POOL
+                for node, keep in FILTERS:  # the top k among the documents a filter matches
+                    among = {d.id for d in docs if d.fields and keep(d.fields)}
+                    for query in queries[:4]:
+                        response = server.client.post("/search", json={"query": query, "k": K, "filter": node})
+                        assert response.status_code == 200, response.text
+                        assert_same_ranking(response.json()["hits"], oracle, query, K, among=among)
                 for doc in docs[:: len(docs) // 8]:
                     response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
                     assert response.status_code == 200, response.text
