@@ -7,6 +7,7 @@ exported and checked by the trainer's own code (training.sentence_export), run b
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
@@ -19,6 +20,7 @@ from service_testing import (
     hybrid_world,
     probe_queries,
     write_adverts,
+    write_corpus,
 )
 
 from service.embedding import Embedder
@@ -38,12 +40,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
 @pytest.mark.parametrize("scan_pool", [POOL, 1024])
 def test_a_hybrid_bundle_is_served_exactly_with_its_third_part_apart(world: dict, tmp_path: Path, scan_pool: int):
     """Both routes of the exact ranking (a FAISS pool smaller than the collection, and every row), /search and
-    /similar; the sentence part must change some top k, or the test would not test it."""
+    /similar, and filtered searches (service.fields: the index with a selector for a broad filter, an exact scan
+    for a narrow one); the sentence part must change some top k, or the test would not test it."""
     oracle, plain = Oracle(world["bundle"], world["docs"]), Oracle(world["plain"], world["docs"])
     queries = probe_queries(world["docs"], 10, seed=4)
     assert any(oracle.top(q, K)[0] != plain.top(q, K)[0] for q in queries)
-    settings = {"bundle": world["bundle"], "corpus": world["corpus"], "cache_dir": tmp_path / "cache"}
-    with ThreadServer(**settings, scan_pool=scan_pool) as server:
+    # The same documents with fields (never featurized): their scores are the oracle's.
+    fielded = [replace(d, fields={"bucket": i % 25}) for i, d in enumerate(world["docs"])]
+    corpus = write_corpus(tmp_path / "fielded.jsonl", fielded)
+    settings = {"bundle": world["bundle"], "corpus": corpus, "cache_dir": tmp_path / "cache"}
+    plan = {"filter_exact_docs": 0, "filter_exact_fraction": 0.05}
+    with ThreadServer(**settings, scan_pool=scan_pool, **plan) as server:
         model = server.client.get("/model").json()
         assert model["index_dims"] == 8 + 32
         for query in queries:
@@ -52,6 +59,13 @@ def test_a_hybrid_bundle_is_served_exactly_with_its_third_part_apart(world: dict
             hits = response.json()["hits"]
             assert_same_ranking(hits, oracle, query, K)
             assert all(0.0 < abs(hit["sentence"]) <= WEIGHT + 1e-4 for hit in hits)
+        for low in (12, 24):  # about half of the documents, then 4 %
+            among = {d.id for d in fielded if d.fields and d.fields["bucket"] >= low}
+            for query in queries[:4]:
+                body = {"query": query, "k": K, "filter": {"range": {"bucket": {"gte": low}}}}
+                response = server.client.post("/search", json=body)
+                assert response.status_code == 200, response.text
+                assert_same_ranking(response.json()["hits"], oracle, query, K, among=among)
         for doc in world["docs"][::40]:
             response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
             assert response.status_code == 200, response.text
