@@ -76,14 +76,21 @@ def test_a_new_word_is_found_over_http_and_leaves_with_its_document(world: World
         bundle=bundle, corpus=corpus, cache_dir=tmp_path / "cache", api_key=API_KEY, scan_pool=POOL, open_vocab=True
     ) as server:
         assert server.client.post("/search", json={"query": "zymurgical", "k": 5}).json()["hits"] == []
-        response = server.client.put(
-            "/documents/" + quote(NEW.id, safe=""), json={"title": NEW.title, "text": NEW.text}, headers=KEY
-        )
+        written = {"title": NEW.title, "text": NEW.text, "fields": {"tag": "new"}}
+        response = server.client.put("/documents/" + quote(NEW.id, safe=""), json=written, headers=KEY)
         assert response.status_code == 200, response.text
         for query in ("zymurgical", "quuxblarg", "zymurgical " + known[0].title):
             hits = server.client.post("/search", json={"query": query, "k": 5}).json()["hits"]
             assert hits and hits[0]["id"] == NEW.id, (query, hits)
             assert_same_ranking(hits, Oracle(bundle, [*known, NEW], open_vocab=True), query, 5)
+            # Filtered (service.fields: an exact scan of the matching rows, the open term included).
+            everything = {"not": {"term": {"tag": "other"}}}
+            response = server.client.post("/search", json={"query": query, "k": 5, "filter": everything})
+            assert [(h["id"], pytest.approx(h["score"])) for h in response.json()["hits"]] == [
+                (h["id"], h["score"]) for h in hits
+            ]
+            response = server.client.post("/search", json={"query": query, "k": 5, "filter": {"term": {"tag": "new"}}})
+            assert [hit["id"] for hit in response.json()["hits"]] == [NEW.id]
         described = server.client.get("/model").json()["index"]["open_vocab"]
         assert described["enabled"] and described["words"] >= 2
         assert server.client.delete("/documents/" + quote(NEW.id, safe=""), headers=KEY).status_code == 200
