@@ -92,6 +92,8 @@ def build_app(
     """The router app over `fanout`; `about` (the manifest's summary) is shown by GET /cluster; `data_dir` holds
     the router's traffic log (cluster.events: cluster.deploy passes `<index>/router`; None keeps no log), or
     `traffic` is the log to keep (with replicated shards: cluster.replication.events.ShippedTraffic over it)."""
+    if settings.read_keys:  # per-key visibility is a single server's for now: never a filtered key that sees all
+        raise ValueError("SSI_READ_KEYS (filtered read keys) is not supported by the sharded cluster's router yet")
     about = {} if about is None else about  # one dict: a reload's update reaches GET /cluster and the log's model
     traffic = router_traffic(settings, data_dir) if traffic is None else traffic
 

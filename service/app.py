@@ -170,8 +170,8 @@ def create_app(
     app.state.comparisons = Comparisons(catalog, app.state.traffic, metrics_registry)
     install_error_handlers(app)
 
-    # With SSI_READ_KEY set, the read routes need a key; without, they declare none (the schema says which).
-    read = [ReadKeyDep] if settings.read_key is not None else []
+    # With SSI_READ_KEY (or SSI_READ_KEYS) set, the read routes need a key; without, they declare none.
+    read = [ReadKeyDep] if settings.reads_need_key else []
     for router, needs in (
         (search.router, read),
         (events.router, read),

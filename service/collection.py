@@ -50,6 +50,7 @@ from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavaila
 from service.fields.facets import Facet, check_facets
 from service.fields.filters import FilterBounds, parse_filter
 from service.fields.plan import Planner
+from service.fields.visibility import EVERYTHING, Visibility
 from service.group_reload import GroupBundle
 from service.instance_lock import FileLock, FolderLock
 from service.metrics import Metrics
@@ -316,9 +317,11 @@ class Collection:
         *,
         ef_search: int | None = None,
         nprobe: int | None = None,
+        visible: Visibility = EVERYTHING,
     ) -> tuple[list[QueryResult], FieldAnswer]:
         """`search` among the documents matching `request.filter` (service.fields), with the facets it asks for
-        over every matching document: the exact top k of f among them, never a short page while more match."""
+        over every matching document: the exact top k of f among them, never a short page while more match.
+        `visible`: what the request's key may see (its filter ANDed to the request's: `_where`)."""
         self.require_type("documents", "search")
         self.ready_state()
         self._catch_up()
@@ -328,8 +331,9 @@ class Collection:
         with state.lock.read():
             types = dict(state.fields.types)
         check_facets(request.facets, types, settings.max_facets)
-        # Without a filter (facets or fields only) the search is the unfiltered one.
-        where = self._where(state, request.filter) if request.filter is not None else None
+        # Without a filter (facets or fields only, an unrestricted key) the search is the unfiltered one.
+        filtered = request.filter is not None or visible.restricted
+        where = self._where(state, request.filter, visible) if filtered else None
         clause = where.clause if where is not None else None
         rows = state.matching(clause) if where is not None or request.facets else None
         if where is not None:  # evaluated once: for the search, the count and the facets
@@ -344,19 +348,24 @@ class Collection:
         matched = int(rows.shape[0]) if rows is not None else state.table.n_live
         return [result.page(offset) for result in results], FieldAnswer(matched, facets)
 
-    def _where(self, state: ModelState, node: Any) -> Where:
-        """A filter as sent, checked against the state's fields and the bounds (422 naming the problem), with the
-        planner of its queries (service.fields)."""
+    def _where(self, state: ModelState, node: Any, visible: Visibility = EVERYTHING) -> Where:
+        """A filter as sent (None: none), checked against the state's fields and the bounds (422 naming the problem),
+        ANDed with the filter of the request's key (`visible`, service.fields.visibility: the one place a key's
+        filter joins a request's), with the planner of its queries (service.fields)."""
         settings = self.settings
         with state.lock.read():
             types = dict(state.fields.types)
         bounds = FilterBounds(settings.max_filter_clauses, settings.max_filter_terms, settings.max_filter_depth)
         planner = Planner(settings.filter_exact_docs, settings.filter_exact_fraction)
-        return Where(parse_filter(node, types, bounds), planner)
+        clause = parse_filter(node, types, bounds) if node is not None else None
+        return Where(visible.restrict(clause, types), planner)
 
-    def similar(self, doc_id: str, k: int, offset: int, filter: Any = None) -> QueryResult:
+    def similar(
+        self, doc_id: str, k: int, offset: int, filter: Any = None, visible: Visibility = EVERYTHING
+    ) -> QueryResult:
         """The documents most like `doc_id`, the stored document itself being the query (it is left out); with
-        `filter` (service.fields), among the documents matching it.
+        `filter` (service.fields), among the documents matching it; `visible`: what the request's key may see (a
+        document outside is not found, as the hits outside are never shown).
 
         The document is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS heaviest words.
         """
@@ -364,8 +373,8 @@ class Collection:
         self.ready_state()
         self._catch_up()
         state = self.ready_state()
-        where = self._where(state, filter) if filter is not None else None
-        doc = self.get(doc_id)
+        where = self._where(state, filter, visible) if filter is not None or visible.restricted else None
+        doc = self.get(doc_id, visible)
         text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
         (result,) = state.search(
             [text],
@@ -388,11 +397,21 @@ class Collection:
     def pool(self, state: ModelState) -> int:
         return state.first_pool(self.settings.candidate_pool, self.settings.scan_pool)
 
-    def get(self, doc_id: str) -> StoredDocument:
+    def get(self, doc_id: str, visible: Visibility = EVERYTHING) -> StoredDocument:
+        """The stored document; one outside what the request's key may see (`visible`) is not found, with the same
+        answer as an absent id, so that a guessed id never tells that it exists."""
         doc = self._ready_store().get(doc_id)
-        if doc is None:
+        if doc is None or (visible.restricted and not self.sees(doc_id, visible)):
             raise NotFound(f"no document with id {shown(doc_id)} in collection '{self.name}'")
         return doc
+
+    def sees(self, doc_id: str, visible: Visibility) -> bool:
+        """Whether the live document `doc_id` is inside what `visible` may see (False: absent from the index)."""
+        self._catch_up()
+        state = self.ready_state()
+        with state.lock.read():
+            types = dict(state.fields.types)
+        return state.sees(doc_id, visible.clause(types))
 
     def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
         return self._ready_store().get_many(ids, text_chars)

@@ -3,8 +3,9 @@
 Routes under `/collections/{collection}/...` address a named collection; the same routes without
 the prefix address the default one (`documents`), so `CollectionDep` reads the optional path
 parameter instead of each route declaring it (`CollectionPathDep`, added where the prefix is,
-declares it in the schema). Keys: `ReadKeyDep` (added to the read routers only when SSI_READ_KEY is
-set, so the schema declares what is enforced), `ApiKeyDep` (writes), `AdminKeyDep` (reloads).
+declares it in the schema). Keys: `ReadKeyDep` (added to the read routers only when SSI_READ_KEY or SSI_READ_KEYS
+is set, so the schema declares what is enforced), `ApiKeyDep` (writes), `AdminKeyDep` (reloads); `VisibleDep` and
+`Searching.visible`: what a filtered read key may see (service.fields.visibility).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from service.catalog import Catalog
 from service.collection import Collection
 from service.errors import Forbidden, InvalidInput, Unauthorized
 from service.events.traffic import Traffic
+from service.fields.visibility import EVERYTHING, Visibility
 from service.interleave.comparisons import Comparisons
 from service.metrics import Metrics
 from service.settings import COLLECTION_NAME, Settings
@@ -101,6 +103,7 @@ class Searching:
     limiter: Limiter
     traffic: Traffic
     comparisons: Comparisons | None  # None on an app that interleaves nothing (the cluster's router)
+    visible: Visibility = EVERYTHING  # what the request's key may see (service.fields.visibility)
 
 
 async def get_searching(request: Request) -> Searching:
@@ -111,6 +114,7 @@ async def get_searching(request: Request) -> Searching:
         state.search_limiter,
         state.traffic,
         getattr(state, "comparisons", None),
+        key_visibility(state.settings, request.headers.get("x-api-key")),
     )
 
 
@@ -165,12 +169,35 @@ def _refuse(given: str | None, what: str) -> Unauthorized:
     return Unauthorized(message, headers={"WWW-Authenticate": "X-API-Key"})
 
 
+def key_visibility(settings: Settings, given: str | None) -> Visibility:
+    """What a request with X-API-Key `given` may see: its filtered read key's filter (SSI_READ_KEYS), else every
+    document (the read, write and admin keys; without a key the read key check has let the request through, so
+    none is needed). Every filtered key is compared, in constant time."""
+    if not settings.read_keys or given is None:
+        return EVERYTHING
+    candidate = given.encode("utf-8", "surrogateescape")
+    found = None
+    for entry in settings.read_keys:
+        if hmac.compare_digest(candidate, entry.key.get_secret_value().encode("utf-8")):
+            found = entry.filter
+    return EVERYTHING if found is None else Visibility(found)
+
+
+async def get_visibility(request: Request) -> Visibility:
+    return key_visibility(request.app.state.settings, request.headers.get("x-api-key"))
+
+
+VisibleDep = Annotated[Visibility, Depends(get_visibility)]
+
+
 async def require_read_key(settings: SettingsDep, x_api_key: Annotated[str | None, Depends(_READ_KEY)]) -> None:
-    """With SSI_READ_KEY set, reads need one of the service's keys (a writer or an admin may read too)."""
-    if settings.read_key is None:
+    """With SSI_READ_KEY or SSI_READ_KEYS set, reads need one of the service's keys (a writer or an admin may read
+    too; a filtered read key sees only its documents: `key_visibility`)."""
+    if not settings.reads_need_key:
         return
-    if not key_matches(x_api_key, settings.read_key, settings.api_key, settings.admin_key):
-        raise _refuse(x_api_key, "this read (SSI_READ_KEY is set)")
+    filtered = [entry.key for entry in settings.read_keys]
+    if not key_matches(x_api_key, settings.read_key, settings.api_key, settings.admin_key, *filtered):
+        raise _refuse(x_api_key, "this read (SSI_READ_KEY or SSI_READ_KEYS is set)")
 
 
 def require_api_key(settings: SettingsDep, x_api_key: Annotated[str | None, Depends(_WRITE_KEY)]) -> None:

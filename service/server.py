@@ -61,7 +61,7 @@ def preflight(settings: Settings) -> None:
     if not settings.writes_enabled:
         log.warning("no SSI_API_KEY: document writes and reloads are refused (403)")
     if not is_loopback(settings.host):
-        if settings.read_key is None:
+        if not settings.reads_need_key:
             log.warning("reads are open to anyone who reaches %s: set SSI_READ_KEY to require a key", settings.host)
         if not settings.allowed_hosts:
             log.warning("any Host header is answered: set SSI_ALLOWED_HOSTS to the names clients use")

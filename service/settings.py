@@ -8,9 +8,10 @@ change, so a misconfiguration stops the process at start instead of surfacing as
 from __future__ import annotations
 
 import ipaddress
+import json
 import re
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
@@ -25,6 +26,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.cores import MAX_WORKERS, serve_sizes, usable_cores
+from service.fields.filter_form import check_filter_form
 from service.fields.types import FieldType
 
 DEFAULT_COLLECTION = "documents"
@@ -35,6 +37,16 @@ IndexType = Literal["flat", "hnsw", "ivf"]
 # What a collection holds: documents are searched with short queries or a document ("more like
 # this"); adverts are matched with a whole page as the query (the ads route comes in its own issue).
 CollectionType = Literal["documents", "adverts"]
+
+
+def _keys_file(path: Path) -> list[KeyFilter]:
+    """The filtered read keys of SSI_READ_KEYS_FILE: a JSON object key → filter."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"SSI_READ_KEYS_FILE {path}: {exc}") from None
+    listed = key_filters(value, f"SSI_READ_KEYS_FILE {path}")
+    return [KeyFilter.model_validate(entry) for entry in listed]  # type: ignore[union-attr]
 
 
 def default_threads() -> int:
@@ -66,6 +78,26 @@ class CollectionSpec(BaseModel):
     # Field types fixed before any document uses the name (service.fields): e.g. {"published": "keyword"} where the
     # first value would otherwise make it a date.
     fields: dict[str, FieldType] = Field(default_factory=dict)
+
+
+class KeyFilter(BaseModel):
+    """A read key with its mandatory filter (service.fields.visibility): its reads see only the documents inside."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    key: SecretStr
+    filter: dict[str, Any]
+
+
+def key_filters(value: object, source: str) -> object:
+    """SSI_READ_KEYS (or the file's) JSON object key → filter as a list of KeyFilter; a list passes as it is."""
+    if isinstance(value, dict):
+        return [{"key": key, "filter": node} for key, node in value.items()]
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ValueError(f"{source}: a JSON object of key → filter")
+    return value
 
 
 class Settings(BaseSettings):
@@ -119,6 +151,12 @@ class Settings(BaseSettings):
     # other Host headers with 400; loopback names stay allowed for the container healthcheck.
     read_key: SecretStr | None = None
     admin_key: SecretStr | None = None
+    # Read keys with a mandatory filter (per-key visibility, service.fields.visibility): a JSON object key → filter,
+    # e.g. {"acme-read-key-0001": {"term": {"tenant": "acme"}}}, in SSI_READ_KEYS and/or in the file SSI_READ_KEYS_FILE
+    # (read at start). Every read made with such a key sees only the documents inside its filter; with any set, reads
+    # need a key as with SSI_READ_KEY.
+    read_keys: list[KeyFilter] = Field(default_factory=list)
+    read_keys_file: Path | None = None
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
 
     # Index: flat is exact; hnsw and ivf are approximate (their recall is measured by `ssi bench`).
@@ -275,6 +313,11 @@ class Settings(BaseSettings):
             raise ValueError(f"{name} must not start or end with whitespace")
         return value
 
+    @field_validator("read_keys", mode="before")
+    @classmethod
+    def _read_keys(cls, value: object) -> object:
+        return key_filters(value, "SSI_READ_KEYS")
+
     @field_validator("allowed_hosts", mode="before")
     @classmethod
     def _allowed_hosts(cls, value: object) -> object:
@@ -297,7 +340,32 @@ class Settings(BaseSettings):
             )
         if self.collection in self.collections:
             raise ValueError(f"collection {self.collection!r} is defined twice (SSI_BUNDLE and SSI_COLLECTIONS)")
+        if self.read_keys_file is not None:
+            self.read_keys = [*self.read_keys, *_keys_file(self.read_keys_file)]
+            self.read_keys_file = None  # read once: a copy of these settings does not read it again
+        self._check_read_keys()
         return self
+
+    def _check_read_keys(self) -> None:
+        """Each filtered read key long enough, distinct from every other key, and its filter of a filter's form."""
+        others = {k.get_secret_value() for k in (self.api_key, self.read_key, self.admin_key) if k is not None}
+        seen: set[str] = set()
+        for i, entry in enumerate(self.read_keys):
+            secret = entry.key.get_secret_value()
+            name = f"SSI_READ_KEYS key #{i + 1}"
+            if len(secret) < MIN_API_KEY_CHARS:
+                raise ValueError(f"{name} must be at least {MIN_API_KEY_CHARS} characters (got {len(secret)})")
+            if secret != secret.strip():
+                raise ValueError(f"{name} must not start or end with whitespace")
+            if secret in seen or secret in others:
+                raise ValueError(f"{name} is given twice (in SSI_READ_KEYS, its file, or as another key)")
+            seen.add(secret)
+            check_filter_form(entry.filter, f"{name}: filter")
+
+    @property
+    def reads_need_key(self) -> bool:
+        """With SSI_READ_KEY or any filtered read key set, every read route but /healthz and /readyz needs a key."""
+        return self.read_key is not None or bool(self.read_keys)
 
     @property
     def store_dir(self) -> Path:

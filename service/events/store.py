@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 TextMode = Literal["plain", "hash", "none"]
 
 FLUSH_SECONDS = 0.1
+UNKNOWN_IMPRESSION = "unknown or expired impression: report a click with the impression id of a recent answer"
 FLUSH_BATCH = 512  # queued impressions that wake the writer before its interval
 FLUSH_CHUNK = 2048  # impressions committed in one transaction at most
 MAX_PENDING = 100_000  # impressions queued for the writer; beyond, new ones are dropped (and counted)
@@ -325,7 +326,7 @@ class EventStore:
                 time.sleep(0.02)
                 found = self._shown(impression_id)
         if found is None:
-            raise NotFound("unknown or expired impression: report a click with the impression id of a recent answer")
+            raise NotFound(UNKNOWN_IMPRESSION)
         at, first, shown = found
         if time.time() - at > self.max_age:
             raise NotFound("expired impression: it is older than SSI_EVENTS_MAX_AGE_DAYS")

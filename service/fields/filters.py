@@ -21,11 +21,9 @@ import numpy as np
 from pyroaring import BitMap
 
 from service.errors import InvalidInput
+from service.fields.filter_form import OPERATORS, RANGE_KEYS
 from service.fields.index import FieldIndex, ordered_value
 from service.fields.schema import KEYWORD_TYPES, ORDERED_TYPES, fits, type_of
-
-OPERATORS = ("term", "terms", "range", "exists", "and", "or", "not")
-RANGE_KEYS = ("gt", "gte", "lt", "lte")
 
 
 @dataclass(frozen=True, slots=True)

@@ -27,6 +27,7 @@ from service.deps import (
     SearchLimiterDep,
     SettingsDep,
     SingleQueryValues,
+    VisibleDep,
     WriteLimiterDep,
     WriteRoute,
 )
@@ -145,6 +146,7 @@ async def similar(
     collection: CollectionDep,
     settings: SettingsDep,
     limiter: SearchLimiterDep,
+    visible: VisibleDep,
     k: K = 10,
     offset: OFFSET = 0,
     filter: FILTER = None,
@@ -153,7 +155,7 @@ async def similar(
     node = parsed_filter(filter)
     started = time.perf_counter()
     result = await limiter.run(
-        lambda: to_result(collection, settings, collection.similar(doc_id, k, offset, node), None)
+        lambda: to_result(collection, settings, collection.similar(doc_id, k, offset, node, visible), None)
     )
     took = (time.perf_counter() - started) * 1000
     return SearchResponse(**result.model_dump(), collection=collection.name, took_ms=round(took, 3))
@@ -165,8 +167,8 @@ async def similar(
     summary="One stored document",
     responses=error_responses(401, 404, 422, 503),
 )
-async def get_document(doc_id: LookupId, collection: CollectionDep) -> DocumentOut:
-    doc = await run_in_threadpool(collection.get, doc_id)
+async def get_document(doc_id: LookupId, collection: CollectionDep, visible: VisibleDep) -> DocumentOut:
+    doc = await run_in_threadpool(collection.get, doc_id, visible)
     return DocumentOut(
         collection=collection.name, id=doc.id, title=doc.title, text=doc.text, fields=doc.fields or {}, seq=doc.seq
     )

@@ -34,8 +34,16 @@ from service.batching import QueryBatcher
 from service.bounds import check_document_id, check_documents, shown
 from service.catalog import Catalog
 from service.collection import Collection
-from service.deps import ApiKeyDep, CatalogDep, SearchLimiterDep, SettingsDep, WriteLimiterDep, WriteRoute
-from service.errors import InvalidInput, NotFound, Unavailable, error_responses
+from service.deps import (
+    ApiKeyDep,
+    CatalogDep,
+    SearchLimiterDep,
+    SettingsDep,
+    WriteLimiterDep,
+    WriteRoute,
+    key_visibility,
+)
+from service.errors import Forbidden, InvalidInput, NotFound, Unavailable, error_responses
 from service.events.traffic import Traffic, id_of_result, served_model
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
@@ -47,12 +55,20 @@ read_router = APIRouter(tags=["adverts"])
 write_router = APIRouter(tags=["adverts"], route_class=WriteRoute)
 
 # 401: a read key; 404: an unknown collection or page document; 409: not an adverts collection.
-MATCH_ERRORS = (400, 401, 404, 409, 413, 422, 429, 503)
+# 403: a read key with a filter (SSI_READ_KEYS): /match and /adverts do not apply one yet.
+MATCH_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 503)
 WRITE_ERRORS = (400, 401, 403, 404, 409, 413, 422, 429, 503, 507)
 
 
 def adverts_collection(request: Request, catalog: CatalogDep) -> Collection:
-    """The collection named in the path, else the service's one adverts collection."""
+    """The collection named in the path, else the service's one adverts collection. A filtered read key is refused
+    first (403, whatever the collection): the adverts routes do not apply a key's filter yet, and never answer it
+    unfiltered (docs/operate/keys-and-bounds.md#per-key-visibility)."""
+    if key_visibility(request.app.state.settings, request.headers.get("x-api-key")).restricted:
+        raise Forbidden(
+            "this read key has a filter (SSI_READ_KEYS): /match and /adverts do not apply one yet; "
+            "use a read key without a filter"
+        )
     name = request.path_params.get("collection")
     if name is not None:
         collection = catalog.get(name)
@@ -225,7 +241,7 @@ def _advert_out(collection: Collection, book: AdvertBook, ad_id: str) -> AdvertO
     "/adverts/{ad_id:docid}",
     response_model=AdvertOut,
     summary="One advert with its metadata",
-    responses=error_responses(401, 404, 409, 422, 503),
+    responses=error_responses(401, 403, 404, 409, 422, 503),
 )
 async def get_advert(ad_id: LookupId, collection: AdvertsDep, books: BooksDep) -> AdvertOut:
     return await run_in_threadpool(lambda: _advert_out(collection, books.get(collection), ad_id))

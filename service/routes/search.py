@@ -18,6 +18,7 @@ from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
 from service.events.traffic import id_of_result, served_model
 from service.fields.http import BatchSearchRequest, FieldOptions, SearchRequest
+from service.fields.visibility import EVERYTHING, Visibility
 from service.interleave.comparisons import Comparisons
 from service.interleave.merge import interleave_results
 from service.model_state import QueryResult
@@ -167,11 +168,15 @@ def search_with_fields(
     offset: int,
     ef_search: int | None,
     nprobe: int | None,
+    visible: Visibility = EVERYTHING,
 ) -> list[SearchResult]:
     """A search that asks something of the documents' fields (service.fields): a filter, facets, or fields with
-    each hit. Not micro-batched: its filter is its own (the batcher groups searches of one kind)."""
+    each hit, or made with a filtered read key (`visible`, service.fields.visibility). Not micro-batched: its filter
+    is its own (the batcher groups searches of one kind)."""
     request = FieldRequest(filter=body.filter, facets=list(body.facets))
-    found, answer = collection.search_where(queries, k, offset, request, ef_search=ef_search, nprobe=nprobe)
+    found, answer = collection.search_where(
+        queries, k, offset, request, ef_search=ef_search, nprobe=nprobe, visible=visible
+    )
     scan = scan_chars(settings, sum(len(r.doc_ids) for r in found))
     results = to_results(collection, settings, found, queries, scan, fields=body.fields)
     for result in results:
@@ -209,10 +214,11 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
     key = (body.k, body.offset, body.ef_search, body.nprobe)
-    if body.asks_fields():
+    visible = searching.visible
+    if body.asks_fields() or visible.restricted:  # a filtered key's search is a filtered one, never the batcher's
         (result,) = await limiter.run(
             lambda: search_with_fields(
-                collection, settings, body, [body.query], body.k, body.offset, body.ef_search, body.nprobe
+                collection, settings, body, [body.query], body.k, body.offset, body.ef_search, body.nprobe, visible
             )
         )
         interleaved = None
@@ -262,10 +268,12 @@ async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Res
     check_search(settings, body, body.queries, batch=True)
     started = time.perf_counter()
 
+    visible = searching.visible
+
     def work() -> list[SearchResult]:
-        if body.asks_fields():
+        if body.asks_fields() or visible.restricted:
             return search_with_fields(
-                collection, settings, body, body.queries, body.k, body.offset, body.ef_search, body.nprobe
+                collection, settings, body, body.queries, body.k, body.offset, body.ef_search, body.nprobe, visible
             )
         results = collection.search(body.queries, body.k, body.offset, ef_search=body.ef_search, nprobe=body.nprobe)
         return to_results(

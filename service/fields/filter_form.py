@@ -1,0 +1,44 @@
+"""The form of a filter (service.fields.filters), checked without a collection: for the filters of filtered read keys
+(service.fields.visibility), checked when the settings load, before any collection's fields are known. Apart from
+service.fields.filters so that the settings can import it (that module imports the errors, which import the settings).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+OPERATORS = ("term", "terms", "range", "exists", "and", "or", "not")
+RANGE_KEYS = ("gt", "gte", "lt", "lte")
+# How deep a key's filter may nest (a request's: SSI_MAX_FILTER_DEPTH).
+KEY_FILTER_DEPTH = 64
+
+
+def check_filter_form(node: Any, where: str = "filter", depth: int = 1) -> None:
+    """Raise ValueError unless `node` has the form of a filter (service.fields.filters: operators, objects and
+    lists where they go); its fields and their types are checked per collection when a request comes."""
+    if depth > KEY_FILTER_DEPTH:
+        raise ValueError(f"{where}: nested more than {KEY_FILTER_DEPTH} levels")
+    if not isinstance(node, dict) or len(node) != 1:
+        raise ValueError(f"{where}: a filter clause is an object with one operator ({', '.join(OPERATORS)})")
+    ((op, body),) = node.items()
+    if op in ("and", "or"):
+        if not isinstance(body, list) or not body:
+            raise ValueError(f"{where}.{op}: a non-empty list of filter clauses")
+        for i, clause in enumerate(body):
+            check_filter_form(clause, f"{where}.{op}[{i}]", depth + 1)
+    elif op == "not":
+        check_filter_form(body, f"{where}.not", depth + 1)
+    elif op == "exists":
+        name = body.get("field") if isinstance(body, dict) and len(body) == 1 else body
+        if not isinstance(name, str):
+            raise ValueError(f'{where}.exists: a field name, or {{"field": name}}')
+    elif op in ("term", "terms", "range"):
+        if not isinstance(body, dict) or len(body) != 1:
+            raise ValueError(f"{where}.{op}: an object naming one field")
+        ((_, value),) = body.items()
+        if op == "terms" and (not isinstance(value, list) or not value):
+            raise ValueError(f"{where}.terms: a non-empty list of values")
+        if op == "range" and (not isinstance(value, dict) or not value or any(k not in RANGE_KEYS for k in value)):
+            raise ValueError(f"{where}.range: an object of {', '.join(RANGE_KEYS)}")
+    else:
+        raise ValueError(f"{where}: unknown filter operator {str(op)[:40]!r} (one of {', '.join(OPERATORS)})")

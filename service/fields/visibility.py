@@ -1,0 +1,61 @@
+"""Per-key visibility: a read key may carry a mandatory filter (SSI_READ_KEYS, SSI_READ_KEYS_FILE: key → filter), and
+every read made with it sees only the documents inside it (docs/operate/keys-and-bounds.md#per-key-visibility).
+
+The key's filter is ANDed to the request's own at the one place a request's filter becomes a clause
+(`service.collection.Collection._where`), so the index, the lexical candidates, the count, the facets and the reads by
+id all obey it; a route only hands the request's `Visibility` on. A document outside is answered as absent (404).
+
+A key's filter is written by the operator, checked for its form when the settings load, and read against each
+collection's fields when a request comes: one that names a field the collection does not have (yet), or gives a value
+of another type than the field's, matches no document (`NOTHING`): the key sees nothing there until the field exists,
+never everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from service.errors import InvalidInput
+from service.fields.filter_form import KEY_FILTER_DEPTH
+from service.fields.filters import Bool, Clause, FilterBounds, Term, parse_filter
+
+# A key's filter is the operator's, not a client's: bounded only against mistakes, far above the request bounds.
+KEY_FILTER_BOUNDS = FilterBounds(max_clauses=10_000, max_terms=1_000_000, max_depth=KEY_FILTER_DEPTH)
+# A term of no values: matches no document (service.fields.filters.evaluate unions no bitmap).
+NOTHING: Clause = Term("", ())
+
+
+@dataclass(frozen=True, slots=True)
+class Visibility:
+    """What a request's key may see: every document (`filter` None: the read, write and admin keys, or no key), or
+    those matching its key's mandatory filter (the JSON as configured)."""
+
+    filter: Any = None
+
+    @property
+    def restricted(self) -> bool:
+        return self.filter is not None
+
+    def clause(self, types: dict[str, str]) -> Clause | None:
+        """The key's filter over a collection's field `types`; NOTHING where it names a field the collection lacks
+        or a value of another type; None for an unrestricted key."""
+        if self.filter is None:
+            return None
+        try:
+            return parse_filter(self.filter, types, KEY_FILTER_BOUNDS)
+        except InvalidInput:
+            return NOTHING
+
+    def restrict(self, clause: Clause | None, types: dict[str, str]) -> Clause | None:
+        """`clause` (a request's own filter, None: every document) ANDed with the key's: what the request may see."""
+        own = self.clause(types)
+        if own is None:
+            return clause
+        return own if clause is None else Bool("and", (own, clause))
+
+
+EVERYTHING = Visibility()
+
+
+__all__ = ["EVERYTHING", "NOTHING", "Visibility"]
