@@ -401,17 +401,18 @@ class Collection:
         """The stored document; one outside what the request's key may see (`visible`) is not found, with the same
         answer as an absent id, so that a guessed id never tells that it exists."""
         doc = self._ready_store().get(doc_id)
-        if doc is None or (visible.restricted and not self.sees(doc_id, visible)):
+        if doc is None or not self.admitter(visible)(doc.fields):
             raise NotFound(f"no document with id {shown(doc_id)} in collection '{self.name}'")
         return doc
 
-    def sees(self, doc_id: str, visible: Visibility) -> bool:
-        """Whether the live document `doc_id` is inside what `visible` may see (False: absent from the index)."""
-        self._catch_up()
+    def admitter(self, visible: Visibility) -> Callable[[dict[str, Any] | None], bool]:
+        """Whether a stored document's fields are inside what `visible` may see (service.fields.visibility)."""
+        if not visible.restricted:
+            return lambda _: True
         state = self.ready_state()
         with state.lock.read():
             types = dict(state.fields.types)
-        return state.sees(doc_id, visible.clause(types))
+        return visible.admitter(types)
 
     def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
         return self._ready_store().get_many(ids, text_chars)

@@ -127,7 +127,8 @@ _READ_KEY = APIKeyHeader(
     name="X-API-Key",
     scheme_name="ReadKey",
     auto_error=False,
-    description="SSI_READ_KEY (or the write or admin key); needed for reads only when SSI_READ_KEY is set",
+    description="SSI_READ_KEY, a key of SSI_READ_KEYS (it sees only the documents inside its filter), or the write or "
+    "admin key; needed for reads only when SSI_READ_KEY or SSI_READ_KEYS is set",
 )
 _WRITE_KEY = APIKeyHeader(
     name="X-API-Key", scheme_name="WriteKey", auto_error=False, description="SSI_API_KEY; needed for writes"

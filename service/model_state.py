@@ -36,7 +36,7 @@ import scipy.sparse as sp
 from service import int8_gemm, quantized, topk
 from service.embedding import Embedder
 from service.fields.facets import Facet, facet
-from service.fields.filters import Clause, evaluate, matching_rows
+from service.fields.filters import Clause, matching_rows
 from service.fields.index import FieldIndex, bitmap_of
 from service.fields.plan import Planner, exact_scan, selector_bits
 from service.index import IndexConfig, VectorIndex
@@ -461,14 +461,6 @@ class ModelState:
         its count and its facets."""
         with self.lock.read():
             return matching_rows(clause, self.fields, self.table.live)
-
-    def sees(self, doc_id: str, clause: Clause | None) -> bool:
-        """Whether the live document `doc_id` matches `clause` (None: any live document)."""
-        with self.lock.read():
-            row = self.table.row_of.get(doc_id)
-            if row is None or not self.table.live[row]:
-                return False
-            return clause is None or row in evaluate(clause, self.fields, self.table.rows)
 
     def facets(self, rows: np.ndarray, names: Sequence[str], size: int) -> dict[str, Facet]:
         """Each keyword field of `names`, its `size` most frequent values over the documents of `rows` (every one

@@ -13,12 +13,14 @@ never everything.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from service.errors import InvalidInput
 from service.fields.filter_form import KEY_FILTER_DEPTH
-from service.fields.filters import Bool, Clause, FilterBounds, Term, parse_filter
+from service.fields.filters import Bool, Clause, FilterBounds, Term, evaluate, parse_filter
+from service.fields.index import FieldIndex
 
 # A key's filter is the operator's, not a client's: bounded only against mistakes, far above the request bounds.
 KEY_FILTER_BOUNDS = FilterBounds(max_clauses=10_000, max_terms=1_000_000, max_depth=KEY_FILTER_DEPTH)
@@ -53,6 +55,22 @@ class Visibility:
         if own is None:
             return clause
         return own if clause is None else Bool("and", (own, clause))
+
+    def admitter(self, types: dict[str, str]) -> Callable[[Mapping[str, Any] | None], bool]:
+        """Whether a document's own fields (as stored) are inside the key's filter: checked on what a read is about
+        to show, so that a write moving a document out of the filter between a ranking (or the index's view of it)
+        and the read of its text never shows the new text to the old key."""
+        own = self.clause(types)
+        if own is None:
+            return lambda _: True
+        return lambda fields: admits(own, types, fields)
+
+
+def admits(clause: Clause, types: dict[str, str], fields: Mapping[str, Any] | None) -> bool:
+    """Whether one document's `fields` match `clause`: the clause evaluated over an index of that document alone,
+    the same evaluation as over the collection's (fields the `types` do not know yet match nothing)."""
+    known = {name: value for name, value in (fields or {}).items() if name in types}
+    return 0 in evaluate(clause, FieldIndex.build(types, [(0, known)]), 1)
 
 
 EVERYTHING = Visibility()

@@ -155,7 +155,9 @@ async def similar(
     node = parsed_filter(filter)
     started = time.perf_counter()
     result = await limiter.run(
-        lambda: to_result(collection, settings, collection.similar(doc_id, k, offset, node, visible), None)
+        lambda: to_result(
+            collection, settings, collection.similar(doc_id, k, offset, node, visible), None, visible=visible
+        )
     )
     took = (time.perf_counter() - started) * 1000
     return SearchResponse(**result.model_dump(), collection=collection.name, took_ms=round(took, 3))

@@ -41,8 +41,11 @@ async def click(body: ClickRequest, request: Request, searching: SearchingDep) -
     def report() -> ClickOutcome:
         # A filtered key never saw a document outside its filter, so an impression that showed one was another
         # key's: refused as unknown, like an impression id never issued (service.events.store's message).
-        if visible.restricted and not collection.sees(body.id, visible):
-            raise NotFound(UNKNOWN_IMPRESSION)
+        if visible.restricted:
+            try:
+                collection.get(body.id, visible)
+            except NotFound:
+                raise NotFound(UNKNOWN_IMPRESSION) from None
         return traffic.click(collection.name, body.impression, body.id, body.dwell_ms)
 
     outcome = await searching.limiter.run(report)

@@ -104,13 +104,18 @@ def scan_chars(settings: Settings, hits: int) -> int:
 
 
 def to_result(
-    collection: Collection, settings: Settings, result: QueryResult, query: str | None, scan: int | None = None
+    collection: Collection,
+    settings: Settings,
+    result: QueryResult,
+    query: str | None,
+    scan: int | None = None,
+    visible: Visibility = EVERYTHING,
 ) -> SearchResult:
     """Hits with titles and snippets from the store; `query` None means snippets from the opening of each text.
 
     `scan`: the characters of each hit scanned for a query word (default: as for this result alone).
     """
-    return to_results(collection, settings, [result], [query], scan)[0]
+    return to_results(collection, settings, [result], [query], scan, visible=visible)[0]
 
 
 def to_results(
@@ -120,13 +125,16 @@ def to_results(
     queries: Sequence[str | None],
     scan: int | None = None,
     fields: Sequence[str] = (),
+    visible: Visibility = EVERYTHING,
 ) -> list[SearchResult]:
     """`to_result` of each (result, query), with one store read for the hits of them all (a micro-batch's
-    or a /search/batch request's) instead of one per query; `fields`: the fields each hit comes with."""
+    or a /search/batch request's) instead of one per query; `fields`: the fields each hit comes with; `visible`:
+    what the request's key may see, checked again on each hit as read (a write may have moved it out since)."""
     scans = [scan_chars(settings, len(r.doc_ids)) if scan is None else scan for r in results]
     wanted = list(dict.fromkeys(doc_id for r in results for doc_id in r.doc_ids))
     # A snippet reads at most scan + width characters; one more tells whether the text goes on ("…").
     docs = collection.get_many(wanted, text_chars=max(scans, default=0) + settings.snippet_chars + 1)
+    admitted = collection.admitter(visible)
     out = []
     for result, query, each in zip(results, queries, scans, strict=True):
         pattern = query_pattern(tokenize(query), settings.snippet_words) if query else None
@@ -136,7 +144,7 @@ def to_results(
             result.doc_ids, result.scores, result.semantic, result.lexical, sentences, strict=True
         ):
             doc = docs.get(doc_id)
-            if doc is None:  # deleted between the ranking and this lookup
+            if doc is None or not admitted(doc.fields):  # deleted (or moved out of the key's filter) since the ranking
                 continue
             snippet = make_snippet(doc.text, pattern, settings.snippet_chars, each)
             shown_fields = None
@@ -178,7 +186,7 @@ def search_with_fields(
         queries, k, offset, request, ef_search=ef_search, nprobe=nprobe, visible=visible
     )
     scan = scan_chars(settings, sum(len(r.doc_ids) for r in found))
-    results = to_results(collection, settings, found, queries, scan, fields=body.fields)
+    results = to_results(collection, settings, found, queries, scan, fields=body.fields, visible=visible)
     for result in results:
         add_field_answer(result, body, answer)
     return results

@@ -18,6 +18,8 @@ import pytest
 from pydantic import ValidationError
 from service_testing import API_KEY, ThreadServer, make_bundle, make_corpus, needle_of, probe_queries, write_corpus
 
+from service.fields.filters import parse_filter
+from service.fields.visibility import KEY_FILTER_BOUNDS, admits
 from service.settings import Settings
 from ssi.records import Document
 
@@ -193,6 +195,39 @@ def test_a_key_whose_field_does_not_exist_sees_nothing_until_it_does(world: dict
     assert ids(search(world, GHOST_KEY, needle_of(world["docs"][0]))) == ["eu-1"]
     assert client.get("/documents/eu-1", headers=headers(GHOST_KEY)).status_code == 200
     assert client.get("/documents/eu-1", headers=headers(ACME_KEY)).status_code == 404
+
+
+def test_a_document_moved_to_another_tenant_leaves_the_old_one(world: dict) -> None:
+    client = world["server"].client
+    text = world["docs"][2].text
+    for tenant in ("acme", "globex"):
+        written = client.put(
+            "/documents/moving",
+            json={"title": "m", "text": text, "fields": {"tenant": tenant}},
+            headers=headers(API_KEY),
+        )
+        assert written.status_code == 200, written.text
+    assert client.get("/documents/moving", headers=headers(ACME_KEY)).status_code == 404
+    assert client.get("/documents/moving", headers=headers(GLOBEX_KEY)).status_code == 200
+    assert "moving" not in ids(search(world, ACME_KEY, needle_of(world["docs"][2])))
+    assert "moving" in ids(search(world, GLOBEX_KEY, needle_of(world["docs"][2])))
+
+
+@pytest.mark.parametrize(
+    ("node", "fields", "inside"),
+    [
+        (ACME, {"tenant": "acme"}, True),
+        (ACME, {"tenant": "globex"}, False),
+        (ACME, None, False),
+        ({"term": {"tags": "a"}}, {"tags": ["b", "a"]}, True),
+        ({"range": {"day": {"gte": "2024-03-01"}}}, {"day": "2024-02-29"}, False),
+        ({"not": {"exists": {"field": "tenant"}}}, {"other": "x"}, True),
+    ],
+)
+def test_a_stored_documents_fields_are_checked_as_the_index_checks_them(node: dict, fields: Any, inside: bool) -> None:
+    """What a read by id (and each hit as read) is checked with: the key's clause over that one document."""
+    types = {"tenant": "keyword", "tags": "keyword_list", "day": "date"}
+    assert admits(parse_filter(node, types, KEY_FILTER_BOUNDS), types, fields) is inside
 
 
 @pytest.mark.parametrize(
