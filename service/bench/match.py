@@ -26,6 +26,7 @@ import numpy as np
 from service.bench.floors import scan_floor
 from service.bench.load import run_load, summarize
 from service.bench.queries import passage_corpus
+from service.bench.ratio import ratio
 from service.bench.run import machine_setup
 from service.bench.server import ServedProcess
 from service.cores import serve_sizes, usable_cores
@@ -160,8 +161,8 @@ def _ratios(result: dict[str, Any]) -> dict[str, float]:
     ratios: dict[str, float] = {}
     floor = result["in_process"]["scan_floor"]
     for clients, level in result["load"].items():
-        ratios[f"{clients}c_p50_over_scan_p50"] = round(level["p50_ms"] / max(floor["p50_ms"], 1e-9), 2)
-        ratios[f"{clients}c_qps_over_scan_qps"] = round(level["throughput_qps"] / max(floor["throughput_qps"], 1e-9), 4)
+        ratios[f"{clients}c_p50_over_scan_p50"] = ratio(level["p50_ms"], floor["p50_ms"])
+        ratios[f"{clients}c_qps_over_scan_qps"] = ratio(level["throughput_qps"], floor["throughput_qps"])
     return ratios
 
 

@@ -23,6 +23,7 @@ from service.bench.bm25 import bm25_yardstick
 from service.bench.floors import scan_floor
 from service.bench.load import http_floor, ranked_hits, run_load, summarize
 from service.bench.queries import QuerySampler, generate_corpus, keyword_queries, passage_corpus
+from service.bench.ratio import ratio
 from service.bench.server import ServedProcess
 from service.cores import serve_sizes, usable_cores
 from ssi.bundle import load_bundle
@@ -269,26 +270,21 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
     for index_type in config.index_types:
         one = report[index_type]["load"].get("1")
         if one:
-            ratios[f"{index_type}_p50_over_bm25_p50"] = round(one["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2)
+            ratios[f"{index_type}_p50_over_bm25_p50"] = ratio(one["p50_ms"], bm25_single["p50_ms"])
         best = max(level["throughput_qps"] for level in report[index_type]["load"].values())
-        single_qps = max(bm25_single["throughput_qps"], 1e-9)
-        ratios[f"{index_type}_best_qps_over_bm25_single_qps"] = round(best / single_qps, 3)
+        ratios[f"{index_type}_best_qps_over_bm25_single_qps"] = ratio(best, bm25_single["throughput_qps"])
     if "flat" in report and "in_process" in report["flat"]:
-        ratios["flat_in_process_p50_over_bm25_p50"] = round(
-            report["flat"]["in_process"]["p50_ms"] / max(bm25_single["p50_ms"], 1e-9), 2
-        )
+        direct = report["flat"]["in_process"]
+        ratios["flat_in_process_p50_over_bm25_p50"] = ratio(direct["p50_ms"], bm25_single["p50_ms"])
     if "scan_floor" in report and "flat" in report:
         floor = report["scan_floor"]
         for clients, level in report["flat"]["load"].items():
             healthz = report["flat"]["healthz_load"].get(clients, {})
-            ratios[f"flat_{clients}c_p50_over_scan_p50"] = round(level["p50_ms"] / max(floor["p50_ms"], 1e-9), 2)
-            ratios[f"flat_{clients}c_qps_over_scan_qps"] = round(
-                level["throughput_qps"] / max(floor["throughput_qps"], 1e-9), 3
-            )
+            ratios[f"flat_{clients}c_p50_over_scan_p50"] = ratio(level["p50_ms"], floor["p50_ms"])
+            ratios[f"flat_{clients}c_qps_over_scan_qps"] = ratio(level["throughput_qps"], floor["throughput_qps"])
             if healthz:
-                ratios[f"flat_{clients}c_qps_over_healthz_qps"] = round(
-                    level["throughput_qps"] / max(healthz["throughput_qps"], 1e-9), 3
-                )
+                qps = healthz["throughput_qps"]
+                ratios[f"flat_{clients}c_qps_over_healthz_qps"] = ratio(level["throughput_qps"], qps)
     report["ratios"] = ratios
     config.out.parent.mkdir(parents=True, exist_ok=True)
     config.out.write_text(json.dumps(report, indent=2), encoding="utf-8")

@@ -13,11 +13,17 @@ RANGE_KEYS = ("gt", "gte", "lt", "lte")
 KEY_FILTER_DEPTH = 64
 
 
-def check_filter_form(node: Any, where: str = "filter", depth: int = 1) -> None:
+def exists_field(body: Any) -> Any:
+    """The field an `exists` clause names: `{"exists": {"field": "price"}}`, or the short `{"exists": "price"}`."""
+    return body.get("field") if isinstance(body, dict) and len(body) == 1 else body
+
+
+def check_filter_form(node: Any, where: str = "filter", depth: int = 1, max_depth: int = KEY_FILTER_DEPTH) -> None:
     """Raise ValueError unless `node` has the form of a filter (service.fields.filters: operators, objects and
-    lists where they go); its fields and their types are checked per collection when a request comes."""
-    if depth > KEY_FILTER_DEPTH:
-        raise ValueError(f"{where}: nested more than {KEY_FILTER_DEPTH} levels")
+    lists where they go, at most `max_depth` levels); the one definition of that form, for a key's filter when the
+    settings load and for a request's before its fields and their types are checked against the collection."""
+    if depth > max_depth:
+        raise ValueError(f"{where}: a filter nests at most {max_depth} levels deep")
     if not isinstance(node, dict) or len(node) != 1:
         raise ValueError(f"{where}: a filter clause is an object with one operator ({', '.join(OPERATORS)})")
     ((op, body),) = node.items()
@@ -25,12 +31,11 @@ def check_filter_form(node: Any, where: str = "filter", depth: int = 1) -> None:
         if not isinstance(body, list) or not body:
             raise ValueError(f"{where}.{op}: a non-empty list of filter clauses")
         for i, clause in enumerate(body):
-            check_filter_form(clause, f"{where}.{op}[{i}]", depth + 1)
+            check_filter_form(clause, f"{where}.{op}[{i}]", depth + 1, max_depth)
     elif op == "not":
-        check_filter_form(body, f"{where}.not", depth + 1)
+        check_filter_form(body, f"{where}.not", depth + 1, max_depth)
     elif op == "exists":
-        name = body.get("field") if isinstance(body, dict) and len(body) == 1 else body
-        if not isinstance(name, str):
+        if not isinstance(exists_field(body), str):
             raise ValueError(f'{where}.exists: a field name, or {{"field": name}}')
     elif op in ("term", "terms", "range"):
         if not isinstance(body, dict) or len(body) != 1:

@@ -21,7 +21,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from service.errors import InvalidInput
-from service.fields.filter_form import OPERATORS, RANGE_KEYS
+from service.fields.filter_form import check_filter_form, exists_field
 from service.fields.index import FieldIndex, ordered_value
 from service.fields.schema import KEYWORD_TYPES, ORDERED_TYPES, fits, type_of
 
@@ -69,36 +69,24 @@ class _Parser:
         self.clauses = 0
         self.terms = 0
 
-    def clause(self, node: Any, where: str, depth: int) -> Clause:
-        if depth > self.bounds.max_depth:
-            raise InvalidInput(f"{where}: a filter nests at most {self.bounds.max_depth} levels deep")
+    def clause(self, node: dict[str, Any], where: str) -> Clause:
+        """`node` has the form of a filter already (check_filter_form); here: the bounds, the fields, the types."""
         self.clauses += 1
         if self.clauses > self.bounds.max_clauses:
             raise InvalidInput(f"{where}: a filter holds at most {self.bounds.max_clauses} clauses")
-        if not isinstance(node, dict) or len(node) != 1:
-            raise InvalidInput(f"{where}: a filter clause is an object with one operator ({', '.join(OPERATORS)})")
         ((op, body),) = node.items()
         if op in ("and", "or"):
-            if not isinstance(body, list) or not body:
-                raise InvalidInput(f"{where}.{op}: a non-empty list of filter clauses")
-            return Bool(op, tuple(self.clause(c, f"{where}.{op}[{i}]", depth + 1) for i, c in enumerate(body)))
+            return Bool(op, tuple(self.clause(c, f"{where}.{op}[{i}]") for i, c in enumerate(body)))
         if op == "not":
-            return Bool("not", (self.clause(body, f"{where}.not", depth + 1),))
+            return Bool("not", (self.clause(body, f"{where}.not"),))
         if op == "exists":
-            name = body.get("field") if isinstance(body, dict) and len(body) == 1 else body
-            return Exists(self.field(name, f"{where}.exists"))
-        if op not in ("term", "terms", "range"):
-            raise InvalidInput(f"{where}: unknown filter operator {str(op)[:40]!r} (one of {', '.join(OPERATORS)})")
-        if not isinstance(body, dict) or len(body) != 1:
-            raise InvalidInput(f"{where}.{op}: an object naming one field")
+            return Exists(self.field(exists_field(body), f"{where}.exists"))
         ((name, value),) = body.items()
         name = self.field(name, f"{where}.{op}")
         at = f"{where}.{op}.{name}"
         if op == "range":
             return self.range(name, value, at)
         values = value if op == "terms" else [value]
-        if op == "terms" and (not isinstance(values, list) or not values):
-            raise InvalidInput(f"{at}: a non-empty list of values")
         self.terms += len(values)
         if self.terms > self.bounds.max_terms:
             raise InvalidInput(f"{at}: a filter holds at most {self.bounds.max_terms} values in all")
@@ -127,8 +115,6 @@ class _Parser:
         field_type = self.types[name]
         if field_type not in ORDERED_TYPES:
             raise InvalidInput(f"{at}: range applies to integer, float and date fields; '{name}' is a {field_type}")
-        if not isinstance(value, dict) or not value or any(key not in RANGE_KEYS for key in value):
-            raise InvalidInput(f"{at}: an object of {', '.join(RANGE_KEYS)}")
         if ("gt" in value and "gte" in value) or ("lt" in value and "lte" in value):
             raise InvalidInput(f"{at}: at most one lower bound (gt, gte) and one upper bound (lt, lte)")
         bounds: dict[str, float | int] = {}
@@ -145,7 +131,11 @@ class _Parser:
 
 def parse_filter(node: Any, types: dict[str, str], bounds: FilterBounds) -> Clause:
     """A filter as a tree of clauses, checked against the collection's field `types` (422 naming the problem)."""
-    return _Parser(types, bounds).clause(node, "filter", 1)
+    try:
+        check_filter_form(node, "filter", max_depth=bounds.max_depth)
+    except ValueError as error:
+        raise InvalidInput(str(error)) from None
+    return _Parser(types, bounds).clause(node, "filter")
 
 
 def evaluate(clause: Clause, index: FieldIndex, rows: int) -> BitMap:
