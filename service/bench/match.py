@@ -27,6 +27,7 @@ from service.bench.floors import scan_floor
 from service.bench.load import run_load, summarize
 from service.bench.queries import passage_corpus
 from service.bench.ratio import ratio
+from service.bench.recall import recall
 from service.bench.run import machine_setup
 from service.bench.server import ServedProcess
 from service.cores import serve_sizes, usable_cores
@@ -100,18 +101,6 @@ def _answers(url: str, pages: list[str], k: int) -> tuple[list[list[tuple[str, f
             response.raise_for_status()
             answers.append([(ad["id"], ad["score"]) for ad in response.json()["results"][0]["ads"]])
     return answers, latencies
-
-
-def recall(found: list[list[tuple[str, float]]], exact: list[list[tuple[str, float]]]) -> float:
-    """Share of the exact top k found, an advert scoring at least the exact k-th counting as found (ties)."""
-    shares = []
-    for got, want in zip(found, exact, strict=True):
-        if not want:
-            continue
-        kth = want[-1][1]
-        wanted = {ad for ad, _ in want}
-        shares.append(sum(1 for ad, score in got if ad in wanted or score >= kth - 1e-6) / len(want))
-    return float(np.mean(shares)) if shares else 1.0
 
 
 def _in_process(config: MatchBenchConfig, ads: Path, cache: Path, pages: dict[int, list[str]]) -> dict[str, Any]:

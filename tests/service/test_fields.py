@@ -9,11 +9,13 @@ import json
 import operator
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import hypothesis
 import numpy as np
 import pytest
@@ -144,6 +146,27 @@ def test_filtered_search_is_the_brute_force_among_matching_documents(server: dic
     assert batch.status_code == 200, batch.text
     for query, result in zip(queries, batch.json()["results"], strict=True):
         assert_same_ranking(result["hits"], oracle, query, 5, among=among(docs, keep))
+
+
+def test_concurrent_filtered_searches_are_each_the_brute_force(server: dict) -> None:
+    """Single filtered searches sent at once share the batcher (service.routes.search.FieldKey: one batch per
+    filter): each answer is still the brute force among its own filter's documents, with its own count."""
+    s, docs, oracle = server["server"], server["docs"], server["oracle"]
+    names = list(FILTERS)
+    asked = [(query, names[i % len(names)]) for i, query in enumerate(probe_queries(docs, 20, seed=11))]
+
+    def ask(pair: tuple[str, str]) -> dict:
+        with httpx.Client(base_url=s.url, timeout=60) as client:
+            response = client.post("/search", json={"query": pair[0], "k": 10, "filter": FILTERS[pair[1]][0]})
+            assert response.status_code == 200, response.text
+            return response.json()
+
+    with ThreadPoolExecutor(len(asked)) as pool:
+        answers = list(pool.map(ask, asked))
+    for (query, name), body in zip(asked, answers, strict=True):
+        keep = FILTERS[name][1]
+        assert body["matched"] == sum(1 for d in docs if d.fields is not None and keep(d.fields))
+        assert_same_ranking(body["hits"], oracle, query, 10, among=among(docs, keep))
 
 
 def test_similar_documents_obey_a_filter(server: dict) -> None:
