@@ -20,8 +20,8 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from service.errors import error_responses
-from service.fields.schema import KEYWORD_TYPES
 from service.settings import Settings
+from ssi.fields.schema import KEYWORD_TYPES
 
 BOUNDS_KEY = "x-bounds"
 # Request fields that only one index type accepts.

@@ -26,8 +26,8 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.cores import MAX_WORKERS, serve_sizes, usable_cores
-from service.fields.filter_form import check_filter_form
-from service.fields.types import FieldType
+from ssi.fields.filter_form import check_filter_form
+from ssi.fields.types import FieldType
 
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")

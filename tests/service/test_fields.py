@@ -29,9 +29,10 @@ from service_testing import (
     write_corpus,
 )
 
-from service.fields.filters import FilterBounds, matching_rows, parse_filter
-from service.fields.index import FieldIndex, OrderedColumn
-from service.fields.schema import parse_date
+from service.fields.checks import parse_filter
+from ssi.fields.filters import FilterBounds, matching_rows
+from ssi.fields.index import FieldIndex, OrderedColumn
+from ssi.fields.schema import parse_date
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
@@ -348,7 +349,7 @@ def test_the_published_schema_names_the_fields(server: dict) -> None:
     assert fields["maxProperties"] == 64 and fields["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
 
 
-# Random fields and random filters: the field index's answer is the brute force's (service.fields.filters).
+# Random fields and random filters: the field index's answer is the brute force's (ssi.fields.filters).
 _DAYS = ["2024-01-01", "2024-01-02T12:00:00Z", "2024-01-03", "2024-02-01T00:00:00+01:00"]
 _TYPES = {"kw": "keyword", "tags": "keyword_list", "n": "integer", "x": "float", "flag": "boolean", "day": "date"}
 _row_fields = st.fixed_dictionaries(
