@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from ssi.fields.errors import FieldError
-from ssi.fields.filter_form import KEY_FILTER_DEPTH
-from ssi.fields.filters import Bool, Clause, FilterBounds, Term, evaluate, parse_filter
+from ssi.fields.filters import WIDE_BOUNDS, Bool, Clause, Term, evaluate, parse_filter
 from ssi.fields.index import FieldIndex
 
 # A key's filter is the operator's, not a client's: bounded only against mistakes, far above the request bounds.
-KEY_FILTER_BOUNDS = FilterBounds(max_clauses=10_000, max_terms=1_000_000, max_depth=KEY_FILTER_DEPTH)
+KEY_FILTER_BOUNDS = WIDE_BOUNDS
 # A term of no values: matches no document (ssi.fields.filters.evaluate unions no bitmap).
 NOTHING: Clause = Term("", ())
 

@@ -21,7 +21,7 @@ import numpy as np
 from pyroaring import BitMap
 
 from ssi.fields.errors import FieldError
-from ssi.fields.filter_form import check_filter_form, exists_field
+from ssi.fields.filter_form import KEY_FILTER_DEPTH, check_filter_form, exists_field
 from ssi.fields.index import FieldIndex, ordered_value
 from ssi.fields.schema import KEYWORD_TYPES, ORDERED_TYPES, fits, type_of
 
@@ -60,6 +60,10 @@ class Bool:
 
 
 Clause = Term | Range | Exists | Bool
+
+# Bounds for filters that no client sends: a read key's (the operator's, service.fields.visibility), a query set's
+# (`ssi rank`, `ssi eval`) and `ssi.load`'s (the caller's own process); only against mistakes, far above a request's.
+WIDE_BOUNDS = FilterBounds(max_clauses=10_000, max_terms=1_000_000, max_depth=KEY_FILTER_DEPTH)
 
 
 class _Parser:
@@ -169,4 +173,4 @@ def matching_rows(clause: Clause | None, index: FieldIndex, live: np.ndarray) ->
     return rows[live[rows]]
 
 
-__all__ = ["KEYWORD_TYPES", "Clause", "FilterBounds", "evaluate", "matching_rows", "parse_filter"]
+__all__ = ["KEYWORD_TYPES", "WIDE_BOUNDS", "Clause", "FilterBounds", "evaluate", "matching_rows", "parse_filter"]
