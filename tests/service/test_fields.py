@@ -30,9 +30,13 @@ from service_testing import (
 )
 
 from service.fields.checks import parse_filter
+from service.settings import Settings
+from service.store import DocumentStore
+from ssi.corpus import DataFileError
 from ssi.fields.filters import FilterBounds, matching_rows
 from ssi.fields.index import FieldIndex, OrderedColumn
 from ssi.fields.schema import parse_date
+from ssi.fields.schema_file import read_schema
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
@@ -335,6 +339,40 @@ def test_a_graph_walk_cut_off_by_the_filter_is_made_up_for(world: dict, tmp_path
         response = s.client.post("/collections/shop/search", json=later)
         assert response.status_code == 422 and "'published' is a keyword" in response.json()["detail"]
         assert s.client.post("/search", json=later).status_code == 200  # a date in the other collection
+
+
+def test_a_schema_file_declares_the_default_collections_types(
+    world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ssi serve --schema FILE` and SSI_SCHEMA feed one setting: the default collection's declared types, which the
+    store takes before the corpus (a date-like value stays a keyword); a corpus line contradicting them is an error
+    naming the line, the field and both types, and nothing is imported."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"published": "keyword", "sku": "keyword"}), encoding="utf-8")
+    by_flag = Settings(bundle=world["bundle"], corpus=world["corpus"], schema_file=schema)
+    monkeypatch.setenv("SSI_SCHEMA", str(schema))
+    by_env = Settings(bundle=world["bundle"], corpus=world["corpus"])
+    for settings in (by_flag, by_env):
+        assert settings.collection_specs()["documents"].fields == {"published": "keyword", "sku": "keyword"}
+    spec = by_env.collection_specs()["documents"]
+    store = DocumentStore.open_for_corpus(tmp_path / "stores", "documents", world["corpus"], fields=spec.fields)
+    try:
+        types = store.field_types()
+        assert types["published"] == "keyword" and types["sku"] == "keyword" and types["year"] == "integer"
+    finally:
+        store.close()
+    schema.write_text(json.dumps({"price": "keyword"}), encoding="utf-8")
+    first = next(i for i, d in enumerate(world["docs"]) if d.fields and "price" in d.fields)
+    with pytest.raises(DataFileError) as clash:
+        DocumentStore.open_for_corpus(tmp_path / "clash", "documents", world["corpus"], fields=read_schema(schema))
+    message = str(clash.value)
+    assert (
+        message.startswith(f"{world['corpus']}:{first + 1}: ")
+        and "field 'price' has type keyword, was given float" in message
+    )
+    monkeypatch.delenv("SSI_SCHEMA")
+    with pytest.raises(ValueError, match="declares the default collection's field types, and there is none"):
+        Settings(schema_file=schema)
 
 
 def test_the_published_schema_names_the_fields(server: dict) -> None:
