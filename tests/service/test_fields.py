@@ -375,6 +375,10 @@ def test_a_schema_file_declares_the_default_collections_types(
         Settings(schema_file=schema)
 
 
+# The world's field names (fields_of), and "size" if the type test wrote it first.
+WORLD_FIELDS = {"category", "tags", "year", "published", "on_sale", "price", "size"}
+
+
 def test_the_published_schema_names_the_fields(server: dict) -> None:
     """A search's facets list the keyword fields and its filter is offered (service.openapi): a client generated
     from the schema sends names the server knows. (A server whose collections have no fields publishes neither.)"""
@@ -385,6 +389,23 @@ def test_the_published_schema_names_the_fields(server: dict) -> None:
     assert properties["filter"]["anyOf"][0]["type"] == "object"
     fields = schemas["DocumentBody"]["properties"]["fields"]["anyOf"][0]
     assert fields["maxProperties"] == 64 and fields["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
+    # Examples made of the collection's own fields: sent as they are, each is answered 200 (a fuzzer sends them).
+    filter_ex, facets_ex = properties["filter"]["examples"][0], properties["facets"]["examples"][0]
+    fields_ex = properties["fields"]["examples"][0]
+    assert filter_ex == {"and": [{"term": {"category": "example"}}, {"range": {"price": {"gte": 1.5}}}]}
+    assert set(facets_ex) <= keyword and set(fields_ex) <= WORLD_FIELDS
+    client = server["server"].client
+    body = {"filter": filter_ex, "facets": facets_ex, "fields": fields_ex}
+    assert client.post("/search", json={**body, "query": "baba"}).status_code == 200
+    batch = schemas["BatchSearchRequest"]["properties"]
+    assert batch["filter"]["examples"] == [filter_ex] and batch["facets"]["examples"] == [facets_ex]
+    assert client.post("/search/batch", json={**body, "queries": ["baba", "bibi"]}).status_code == 200
+    for name in ("DocumentBody", "DocumentIn"):
+        written = schemas[name]["properties"]["fields"]["examples"][0]
+        assert written and set(written) <= WORLD_FIELDS
+    response = client.put("/documents/example-doc", json={"text": "baba", "fields": written}, headers=KEY)
+    assert response.status_code == 200, response.text
+    assert client.delete("/documents/example-doc", headers=KEY).status_code == 200
 
 
 # Random fields and random filters: the field index's answer is the brute force's (ssi.fields.filters).
