@@ -47,8 +47,8 @@ from service.bounds import cut_long_text, shown
 from service.cores import usable_cores
 from service.embedding import Prepared
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
+from service.fields.checks import parse_filter
 from service.fields.facets import Facet, check_facets
-from service.fields.filters import FilterBounds, parse_filter
 from service.fields.plan import Planner
 from service.fields.visibility import EVERYTHING, Visibility
 from service.group_reload import GroupBundle
@@ -62,6 +62,7 @@ from service.store import DocumentStore, StoredDocument, StoreError, disk_full
 from service.threads import freeze_loaded_objects, release_free_memory
 from service.writes import FieldWrites, apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
+from ssi.fields.filters import FilterBounds
 from ssi.open_vocab import OpenCounts
 from ssi.records import Document
 

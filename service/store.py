@@ -38,9 +38,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from service.errors import InvalidInput, StorageFull
-from service.fields.schema import admit, check_shape
+from service.errors import StorageFull
+from service.fields.checks import admit
 from ssi.corpus import DataFileError, iter_corpus
+from ssi.fields import schema as field_schema
+from ssi.fields.errors import FieldError
 from ssi.records import Document
 
 log = logging.getLogger(__name__)
@@ -130,7 +132,7 @@ def _field_types(conn: sqlite3.Connection) -> dict[str, str]:
 
 def _admit(conn: sqlite3.Connection, docs: Sequence[Document]) -> list[str | None]:
     """Check the documents' fields against the collection's types, fixing the types of names new to it in the
-    same transaction (service.fields.schema.admit: a mismatch raises and the transaction writes nothing); returns
+    same transaction (service.fields.checks.admit: a mismatch raises and the transaction writes nothing); returns
     each document's fields as stored."""
     added, stored = admit(_field_types(conn), ((d.id, d.fields) for d in docs))
     conn.executemany("INSERT INTO field_types(name, type) VALUES (?, ?)", list(added.items()))
@@ -214,7 +216,7 @@ class StoreView:
             yield [StoredDocument.of_row(row) for row in rows]
 
     def field_types(self) -> dict[str, str]:
-        """The collection's field types (service.fields.schema) at this read."""
+        """The collection's field types (ssi.fields.schema) at this read."""
         return _field_types(self._conn)
 
     def iter_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -442,7 +444,7 @@ class DocumentStore:
         return StoredDocument.of_row(row) if row else None
 
     def field_types(self) -> dict[str, str]:
-        """The collection's field types (service.fields.schema), as fixed by first use or declared."""
+        """The collection's field types (ssi.fields.schema), as fixed by first use or declared."""
         with self._reader() as conn:
             return _field_types(conn)
 
@@ -717,8 +719,8 @@ def _corpus_fields(corpus: Path, number: int, doc: Document, types: dict[str, st
     if not doc.fields:
         return None
     try:
-        added, (stored,) = admit(types, [(doc.id, check_shape(doc.fields))])
-    except InvalidInput as exc:
+        added, (stored,) = field_schema.admit(types, [(doc.id, field_schema.check_shape(doc.fields))])
+    except FieldError as exc:
         raise DataFileError(corpus, number, str(exc)) from None
     types.update(added)
     return fields_json(stored)

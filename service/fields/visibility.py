@@ -17,14 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.errors import InvalidInput
-from service.fields.filter_form import KEY_FILTER_DEPTH
-from service.fields.filters import Bool, Clause, FilterBounds, Term, evaluate, parse_filter
-from service.fields.index import FieldIndex
+from ssi.fields.errors import FieldError
+from ssi.fields.filters import WIDE_BOUNDS, Bool, Clause, Term, evaluate, parse_filter
+from ssi.fields.index import FieldIndex
 
 # A key's filter is the operator's, not a client's: bounded only against mistakes, far above the request bounds.
-KEY_FILTER_BOUNDS = FilterBounds(max_clauses=10_000, max_terms=1_000_000, max_depth=KEY_FILTER_DEPTH)
-# A term of no values: matches no document (service.fields.filters.evaluate unions no bitmap).
+KEY_FILTER_BOUNDS = WIDE_BOUNDS
+# A term of no values: matches no document (ssi.fields.filters.evaluate unions no bitmap).
 NOTHING: Clause = Term("", ())
 
 
@@ -46,7 +45,7 @@ class Visibility:
             return None
         try:
             return parse_filter(self.filter, types, KEY_FILTER_BOUNDS)
-        except InvalidInput:
+        except FieldError:
             return NOTHING
 
     def restrict(self, clause: Clause | None, types: dict[str, str]) -> Clause | None:

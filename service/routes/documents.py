@@ -32,8 +32,8 @@ from service.deps import (
     WriteRoute,
 )
 from service.errors import InvalidInput, error_responses
+from service.fields.checks import check_shape
 from service.fields.http import DocumentBody, DocumentIn, DocumentsIn
-from service.fields.schema import check_shape
 from service.routes.search import to_result
 from service.schemas import (
     WRITTEN_ID,

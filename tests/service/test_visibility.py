@@ -18,7 +18,7 @@ import pytest
 from pydantic import ValidationError
 from service_testing import API_KEY, ThreadServer, make_bundle, make_corpus, needle_of, probe_queries, write_corpus
 
-from service.fields.filters import parse_filter
+from service.fields.checks import parse_filter
 from service.fields.visibility import KEY_FILTER_BOUNDS, admits
 from service.settings import Settings
 from ssi.records import Document
