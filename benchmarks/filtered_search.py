@@ -50,7 +50,7 @@ from service.bench.queries import keyword_queries, passage_corpus
 from service.bench.ratio import ratio
 from service.bench.recall import recall
 from service.bench.server import ServedProcess
-from service.fields.index import FieldIndex
+from ssi.fields.index import FieldIndex
 
 FIRST_DAY = date(2021, 1, 1)
 DAYS = 1000
@@ -133,7 +133,7 @@ def mask(node: dict[str, Any], held: dict[str, np.ndarray]) -> np.ndarray:
 
 
 def field_index_bytes(fields: list[dict[str, Any]]) -> dict[str, Any]:
-    """Each field's index (service.fields.index) over these documents, in bytes and per million documents."""
+    """Each field's index (ssi.fields.index) over these documents, in bytes and per million documents."""
     index = FieldIndex.build(TYPES, enumerate(fields))
     described = index.describe()
     scale = 1e6 / max(1, len(fields))

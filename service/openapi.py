@@ -30,7 +30,7 @@ BOUNDS_KEY = "x-bounds"
 INDEX_KNOBS = {"ef_search": "hnsw", "nprobe": "ivf"}
 SEARCH_BODIES = ("SearchRequest", "BatchSearchRequest")
 DOCUMENT_BODIES = ("DocumentBody", "DocumentIn")
-# A value of each field type, for the examples (service.fields.schema: what each type takes).
+# A value of each field type, for the examples (ssi.fields.schema: what each type takes).
 EXAMPLE_VALUES: dict[str, Any] = {
     "keyword": "example",
     "keyword_list": ["example"],
