@@ -6,9 +6,10 @@ send depends on the settings (SSI_MAX_K, SSI_MAX_BATCH, the index type, the host
 applies: every `x-bounds` marker (service.schemas) becomes the keyword it names with the setting's
 value; `ef_search` is offered only on an HNSW index and `nprobe` only on IVF (elsewhere they are
 refused, like any unknown field); the `{collection}` parameter lists the hosted collections;
-a search's `facets` lists the keyword fields the collections have, and `filter` is offered once they have any
-field (service.fields: both name fields, which a schema cannot know otherwise; the schema is made again when the
-fields change); and with SSI_ALLOWED_HOSTS set, every operation may answer 400 for a foreign Host header.
+a search's `facets` lists the keyword fields the collections have, `filter` is offered once they have any
+field, and its `fields` names each field with its type in `x-field-types` (service.fields: all name fields, which a
+schema cannot know otherwise; the search page reads them to offer facets and ranges; the schema is made again when
+the fields change); and with SSI_ALLOWED_HOSTS set, every operation may answer 400 for a foreign Host header.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ BOUNDS_KEY = "x-bounds"
 # Request fields that only one index type accepts.
 INDEX_KNOBS = {"ef_search": "hnsw", "nprobe": "ivf"}
 SEARCH_BODIES = ("SearchRequest", "BatchSearchRequest")
+# Where a search body's `fields` lists the collections' field names with their types (service/static/fields.js).
+FIELD_TYPES_KEY = "x-field-types"
 
 
 def _fill_bounds(node: Any, settings: Settings) -> None:
@@ -51,9 +54,12 @@ def _operations(schema: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def _field_options(properties: dict[str, Any], types: dict[str, str]) -> None:
-    """A search body's `filter` and `facets` as the collections' fields allow them (service.fields)."""
+    """A search body's `filter` and `facets` as the collections' fields allow them, and the fields' types under
+    `fields` (an extension: JSON Schema has no keyword for "these names, of these types, may be asked for")."""
     if "filter" in properties and not types:
         properties["filter"] = {"type": "null", "description": properties["filter"].get("description", "")}
+    if "fields" in properties and types:
+        properties["fields"][FIELD_TYPES_KEY] = dict(sorted(types.items()))
     facets = properties.get("facets")
     if facets is not None:
         keyword = sorted(name for name, field_type in types.items() if field_type in KEYWORD_TYPES)
