@@ -180,7 +180,8 @@
 
   // Shows a list of hits, with "More results" asking `loader(offset)` for the next page; `drawn(body)` is told
   // each first page's answer (a search draws its facets from it).
-  async function showHits(title, loader, queryWords, drawn = null, token = ++renderToken) {
+  async function showHits(title, loader, queryWords, drawn = null) {
+    const token = ++renderToken;
     show(results);
     heading.textContent = title;
     hitList.replaceChildren();
@@ -220,17 +221,17 @@
 
   // A search with the filters of the URL (fields.js): its chips show at once, so a filter the server refuses
   // (a field gone, a bad value in a hand-made link) can still be removed; the sidebar comes with the answer.
-  async function search(query, filters) {
-    const token = ++renderToken;
+  // The list is cleared at once (showHits) and the field types awaited by the first page's request.
+  function search(query, filters) {
     input.value = query;
     document.title = `${query} – SSI search`;
-    const types = await Fields.fieldTypes();
-    if (token !== renderToken) return;
     const queryWords = new Set(words(query));
+    let types = {};
     const change = (state) => {
       location.hash = `#/search?${Fields.toParams(query, state)}`;
     };
-    const ask = (from) => {
+    const ask = async (from) => {
+      types = await Fields.fieldTypes();
       const body = { query, k: PAGE_SIZE, offset: from, ...Fields.request(filters, types, from === 0) };
       const post = (request) =>
         fetchJson(API.search, {
@@ -246,12 +247,8 @@
         return post(body);
       });
     };
-    const drawn = (body) => {
-      Fields.drawSidebar(sidebar, body, filters, types, change);
-      Fields.drawChips(chips, filters, change);
-    };
-    const heading = `Results for “${query}”`;
-    const shown = showHits(heading, ask, queryWords, drawn, token);
+    const drawn = (body) => Fields.drawSidebar(sidebar, body, filters, types, change);
+    const shown = showHits(`Results for “${query}”`, ask, queryWords, drawn);
     Fields.drawChips(chips, filters, change); // after show(), which hides them
     return shown;
   }
@@ -483,4 +480,5 @@
   });
   route();
   showModel();
+  Fields.fieldTypes(); // read once, early: the first search does not wait for it
 })();

@@ -76,10 +76,12 @@ window.SSIFields = (() => {
 
   const isEmpty = (state) => !state.terms.length && !Object.keys(state.min).length && !Object.keys(state.max).length;
 
-  // A value as the field's type has it in a filter (the URL holds text).
+  // A value as the field's type has it in a filter (the URL holds text). A field the schema did not name is
+  // sent as text, or as a number when it reads as one; the server names a value of the wrong type (a 422).
   function typed(type, value) {
     if (type === "boolean") return value === "true";
     if (type === "integer" || type === "float") return Number(value);
+    if (type === undefined && value.trim() !== "" && Number.isFinite(Number(value))) return Number(value);
     return value;
   }
 
