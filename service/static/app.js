@@ -247,7 +247,10 @@
         return post(body);
       });
     };
-    const drawn = (body) => Fields.drawSidebar(sidebar, body, filters, types, change);
+    const drawn = (body) => {
+      Fields.drawSidebar(sidebar, body, filters, types, change);
+      Fields.restoreFocus(sidebar, chips);
+    };
     const shown = showHits(`Results for “${query}”`, ask, queryWords, drawn);
     Fields.drawChips(chips, filters, change); // after show(), which hides them
     return shown;

@@ -127,19 +127,37 @@ window.SSIFields = (() => {
 
   const shown = (value) => (Array.isArray(value) ? value.map(String).join(", ") : String(value));
 
+  // Where the keyboard's focus goes once the list a click asked for is drawn (the clicked control is gone
+  // then): the value's button again, or the range's input; else the first chip.
+  let refocus = null;
+
+  function restoreFocus(aside, list) {
+    const wanted = refocus;
+    refocus = null;
+    if (!wanted) return;
+    const same = (node) => node.dataset.field === wanted.field && node.dataset[wanted.key] === wanted.value;
+    const target = [...aside.querySelectorAll("[data-field]")].find((node) => same(node) && node.matches("button, input"))
+      || list.querySelector("button");
+    if (target && !target.closest("[hidden]")) target.focus();
+  }
+
   // The chips of the chosen filters; `change(state)` gets the filters without the clicked one.
   function drawChips(list, state, change) {
-    const chip = (label, without) => {
+    const chip = (label, focus, without) => {
       const button = el("button", { type: "button", class: "chip", "aria-label": `Remove the filter ${label}` },
         el("span", { text: label }), el("span", { class: "chip-x", "aria-hidden": "true", text: "×" }));
-      button.addEventListener("click", () => change(without()));
+      button.addEventListener("click", () => {
+        refocus = focus;
+        change(without());
+      });
       return el("li", {}, button);
     };
     const items = state.terms.map(([field, value], i) =>
-      chip(`${field}: ${value}`, () => ({ ...state, terms: state.terms.filter((_, j) => j !== i) })));
+      chip(`${field}: ${value}`, { field, key: "value", value },
+        () => ({ ...state, terms: state.terms.filter((_, j) => j !== i) })));
     for (const [bound, sign] of [["min", "≥"], ["max", "≤"]]) {
       for (const [field, value] of Object.entries(state[bound])) {
-        items.push(chip(`${field} ${sign} ${value}`, () => {
+        items.push(chip(`${field} ${sign} ${value}`, { field, key: "bound", value: bound }, () => {
           const rest = { ...state[bound] };
           delete rest[field];
           return { ...state, [bound]: rest };
@@ -170,9 +188,12 @@ window.SSIFields = (() => {
           "data-value": text,
           "aria-label": `${field}: ${text}, ${count} document${count === 1 ? "" : "s"}`,
         }, el("span", { class: "facet-name", text }), el("span", { class: "facet-count", text: String(count) }));
-        button.addEventListener("click", () => change(chosen
-          ? { ...state, terms: state.terms.filter(([f, v]) => !(f === field && v === text)) }
-          : { ...state, terms: [...state.terms, [field, text]] }));
+        button.addEventListener("click", () => {
+          refocus = { field, key: "value", value: text };
+          change(chosen
+            ? { ...state, terms: state.terms.filter(([f, v]) => !(f === field && v === text)) }
+            : { ...state, terms: [...state.terms, [field, text]] });
+        });
         list.append(el("li", {}, button));
       }
       const section = el("section", { class: "facet", "data-field": field },
@@ -203,7 +224,9 @@ window.SSIFields = (() => {
       const type = types[field];
       const input = (bound, label) => {
         const id = `range-${i}-${bound}`;
-        const attrs = { id, name: `${bound}:${field}`, type: type === "date" ? "date" : "number", "data-bound": bound };
+        const attrs = {
+          id, name: `${bound}:${field}`, type: type === "date" ? "date" : "number", "data-field": field, "data-bound": bound,
+        };
         if (type === "integer") attrs.step = "1";
         if (type === "float") attrs.step = "any";
         const box = el("input", attrs);
@@ -219,8 +242,11 @@ window.SSIFields = (() => {
       const min = {};
       const max = {};
       for (const box of form.querySelectorAll("input[data-bound]")) {
-        const field = box.name.slice(box.name.indexOf(":") + 1);
-        if (box.value.trim() !== "") (box.dataset.bound === "min" ? min : max)[field] = box.value.trim();
+        if (box.value.trim() !== "") (box.dataset.bound === "min" ? min : max)[box.dataset.field] = box.value.trim();
+      }
+      const active = document.activeElement;
+      if (active instanceof HTMLInputElement && form.contains(active)) {
+        refocus = { field: active.dataset.field, key: "bound", value: active.dataset.bound };
       }
       change({ ...state, min, max });
     });
@@ -236,5 +262,5 @@ window.SSIFields = (() => {
       ...entries.map(([name, value]) => el("div", { "data-field": name }, el("dt", { text: name }), el("dd", { text: shown(value) }))));
   }
 
-  return { fieldTypes, parse, toParams, isEmpty, request, drawChips, drawSidebar, hitFields };
+  return { fieldTypes, parse, toParams, isEmpty, request, drawChips, drawSidebar, restoreFocus, hitFields };
 })();

@@ -468,12 +468,15 @@ def test_facets_chips_and_ranges_filter_the_hits(server: str, page: object) -> N
     assert page.locator("#chips .chip").all_text_contents() == ["topic: astronomy×"]
     assert page.get_attribute("#filters .facet-value[data-value='astronomy']", "aria-pressed") == "true"
     assert _facet(page, "topic") == {"astronomy": 36}
+    assert page.evaluate("document.activeElement.dataset.value") == "astronomy"  # the keyboard stays where it was
     assert "36 documents match" in page.text_content("#filters .matched")
     assert page.locator("#hits .hit-fields [data-field='topic'] dd").all_text_contents() == ["astronomy"] * 10
 
-    # A second chip (a boolean) and a range from the keyboard: every chip narrows (one `and`).
-    page.click("#filters .facet[data-field='featured'] .facet-value[data-value='true']")
+    # A second chip (a boolean) and a range, from the keyboard: every chip narrows (one `and`).
+    page.focus("#filters .facet[data-field='featured'] .facet-value[data-value='true']")
+    page.keyboard.press("Enter")
     page.wait_for_selector("#chips .chip >> nth=1")
+    page.wait_for_function("document.activeElement.getAttribute('aria-pressed') === 'true'")
     page.fill("#filters .range[data-field='year'] input[data-bound='min']", "2003")
     page.press("#filters .range[data-field='year'] input[data-bound='min']", "Enter")
     both = {"and": [{"term": {"topic": "astronomy"}}, {"term": {"featured": True}}, {"range": {"year": {"gte": 2003}}}]}
