@@ -136,8 +136,8 @@ window.SSIFields = (() => {
     refocus = null;
     if (!wanted) return;
     const same = (node) => node.dataset.field === wanted.field && node.dataset[wanted.key] === wanted.value;
-    const target = [...aside.querySelectorAll("[data-field]")].find((node) => same(node) && node.matches("button, input"))
-      || list.querySelector("button");
+    const controls = [...aside.querySelectorAll("button[data-field], input[data-field]")];
+    const target = controls.find(same) || list.querySelector("button");
     if (target && !target.closest("[hidden]")) target.focus();
   }
 
@@ -198,7 +198,9 @@ window.SSIFields = (() => {
       }
       const section = el("section", { class: "facet", "data-field": field },
         el("h3", { id: headingId, text: field }), list);
-      if (facet.other > 0) section.append(el("p", { class: "facet-other", text: `${facet.other} more in other values` }));
+      if (facet.other > 0) {
+        section.append(el("p", { class: "facet-other", text: `${facet.other} more in other values` }));
+      }
       sections.push(section);
     }
     const ordered = Object.keys(types).sort().filter((name) => ORDERED.has(types[name]));
@@ -211,7 +213,9 @@ window.SSIFields = (() => {
     const top = [el("h2", { class: "filters-heading", text: "Filters" })];
     if (typeof answer.matched === "number") {
       const n = answer.matched;
-      const counted = isEmpty(state) ? `Counts over all ${n} documents` : `${n} document${n === 1 ? "" : "s"} match the filters; counts over them`;
+      const counted = isEmpty(state)
+        ? `Counts over all ${n} documents`
+        : `${n} document${n === 1 ? "" : "s"} match the filters; counts over them`;
       top.push(el("p", { class: "matched", text: counted }));
     }
     aside.replaceChildren(...top, ...sections);
@@ -225,7 +229,11 @@ window.SSIFields = (() => {
       const input = (bound, label) => {
         const id = `range-${i}-${bound}`;
         const attrs = {
-          id, name: `${bound}:${field}`, type: type === "date" ? "date" : "number", "data-field": field, "data-bound": bound,
+          id,
+          name: `${bound}:${field}`,
+          type: type === "date" ? "date" : "number",
+          "data-field": field,
+          "data-bound": bound,
         };
         if (type === "integer") attrs.step = "1";
         if (type === "float") attrs.step = "any";
@@ -259,7 +267,8 @@ window.SSIFields = (() => {
     const entries = Object.entries(fields).filter(([, value]) => !(Array.isArray(value) && !value.length));
     if (!entries.length) return null;
     return el("dl", { class: "hit-fields" },
-      ...entries.map(([name, value]) => el("div", { "data-field": name }, el("dt", { text: name }), el("dd", { text: shown(value) }))));
+      ...entries.map(([name, value]) =>
+        el("div", { "data-field": name }, el("dt", { text: name }), el("dd", { text: shown(value) }))));
   }
 
   return { fieldTypes, parse, toParams, isEmpty, request, drawChips, drawSidebar, restoreFocus, hitFields };

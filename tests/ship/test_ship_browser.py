@@ -446,6 +446,8 @@ def _settled(page: object, ids: list[str]) -> None:
 
 
 def test_facets_chips_and_ranges_filter_the_hits(server: str, page: object) -> None:
+    """Issue 63's page: the facet counts are /search's, a value's click or Enter filters (a chip), every chip is
+    one clause of an `and`, a chip's click removes it, and every list equals the API's for the same filter."""
     page.goto(f"{server}/")
     page.fill("#q", "spyglass")
     page.press("#q", "Enter")
