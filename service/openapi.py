@@ -6,11 +6,12 @@ send depends on the settings (SSI_MAX_K, SSI_MAX_BATCH, the index type, the host
 applies: every `x-bounds` marker (service.schemas) becomes the keyword it names with the setting's
 value; `ef_search` is offered only on an HNSW index and `nprobe` only on IVF (elsewhere they are
 refused, like any unknown field); the `{collection}` parameter lists the hosted collections;
-a search's `facets` lists the keyword fields the collections have, and `filter` is offered once they have any
-field (service.fields: both name fields, which a schema cannot know otherwise; the schema is made again when the
-fields change), with examples of `filter`, `facets`, `fields` and a document's `fields` made of those fields (so a
-client generator or a fuzzer sending them gets a 200, never a 422 for a field the collection lacks); and with
-SSI_ALLOWED_HOSTS set, every operation may answer 400 for a foreign Host header.
+a search's `facets` lists the keyword fields the collections have, `filter` is offered once they have any
+field, and its `fields` names each field with its type in `x-field-types` (service.fields: all name fields, which
+a schema cannot know otherwise; the search page reads them to offer facets and ranges; the schema is made again
+when the fields change), with examples of `filter`, `facets`, `fields` and a document's `fields` made of those
+fields (so a client generator or a fuzzer sending them gets a 200, never a 422 for a field the collection lacks);
+and with SSI_ALLOWED_HOSTS set, every operation may answer 400 for a foreign Host header.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ EXAMPLE_VALUES: dict[str, Any] = {
     "boolean": True,
     "date": "2024-05-01",
 }
+# Where a search body's `fields` lists the collections' field names with their types (service/static/fields.js).
+FIELD_TYPES_KEY = "x-field-types"
 
 
 def _fill_bounds(node: Any, settings: Settings) -> None:
@@ -80,12 +83,15 @@ def filter_example(types: dict[str, str]) -> dict[str, Any] | None:
 
 def _field_options(properties: dict[str, Any], types: dict[str, str]) -> None:
     """A search body's `filter` and `facets` as the collections' fields allow them (service.fields), with
-    examples made of those fields."""
+    examples made of those fields, and the fields' types under `fields` (an extension: JSON Schema has no keyword
+    for "these names, of these types, may be asked for")."""
     if "filter" in properties and not types:
         properties["filter"] = {"type": "null", "description": properties["filter"].get("description", "")}
     example = filter_example(types)
     if "filter" in properties and example is not None:
         properties["filter"]["examples"] = [example]
+    if "fields" in properties and types:
+        properties["fields"][FIELD_TYPES_KEY] = dict(sorted(types.items()))
     keyword = sorted(name for name, field_type in types.items() if field_type in KEYWORD_TYPES)
     facets = properties.get("facets")
     if facets is not None:

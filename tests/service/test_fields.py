@@ -410,6 +410,10 @@ def test_the_published_schema_names_the_fields(server: dict) -> None:
     keyword = set(properties["facets"]["items"]["enum"])  # and "size", if the type test wrote it first
     assert {"category", "on_sale", "tags"} <= keyword and not {"price", "year", "published"} & keyword
     assert properties["filter"]["anyOf"][0]["type"] == "object"
+    # Every field with its type (the search page offers facets and ranges from it: service/static/fields.js).
+    types = properties["fields"]["x-field-types"]
+    assert {"category": "keyword", "tags": "keyword_list", "on_sale": "boolean"}.items() <= types.items()
+    assert {"price": "float", "year": "integer", "published": "date"}.items() <= types.items()
     fields = schemas["DocumentBody"]["properties"]["fields"]["anyOf"][0]
     assert fields["maxProperties"] == 64 and fields["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
     # Examples made of the collection's own fields: sent as they are, each is answered 200 (a fuzzer sends them).
