@@ -131,6 +131,12 @@ def exact_schema(
         filters = [p for p in operation.get("parameters", []) if p.get("in") == "query" and p.get("name") == "filter"]
         if filters and not field_types:  # /similar's filter names fields, as a search body's does
             operation["parameters"] = [p for p in operation["parameters"] if p not in filters]
+        body_filter = components.get("SearchRequest", {}).get("properties", {}).get("filter")
+        for parameter in filters if field_types and body_filter else []:
+            # The query parameter is a search body's filter written as JSON: published as such (OpenAPI's
+            # `content`), so that a client generated from the schema sends JSON, not any string.
+            parameter.pop("schema", None)
+            parameter["content"] = {"application/json": {"schema": body_filter}}
         for parameter in operation.get("parameters", []):
             if parameter.get("in") == "path" and parameter.get("name") == "collection":
                 parameter["schema"] = {**parameter["schema"], "enum": sorted(collections)}

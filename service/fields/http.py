@@ -49,7 +49,8 @@ class FieldOptions(schemas.Strict):
     )
     facets: list[FieldName] = Field(
         default_factory=list,
-        max_length=256,
+        max_length=schemas.ceiling("max_facets"),
+        json_schema_extra={"x-bounds": {"maxItems": "max_facets"}},
         description="keyword or boolean fields whose most frequent values (SSI_FACET_SIZE) are counted over every "
         "matching document (at most SSI_MAX_FACETS fields)",
     )

@@ -433,6 +433,12 @@ def test_the_published_schema_names_the_fields(server: dict) -> None:
     response = client.put("/documents/example-doc", json={"text": "baba", "fields": written}, headers=KEY)
     assert response.status_code == 200, response.text
     assert client.delete("/documents/example-doc", headers=KEY).status_code == 200
+    # /similar's filter is a query parameter holding a search body's filter as JSON (OpenAPI's `content`), and the
+    # facets a request may name are bounded by SSI_MAX_FACETS, as the server checks them (a fuzzer found both).
+    spec = client.get("/openapi.json").json()
+    similar = {p["name"]: p for p in spec["paths"]["/documents/{doc_id}/similar"]["get"]["parameters"]}
+    assert similar["filter"]["content"]["application/json"]["schema"]["examples"] == [filter_ex]
+    assert properties["facets"]["maxItems"] == 8
 
 
 # Random fields and random filters: the field index's answer is the brute force's (ssi.fields.filters).
