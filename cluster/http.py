@@ -30,6 +30,7 @@ from cluster.events import router_traffic, served_model
 from cluster.fanout import Fanout
 from cluster.interleave import RouterComparison
 from service.advert_schemas import MatchRequest, MatchResponse
+from service.adverts import match_filter
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
 from service.deps import (
@@ -204,7 +205,7 @@ def build_app(
             )
         started = time.perf_counter()
         async with limiter.slot():
-            results = await fanout.match(texts, body.k, body.filters)
+            results = await fanout.match(texts, body.k, match_filter(body.filters, body.filter))
         for page, result in zip(texts, results, strict=True):
             result.impression, result.ads = traffic.show(
                 name, served_model(about), "match", page, result.ads, id_of_result
