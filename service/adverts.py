@@ -164,16 +164,20 @@ def _nothing(name: str) -> dict[str, Any]:
     return {"and": [{"exists": name}, {"not": {"exists": name}}]}
 
 
-def match_filter(filters: AdFilter, node: dict[str, Any] | None = None) -> dict[str, Any]:
-    """What a /match ranks among, as one filter: not paused, the old `filters` (translated) and the request's
-    general `filter` (`node`), ANDed. The sharded router sends the same filter to every shard."""
-    parts = [NOT_PAUSED]
-    translated = filters.clause()
-    if translated is not None:
-        parts.append(translated)
-    if node is not None:
-        parts.append(node)
+def request_filter(filters: AdFilter, node: dict[str, Any] | None = None) -> dict[str, Any] | None:
+    """What a /match request restricts itself to, as one filter (None: nothing): its old `filters` (translated) and
+    its general `filter` (`node`), ANDed. What the traffic log records of a match (service.events)."""
+    parts = [part for part in (filters.clause(), node) if part is not None]
+    if not parts:
+        return None
     return parts[0] if len(parts) == 1 else {"and": parts}
+
+
+def match_filter(filters: AdFilter, node: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a /match ranks among, as one filter: the request's (`request_filter`) and not paused. The sharded
+    router sends the same filter to every shard."""
+    asked = request_filter(filters, node)
+    return NOT_PAUSED if asked is None else {"and": [NOT_PAUSED, asked]}
 
 
 def adopt_book(store: DocumentStore) -> int:

@@ -13,6 +13,7 @@ never everything.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,7 @@ class Visibility:
     those matching its key's mandatory filter (the JSON as configured)."""
 
     filter: Any = None
+    key_id: str | None = None  # names the filtered read key in the traffic log (`read_key_id`), never the key
 
     @property
     def restricted(self) -> bool:
@@ -64,6 +66,13 @@ class Visibility:
         if own is None:
             return lambda _: True
         return lambda fields: admits(own, types, fields)
+
+
+def read_key_id(key: str) -> str:
+    """A filtered read key's name in the traffic log (service.events): 16 hex digits of a SHA-256 of it, the same
+    across restarts and workers so a key's impressions group, and no use to anyone who has only the log (a key is
+    at least 16 characters: SSI_READ_KEYS)."""
+    return hashlib.sha256(b"ssi read key\x00" + key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def admits(clause: Clause, types: dict[str, str], fields: Mapping[str, Any] | None) -> bool:

@@ -32,7 +32,7 @@ from service.advert_schemas import (
     MatchResponse,
     PageMatchOut,
 )
-from service.adverts import AdvertMeta, match_filter, with_meta
+from service.adverts import AdvertMeta, match_filter, request_filter, with_meta
 from service.batching import QueryBatcher
 from service.bounds import check_document_id, check_documents, shown
 from service.catalog import Catalog
@@ -47,7 +47,7 @@ from service.deps import (
     key_visibility,
 )
 from service.errors import Forbidden, InvalidInput, NotFound, Unavailable, error_responses
-from service.events.traffic import Traffic, id_of_result, served_model
+from service.events.traffic import Traffic, filter_shown, id_of_result, served_model
 from service.fields.schema import check_shape
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
@@ -219,6 +219,7 @@ async def match(
 ) -> MatchResponse:
     texts = check_match(body, settings)
     started = time.perf_counter()
+    asked = request_filter(body.filters, body.filter)
     node = match_filter(body.filters, body.filter)
     # Checked here, once, before any page waits in the batcher: a bad filter is the request's 422, not a batch's.
     await run_in_threadpool(collection.where, collection.ready_state(), node)
@@ -232,8 +233,11 @@ async def match(
     results_out = [page_match_out(r) for r in results]
     traffic: Traffic = request.app.state.traffic
     model = served_model(collection)
+    shown = filter_shown(asked)
     for page, out in zip(pages, results_out, strict=True):
-        out.impression, out.ads = traffic.show(collection.name, model, "match", page, out.ads, id_of_result)
+        out.impression, out.ads = traffic.show(
+            collection.name, model, "match", page, out.ads, id_of_result, filtered=shown
+        )
     return MatchResponse(collection=collection.name, results=results_out, took_ms=round(took, 3))
 
 

@@ -22,7 +22,7 @@ from service.store import DocumentStore
 from ssi.bundle import write_bundle
 from ssi.forms import form_class
 from ssi.records import Document
-from ssi.traffic import EVENTS_FILE, read_events
+from ssi.traffic import EVENTS_FILE, canonical_filter, read_events
 from ssi.vocab import Vocabulary
 from ssi_cli.main import build_app
 from training.clicks import read_click_log
@@ -313,8 +313,14 @@ def test_advert_clicks_on_match_answers_reach_an_adverts_model(ad_world: dict, t
                 )
                 assert answer.status_code == 200 and answer.json()["recorded"], answer.text
                 clicked.append((text, ad))
+        # A filtered match records what the request restricted it to, as one filter (the `filters` translated).
+        asked = {"page": ad_world["pages"][0].text, "k": 2, "filters": {"budget": True}, "filter": {"exists": "price"}}
+        filtered = server.client.post("/collections/ads/match", json=asked).json()["results"][0]["impression"]
         server.app.state.traffic.flush()
         events = server.settings.store_dir / "ads" / EVENTS_FILE
+    under = {r.impression: r.filter for r in read_events(events)}
+    expected = {"and": [{"not": {"term": {"budget": False}}}, {"exists": "price"}]}
+    assert under.pop(filtered) == canonical_filter(expected) and set(under.values()) == {None}
     logged = [(r.text, r.doc) for r in read_events(events) if r.clicked]
     assert sorted(logged) == sorted(clicked) and {r.kind for r in read_events(events)} == {"match"}
     log = read_click_log(events)
