@@ -79,8 +79,11 @@ def match_pages(
     """
     collection.require_type("adverts", "/match")
     state = collection.ready_state()
-    where = collection.where(state, filter)
-    where = dataclasses.replace(where, rows=state.matching(where.clause))
+    asked = collection.where(state, filter)
+    rows = state.matching(asked.clause)
+    # Every advert matches (none paused, no filter or one that excludes none): the unfiltered search, batched as
+    # /search's, rather than a selector or a scan over every row.
+    where = None if rows.shape[0] == state.table.n_live else dataclasses.replace(asked, rows=rows)
     texts = [cut_long_text(text, settings.max_page_chars) for text in pages]
     # The page's words for the open term, as /search takes them (ssi.open_vocab): None while closed or none is held.
     rows, words = state.featurize(texts, settings.max_page_words, counted=open_counts is not None)
