@@ -228,7 +228,7 @@ def test_a_reload_through_the_router_keeps_matching_as_the_single_node(
     world: dict, ad_world: dict, ray_router: dict, single: ThreadServer
 ) -> None:
     """POST /admin/reload on the router and on the single node, to the same new bundle: the pages get the same
-    adverts again (the books are untouched by a reload); reloaded back afterwards."""
+    adverts again (the metadata, fields of the adverts, is untouched by a reload); reloaded back afterwards."""
     client = ray_router["client"]
     other = make_bundle(world["bundle"].parent / "bundle-match-reloaded", world["docs"], seed=37)
     page = {"page": ad_world["pages"][-1], "k": 10, "filters": FILTERS[0]}
