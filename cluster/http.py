@@ -30,6 +30,7 @@ from cluster.events import router_traffic, served_model
 from cluster.fanout import Fanout
 from cluster.interleave import RouterComparison
 from service.advert_schemas import MatchRequest, MatchResponse
+from service.adverts import match_filter, request_filter
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
 from service.deps import (
@@ -44,7 +45,7 @@ from service.deps import (
 )
 from service.errors import Forbidden, NotFound, error_responses
 from service.events.schemas import ClickRequest, ClickResponse
-from service.events.traffic import id_of_result
+from service.events.traffic import filter_shown, id_of_result
 from service.interleave.merge import interleave_hits
 from service.interleave.schemas import InterleaveRequest, InterleaveStatus
 from service.metrics import Metrics
@@ -204,10 +205,11 @@ def build_app(
             )
         started = time.perf_counter()
         async with limiter.slot():
-            results = await fanout.match(texts, body.k, body.filters)
+            results = await fanout.match(texts, body.k, match_filter(body.filters, body.filter))
+        shown = filter_shown(request_filter(body.filters, body.filter))
         for page, result in zip(texts, results, strict=True):
             result.impression, result.ads = traffic.show(
-                name, served_model(about), "match", page, result.ads, id_of_result
+                name, served_model(about), "match", page, result.ads, id_of_result, filtered=shown
             )
         return MatchResponse(collection=name, results=results, took_ms=took_ms(started))
 

@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.adverts import adopt_book, corpus_fields, declared_fields
 from service.bounds import cut_long_text, shown
 from service.cores import usable_cores
 from service.embedding import Prepared
@@ -138,13 +139,17 @@ class Collection:
         bundle = _load_bundle(self.bundle_path)
         # Workers load one at a time: the first imports the corpus, builds and snapshots; the next ones load that.
         with self._upkeep():
+            adverts = self.type == "adverts"  # its metadata is four declared fields (service.adverts)
             self.store = DocumentStore.open_for_corpus(
                 self.settings.store_dir,
                 self.name,
                 self.spec.corpus,
                 on_change=self.settings.corpus_change,
-                fields=self.spec.fields,
+                fields=declared_fields(self.spec.fields) if adverts else self.spec.fields,
+                line_fields=corpus_fields if adverts else None,
             )
+            if adverts:
+                adopt_book(self.store)
             state = open_state(
                 collection=self.name, bundle=bundle, store=self.store, settings=self.settings,
                 start_up_threads=usable_cores().usable,
@@ -322,7 +327,7 @@ class Collection:
     ) -> tuple[list[QueryResult], FieldAnswer]:
         """`search` among the documents matching `request.filter` (service.fields), with the facets it asks for
         over every matching document: the exact top k of f among them, never a short page while more match.
-        `visible`: what the request's key may see (its filter ANDed to the request's: `_where`)."""
+        `visible`: what the request's key may see (its filter ANDed to the request's: `where`)."""
         self.require_type("documents", "search")
         self.ready_state()
         self._catch_up()
@@ -334,7 +339,7 @@ class Collection:
         check_facets(request.facets, types, settings.max_facets)
         # Without a filter (facets or fields only, an unrestricted key) the search is the unfiltered one.
         filtered = request.filter is not None or visible.restricted
-        where = self._where(state, request.filter, visible) if filtered else None
+        where = self.where(state, request.filter, visible) if filtered else None
         clause = where.clause if where is not None else None
         rows = state.matching(clause) if where is not None or request.facets else None
         if where is not None:  # evaluated once: for the search, the count and the facets
@@ -349,7 +354,7 @@ class Collection:
         matched = int(rows.shape[0]) if rows is not None else state.table.n_live
         return [result.page(offset) for result in results], FieldAnswer(matched, facets)
 
-    def _where(self, state: ModelState, node: Any, visible: Visibility = EVERYTHING) -> Where:
+    def where(self, state: ModelState, node: Any, visible: Visibility = EVERYTHING) -> Where:
         """A filter as sent (None: none), checked against the state's fields and the bounds (422 naming the problem),
         ANDed with the filter of the request's key (`visible`, service.fields.visibility: the one place a key's
         filter joins a request's), with the planner of its queries (service.fields)."""
@@ -374,7 +379,7 @@ class Collection:
         self.ready_state()
         self._catch_up()
         state = self.ready_state()
-        where = self._where(state, filter, visible) if filter is not None or visible.restricted else None
+        where = self.where(state, filter, visible) if filter is not None or visible.restricted else None
         doc = self.get(doc_id, visible)
         text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
         (result,) = state.search(

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from ssi.fields.filter_form import check_filter_form
 from ssi.records import Document, Pair, Query
@@ -77,9 +77,13 @@ def _string_field(path: Path, number: int, record: dict, *names: str, required: 
     return ""
 
 
-def iter_corpus(path: Path | str) -> Iterator[Document]:
+def iter_corpus(
+    path: Path | str, line_fields: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+) -> Iterator[Document]:
     """Documents of a JSONL corpus: `id` (or BEIR's `_id`), optional `title`, `text`, optional `fields` (a flat
-    object of filterable values, service.fields)."""
+    object of filterable values, service.fields). `line_fields`: fields a collection reads from the rest of the line
+    (an adverts corpus's top-level metadata, service.adverts.corpus_fields); the `fields` object wins a name both
+    give."""
     path = Path(path)
     for number, line in numbered_lines(path):
         record = _json_object(path, number, line)
@@ -91,6 +95,9 @@ def iter_corpus(path: Path | str) -> Iterator[Document]:
         fields = record.get("fields")
         if fields is not None and not isinstance(fields, dict):
             raise DataFileError(path, number, "'fields' must be a JSON object of field names to values")
+        extra = line_fields(record) if line_fields is not None else None
+        if extra:
+            fields = {**extra, **(fields or {})}
         yield Document(id=doc_id, title=title, text=text, fields=fields or None)
 
 

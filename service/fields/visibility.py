@@ -2,7 +2,7 @@
 every read made with it sees only the documents inside it (docs/operate/keys-and-bounds.md#per-key-visibility).
 
 The key's filter is ANDed to the request's own at the one place a request's filter becomes a clause
-(`service.collection.Collection._where`), so the index, the lexical candidates, the count, the facets and the reads by
+(`service.collection.Collection.where`), so the index, the lexical candidates, the count, the facets and the reads by
 id all obey it; a route only hands the request's `Visibility` on. A document outside is answered as absent (404).
 
 A key's filter is written by the operator, checked for its form when the settings load, and read against each
@@ -13,6 +13,7 @@ never everything.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -33,6 +34,7 @@ class Visibility:
     those matching its key's mandatory filter (the JSON as configured)."""
 
     filter: Any = None
+    key_id: str | None = None  # names the filtered read key in the traffic log (`read_key_id`), never the key
 
     @property
     def restricted(self) -> bool:
@@ -63,6 +65,13 @@ class Visibility:
         if own is None:
             return lambda _: True
         return lambda fields: admits(own, types, fields)
+
+
+def read_key_id(key: str) -> str:
+    """A filtered read key's name in the traffic log (service.events): 16 hex digits of a SHA-256 of it, the same
+    across restarts and workers so a key's impressions group, and no use to anyone who has only the log (a key is
+    at least 16 characters: SSI_READ_KEYS)."""
+    return hashlib.sha256(b"ssi read key\x00" + key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def admits(clause: Clause, types: dict[str, str], fields: Mapping[str, Any] | None) -> bool:

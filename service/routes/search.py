@@ -19,7 +19,7 @@ from service.bounds import check_search
 from service.collection import Collection, FieldAnswer, FieldRequest
 from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
-from service.events.traffic import id_of_result, served_model
+from service.events.traffic import filter_shown, id_of_result, served_model
 from service.fields.http import BatchSearchRequest, FieldOptions, SearchRequest
 from service.fields.visibility import EVERYTHING, Visibility
 from service.interleave.comparisons import Comparisons
@@ -276,6 +276,7 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
         id_of_result,
         body.offset + 1,
         interleaved,
+        filter_shown(body.filter, visible),
     )
     took = (time.perf_counter() - started) * 1000
     return json_response(
@@ -321,9 +322,10 @@ async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Res
 
     results = await limiter.run(work)
     model = served_model(collection)
+    shown = filter_shown(body.filter, visible)
     for query, result in zip(body.queries, results, strict=True):
         result.impression, result.hits = searching.traffic.show(
-            collection.name, model, "search", query, result.hits, id_of_result, body.offset + 1
+            collection.name, model, "search", query, result.hits, id_of_result, body.offset + 1, filtered=shown
         )
     took = (time.perf_counter() - started) * 1000
     return json_response(BatchSearchResponse(collection=collection.name, results=results, took_ms=round(took, 3)))
