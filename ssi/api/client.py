@@ -390,26 +390,47 @@ class Client:
 
     # -- adverts -----------------------------------------------------------------------------------------------
 
-    def match(self, page: str, k: int = 10, *, filters: AdFilter | None = None) -> PageMatch:
-        """The k best adverts for a web page's text that the filters admit (`POST /match`)."""
-        return self._match({"page": page}, k, filters)[0]
+    def match(
+        self, page: str, k: int = 10, *, filters: AdFilter | None = None, filter: dict[str, Any] | None = None
+    ) -> PageMatch:
+        """The k best adverts for a web page's text that the filters admit (`POST /match`): `filters` the adverts'
+        metadata, `filter` any filter of the filter language over the adverts' fields (docs/guides/fields.md),
+        both at once ANDed."""
+        return self._match({"page": page}, k, filters, filter)[0]
 
-    def match_pages(self, pages: Sequence[str], k: int = 10, *, filters: AdFilter | None = None) -> list[PageMatch]:
+    def match_pages(
+        self,
+        pages: Sequence[str],
+        k: int = 10,
+        *,
+        filters: AdFilter | None = None,
+        filter: dict[str, Any] | None = None,
+    ) -> list[PageMatch]:
         """`match` for several pages in one request, answered in order."""
-        return self._match({"pages": list(pages)}, k, filters)
+        return self._match({"pages": list(pages)}, k, filters, filter)
 
     def match_document(
-        self, page_id: str, k: int = 10, *, documents: str | None = None, filters: AdFilter | None = None
+        self,
+        page_id: str,
+        k: int = 10,
+        *,
+        documents: str | None = None,
+        filters: AdFilter | None = None,
+        filter: dict[str, Any] | None = None,
     ) -> PageMatch:
         """`match` with a stored document as the page: `page_id` of the documents collection `documents`
         (None: the default one)."""
         page: dict[str, Any] = {"page_id": page_id}
         if documents is not None:
             page["documents"] = documents
-        return self._match(page, k, filters)[0]
+        return self._match(page, k, filters, filter)[0]
 
-    def _match(self, page: dict[str, Any], k: int, filters: AdFilter | None) -> list[PageMatch]:
+    def _match(
+        self, page: dict[str, Any], k: int, filters: AdFilter | None, filter: dict[str, Any] | None
+    ) -> list[PageMatch]:
         body = {**page, "k": k, **({"filters": filters.body()} if filters is not None else {})}
+        if filter is not None:
+            body["filter"] = filter
         return _page_matches(self._request("POST", "/match", json=body))
 
     def get_advert(self, ad_id: str) -> Advert:
@@ -436,7 +457,8 @@ class Client:
 
     def update_advert(self, ad_id: str, **changes: bool | str | None) -> Advert:
         """Change an advert's metadata only (`PATCH /adverts/{id}`): `active` (pause, resume), `category`,
-        `advertiser`, `budget`. The text and its embedding are kept, so this is instant."""
+        `advertiser`, `budget`. The text is kept; the advert is written again with it (its metadata are fields of
+        its document: service.adverts), so this costs one write."""
         return _record(Advert, self._request("PATCH", f"/adverts/{_path_id(ad_id)}", json=changes))
 
     def delete_advert(self, ad_id: str) -> DeleteResult:

@@ -166,6 +166,12 @@ def test_adverts_match_writes_and_pauses(client: ssi.Client, api_world: ApiWorld
     assert "ad-new" in expected and [a.id for a in client.match(page, k=20).ads] == expected
     assert client.match(page, k=1, filters=ssi.AdFilter(category=["boats"])).ads == []
     assert [a.id for a in client.match(page, k=5, filters=ssi.AdFilter(category=["cars"])).ads] == ["ad-new"]
+    # The filter language over the adverts' fields (the metadata are fields), alone and ANDed with `filters`.
+    assert [a.id for a in client.match(page, k=5, filter={"term": {"category": "cars"}}).ads] == ["ad-new"]
+    others = client.match(page, k=20, filter={"not": {"term": {"category": "cars"}}}).ads
+    assert [a.id for a in others][:19] == [i for i in expected if i != "ad-new"]  # the next one fills the 20th
+    both = client.match(page, k=5, filters=ssi.AdFilter(category=["cars"]), filter={"term": {"category": "boats"}})
+    assert both.ads == []
     paused = client.update_advert("ad-new", active=False)
     assert isinstance(paused, ssi.Advert) and paused.active is False and paused.category == "cars"
     assert "ad-new" not in [a.id for a in client.match(page, k=20).ads]
