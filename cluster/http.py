@@ -29,6 +29,7 @@ from fastapi.responses import JSONResponse
 from cluster.events import router_traffic, served_model
 from cluster.fanout import Fanout
 from cluster.interleave import RouterComparison
+from cluster.manifest import ClusterIndexError
 from service.advert_schemas import MatchRequest, MatchResponse
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
@@ -108,6 +109,17 @@ def written(doc_id: str, title: str, text: str, fields: Any, where: str) -> dict
     return {"id": doc_id, "title": title, "text": text, "fields": check_shape(fields, where) if fields else None}
 
 
+def refuse_filtered_keys(settings: Settings) -> None:
+    """Per-key visibility (SSI_READ_KEYS, SSI_READ_KEYS_FILE) is a single server's for now: the router refuses to
+    start with filtered read keys (cluster.deploy checks before it joins a cluster), never serving a filtered key
+    that would see every document."""
+    if settings.read_keys:
+        raise ClusterIndexError(
+            "SSI_READ_KEYS (filtered read keys, per-key visibility) is not supported by the sharded cluster's router "
+            "yet: unset SSI_READ_KEYS and SSI_READ_KEYS_FILE, or serve the collection with `ssi serve`"
+        )
+
+
 def build_app(
     settings: Settings,
     fanout: Fanout,
@@ -118,8 +130,7 @@ def build_app(
     """The router app over `fanout`; `about` (the manifest's summary) is shown by GET /cluster; `data_dir` holds
     the router's traffic log (cluster.events: cluster.deploy passes `<index>/router`; None keeps no log), or
     `traffic` is the log to keep (with replicated shards: cluster.replication.events.ShippedTraffic over it)."""
-    if settings.read_keys:  # per-key visibility is a single server's for now: never a filtered key that sees all
-        raise ValueError("SSI_READ_KEYS (filtered read keys) is not supported by the sharded cluster's router yet")
+    refuse_filtered_keys(settings)
     about = {} if about is None else about  # one dict: a reload's update reaches GET /cluster and the log's model
     traffic = router_traffic(settings, data_dir) if traffic is None else traffic
 
