@@ -5,7 +5,9 @@
 `GET /words/{word}/nearest`, `GET /metrics`, `POST /admin/reload`, `POST /clicks` and, on an adverts index,
 `POST /match` (service.routes.match's checks and bodies; `page_id` excepted: no documents collection is served
 beside the adverts, so a page is sent as text) take the same requests and give the
-same responses as `ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
+same responses as `ssi serve` (documents' fields, filters, facets and fields with each hit included: the bodies
+of service.fields.http; cluster.field_schema checks writes against the cluster's field types, cluster.facet_merge
+makes facets exact), with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
 SSI_READ_KEY for reads), admission limits (SSI_MAX_CONCURRENCY fan-outs at once, SSI_MAX_QUEUE
 waiting: 429/503 beyond), body and host checks, request metrics (service.app.install_guards) and
 error bodies (service.app's handlers); `GET /model` adds every shard's index, `GET /cluster` lists

@@ -1,6 +1,6 @@
 """The index build as a Ray Data job (imported only by `ssi index --ray`).
 
-    read_json / read_parquet (blocks, in parallel)
+    read_text (JSONL: each line parsed by the task that embeds it) / read_parquet (blocks, in parallel)
       → map_batches(embed_batch): each block's shard, tf-idf rows and vectors (cluster.shard_build.embed_block),
         one bundle load per worker process
       → materialize (the embedding stage is timed on its own; with the collection's statistics the documents' token
@@ -39,28 +39,27 @@ def _embedder(bundle_path: str) -> Embedder:
 
 
 def embed_batch(
-    batch: dict[str, np.ndarray],
+    batch: Any,
     bundle_path: str,
     shards: int,
     adverts: bool = False,
     count_tokens: bool = False,
     lines: bool = False,
 ) -> dict[str, np.ndarray]:
-    """A Ray Data task: one block of corpus records → its rows with shard, vectors and tf-idf (cluster.shard_build),
-    with `adverts` each advert's metadata from the same record, with `count_tokens` each document's token count.
-    With `lines` the block is a JSONL corpus's lines (column `text`), each parsed here as `ssi serve` parses it, so
-    that a document's `fields` keep JSON's types (Arrow's JSON reader would make a struct of them, with an integer
-    made a float where another line has a float, and a date-like string a timestamp); else Parquet's columns.
+    """A Ray Data task: one block of corpus records (an Arrow table) → its rows with shard, vectors and tf-idf
+    (cluster.shard_build), with `adverts` each advert's metadata from the same record, with `count_tokens` each
+    document's token count. With `lines` the block is a JSONL corpus's lines (column `text`), each parsed here as
+    `ssi serve` parses it, so that a document's `fields` keep JSON's types (Arrow's JSON reader would make a struct
+    of them, with an integer made a float where another line has a float, and a date-like string a timestamp); else
+    Parquet's columns, read as Python values from Arrow (numpy's batches would make an integer child of a `fields`
+    struct a float wherever a row has no fields).
 
     Tasks rather than actors: an actor pool holds its CPUs for the whole job, and on a small cluster it
     can hold every CPU while the read tasks that feed it wait for one.
     """
+    records = batch.to_pylist()
     if lines:
-        records = [json_record(str(line)) for line in batch["text"] if str(line).strip()]
-    else:
-        columns = list(batch)
-        n = len(batch[columns[0]]) if columns else 0
-        records = [{name: batch[name][i] for name in columns} for i in range(n)]
+        records = [json_record(row["text"]) for row in records if row["text"].strip()]
     meta = [advert_meta(record) for record in records] if adverts else None
     docs = [document_of(r, columns=not lines) for r in records]
     return embed_block(_embedder(bundle_path), docs, shards, meta, count_tokens).columns()
@@ -150,7 +149,7 @@ def build_with_ray(
             "lines": lines,
         },
         batch_size=batch_size,
-        batch_format="numpy",
+        batch_format="pyarrow",
     ).materialize()
     embed_seconds = time.perf_counter() - started
     bundle = load_bundle(bundle_path, mmap=False)

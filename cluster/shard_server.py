@@ -207,7 +207,7 @@ class ShardServer:
     def field_types(self) -> Reply:
         """This shard's field types (service.fields), as its store fixed them: the router's collection-wide schema
         is every shard's (cluster.fanout.FieldSchema)."""
-        return answer(lambda: self.collection._ready_store().field_types())
+        return answer(self.collection.field_types)
 
     def page_text(self, doc_id: str) -> Reply:
         """The stored document as a long query ("more like this"), cut as the single node cuts it."""
@@ -233,7 +233,7 @@ class ShardServer:
             max_words = self.settings.max_page_words
             where = None
             if asked is not None and asked.filter is not None:
-                where = self.collection._where(state, asked.filter, known=asked.types)
+                where = self.collection.where(state, asked.filter, known=asked.types)
             found = state.search(
                 page,
                 want,

@@ -326,7 +326,7 @@ class Collection:
     ) -> tuple[list[QueryResult], FieldAnswer]:
         """`search` among the documents matching `request.filter` (service.fields), with the facets it asks for
         over every matching document: the exact top k of f among them, never a short page while more match.
-        `visible`: what the request's key may see (its filter ANDed to the request's: `_where`); `open_counts` as for
+        `visible`: what the request's key may see (its filter ANDed to the request's: `where`); `open_counts` as for
         `search`."""
         self.require_type("documents", "search")
         self.ready_state()
@@ -339,7 +339,7 @@ class Collection:
         check_facets(request.facets, types, settings.max_facets)
         # Without a filter (facets or fields only, an unrestricted key) the search is the unfiltered one.
         filtered = request.filter is not None or visible.restricted
-        where = self._where(state, request.filter, visible, request.types) if filtered else None
+        where = self.where(state, request.filter, visible, request.types) if filtered else None
         clause = where.clause if where is not None else None
         rows = state.matching(clause) if where is not None or request.facets else None
         if where is not None:  # evaluated once: for the search, the count and the facets
@@ -374,11 +374,11 @@ class Collection:
         with state.lock.read():
             types = {**request.types, **state.fields.types}
         check_facets(list(wanted), types, len(wanted))
-        where = self._where(state, request.filter, EVERYTHING, request.types) if request.filter is not None else None
+        where = self.where(state, request.filter, EVERYTHING, request.types) if request.filter is not None else None
         rows = state.matching(where.clause if where is not None else None)
         return state.value_counts(rows, wanted)
 
-    def _where(
+    def where(
         self, state: ModelState, node: Any, visible: Visibility = EVERYTHING, known: Mapping[str, str] | None = None
     ) -> Where:
         """A filter as sent (None: none), checked against the state's fields (and the types `known` beyond them:
@@ -412,7 +412,7 @@ class Collection:
         self.ready_state()
         self._catch_up()
         state = self.ready_state()
-        where = self._where(state, filter, visible, known) if filter is not None or visible.restricted else None
+        where = self.where(state, filter, visible, known) if filter is not None or visible.restricted else None
         doc = self.get(doc_id, visible)
         text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
         (result,) = state.search(
@@ -452,6 +452,10 @@ class Collection:
         with state.lock.read():
             types = dict(state.fields.types)
         return visible.admitter(types)
+
+    def field_types(self) -> dict[str, str]:
+        """The collection's field types as its store fixed them (first use, a declaration, a write's `types`)."""
+        return self._ready_store().field_types()
 
     def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
         return self._ready_store().get_many(ids, text_chars)

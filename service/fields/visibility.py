@@ -2,7 +2,7 @@
 every read made with it sees only the documents inside it (docs/operate/keys-and-bounds.md#per-key-visibility).
 
 The key's filter is ANDed to the request's own at the one place a request's filter becomes a clause
-(`service.collection.Collection._where`), so the index, the lexical candidates, the count, the facets and the reads by
+(`service.collection.Collection.where`), so the index, the lexical candidates, the count, the facets and the reads by
 id all obey it; a route only hands the request's `Visibility` on. A document outside is answered as absent (404).
 
 A key's filter is written by the operator, checked for its form when the settings load, and read against each
