@@ -198,15 +198,15 @@ class ShardServer:
         facets = {name: {"values": facet.values, "other": facet.other} for name, facet in counted.facets.items()}
         return [r.model_dump() | {"matched": counted.matched, "facets": facets} for r in results]
 
-    def count_values(self, asked: FieldAsk, wanted: dict[str, list[Any]]) -> Reply:
-        """The exact count of each value of `wanted` (field → values) among this shard's documents matching
-        `asked.filter`: the router's second round of facets (cluster.fanout.merge_facets)."""
+    def count_values(self, asked: FieldAsk, wanted: dict[str, list[Any] | None]) -> Reply:
+        """The exact count of each value of `wanted` (field → values; None: every value) among this shard's
+        documents matching `asked.filter`: the router's second and third rounds of facets (cluster.facet_merge)."""
         request = FieldRequest(filter=asked.filter, types=asked.types)
         return answer(lambda: self.collection.count_values(request, wanted))
 
     def field_types(self) -> Reply:
         """This shard's field types (service.fields), as its store fixed them: the router's collection-wide schema
-        is every shard's (cluster.fanout.FieldSchema)."""
+        is every shard's (cluster.field_schema)."""
         return answer(self.collection.field_types)
 
     def page_text(self, doc_id: str) -> Reply:
@@ -367,7 +367,7 @@ class ShardServer:
 
     def put(self, docs: Sequence[dict[str, Any]], types: dict[str, str] | None = None) -> Reply:
         """Add or replace documents this shard owns: durable in its store when this returns; `types`: the cluster's
-        types of the fields they use, fixed here first (cluster.fanout.FieldSchema: every shard types a name alike)."""
+        types of the fields they use, fixed here first (cluster.field_schema: every shard types a name alike)."""
         return answer(lambda: self.collection.put([Document(**d) for d in docs], types=types))
 
     def delete(self, doc_id: str) -> Reply:
