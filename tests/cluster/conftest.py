@@ -140,6 +140,15 @@ def with_fields(docs: list[Document]) -> list[Document]:
     return out
 
 
+def jsonl_block(corpus: Any) -> Any:
+    """A JSONL corpus as the Ray index job's read gives it to an embedding task (cluster.ray_index: Ray Data's
+    read_text, an Arrow table of the lines, for `embed_batch(..., lines=True)`)."""
+    import pyarrow as pa
+
+    lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return pa.table({"text": lines})
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     """A 300-document corpus file (most documents with fields: `with_fields`), a lowrank bundle over its words and
