@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import numpy as np
@@ -39,8 +40,28 @@ def syllable_words(n: int, rng: np.random.Generator) -> list[str]:
     return sorted(words)
 
 
-def write_world(root: Path, n_docs: int = 300, words_per_doc: tuple[int, int] = (15, 60), seed: int = 0) -> World:
-    """`root/corpus.jsonl` and `root/bundles/current` (a lowrank bundle, N = 16, every word kept)."""
+def world_fields(i: int, rng: np.random.Generator) -> dict[str, Any]:
+    """Document i's fields (service.fields), one of each type, so that the published schema offers filters,
+    facets and their examples over them and the fuzzer sends those."""
+    return {
+        "category": ["books", "music", "games"][i % 3],
+        "tags": [f"t{int(t)}" for t in rng.integers(0, 5, size=int(rng.integers(0, 3)))],
+        "price": round(float(rng.uniform(1, 100)), 2),
+        "year": 1990 + i % 30,
+        "published": f"2024-{1 + i % 12:02d}-{1 + i % 28:02d}",
+        "in_stock": bool(i % 2),
+    }
+
+
+def write_world(
+    root: Path,
+    n_docs: int = 300,
+    words_per_doc: tuple[int, int] = (15, 60),
+    seed: int = 0,
+    fields: bool = False,
+) -> World:
+    """`root/corpus.jsonl` and `root/bundles/current` (a lowrank bundle, N = 16, every word kept); with `fields`,
+    each document carries world_fields."""
     rng = np.random.default_rng(seed)
     words = syllable_words(3000, rng)
     weights = 1.0 / np.arange(1, len(words) + 1) ** 1.05
@@ -53,7 +74,10 @@ def write_world(root: Path, n_docs: int = 300, words_per_doc: tuple[int, int] = 
             text = " ".join(rng.choice(words, size=int(rng.integers(*words_per_doc)), p=weights)) + "."
             title = " ".join(rng.choice(words[50:600], size=3)).capitalize()
             texts.append(f"{title}\n{text}")
-            handle.write(json.dumps({"id": f"doc-{i:05d}", "title": title, "text": text}) + "\n")
+            record: dict[str, Any] = {"id": f"doc-{i:05d}", "title": title, "text": text}
+            if fields:
+                record["fields"] = world_fields(i, rng)
+            handle.write(json.dumps(record) + "\n")
     vocab = Vocabulary.build(texts, min_df=1)
     cls = form_class("lowrank")
     arrays = {

@@ -145,6 +145,15 @@ def _words(n: int, rng: np.random.Generator) -> list[str]:
     return sorted(found)
 
 
+# The filter of the ranking check: a third of the documents (service.fields; its field is written with every one).
+SHELF_FILTER = {"term": {"shelf": "s1"}}
+
+
+def fields_for(serial: int) -> dict[str, Any]:
+    """A document's fields: stored in the write's transaction and indexed, so they must survive every kill too."""
+    return {"shelf": f"s{serial % 3}", "serial": serial}
+
+
 def make_world(folder: Path, n_docs: int, seed: int) -> tuple[list[Document], Path, Path]:
     """A corpus of Zipf-distributed words (a unique word per document) and a random low-rank bundle."""
     rng = np.random.default_rng(seed)
@@ -155,12 +164,13 @@ def make_world(folder: Path, n_docs: int, seed: int) -> tuple[list[Document], Pa
     docs = []
     for i in range(n_docs):
         body = [*rng.choice(common, size=int(rng.integers(15, 50)), p=p), unique[i]]
-        docs.append(Document(f"doc-{i:05d}", " ".join(rng.choice(common[50:600], size=2)), " ".join(body)))
+        title = " ".join(rng.choice(common[50:600], size=2))
+        docs.append(Document(f"doc-{i:05d}", title, " ".join(body), fields=fields_for(i)))
     folder.mkdir(parents=True, exist_ok=True)
     corpus = folder / "corpus.jsonl"
     with corpus.open("w", encoding="utf-8") as handle:
         for doc in docs:
-            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text}) + "\n")
+            handle.write(json.dumps({"id": doc.id, "title": doc.title, "text": doc.text, "fields": doc.fields}) + "\n")
     vocab = Vocabulary.build([d.full_text for d in docs], min_df=1)
     cls = form_class("lowrank")
     arrays = {
@@ -280,7 +290,7 @@ class Writer(threading.Thread):
     def _new_doc(self, doc_id: str | None = None) -> Document:
         self.serial += 1
         doc_id = doc_id or f"w{self.number}-{self.serial}-{self.rng.randrange(1 << 30)}"
-        return Document(doc_id, f"Title {self.serial}", self._text())
+        return Document(doc_id, f"Title {self.serial}", self._text(), fields=fields_for(self.serial))
 
     def run(self) -> None:
         with httpx.Client(base_url=self.url, timeout=60) as client:
@@ -307,7 +317,7 @@ class Writer(threading.Thread):
                         self.acked_deletes += 1
                     continue
                 self.in_flight = {d.id: (self.owned.get(d.id), d) for d in docs}
-                body = {"documents": [{"id": d.id, "title": d.title, "text": d.text} for d in docs]}
+                body = {"documents": [{"id": d.id, "title": d.title, "text": d.text, "fields": d.fields} for d in docs]}
                 try:
                     response = client.post("/documents", json=body, headers=KEY)
                 except httpx.TransportError:
@@ -369,10 +379,18 @@ def _resolve(
     """A write cut off by the kill must read as before or as after it; the expectation follows what is read."""
     for doc_id, (before, after) in uncertain.items():
         found = client.get("/documents/" + quote(doc_id, safe=""))
-        now = Document(doc_id, found.json()["title"], found.json()["text"]) if found.status_code == 200 else None
+        now = _read(found)
         if found.status_code not in (200, 404) or now not in (before, after):
             raise CrashLoopFailure(f"{where}: {doc_id!r} reads {found.status_code} {now}, neither {before} nor {after}")
         expected[doc_id] = now
+
+
+def _read(found: httpx.Response) -> Document | None:
+    """The document a GET /documents/{id} answered (None: 404), fields included."""
+    if found.status_code != 200:
+        return None
+    body = found.json()
+    return Document(body["id"], body["title"], body["text"], fields=body.get("fields"))
 
 
 def _check_clicks(events: Path, acked: list[tuple[str, str]], where: str) -> None:
@@ -396,12 +414,14 @@ def _check_documents(client: httpx.Client, expected: Expected, touched: set[str]
                 raise CrashLoopFailure(f"{where}: acknowledged delete of {doc_id!r} came back ({found.status_code})")
         elif found.status_code != 200:
             raise CrashLoopFailure(f"{where}: acknowledged write of {doc_id!r} lost ({found.status_code})")
-        elif (found.json()["title"], found.json()["text"]) != (want.title, want.text):
-            raise CrashLoopFailure(f"{where}: {doc_id!r} holds an older version than the acknowledged one")
+        elif _read(found) != want:
+            raise CrashLoopFailure(f"{where}: {doc_id!r} holds another version than the acknowledged one")
 
 
 def _check_ranking(client: httpx.Client, bundle_dir: Path, expected: Expected, queries: list[str], where: str) -> None:
-    """The served top 10 equals brute force of the form's reference score over every surviving document.
+    """The served top 10 equals brute force of the form's reference score over every surviving document, and a
+    filtered search's (SHELF_FILTER) over the surviving documents it matches: the field index after the restart
+    agrees with the store.
 
     Same scores rank by rank (to 1e-4 relative); ids may differ only where brute force has a tie.
     """
@@ -411,15 +431,21 @@ def _check_ranking(client: httpx.Client, bundle_dir: Path, expected: Expected, q
     X = bundle.vocab.featurize_documents([doc.full_text for doc in docs])
     Q = bundle.vocab.featurize_queries(queries)
     scores = np.asarray(bundle.form.reference_scores(Q, bundle.vocab.doc_matrix(X)), dtype=np.float64)
-    for qi, query in enumerate(queries):
-        response = client.post("/search", json={"query": query, "k": 10})
+    shelf = next(iter(SHELF_FILTER["term"].values()))
+    outside = np.asarray([(doc.fields or {}).get("shelf") != shelf for doc in docs], dtype=bool)
+    for qi, filtered in ((qi, filtered) for qi in range(len(queries)) for filtered in (False, True)):
+        query = queries[qi]
+        asked: dict[str, Any] = {"query": query, "k": 10, **({"filter": SHELF_FILTER} if filtered else {})}
+        response = client.post("/search", json=asked)
         if response.status_code != 200:
             raise CrashLoopFailure(f"{where}: search answered {response.status_code}: {response.text[:200]}")
         if Q[qi].nnz == 0:  # no known word: the service answers nothing, brute force ranks all at 0
             continue
         hits = response.json()["hits"]
-        f = scores[qi]
-        best = np.lexsort((np.arange(f.shape[0]), -f))[:10].tolist()
+        f = np.where(outside, -np.inf, scores[qi]) if filtered else scores[qi]
+        if filtered and response.json()["matched"] != int((~outside).sum()):
+            raise CrashLoopFailure(f"{where}: {response.json()['matched']} match the filter, {(~outside).sum()} do")
+        best = [row for row in np.lexsort((np.arange(f.shape[0]), -f))[:10].tolist() if np.isfinite(f[row])]
         scale = max(1.0, float(np.abs(f[best]).max(initial=0.0)))
         if len(hits) != len(best):
             raise CrashLoopFailure(f"{where}: query {query!r}: {len(hits)} hits, brute force has {len(best)}")

@@ -177,7 +177,7 @@ def fuzz(
     `extra`: schemathesis arguments for both modes; `extra_by_mode`: more for one mode (e.g. its `--phases`);
     `config`: a schemathesis.toml for every run (settings by operation, e.g. where a phase runs)."""
     out.mkdir(parents=True, exist_ok=True)
-    world = write_world(out / "world", n_docs=300, seed=seed)
+    world = write_world(out / "world", n_docs=300, seed=seed, fields=True)  # filters, facets and fields fuzzed too
     tally = Tally()
     with Server(world, {"SSI_API_KEY": KEY}, repo) as server:
         round_ = 0

@@ -20,7 +20,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from service.adverts import AdFilter, AdvertBook, AdvertBooks
+from service.adverts import NOT_PAUSED
 from service.bench.match import make_pages
 from service.bench.queries import passage_corpus
 from service.collection import Collection
@@ -47,7 +47,7 @@ def main(
     adverts = work / f"ads-{ads}.jsonl"
     if not adverts.exists():
         passage_corpus(corpus, adverts, 60, ads)
-    loaded: dict[str, tuple[Collection, AdvertBook, Settings, AdvertBooks]] = {}
+    loaded: dict[str, tuple[Collection, Settings]] = {}
     for mode, on in MODES.items():
         settings = Settings(
             bundle=bundle, corpus=adverts, cache_dir=work / f"cache-{mode}", threads=threads, open_vocab=on
@@ -56,20 +56,19 @@ def main(
             "ads", CollectionSpec(bundle=bundle, corpus=adverts, type="adverts"), settings, Metrics()
         )
         collection.load()
-        books = AdvertBooks(settings)
-        loaded[mode] = (collection, books.get(collection), settings, books)
+        loaded[mode] = (collection, settings)
     result: dict[str, Any] = {"bundle": str(bundle), "ads": ads, "pages": pages, "rounds": rounds, "sizes": {}}
     try:
         for kb in [int(size) for size in page_kb.split(",")]:
             texts = make_pages(corpus, kb, pages, seed=0)
             seconds: dict[str, list[float]] = {mode: [] for mode in MODES}
-            for collection, book, settings, _ in loaded.values():
-                match_pages(collection, book, settings, texts[:5], 10, AdFilter())  # warm-up
+            for collection, settings in loaded.values():
+                match_pages(collection, settings, texts[:5], 10, NOT_PAUSED)  # warm-up
             for _ in range(rounds):
                 for text in texts:
-                    for mode, (collection, book, settings, _) in loaded.items():
+                    for mode, (collection, settings) in loaded.items():
                         started = time.perf_counter()
-                        match_pages(collection, book, settings, [text], 10, AdFilter())
+                        match_pages(collection, settings, [text], 10, NOT_PAUSED)
                         seconds[mode].append(time.perf_counter() - started)
             p50 = {mode: 1e3 * float(np.median(s)) for mode, s in seconds.items()}
             mean = {mode: 1e3 * float(np.mean(s)) for mode, s in seconds.items()}
@@ -81,8 +80,7 @@ def main(
             print(f"{kb} kB pages: closed p50 {p50['closed']:.2f} ms (mean {mean['closed']:.2f}), "
                   f"open p50 {p50['open']:.2f} ms (mean {mean['open']:.2f}), open/closed p50 {ratio:.3f}")  # fmt: skip
     finally:
-        for collection, _, _, books in loaded.values():
-            books.close()
+        for collection, _ in loaded.values():
             collection.close()
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)

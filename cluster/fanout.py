@@ -40,11 +40,10 @@ from cluster.field_schema import FieldSchema
 from cluster.shard_server import FieldAsk, Reply, ShardAnswers, ShardServer
 from cluster.sharding import shard_of
 from service.advert_schemas import AdMatch, PageMatchOut
-from service.adverts import AdFilter
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
-from service.fields.filter_form import filter_fields
 from service.fields.http import FieldOptions
 from service.schemas import FacetOut, FacetValue, Hit, SearchResult
+from ssi.fields.filter_form import filter_fields
 from ssi.open_vocab import OpenCounts
 
 ERRORS: dict[int, type[ServiceError]] = {
@@ -210,9 +209,10 @@ class Fanout:
             *(self.shards.call(i, "drop_candidate") for i in range(self.shards.count)), return_exceptions=True
         )
 
-    async def match(self, pages: Sequence[str], k: int, ad_filter: AdFilter) -> list[PageMatchOut]:
-        """POST /match: each page's top k admitted adverts over every shard (all of them answer, or a 503)."""
-        per_shard = await self.ranked("match", list(pages), k, ad_filter)
+    async def match(self, pages: Sequence[str], k: int, filter: dict[str, Any]) -> list[PageMatchOut]:
+        """POST /match: each page's top k adverts matching `filter` (service.adverts.match_filter: one filter, the
+        same on every shard) over every shard (all of them answer, or a 503)."""
+        per_shard = await self.ranked("match", list(pages), k, filter)
         return [merge_matches([shard[i] for shard in per_shard], k) for i in range(len(pages))]
 
     async def similar(self, doc_id: str, k: int, offset: int, filter: Any = None) -> SearchResult:

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from service.errors import Conflict
-from service.fields.schema import admit
+from service.fields.checks import admit
 
 # Every shard's field types (ShardServer.field_types), shard by shard.
 AskTypes = Callable[[], Awaitable[list[dict[str, str]]]]

@@ -33,6 +33,7 @@ from cluster.fanout import Fanout
 from cluster.interleave import RouterComparison
 from cluster.manifest import ClusterIndexError
 from service.advert_schemas import MatchRequest, MatchResponse
+from service.adverts import match_filter, request_filter
 from service.app import install_error_handlers, install_guards
 from service.bounds import check_document_id, check_documents, check_paging, check_search
 from service.deps import (
@@ -47,8 +48,8 @@ from service.deps import (
 )
 from service.errors import Forbidden, InvalidInput, NotFound, error_responses
 from service.events.schemas import ClickRequest, ClickResponse
-from service.events.traffic import id_of_result
-from service.fields.filter_form import check_filter_form
+from service.events.traffic import filter_shown, id_of_result
+from service.fields.checks import check_shape
 from service.fields.http import (
     BatchSearchRequest,
     DocumentBody,
@@ -57,7 +58,6 @@ from service.fields.http import (
     FieldOptions,
     SearchRequest,
 )
-from service.fields.schema import check_shape
 from service.interleave.merge import interleave_hits
 from service.interleave.schemas import InterleaveRequest, InterleaveStatus
 from service.metrics import Metrics
@@ -77,6 +77,7 @@ from service.schemas import (
     WriteResponse,
 )
 from service.settings import Settings
+from ssi.fields.filter_form import check_filter_form
 from ssi.interleaving import TEST_FIELDS
 
 COLLECTION_NAME = "documents"
@@ -96,7 +97,7 @@ def took_ms(started: float) -> float:
 
 
 def check_filter(settings: Settings, node: Any) -> None:
-    """A request's filter has the form of one (service.fields.filter_form, at most SSI_MAX_FILTER_DEPTH levels), a
+    """A request's filter has the form of one (ssi.fields.filter_form, at most SSI_MAX_FILTER_DEPTH levels), a
     422 naming the problem otherwise; its fields and their types are checked by the shards (cluster.fanout)."""
     if node is not None:
         try:
@@ -195,7 +196,15 @@ def build_app(
                     result, teams = interleave_hits(result, other, body.k, comparison.rng())
                     interleaved = (interleave.content_hash, teams)
         result.impression, result.hits = traffic.show(
-            name, served_model(about), "search", body.query, result.hits, id_of_result, body.offset + 1, interleaved
+            name,
+            served_model(about),
+            "search",
+            body.query,
+            result.hits,
+            id_of_result,
+            body.offset + 1,
+            interleaved,
+            filter_shown(body.filter),  # the filter the list was ranked under, as one node records it
         )
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
@@ -210,9 +219,10 @@ def build_app(
             results = await fanout.search(
                 body.queries, body.k, body.offset, body.ef_search, body.nprobe, options(body), settings.facet_size
             )
+        shown = filter_shown(body.filter)
         for query, result in zip(body.queries, results, strict=True):
             result.impression, result.hits = traffic.show(
-                name, served_model(about), "search", query, result.hits, id_of_result, body.offset + 1
+                name, served_model(about), "search", query, result.hits, id_of_result, body.offset + 1, filtered=shown
             )
         return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
 
@@ -257,10 +267,11 @@ def build_app(
             )
         started = time.perf_counter()
         async with limiter.slot():
-            results = await fanout.match(texts, body.k, body.filters)
+            results = await fanout.match(texts, body.k, match_filter(body.filters, body.filter))
+        shown = filter_shown(request_filter(body.filters, body.filter))
         for page, result in zip(texts, results, strict=True):
             result.impression, result.ads = traffic.show(
-                name, served_model(about), "match", page, result.ads, id_of_result
+                name, served_model(about), "match", page, result.ads, id_of_result, filtered=shown
             )
         return MatchResponse(collection=name, results=results, took_ms=took_ms(started))
 

@@ -7,7 +7,7 @@ each shard written by one task (cluster.ray_index). Either way the manifest is w
 
 An adverts collection (`collection_type="adverts"`, `ssi index --type adverts`) is built the same way; each
 advert's metadata (category, advertiser, active, budget: the extra fields of its corpus line, as `ssi serve`
-reads them) travels with its row and is written into its shard's metadata book (cluster.shard_build).
+reads them) travels with its row and becomes four fields of its document in its shard's store (cluster.shard_build).
 
 With `open_vocab` (`ssi index --open-vocab`, or SSI_OPEN_VOCAB) each shard's snapshot also holds its documents' new
 words (cluster.shard_build.open_postings), so a cluster serving the open vocabulary starts from it. With the

@@ -5,7 +5,8 @@
                                   documents, the truth for its writes) and index/documents/... (the
                                   snapshot the index job computed, loaded by the shard like a restart)
     <index>/shard-0000/ids.json   the ids the index job put in this shard (a sorted JSON list)
-    <index>/shard-0000/stores/documents/adverts.sqlite   an adverts index only: its adverts' metadata book
+    <index>/shard-0000/stores/documents/adverts.sqlite   an adverts index built before the fields only: its adverts'
+                                                         metadata book, adopted into their fields when the shard opens
 
 The manifest records the bundle's content hash (a shard refuses to serve another bundle over these
 vectors), the hash that assigns documents to shards, and what each shard holds, so `ssi cluster serve`
@@ -60,8 +61,8 @@ class ClusterManifest(BaseModel):
     form: str
     type: CollectionType = Field(
         default="documents",
-        description="what the shards hold: documents (searched) or adverts (matched to pages; each shard keeps its "
-        "adverts' metadata book beside its store, service.adverts)",
+        description="what the shards hold: documents (searched) or adverts (matched to pages; an advert's metadata "
+        "is four fields of its document, service.adverts)",
     )
     shards: int = Field(ge=1)
     shard_hash: str = HASH_NAME

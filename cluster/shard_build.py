@@ -5,9 +5,9 @@
    `embed_documents_of`), so a shard's vectors are bit for bit what a single node computes.
 2. `write_shard`: one shard's documents + vectors → its document store (service.store, seeded like a
    corpus) and an index snapshot (service.snapshot) in the cache folder the shard server opens, so the
-   shard starts "from cache" and never embeds its documents again. For an adverts collection the
-   shard's metadata book (service.adverts.AdvertBook) is seeded from the same lines, as `ssi serve`
-   seeds an adverts collection's book from its corpus. With the open vocabulary (SSI_OPEN_VOCAB) the
+   shard starts "from cache" and never embeds its documents again. For an adverts collection each
+   advert's metadata becomes four fields of its document (service.adverts), read from the same lines as
+   `ssi serve` reads an adverts corpus's. With the open vocabulary (SSI_OPEN_VOCAB) the
    snapshot holds the shard's open postings (open_vocab.json), as the single node's state builder writes
    them; without them a shard serving it open would recompute its index from the store once.
 
@@ -38,7 +38,7 @@ import scipy.sparse as sp
 from cluster.manifest import COLLECTION, ClusterIndexError, ShardEntry, shard_dir
 from cluster.shard_settings import shard_settings
 from cluster.sharding import shard_of
-from service.adverts import AdvertBook, AdvertMeta
+from service.adverts import corpus_fields, declared_fields
 from service.embedding import Embedder
 from service.index import VectorIndex
 from service.settings import CollectionType, IndexType, Settings
@@ -63,7 +63,7 @@ class Block:
     shards: np.ndarray  # int32
     embeddings: np.ndarray  # float32 [n, M]
     tfidf: sp.csr_matrix  # [n, D], unit rows
-    meta: list[str]  # an advert's metadata (AdvertMeta.to_json), "" for a document
+    meta: list[str]  # an advert's metadata as fields (advert_meta, JSON), "" for a document
     # int64: each document's token count (|d|, every token) where the build counts them (the collection's
     # statistics: the cluster's avg_len), else 0
     lengths: np.ndarray
@@ -202,7 +202,7 @@ def column_fields(value: Any) -> dict[str, Any] | None:
 
 
 def plain_value(value: Any) -> Any:
-    """One field value from a Parquet column as JSON would hold it (service.fields.schema reads JSON's types)."""
+    """One field value from a Parquet column as JSON would hold it (ssi.fields.schema reads JSON's types)."""
     if isinstance(value, np.ndarray | list | tuple):
         return [plain_value(item) for item in value]
     if isinstance(value, np.generic):
@@ -213,11 +213,11 @@ def plain_value(value: Any) -> Any:
 
 
 def advert_meta(record: dict) -> str:
-    """An advert's metadata fields of a corpus record (service.adverts.AdvertMeta.from_record, what `ssi serve`
-    seeds its book with), as JSON. A Ray Data column holds numpy scalars: they are made Python values first, or
-    a paused advert's numpy False would not be `False` and the advert would be served."""
+    """An advert's metadata of a corpus record's top level as its fields (service.adverts.corpus_fields, what `ssi
+    serve` reads from an adverts corpus line), as JSON. A Ray Data column holds numpy scalars: they are made Python
+    values first, or a paused advert's numpy False would not be `False` and the advert would be served."""
     plain = {name: value.item() if isinstance(value, np.generic) else value for name, value in record.items()}
-    return AdvertMeta.from_record(plain).to_json()
+    return json.dumps(corpus_fields(plain) or {})
 
 
 def embed_block(
@@ -303,8 +303,8 @@ def write_shard(
     its lexical rows and new words weighed with it: the collection's statistics).
 
     The store is seeded from a JSONL file exactly as `ssi serve --corpus` seeds one (a repeated id is
-    refused there), and so is an adverts collection's metadata book (the lines carry each advert's
-    metadata); then the file is removed: the store and the book are the shard's truth from now on.
+    refused there; an adverts collection's lines carry each advert's metadata, read as its fields with the four
+    metadata types declared); then the file is removed: the store is the shard's truth from now on.
     """
     started = time.perf_counter()
     folder = shard_dir(root, shard)
@@ -320,15 +320,21 @@ def write_shard(
                 record["fields"] = json.loads(fields)
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     corpus = seed if block.ids else None
+    adverts = collection_type == "adverts"
     try:
-        store = DocumentStore.open_for_corpus(settings.store_dir, COLLECTION, corpus, on_change="refuse")
+        store = DocumentStore.open_for_corpus(
+            settings.store_dir,
+            COLLECTION,
+            corpus,
+            on_change="refuse",
+            fields=declared_fields(None) if adverts else None,
+            line_fields=corpus_fields if adverts else None,
+        )
     except DataFileError as exc:  # a document's fields, named by its id (the seed file is the build's own)
         seed.unlink()
         raise ClusterIndexError(f"shard {shard}: {exc.problem}") from None
     try:
         field_types = store.field_types()
-        if collection_type == "adverts":
-            AdvertBook.for_collection(settings.store_dir, COLLECTION, corpus).close()
         config = index_config(settings)
         dims = bundle.manifest.index_dims
         embeddings = np.ascontiguousarray(block.embeddings, dtype=np.float32).reshape(len(block.ids), dims)

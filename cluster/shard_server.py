@@ -26,7 +26,6 @@ from typing import Any, TypeVar
 
 from cluster.manifest import COLLECTION, ClusterIndexError, read_manifest, write_manifest
 from cluster.shard_settings import cluster_avg_len, shard_settings
-from service.adverts import AdFilter, AdvertBooks
 from service.bounds import cut_long_text
 from service.collection import Collection, FieldRequest
 from service.errors import Conflict, InvalidInput, ServiceError
@@ -35,7 +34,7 @@ from service.interleave.record import ComparisonSpec
 from service.matching import match_pages
 from service.metrics import Metrics
 from service.model_state import ModelState
-from service.routes.match import page_match_out
+from service.routes.match import page_match_out, warm_adverts
 from service.routes.model import model_response
 from service.routes.search import scan_chars, to_result, to_results
 from service.routes.words import nearest_response
@@ -138,7 +137,6 @@ class ShardServer:
         )
         spec = CollectionSpec(bundle=bundle, type=manifest.type)
         self.collection = Collection(COLLECTION, spec, self.settings, Metrics())
-        self.books = AdvertBooks(self.settings)  # an adverts shard's book (seeded by the build)
         self.collection.load()
         state = self.collection.ready_state()
         if state.bundle.content_hash != manifest.bundle_hash:
@@ -147,7 +145,7 @@ class ShardServer:
                 f"{index}: built with bundle {manifest.bundle_hash[:12]}, "
                 f"but {bundle} is now {state.bundle.content_hash[:12]}"
             )
-        self.books.prepare(self.collection)  # as a worker of `ssi serve` does: not inside the first /match
+        warm_adverts(self.collection)  # as a worker of `ssi serve` does: not inside the first /match
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -252,15 +250,15 @@ class ShardServer:
         return answer(work)
 
     def match(
-        self, pages: Sequence[str], want: int, ad_filter: AdFilter, counts: Sequence[OpenCounts] | None = None
+        self, pages: Sequence[str], want: int, filter: dict[str, Any], counts: Sequence[OpenCounts] | None = None
     ) -> Reply:
-        """Each page's exact top `want` admitted adverts in this shard, as service.advert_schemas.PageMatchOut dicts
-        (scores, their split and the words that made each match: all depend on the page and the advert, and on the
-        counts of its new words), in `ShardAnswers` (`counts` as for `search`)."""
+        """Each page's exact top `want` adverts matching `filter` (service.adverts.match_filter) in this shard, as
+        service.advert_schemas.PageMatchOut dicts (scores, their split and the words that made each match: all
+        depend on the page and the advert, and on the counts of its new words), in `ShardAnswers` (`counts` as for
+        `search`)."""
 
         def rank(texts: list[str], given: Sequence[OpenCounts] | None) -> list[dict[str, Any]]:
-            book = self.books.get(self.collection)
-            matches = match_pages(self.collection, book, self.settings, texts, want, ad_filter, given)
+            matches = match_pages(self.collection, self.settings, texts, want, filter, given)
             return [page_match_out(m).model_dump() for m in matches]
 
         def work() -> ShardAnswers:
@@ -432,7 +430,6 @@ class ShardServer:
         """Save what is unsaved and close the store (the write log has it all anyway); once."""
         if not self._closed:
             self._closed = True
-            self.books.close()
             self.collection.close()
 
     def __del__(self) -> None:  # Serve drops a replica's object on a graceful stop

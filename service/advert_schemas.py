@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, Field
 
 from service.adverts import AdFilter
+from service.fields.http import FILTER_EXAMPLE, DocumentFields
 from service.schemas import DocumentBody, DocumentId, Integer, Strict, UnicodeText, ceiling
 
 LABEL_CHARS = 200  # a category or an advertiser name
 
 
 class MatchRequest(Strict):
-    """One page (`page` text or `page_id` of a stored document) or a batch (`pages`), k, filters."""
+    """One page (`page` text or `page_id` of a stored document) or a batch (`pages`), k, filters: the adverts'
+    own `filters` and the general `filter` of the filter language, ANDed (service.adverts.match_filter)."""
 
     page: UnicodeText | None = Field(
         default=None,
@@ -30,7 +34,21 @@ class MatchRequest(Strict):
         description="several page texts at once (at most SSI_MAX_BATCH); one result each, in order",
     )
     k: Integer = Field(default=10, ge=1, le=ceiling("max_k"), description="adverts per page (at most SSI_MAX_K)")
-    filters: AdFilter = Field(default_factory=AdFilter)
+    filters: AdFilter = Field(
+        default_factory=AdFilter,
+        description="the adverts' metadata filters, as /match has always taken them: the same as a `filter` of "
+        "terms on category and advertiser and a term on budget (docs/guides/fields.md#match-filters)",
+    )
+    filter: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "only adverts matching it, in the filter language of /search (term, terms, range, exists, and, or, "
+            "not; over the adverts' fields, category, advertiser, active and budget included; at most "
+            "SSI_MAX_FILTER_CLAUSES clauses, SSI_MAX_FILTER_TERMS values, SSI_MAX_FILTER_DEPTH levels), ANDed "
+            "with `filters`: the top k of the score among the matching adverts. A paused advert never matches. "
+            f"For example {FILTER_EXAMPLE}"
+        ),
+    )
 
 
 class AdMatch(BaseModel):
@@ -67,8 +85,9 @@ class MatchResponse(BaseModel):
     took_ms: float
 
 
-class AdvertBody(DocumentBody):
-    """An advert: its text (title, text) and its metadata."""
+class AdvertBody(DocumentBody, DocumentFields):
+    """An advert: its text (title, text), its metadata (four fields of its document: service.adverts) and any other
+    `fields`; the metadata given here wins over the same names in `fields`."""
 
     active: bool = Field(default=True, description="false: paused, never matched")
     category: str | None = Field(default=None, max_length=LABEL_CHARS)
@@ -77,7 +96,7 @@ class AdvertBody(DocumentBody):
 
 
 class AdvertPatch(Strict):
-    """Metadata changes only (pause, resume, recategorize): the advert's text and embedding are kept."""
+    """Metadata changes only (pause, resume, recategorize): the advert's text and other fields are kept."""
 
     active: bool | None = None
     category: str | None = Field(default=None, max_length=LABEL_CHARS)
@@ -94,4 +113,7 @@ class AdvertOut(BaseModel):
     category: str | None
     advertiser: str | None
     budget: bool
+    fields: dict[str, Any] | None = Field(
+        default=None, description="every field of the advert's document (its metadata included), null for none"
+    )
     seq: int | None = Field(default=None, description="the write sequence number of the advert's text")

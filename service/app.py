@@ -25,7 +25,6 @@ from starlette.routing import Match
 
 from service import busy
 from service.admission import Limiter
-from service.adverts import AdvertBooks
 from service.bounds import body_limits
 from service.catalog import Catalog
 from service.deps import CollectionPathDep, ReadKeyDep
@@ -151,7 +150,6 @@ def create_app(
             yield
         finally:
             app.state.comparisons.close()
-            app.state.adverts.close()
             app.state.traffic.close()
             catalog.close()
 
@@ -163,8 +161,7 @@ def create_app(
     )
     app.state.settings = settings
     app.state.catalog = catalog
-    app.state.adverts = AdvertBooks(settings)  # metadata of the adverts collections (service.adverts)
-    catalog.after_load(app.state.adverts.prepare)
+    catalog.after_load(match.warm_adverts)  # an adverts collection's page featurizer, before its first /match
     app.state.traffic = Traffic(settings, metrics_registry)  # impressions and clicks (service.events)
     # A candidate interleaved with the served model (service.interleave)
     app.state.comparisons = Comparisons(catalog, app.state.traffic, metrics_registry)

@@ -2,7 +2,8 @@
 
 A backup is taken while the service serves and writes, from its folders, without stopping it:
 
-- each SQLite file of a collection (the document store, the click log and an adverts collection's metadata book,
+- each SQLite file of a collection (the document store, the click log and, in a store not yet opened since an
+  earlier version, its adverts' metadata book, adopted into their fields when it opens: service.adverts;
   `<data>/stores/<collection>/`) is
   copied through SQLite's online backup API, which copies one transaction-consistent state of the database
   while writers carry on (WAL mode);
@@ -53,7 +54,7 @@ class CollectionBackup:
     documents: int
     events: bool
     snapshots: dict[str, int] = field(default_factory=dict)  # path under index/<collection>/ -> its sequence
-    adverts: bool = False  # an adverts collection's metadata book (service.adverts), copied with the store
+    adverts: bool = False  # an earlier version's adverts metadata book (service.adverts.adopt_book), copied too
 
 
 @dataclass(frozen=True, slots=True)

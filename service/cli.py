@@ -43,6 +43,13 @@ def serve(
     collection: Annotated[
         str | None, typer.Option(help="Name of the collection (env SSI_COLLECTION, default documents)")
     ] = None,
+    schema: Annotated[
+        Path | None,
+        typer.Option(
+            help='JSON file of the collection\'s field types, e.g. {"sku": "keyword", "price": "float"} (keyword, '
+            "keyword_list, integer, float, boolean, date); other fields take their first value's type (env SSI_SCHEMA)"
+        ),
+    ] = None,
     index_type: Annotated[
         str | None, typer.Option(help="flat (exact), hnsw or ivf (approximate) (env SSI_INDEX_TYPE)")
     ] = None,
@@ -75,6 +82,7 @@ def serve(
             "cache_dir": cache_dir,
             "data_dir": data_dir,
             "collection": collection,
+            "schema_file": schema,
             "index_type": index_type,
             "threads": threads,
             "workers": workers,

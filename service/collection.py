@@ -43,12 +43,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.adverts import adopt_book, corpus_fields, declared_fields
 from service.bounds import cut_long_text, shown
 from service.cores import usable_cores
 from service.embedding import Prepared
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, Unavailable, WrongCollectionType
+from service.fields.checks import parse_filter
 from service.fields.facets import Facet, check_facets
-from service.fields.filters import FilterBounds, parse_filter
 from service.fields.plan import Planner
 from service.fields.visibility import EVERYTHING, Visibility
 from service.group_reload import GroupBundle
@@ -62,6 +63,7 @@ from service.store import DocumentStore, StoredDocument, StoreError, disk_full
 from service.threads import freeze_loaded_objects, release_free_memory
 from service.writes import FieldWrites, apply_writes, capture, replay
 from ssi.bundle import Bundle, BundleError, load_bundle
+from ssi.fields.filters import FilterBounds
 from ssi.open_vocab import OpenCounts
 from ssi.records import Document
 
@@ -141,13 +143,17 @@ class Collection:
         bundle = _load_bundle(self.bundle_path)
         # Workers load one at a time: the first imports the corpus, builds and snapshots; the next ones load that.
         with self._upkeep():
+            adverts = self.type == "adverts"  # its metadata is four declared fields (service.adverts)
             self.store = DocumentStore.open_for_corpus(
                 self.settings.store_dir,
                 self.name,
                 self.spec.corpus,
                 on_change=self.settings.corpus_change,
-                fields=self.spec.fields,
+                fields=declared_fields(self.spec.fields) if adverts else self.spec.fields,
+                line_fields=corpus_fields if adverts else None,
             )
+            if adverts:
+                adopt_book(self.store)
             state = open_state(
                 collection=self.name, bundle=bundle, store=self.store, settings=self.settings,
                 start_up_threads=usable_cores().usable,

@@ -25,7 +25,7 @@ from service.catalog import Catalog
 from service.collection import Collection
 from service.errors import Forbidden, InvalidInput, Unauthorized
 from service.events.traffic import Traffic
-from service.fields.visibility import EVERYTHING, Visibility
+from service.fields.visibility import EVERYTHING, Visibility, read_key_id
 from service.interleave.comparisons import Comparisons
 from service.metrics import Metrics
 from service.settings import COLLECTION_NAME, Settings
@@ -181,7 +181,7 @@ def key_visibility(settings: Settings, given: str | None) -> Visibility:
     for entry in settings.read_keys:
         if hmac.compare_digest(candidate, entry.key.get_secret_value().encode("utf-8")):
             found = entry.filter
-    return EVERYTHING if found is None else Visibility(found)
+    return EVERYTHING if found is None else Visibility(found, read_key_id(given))
 
 
 async def get_visibility(request: Request) -> Visibility:

@@ -183,7 +183,7 @@ class Embedder:
     def warm_page_featurizer(self) -> None:
         """Build what a web page's featurizing makes on first use (the word table, and the word-character table of
         every code point that a text outside ASCII needs): tens of ms that an adverts collection spends as it loads
-        rather than inside its first /match (service.adverts.AdvertBooks.prepare)."""
+        rather than inside its first /match (service.routes.match.warm_adverts)."""
         self._bulk.featurize(["warm é"], documents=False)
 
     @functools.cached_property

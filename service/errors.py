@@ -68,7 +68,8 @@ class Unavailable(ServiceError):
 
 # What each error status means on this service: the descriptions of the OpenAPI schema.
 ERROR_MEANINGS = {
-    400: "a body that is not UTF-8, a malformed Content-Length, or a Host not in SSI_ALLOWED_HOSTS",
+    400: "a body that is not UTF-8, a malformed Content-Length, a Host not in SSI_ALLOWED_HOSTS, or a request line"
+    " and headers past the HTTP server's 16 KiB",
     401: "a key is needed and the X-API-Key header is missing or wrong",
     403: "refused by configuration (no key set for writes, a bundle outside SSI_BUNDLE_ROOT)",
     404: "no such document or collection",

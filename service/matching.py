@@ -6,10 +6,11 @@ A page is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS hea
 open vocabulary's term (ssi.open_vocab) added exactly as for /search when SSI_OPEN_VOCAB is on: an advert written
 after training is found by a page word only it holds.
 
-Filters never starve: the search asks for the exact top `want` adverts, keeps those the filter
-admits (in order, so they are the exact top of the admitted ones), and when fewer than k are left
-it asks again for four times as many, up to every advert of the collection. A request therefore
-gets k adverts whenever k adverts are admitted, and fewer only when fewer exist.
+A match is a filtered search (service.fields): its filter (service.adverts.match_filter: not paused, the old
+`filters`, the request's `filter`) is evaluated once to the matching adverts' rows from the field index, and
+each page gets the exact top k of f among them, an exact scan of those rows or the index with them as a selector
+(service.fields.plan), as /search's filter does. A request therefore gets k adverts whenever k adverts match,
+and fewer only when fewer exist.
 
 Why an advert matched, in words: `shared` are the words of both texts, by q_i d_i (their share of
 the lexical part when the form has the identity term); `related` are the page words that pulled the
@@ -20,23 +21,24 @@ word and only related ones.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from service.adverts import AdFilter, AdvertBook, AdvertMeta
+from service.adverts import AdvertMeta
 from service.bounds import cut_long_text
 from service.collection import Collection
 from service.model_state import ModelState, QueryResult
 from service.settings import Settings
 from ssi.forms.base import UNIT_EPS
-from ssi.open_vocab import OpenCounts, QueryWords
+from ssi.open_vocab import OpenCounts
 
 EXPLAIN_WORDS = 5  # shared and related words reported per advert
-GROWTH = 4  # how much more a filtered search asks for when the admitted adverts fall short
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,97 +59,76 @@ class AdHit:
 class PageMatch:
     hits: list[AdHit]
     page_words: int  # distinct page words the model knows (after the cut)
-    ranked: int  # adverts ranked exactly to fill the page's k (grows with a selective filter)
+    ranked: int  # adverts scored exactly for this page
 
 
 def match_pages(
     collection: Collection,
-    book: AdvertBook,
     settings: Settings,
     pages: Sequence[str],
     k: int,
-    ad_filter: AdFilter,
+    filter: dict[str, Any],
     open_counts: Sequence[OpenCounts | None] | None = None,
 ) -> list[PageMatch]:
-    """The exact top k admitted adverts of each page text.
+    """The exact top k adverts matching `filter` (service.adverts.match_filter: a 422 naming a problem of it) of
+    each page text.
 
-    The pages are featurized once and searched together (one ONNX call and one index call for the batch, as
-    /search does); a page whose filter admits too few of its first adverts asks again on its own. `open_counts`:
-    what weighs each page's new words where not the collection's own counts (a shard: the cluster's).
+    The pages are featurized once and searched together (one ONNX call for the batch, as /search does), the filter
+    evaluated once for them all. `open_counts`: what weighs each page's new words where not the collection's own
+    counts (a shard: the cluster's).
     """
     collection.require_type("adverts", "/match")
     state = collection.ready_state()
+    asked = collection.where(state, filter)
+    rows = state.matching(asked.clause)
+    # Every advert matches (none paused, no filter or one that excludes none): the unfiltered search, batched as
+    # /search's, rather than a selector or a scan over every row.
+    where = None if rows.shape[0] == state.table.n_live else dataclasses.replace(asked, rows=rows)
     texts = [cut_long_text(text, settings.max_page_chars) for text in pages]
     # The page's words for the open term, as /search takes them (ssi.open_vocab): None while closed or none is held.
     rows, words = state.featurize(texts, settings.max_page_words, counted=open_counts is not None)
     pool = state.first_pool(settings.candidate_pool, settings.scan_pool)
-    first = (
-        state.search_rows(rows, k, pool=pool, open_words=words, open_counts=open_counts, texts=texts) if pages else []
+    found = (
+        state.search_rows(rows, k, pool=pool, open_words=words, open_counts=open_counts, texts=texts, where=where)
+        if pages
+        else []
     )
     return [
-        _match_one(
-            collection,
-            book,
-            state,
-            rows[i],
-            texts[i],
-            words[i] if words else None,
-            first[i],
-            k,
-            ad_filter,
-            pool,
-            open_counts[i] if open_counts is not None else None,
-        )
+        _explained(collection, state, rows[i], found[i], open_counts[i] if open_counts is not None else None)
         for i in range(len(pages))
     ]
 
 
-def _match_one(
-    collection: Collection,
-    book: AdvertBook,
-    state: ModelState,
-    page: sp.csr_matrix,
-    text: str,
-    words: QueryWords | None,
-    result: QueryResult,
-    k: int,
-    ad_filter: AdFilter,
-    pool: int,
-    counts: OpenCounts | None = None,
+def _explained(
+    collection: Collection, state: ModelState, page: sp.csr_matrix, result: QueryResult, counts: OpenCounts | None
 ) -> PageMatch:
-    """One page (its query row `page` of its `text`, its `words` for the open term and the `counts` weighing its new
-    words where not the collection's own, and `result`, its exact top k) to its top k admitted adverts."""
-    want = k
-    while True:
-        n_live = state.table.n_live
-        meta = book.get_many(result.doc_ids)
-        chosen = [j for j, ad_id in enumerate(result.doc_ids) if ad_filter.admits(meta[ad_id])][:k]
-        if len(chosen) >= k or len(result.doc_ids) < want or want >= n_live:
-            break
-        want = min(n_live, want * GROWTH)
-        (result,) = state.search_rows(
-            page, want, pool=pool, open_words=None if words is None else [words], open_counts=[counts], texts=[text]
-        )
-    stored = collection.get_many([result.doc_ids[j] for j in chosen])
-    chosen = [j for j in chosen if result.doc_ids[j] in stored]  # deleted between the ranking and this lookup
-    ids = [result.doc_ids[j] for j in chosen]
-    shared, related = explain(state, page, [result.rows[j] for j in chosen], result.open_weights, counts)
-    position = {result.doc_ids[j]: j for j in chosen}
-    hits = [
-        AdHit(
-            id=ad_id,
-            title=stored[ad_id].title,
-            text=stored[ad_id].text,
-            meta=meta[ad_id],
-            score=result.scores[position[ad_id]],
-            semantic=result.semantic[position[ad_id]],
-            lexical=result.lexical[position[ad_id]],
-            shared=shared[i],
-            related=related[i],
-            sentence=result.sentence[position[ad_id]] if result.sentence else None,
-        )
-        for i, ad_id in enumerate(ids)
+    """One page's ranked adverts (`result`, of its query row `page`, weighed by `counts` where not the collection's
+    own) with their texts, metadata and the words that made each match."""
+    stored = collection.get_many(result.doc_ids)
+    # Deleted, or paused, since the ranking: never shown (the stored fields are what a read sees now).
+    chosen = [
+        j
+        for j, ad_id in enumerate(result.doc_ids)
+        if ad_id in stored and AdvertMeta.of_fields(stored[ad_id].fields).active
     ]
+    shared, related = explain(state, page, [result.rows[j] for j in chosen], result.open_weights, counts)
+    hits = []
+    for i, j in enumerate(chosen):
+        doc = stored[result.doc_ids[j]]
+        hits.append(
+            AdHit(
+                id=doc.id,
+                title=doc.title,
+                text=doc.text,
+                meta=AdvertMeta.of_fields(doc.fields),
+                score=result.scores[j],
+                semantic=result.semantic[j],
+                lexical=result.lexical[j],
+                shared=shared[i],
+                related=related[i],
+                sentence=result.sentence[j] if result.sentence else None,
+            )
+        )
     return PageMatch(hits=hits, page_words=result.query_words, ranked=result.candidates)
 
 

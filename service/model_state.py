@@ -36,8 +36,6 @@ import scipy.sparse as sp
 from service import int8_gemm, quantized, topk
 from service.embedding import Embedder
 from service.fields.facets import Facet, facet, value_counts
-from service.fields.filters import Clause, matching_rows
-from service.fields.index import FieldIndex, bitmap_of
 from service.fields.plan import Planner, exact_scan, selector_bits
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex, LexicalQuery, RareSum
@@ -47,6 +45,8 @@ from service.rows import RowTable
 from service.rwlock import ReadWriteLock
 from service.topk import EveryScore
 from ssi.bundle import Bundle
+from ssi.fields.filters import Clause, matching_rows
+from ssi.fields.index import FieldIndex, bitmap_of
 from ssi.hybrid import split_parts
 from ssi.open_vocab import OpenCounts, OpenPostings, QueryWords, collection_idf, collection_query_values
 
@@ -172,7 +172,7 @@ class ModelState:
         # Rows' words the bundle lacks (ssi.open_vocab): mutated in place by writes, under the write lock.
         self.open = open_postings if open_postings is not None else OpenPostings()
         self.table = table
-        # Every row's fields by value (service.fields.index): filters and facets read it. Built from the store when
+        # Every row's fields by value (ssi.fields.index): filters and facets read it. Built from the store when
         # the state is opened (service.state_builder.attach_fields), then kept up by the writes.
         self.fields = FieldIndex()
         self.seq = seq

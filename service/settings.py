@@ -18,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationInfo,
     field_validator,
@@ -26,8 +27,10 @@ from pydantic import (
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from service.cores import MAX_WORKERS, serve_sizes, usable_cores
-from service.fields.filter_form import check_filter_form
-from service.fields.types import FieldType
+from ssi.fields.errors import FieldError
+from ssi.fields.filter_form import check_filter_form
+from ssi.fields.schema_file import read_schema
+from ssi.fields.types import FieldType
 
 DEFAULT_COLLECTION = "documents"
 COLLECTION_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,63}$")
@@ -112,6 +115,11 @@ class Settings(BaseSettings):
     corpus: Path | None = None
     collection: str = DEFAULT_COLLECTION
     collections: dict[str, CollectionSpec] = Field(default_factory=dict)
+    # A schema file (ssi.fields.schema_file: JSON field name → type) declaring the default collection's field types,
+    # as "fields" does in a collection's spec; `ssi serve --schema FILE` or SSI_SCHEMA. Read once, when the settings
+    # load: a bad file is an error naming the problem before anything starts.
+    schema_file: Path | None = Field(default=None, validation_alias=AliasChoices("SSI_SCHEMA", "schema_file"))
+    _schema: dict[str, FieldType] = PrivateAttr(default_factory=dict)  # what schema_file declares
     # Reloads may only name bundles under this folder (default: the parent folder of each configured bundle),
     # so a leaked API key cannot make the service open arbitrary paths.
     bundle_root: Path | None = None
@@ -344,7 +352,23 @@ class Settings(BaseSettings):
             self.read_keys = [*self.read_keys, *_keys_file(self.read_keys_file)]
             self.read_keys_file = None  # read once: a copy of these settings does not read it again
         self._check_read_keys()
+        self._read_schema()
         return self
+
+    def _read_schema(self) -> None:
+        """The default collection's declared field types, from the schema file (SSI_SCHEMA, --schema)."""
+        if self.schema_file is None:
+            self._schema = {}
+            return
+        if self.bundle is None:
+            raise ValueError(
+                "SSI_SCHEMA (--schema) declares the default collection's field types, and there is none: set "
+                'SSI_BUNDLE (a collection of SSI_COLLECTIONS declares its own, "fields": {"sku": "keyword"})'
+            )
+        try:
+            self._schema = read_schema(self.schema_file)
+        except FieldError as exc:
+            raise ValueError(f"SSI_SCHEMA (--schema): {exc}") from None
 
     def _check_read_keys(self) -> None:
         """Each filtered read key long enough, distinct from every other key, and its filter of a filter's form."""
@@ -388,7 +412,7 @@ class Settings(BaseSettings):
         """Every hosted collection by name; the default one first. Raises ValueError when there is none."""
         specs: dict[str, CollectionSpec] = {}
         if self.bundle is not None:
-            specs[self.collection] = CollectionSpec(bundle=self.bundle, corpus=self.corpus)
+            specs[self.collection] = CollectionSpec(bundle=self.bundle, corpus=self.corpus, fields=self._schema)
         elif self.corpus is not None:
             raise ValueError("SSI_CORPUS is set but SSI_BUNDLE is not: a collection needs a model bundle")
         specs.update(self.collections)

@@ -26,7 +26,6 @@ import scipy.sparse as sp
 from service.bulk_featurize import BulkFeaturizer
 from service.embedding import Embedder
 from service.featurize_pool import featurized, pool_workers
-from service.fields.index import FieldIndex, bitmap_of
 from service.index import IndexConfig, IndexLoadError, VectorIndex
 from service.lexical import LexicalIndex
 from service.model_state import LoadReport, ModelState
@@ -39,6 +38,7 @@ from service.snapshot import SnapshotError, cache_folder, discard, read_snapshot
 from service.store import DocumentStore, StoredDocument, StoreView
 from service.writes import replay
 from ssi.bundle import Bundle
+from ssi.fields.index import FieldIndex, bitmap_of
 from ssi.open_vocab import OpenPostings
 from ssi.tokenize import tokenize
 from ssi.weighting import average_length
@@ -122,7 +122,7 @@ def open_state(
 
 
 def attach_fields(state: ModelState, view: StoreView) -> None:
-    """Index the fields of the state's live rows as the store `view` holds them (service.fields.index): the state
+    """Index the fields of the state's live rows as the store `view` holds them (ssi.fields.index): the state
     must be at the view's write (replayed up to it). Rebuilt rather than saved in snapshots: the store has them,
     and a compaction renumbers the rows."""
     row_of = state.table.row_of
@@ -306,7 +306,7 @@ def compacted(state: ModelState) -> ModelState:
         embeddings = state.index.vectors(rows)
         lexical = state.lexical
         open_postings = state.open.select(rows)  # mutated by writes: copied under the lock
-        fields = state.fields.remapped(rows)  # likewise (service.fields.index: renumbered, not rebuilt)
+        fields = state.fields.remapped(rows)  # likewise (ssi.fields.index: renumbered, not rebuilt)
         seq = state.seq
         before = state.table.rows
     index = VectorIndex.build(state.config, state.index.dim, embeddings)

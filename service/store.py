@@ -38,9 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from service.errors import InvalidInput, StorageFull
-from service.fields.schema import FieldTypeError, admit, check_shape
+from service.errors import StorageFull
+from service.fields.checks import FieldTypeError, admit
 from ssi.corpus import DataFileError, iter_corpus
+from ssi.fields import schema as field_schema
+from ssi.fields.errors import FieldError
 from ssi.records import Document
 
 log = logging.getLogger(__name__)
@@ -70,6 +72,8 @@ CREATE TABLE IF NOT EXISTS field_types (name TEXT PRIMARY KEY, type TEXT NOT NUL
 _COLUMNS = "id, title, text, seq, fields"
 
 CorpusChange = Literal["merge", "refuse"]
+# A corpus line's fields besides its `fields` object, read from the whole line (ssi.corpus.iter_corpus).
+LineFields = Callable[[Mapping[str, Any]], Mapping[str, Any] | None]
 
 
 def disk_full(exc: BaseException) -> bool:
@@ -147,7 +151,7 @@ def _admit(
     conn: sqlite3.Connection, docs: Sequence[Document], types: Mapping[str, str] | None = None
 ) -> list[str | None]:
     """Check the documents' fields against the collection's types (with `types` declared first: `_declare`), fixing
-    the types of names new to it in the same transaction (service.fields.schema.admit: a mismatch raises and the
+    the types of names new to it in the same transaction (service.fields.checks.admit: a mismatch raises and the
     transaction writes nothing); returns each document's fields as stored."""
     _declare(conn, types)
     added, stored = admit(_field_types(conn), ((d.id, d.fields) for d in docs))
@@ -235,7 +239,7 @@ class StoreView:
             yield [StoredDocument.of_row(row) for row in rows]
 
     def field_types(self) -> dict[str, str]:
-        """The collection's field types (service.fields.schema) at this read."""
+        """The collection's field types (ssi.fields.schema) at this read."""
         return _field_types(self._conn)
 
     def iter_fields(self) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -310,6 +314,7 @@ class DocumentStore:
         self._pool: list[sqlite3.Connection] = []
         self._pool_lock = threading.Lock()
         self._closed = False
+        self.line_fields: LineFields | None = None  # open_for_corpus: what a corpus line holds as fields
 
     def _init_meta(self) -> None:
         conn = self._writer
@@ -372,17 +377,20 @@ class DocumentStore:
         *,
         on_change: CorpusChange = "merge",
         fields: Mapping[str, str] | None = None,
+        line_fields: LineFields | None = None,
     ) -> DocumentStore:
         """The collection's store: seeded from `corpus` on first use, afterwards the truth.
 
         A corpus file that changed since it seeded the store is merged (`merge_corpus`) or, with
         `on_change="refuse"`, refused with a `StoreError` that says what to do. `fields`: the field types the
-        collection's spec declares (service.fields).
+        collection's spec declares (service.fields); `line_fields`: what a corpus line holds as fields besides its
+        `fields` object (an adverts collection's old top-level metadata: service.adverts.corpus_fields).
         """
         path = cls.path_for(store_dir, collection)
         if not path.exists():
             _adopt_legacy_store(path, corpus_fingerprint(corpus) if corpus is not None else "none")
         store = cls(path)
+        store.line_fields = line_fields
         try:
             if fields:  # declared types come first: the corpus's values are checked against them
                 store.declare_fields(fields)
@@ -463,9 +471,29 @@ class DocumentStore:
         return StoredDocument.of_row(row) if row else None
 
     def field_types(self) -> dict[str, str]:
-        """The collection's field types (service.fields.schema), as fixed by first use or declared."""
+        """The collection's field types (ssi.fields.schema), as fixed by first use or declared."""
         with self._reader() as conn:
             return _field_types(conn)
+
+    def set_fields(self, changes: Mapping[str, Callable[[dict[str, Any] | None], dict[str, Any] | None]]) -> int:
+        """Change stored documents' fields in place, each to `changes[id](its fields)`, in one transaction, checked
+        against the collection's types (a mismatch writes nothing), without a write sequence number: for a migration
+        before any state is opened (service.adverts.adopt_book), whose field index is then built from the store.
+        Ids the store does not hold are skipped; returns how many documents were changed."""
+        ids = list(changes)
+        with self._transaction() as conn:
+            held: dict[str, dict[str, Any] | None] = {}
+            for start in range(0, len(ids), 500):
+                chunk = ids[start : start + 500]
+                marks = ",".join("?" * len(chunk))
+                for doc_id, fields in conn.execute(f"SELECT id, fields FROM documents WHERE id IN ({marks})", chunk):
+                    held[doc_id] = json.loads(fields) if fields else None
+            docs = [Document(id=i, title="", text="", fields=changes[i](held[i])) for i in held]
+            stored = _admit(conn, docs)
+            conn.executemany(
+                "UPDATE documents SET fields=? WHERE id=?", [(f, d.id) for d, f in zip(docs, stored, strict=True)]
+            )
+        return len(docs)
 
     def declare_fields(self, types: Mapping[str, str]) -> None:
         """Fix the types of fields named in the collection's spec (SSI_COLLECTIONS); a name already typed
@@ -598,7 +626,7 @@ class DocumentStore:
             try:
                 conn.executemany(
                     "INSERT INTO documents(id, seq, title, text, fields) VALUES (?, ?, ?, ?, ?)",
-                    rows(iter_corpus(corpus)),
+                    rows(iter_corpus(corpus, self.line_fields)),
                 )
             except sqlite3.IntegrityError:
                 raise DataFileError(
@@ -632,7 +660,7 @@ class DocumentStore:
         types: dict[str, str] = {}
 
         def rows() -> Iterator[tuple[str, str, str, str | None, str]]:
-            for number, doc in enumerate(iter_corpus(corpus), 1):
+            for number, doc in enumerate(iter_corpus(corpus, self.line_fields), 1):
                 fields = _corpus_fields(corpus, number, doc, types)
                 yield doc.id, doc.title, doc.text, fields, digest(doc.title, doc.text)
 
@@ -742,8 +770,8 @@ def _corpus_fields(corpus: Path, number: int, doc: Document, types: dict[str, st
     if not doc.fields:
         return None
     try:
-        added, (stored,) = admit(types, [(doc.id, check_shape(doc.fields))])
-    except InvalidInput as exc:
+        added, (stored,) = field_schema.admit(types, [(doc.id, field_schema.check_shape(doc.fields))])
+    except FieldError as exc:
         raise DataFileError(corpus, number, str(exc)) from None
     types.update(added)
     return fields_json(stored)

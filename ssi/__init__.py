@@ -57,7 +57,7 @@ __all__ = [
     "load", "Model", "Hit",
     # ssi.api.client
     "Client", "ServiceError", "SearchHit", "SearchResult", "StoredDocument", "WriteResult", "DeleteResult",
-    "ClickResult",
+    "ClickResult", "Facet",
     "AdFilter", "AdMatch", "PageMatch", "Advert",
     "__version__",
 ]  # fmt: skip
@@ -75,6 +75,7 @@ if TYPE_CHECKING:
         ClickResult,
         Client,
         DeleteResult,
+        Facet,
         PageMatch,
         SearchHit,
         SearchResult,

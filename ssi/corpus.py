@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import gzip
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
+from ssi.fields.filter_form import check_filter_form
 from ssi.records import Document, Pair, Query
 
 
@@ -76,9 +77,13 @@ def _string_field(path: Path, number: int, record: dict, *names: str, required: 
     return ""
 
 
-def iter_corpus(path: Path | str) -> Iterator[Document]:
+def iter_corpus(
+    path: Path | str, line_fields: Callable[[Mapping[str, Any]], Mapping[str, Any] | None] | None = None
+) -> Iterator[Document]:
     """Documents of a JSONL corpus: `id` (or BEIR's `_id`), optional `title`, `text`, optional `fields` (a flat
-    object of filterable values, service.fields)."""
+    object of filterable values, service.fields). `line_fields`: fields a collection reads from the rest of the line
+    (an adverts corpus's top-level metadata, service.adverts.corpus_fields); the `fields` object wins a name both
+    give."""
     path = Path(path)
     for number, line in numbered_lines(path):
         record = _json_object(path, number, line)
@@ -90,6 +95,9 @@ def iter_corpus(path: Path | str) -> Iterator[Document]:
         fields = record.get("fields")
         if fields is not None and not isinstance(fields, dict):
             raise DataFileError(path, number, "'fields' must be a JSON object of field names to values")
+        extra = line_fields(record) if line_fields is not None else None
+        if extra:
+            fields = {**extra, **(fields or {})}
         yield Document(id=doc_id, title=title, text=text, fields=fields or None)
 
 
@@ -145,15 +153,35 @@ def read_qrels(path: Path | str) -> list[Pair]:
 
 
 def read_beir_queries(path: Path | str) -> list[Query]:
-    """BEIR queries: JSONL with `_id` (or `id`) and `text`."""
+    """BEIR queries: JSONL with `_id` (or `id`) and `text`, and optionally a `filter` (the service's filter
+    language, ssi.fields.filters: only the documents matching it are ranked for that query), checked for its form
+    here (an unknown operator, a misplaced list: an error naming the line); its fields, against the corpus later."""
     path = Path(path)
     queries = []
     for number, line in numbered_lines(path):
         record = _json_object(path, number, line)
+        node = record.get("filter")
+        if node is not None:
+            try:
+                check_filter_form(node)
+            except ValueError as exc:
+                raise DataFileError(path, number, str(exc)) from None
         queries.append(
-            Query(_string_field(path, number, record, "_id", "id"), _string_field(path, number, record, "text"))
+            Query(_string_field(path, number, record, "_id", "id"), _string_field(path, number, record, "text"), node)
         )
     return queries
+
+
+def is_jsonl(path: Path | str) -> bool:
+    """A file named as JSON lines (`.jsonl`, `.jsonl.gz`, `.json`): a query set in the BEIR form, not a TSV."""
+    name = Path(path).name.lower()
+    return name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson"))
+
+
+def read_query_set(path: Path | str) -> list[Query]:
+    """The queries of `ssi rank`: a TSV (`query_id<TAB>query text`), or JSON lines (`is_jsonl`) as BEIR writes
+    them, where a line may carry a `filter`."""
+    return read_beir_queries(path) if is_jsonl(path) else read_queries_tsv(path)
 
 
 def read_queries_tsv(path: Path | str) -> list[Query]:

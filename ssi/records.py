@@ -25,8 +25,12 @@ class Document:
 
 @dataclass(frozen=True, slots=True)
 class Query:
+    """A query of a query set; `filter` (a JSONL query set's `filter`, the service's filter language: ssi.fields):
+    its ranking holds only the documents matching it (`ssi rank`, `ssi eval`)."""
+
     id: str
     text: str
+    filter: dict[str, Any] | None = field(default=None, hash=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,10 +15,19 @@ An impression that interleaved the served model with a candidate (ssi.interleavi
 `model` is the served one. The table came after the others: a store written before it has none until the
 service opens it again, and readers here treat a missing table as no interleaving.
 
+An impression whose list was restricted by a filter (service.fields: the request's `filter`, a `/match`'s
+`filters` translated, or the mandatory filter of the filtered read key that made it) has a row in `filtered`:
+the request's filter, a hash naming the read key (`read_key`, never the key itself: service.fields.visibility)
+and that key's filter, each as canonical JSON or NULL. The list was the top of the ranking among the documents
+matching both (`shown_filter`), which is what `ssi learn` ranks a candidate among when it replays it
+(training.feedback). Like `interleaved` it came later: a store or an exported log without it has no filter.
+
 Exported, the log is the click-log JSONL that `ssi train --clicks` reads (training/clicks.py): one line per
 shown result, `{"impression", "time", "model", "randomized", "position", "query" | "page_text", "doc" | "ad",
 "clicked", "dwell_ms"}`; the query's text is absent (and `query_hash` present) where the service kept no text,
-and an interleaved impression's results add `placed_by` (the content hash of the model that placed each).
+an interleaved impression's results add `placed_by` (the content hash of the model that placed each), and a
+filtered impression's results add `filter`, `read_key` and `key_filter` where it has them (the filters as JSON
+objects). A reader takes a line without them as unfiltered, as every line written before them is.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ import sqlite3
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from ssi.interleaving import CANDIDATE
 
@@ -65,9 +75,28 @@ CREATE TABLE IF NOT EXISTS interleaved (
     challenger TEXT NOT NULL,
     teams TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS filtered (
+    impression TEXT PRIMARY KEY,
+    filter TEXT,
+    read_key TEXT,
+    key_filter TEXT
+);
 """
 
 ImpressionKind = str  # "search" (a documents collection) or "match" (an adverts collection: the text is a page)
+
+
+def canonical_filter(node: Any) -> str:
+    """A filter as the log keeps it: JSON with sorted keys and no spaces, so equal filters are equal strings."""
+    return json.dumps(node, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def shown_filter(filter: str | None, key_filter: str | None) -> str | None:
+    """The filter an impression's list was ranked under (canonical JSON, None: none): the request's and its read
+    key's, ANDed as the service ANDs them (service.fields.visibility)."""
+    if filter is None or key_filter is None:
+        return filter if key_filter is None else key_filter
+    return canonical_filter({"and": [json.loads(key_filter), json.loads(filter)]})
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,13 +115,26 @@ class ShownResult:
     text: str | None
     text_hash: str | None
     placed_by: str | None = None  # an interleaved impression's: the model that placed this result (ssi.interleaving)
+    # A filtered impression's (the `filtered` table): the request's filter and the filtered read key's hash and
+    # filter, the filters as canonical JSON (`canonical_filter`); None where it had none.
+    filter: str | None = None
+    read_key: str | None = None
+    key_filter: str | None = None
+
+    def shown_filter(self) -> str | None:
+        """The filter the impression's list was ranked under (`shown_filter`), None for an unfiltered one."""
+        return shown_filter(self.filter, self.key_filter)
 
     def to_json(self) -> str:
         """The exported line: search impressions name `query`/`doc`, page matches `page_text`/`ad`."""
         record = asdict(self)
         text, text_hash, kind = record.pop("text"), record.pop("text_hash"), record.pop("kind")
-        if record["placed_by"] is None:
-            del record["placed_by"]
+        for name in ("placed_by", "filter", "read_key", "key_filter"):
+            if record[name] is None:
+                del record[name]
+        for name in ("filter", "key_filter"):
+            if name in record:
+                record[name] = json.loads(record[name])
         doc = record.pop("doc")
         if kind == "match":
             record["ad"] = doc
@@ -128,7 +170,11 @@ def open_read_only(path: Path) -> sqlite3.Connection:
 
 def has_interleaving(conn: sqlite3.Connection) -> bool:
     """Whether the store has the `interleaved` table (one written before it had none)."""
-    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'interleaved'").fetchone()
+    return _has_table(conn, "interleaved")
+
+
+def _has_table(conn: sqlite3.Connection, name: str) -> bool:
+    found = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?", (name,)).fetchone()
     return found is not None
 
 
@@ -143,13 +189,20 @@ def read_events(path: Path, since: float | None = None, until: float | None = No
             if has_interleaving(conn)
             else ("NULL, NULL", "")
         )
+        filters, filtered = (
+            ("f.filter, f.read_key, f.key_filter", "LEFT JOIN filtered f ON f.impression = i.id")
+            if _has_table(conn, "filtered")
+            else ("NULL, NULL, NULL", "")
+        )
         rows = conn.execute(
             "SELECT i.id, i.at, i.kind, i.text_hash, t.text, i.model, i.randomized, i.first_position, i.shown, "
-            f"{pairs} FROM impressions i LEFT JOIN texts t ON t.hash = i.text_hash {join} "
+            f"{pairs}, {filters} FROM impressions i LEFT JOIN texts t ON t.hash = i.text_hash {join} {filtered} "
             "WHERE i.at >= ? AND i.at < ? ORDER BY i.at, i.id",
             (lo, hi),
         )
-        for imp_id, at, kind, text_hash, text, model, randomized, first, shown, challenger, teams in rows:
+        for row in rows:
+            imp_id, at, kind, text_hash, text, model, randomized, first, shown, challenger, teams = row[:11]
+            node, read_key, key_filter = row[11:]
             clicks = {
                 doc: dwell
                 for doc, dwell in conn.execute("SELECT doc_id, dwell_ms FROM clicks WHERE impression = ?", (imp_id,))
@@ -171,6 +224,9 @@ def read_events(path: Path, since: float | None = None, until: float | None = No
                     text=text,
                     text_hash=None if text is not None else text_hash,
                     placed_by=placed_by,
+                    filter=node,
+                    read_key=read_key,
+                    key_filter=key_filter,
                 )
     finally:
         conn.close()

@@ -27,6 +27,7 @@ from service.bench.floors import scan_floor
 from service.bench.load import run_load, summarize
 from service.bench.queries import passage_corpus
 from service.bench.ratio import ratio
+from service.bench.recall import recall
 from service.bench.run import machine_setup
 from service.bench.server import ServedProcess
 from service.cores import serve_sizes, usable_cores
@@ -102,22 +103,10 @@ def _answers(url: str, pages: list[str], k: int) -> tuple[list[list[tuple[str, f
     return answers, latencies
 
 
-def recall(found: list[list[tuple[str, float]]], exact: list[list[tuple[str, float]]]) -> float:
-    """Share of the exact top k found, an advert scoring at least the exact k-th counting as found (ties)."""
-    shares = []
-    for got, want in zip(found, exact, strict=True):
-        if not want:
-            continue
-        kth = want[-1][1]
-        wanted = {ad for ad, _ in want}
-        shares.append(sum(1 for ad, score in got if ad in wanted or score >= kth - 1e-6) / len(want))
-    return float(np.mean(shares)) if shares else 1.0
-
-
 def _in_process(config: MatchBenchConfig, ads: Path, cache: Path, pages: dict[int, list[str]]) -> dict[str, Any]:
     """Per page size: /match's work without HTTP (match_pages, one page at a time) and the FAISS scan floor of
     the pages' embeddings over the adverts' vectors, from the cache the flat server left."""
-    from service.adverts import AdFilter, AdvertBooks
+    from service.adverts import NOT_PAUSED
     from service.bounds import cut_long_text
     from service.collection import Collection
     from service.matching import match_pages
@@ -130,18 +119,16 @@ def _in_process(config: MatchBenchConfig, ads: Path, cache: Path, pages: dict[in
     spec = CollectionSpec(bundle=config.bundle, corpus=ads, type="adverts")
     collection = Collection("ads", spec, settings, Metrics())
     collection.load()
-    books = AdvertBooks(settings)
     out: dict[str, Any] = {}
     try:
-        book = books.get(collection)
         state = collection.ready_state()
         vectors = state.index.all_vectors()
         for kb, texts in pages.items():
-            match_pages(collection, book, settings, texts[:5], config.k, AdFilter())  # warm-up
+            match_pages(collection, settings, texts[:5], config.k, NOT_PAUSED)  # warm-up
             latencies = []
             for text in texts:
                 sent = time.perf_counter()
-                match_pages(collection, book, settings, [text], config.k, AdFilter())
+                match_pages(collection, settings, [text], config.k, NOT_PAUSED)
                 latencies.append(time.perf_counter() - sent)
             cut = [cut_long_text(text, settings.max_page_chars) for text in texts]
             rows = state.embedder.featurize_queries(cut, settings.max_page_words)
@@ -152,7 +139,6 @@ def _in_process(config: MatchBenchConfig, ads: Path, cache: Path, pages: dict[in
                 "page_words_mean": round(float(np.diff(rows.indptr).mean()), 1),
             }
     finally:
-        books.close()
         collection.close()
     return out
 

@@ -17,13 +17,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from service.bench.bm25 import bm25_yardstick
 from service.bench.floors import scan_floor
 from service.bench.load import http_floor, ranked_hits, run_load, summarize
 from service.bench.queries import QuerySampler, generate_corpus, keyword_queries, passage_corpus
 from service.bench.ratio import ratio
+from service.bench.recall import recall
 from service.bench.server import ServedProcess
 from service.cores import serve_sizes, usable_cores
 from ssi.bundle import load_bundle
@@ -50,23 +49,6 @@ class BenchConfig:
     workers: int | None = None  # SSI_WORKERS of the served process (None: as `ssi serve` chooses)
     measure_restart: bool = True
     extra_settings: dict[str, str] = field(default_factory=dict)
-
-
-def _recall(found: list[list[tuple[str, float]]], exact: list[list[tuple[str, float]]]) -> float:
-    """Share of the exact top k that was found, counting a document tied with the k-th as found.
-
-    Every returned hit carries its exact score (the rerank is exact whatever the index), so a hit
-    scoring at least the exact k-th score belongs to a correct top k; with ties (short generated
-    documents repeat) comparing ids alone would count a correct answer as a miss.
-    """
-    recalls = []
-    for got, truth in zip(found, exact, strict=True):
-        if not truth:
-            continue
-        kth = truth[-1][1]
-        hits = sum(1 for _, score in got[: len(truth)] if score >= kth - 1e-6 * (1 + abs(kth)))
-        recalls.append(hits / len(truth))
-    return float(np.mean(recalls)) if recalls else float("nan")
 
 
 def _folder_bytes(path: Path) -> int:
@@ -235,13 +217,13 @@ def run_bench(config: BenchConfig, log: Any = print) -> dict[str, Any]:
                     # set beside the served setting's, without the Python client's own cost.
                     loaded = run_load(server.url, knob_bodies, 1, min(config.seconds, 3.0))
                     result["recall"][f"{knob}={value}"] = {
-                        f"recall@{config.k}": round(_recall(found, exact), 4),
+                        f"recall@{config.k}": round(recall(found, exact), 4),
                         "p50_ms": round(single.p50_ms, 3),
                         "p99_ms": round(single.p99_ms, 3),
                         "load_1_client_p50_ms": round(loaded.p50_ms, 3),
                         "load_1_client_p99_ms": round(loaded.p99_ms, 3),
                     }
-                    log(f"[{index_type}] {knob}={value}: recall@{config.k} {_recall(found, exact):.4f}, "
+                    log(f"[{index_type}] {knob}={value}: recall@{config.k} {recall(found, exact):.4f}, "
                         f"p50 {single.p50_ms:.2f} ms one request at a time, {loaded.p50_ms:.2f} ms under "
                         f"load from 1 client")  # fmt: skip
         finally:

@@ -53,6 +53,10 @@ PRUNE_EVERY = 30.0  # seconds between two checks of the bounds...
 PRUNE_SHARE = 0.05  # ...or sooner, once about this share of max_bytes was written since the last check
 WAIT_FOR_PEER = 0.5  # seconds a click waits for another worker's commit of a young impression
 _ID_TIME_BYTES = 6
+# What an impression records of the filter its list was ranked under (service.events.traffic.filter_shown): the
+# request's filter and the filtered read key's filter as canonical JSON (ssi.traffic.canonical_filter), the key's
+# hash; None where there is none.
+ShownFilter = tuple[str | None, str | None, str | None]
 
 
 @dataclass(slots=True)
@@ -70,6 +74,8 @@ class Impression:
     shown: list[str]  # the caller's own list, not copied
     # An interleaved answer's (candidate's content hash, who placed each shown id: ssi.interleaving.team_draft)
     interleaved: tuple[str, str] | None = None
+    # A filtered answer's (its request's filter, its read key's hash, that key's filter: ssi.traffic's `filtered`)
+    filtered: ShownFilter | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +227,7 @@ class EventStore:
         first_position: int,
         randomized: bool,
         interleaved: tuple[str, str] | None = None,
+        filtered: ShownFilter | None = None,
     ) -> str | None:
         """Queue an impression (`shown` is kept, not copied); returns its id (None when the queue is full and it was
         dropped). On every search's path: after the server idled between two requests, each Python call here costs
@@ -232,7 +239,7 @@ class EventStore:
         now = time.time()
         impression_id = new_impression_id(now)
         self._pending.append(
-            Impression(impression_id, now, kind, text, model, randomized, first_position, shown, interleaved)
+            Impression(impression_id, now, kind, text, model, randomized, first_position, shown, interleaved, filtered)
         )
         if pending + 1 >= FLUSH_BATCH:
             self._wake.set()
@@ -281,6 +288,7 @@ class EventStore:
         texts: dict[str, str | None] = {}
         rows = []
         pairs = [(imp.id, *imp.interleaved) for imp in batch if imp.interleaved is not None]
+        filters = [(imp.id, *imp.filtered) for imp in batch if imp.filtered is not None]
         for imp in batch:
             key, stored = self.text_key(imp.text or "")
             if key is not None:
@@ -302,8 +310,11 @@ class EventStore:
             self._writer.executemany("INSERT OR IGNORE INTO impressions VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
             if pairs:
                 self._writer.executemany("INSERT OR IGNORE INTO interleaved VALUES (?, ?, ?)", pairs)
+            if filters:
+                self._writer.executemany("INSERT OR IGNORE INTO filtered VALUES (?, ?, ?, ?)", filters)
         # Row bytes as written, and an index entry or two each: what the bounds' check is paced by.
         self._written += sum(len(r[7]) + len(r[4]) + 96 for r in rows) + sum(len(t or "") for t in texts.values())
+        self._written += sum(sum(len(part or "") for part in f[1:]) + 64 for f in filters)
 
     # --- clicks: durable before acknowledged ---------------------------------------------------------------
 
@@ -403,6 +414,7 @@ class EventStore:
             if count:
                 self._writer.execute("DELETE FROM clicks WHERE impression IN (SELECT id FROM doomed)")
                 self._writer.execute("DELETE FROM interleaved WHERE impression IN (SELECT id FROM doomed)")
+                self._writer.execute("DELETE FROM filtered WHERE impression IN (SELECT id FROM doomed)")
                 self._writer.execute("DELETE FROM impressions WHERE id IN (SELECT id FROM doomed)")
                 self._writer.execute(
                     "DELETE FROM texts WHERE NOT EXISTS (SELECT 1 FROM impressions i WHERE i.text_hash = texts.hash)"

@@ -17,13 +17,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from operator import attrgetter
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from service.collection import Collection
 from service.errors import Forbidden, ServiceError, Unavailable
-from service.events.store import ClickOutcome, EventStore
+from service.events.store import ClickOutcome, EventStore, ShownFilter
+from service.fields.visibility import EVERYTHING, Visibility
 from service.metrics import Metrics
 from service.settings import Settings
+from ssi.traffic import canonical_filter
 
 T = TypeVar("T")
 
@@ -35,6 +37,16 @@ log = logging.getLogger(__name__)
 
 # The id of a hit or an advert as `show` takes it: a C-level getter (a Python function is a frame per result).
 id_of_result = attrgetter("id")
+
+
+def filter_shown(node: Any, visible: Visibility = EVERYTHING) -> ShownFilter | None:
+    """What an impression records of the filter its list was ranked under (ssi.traffic's `filtered`): the request's
+    filter `node` (None: none) and, for a filtered read key, the key's hash and filter (never the key); None when
+    the list was not filtered. `ssi learn` ranks a candidate among the same documents when it replays it."""
+    if node is None and not visible.restricted:
+        return None
+    key_filter = canonical_filter(visible.filter) if visible.restricted else None
+    return (canonical_filter(node) if node is not None else None, visible.key_id, key_filter)
 
 
 def served_model(collection: Collection) -> str:
@@ -103,11 +115,13 @@ class Traffic:
         id_of: Callable[[T], str],
         first_position: int = 1,
         interleaved: tuple[str, str] | None = None,
+        filtered: ShownFilter | None = None,
     ) -> tuple[str | None, list[T]]:
         """(impression id or None, the results in the order to answer with) for one ranked answer of `model`.
 
         `interleaved`: the answer merged `model`'s ranking with a candidate's (service.interleave): the candidate's
         content hash and who placed each result; such an answer is never shuffled (its order is the comparison).
+        `filtered`: the filter its list was ranked under (`filter_shown`), None for an unfiltered answer.
 
         On every search's path, so it does the least it can: the store is looked up in a dict, the ids taken in one
         C-level map, and the impressions counted by the writer as it commits them (only a dropped one is counted
@@ -125,7 +139,9 @@ class Traffic:
                 self._rng.shuffle(top)
                 shown[:depth] = top
                 randomized = True
-        impression = store.record(kind, text, model, list(map(id_of, shown)), first_position, randomized, interleaved)
+        impression = store.record(
+            kind, text, model, list(map(id_of, shown)), first_position, randomized, interleaved, filtered
+        )
         if impression is None and self.metrics is not None:
             self.metrics.impressions.labels(name, "dropped").inc()
         return impression, shown

@@ -2,7 +2,7 @@
 
 Counted over the whole matching set, not over the top k (Elasticsearch's kNN aggregations see only the top k):
 one roaring intersection count per value of the field (`BitMap.intersection_cardinality`), the bitmaps already
-there for the filters (service.fields.index). At most `size` values are returned, most frequent first (ties by
+there for the filters (ssi.fields.index). At most `size` values are returned, most frequent first (ties by
 value); `other` counts the documents' values beyond them (a keyword list's document counts once per value).
 """
 
@@ -15,8 +15,8 @@ from typing import Any
 from pyroaring import BitMap
 
 from service.errors import InvalidInput
-from service.fields.index import FieldIndex
-from service.fields.schema import KEYWORD_TYPES
+from ssi.fields.index import FieldIndex
+from ssi.fields.schema import KEYWORD_TYPES
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,14 +10,15 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from service import schemas
-from service.fields.schema import FIELD_NAME, MAX_FIELDS, MAX_KEYWORD_CHARS, MAX_LIST_ITEMS
+from ssi.fields.schema import FIELD_NAME, MAX_FIELDS, MAX_KEYWORD_CHARS, MAX_LIST_ITEMS
 
 FieldName = Annotated[str, Field(max_length=64, description="a field name (service.fields)")]
-# The examples are in the descriptions, not in `examples`: a fuzzer sends a schema's examples as requests that
-# must succeed, and a filter names fields that only some collections have.
+# Fixed examples are in the descriptions, not in `examples`: a fuzzer sends a schema's examples as requests that
+# must succeed, and a filter names fields that only some collections have. The served schema's `examples` are made
+# of the collections' own fields (service.openapi.filter_example).
 FILTER_EXAMPLE = '{"and": [{"term": {"category": "books"}}, {"range": {"price": {"gte": 5, "lt": 20}}}]}'
 FIELDS_EXAMPLE = '{"category": "books", "tags": ["new"], "price": 12.5, "published": "2024-05-01"}'
-# A field's value as the schema publishes it (service.fields.schema.check_shape holds the same bounds).
+# A field's value as the schema publishes it (ssi.fields.schema.check_shape holds the same bounds).
 KEYWORD = {"type": "string", "maxLength": MAX_KEYWORD_CHARS, "pattern": "^[^\\x00]*$"}
 FIELDS_SCHEMA = {
     "type": "object",
@@ -48,7 +49,8 @@ class FieldOptions(schemas.Strict):
     )
     facets: list[FieldName] = Field(
         default_factory=list,
-        max_length=256,
+        max_length=schemas.ceiling("max_facets"),
+        json_schema_extra={"x-bounds": {"maxItems": "max_facets"}},
         description="keyword or boolean fields whose most frequent values (SSI_FACET_SIZE) are counted over every "
         "matching document (at most SSI_MAX_FACETS fields)",
     )

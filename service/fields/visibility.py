@@ -13,18 +13,18 @@ never everything.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from service.errors import InvalidInput
-from service.fields.filter_form import KEY_FILTER_DEPTH
-from service.fields.filters import Bool, Clause, FilterBounds, Term, evaluate, parse_filter
-from service.fields.index import FieldIndex
+from ssi.fields.errors import FieldError
+from ssi.fields.filters import WIDE_BOUNDS, Bool, Clause, Term, evaluate, parse_filter
+from ssi.fields.index import FieldIndex
 
 # A key's filter is the operator's, not a client's: bounded only against mistakes, far above the request bounds.
-KEY_FILTER_BOUNDS = FilterBounds(max_clauses=10_000, max_terms=1_000_000, max_depth=KEY_FILTER_DEPTH)
-# A term of no values: matches no document (service.fields.filters.evaluate unions no bitmap).
+KEY_FILTER_BOUNDS = WIDE_BOUNDS
+# A term of no values: matches no document (ssi.fields.filters.evaluate unions no bitmap).
 NOTHING: Clause = Term("", ())
 
 
@@ -34,6 +34,7 @@ class Visibility:
     those matching its key's mandatory filter (the JSON as configured)."""
 
     filter: Any = None
+    key_id: str | None = None  # names the filtered read key in the traffic log (`read_key_id`), never the key
 
     @property
     def restricted(self) -> bool:
@@ -46,7 +47,7 @@ class Visibility:
             return None
         try:
             return parse_filter(self.filter, types, KEY_FILTER_BOUNDS)
-        except InvalidInput:
+        except FieldError:
             return NOTHING
 
     def restrict(self, clause: Clause | None, types: dict[str, str]) -> Clause | None:
@@ -64,6 +65,13 @@ class Visibility:
         if own is None:
             return lambda _: True
         return lambda fields: admits(own, types, fields)
+
+
+def read_key_id(key: str) -> str:
+    """A filtered read key's name in the traffic log (service.events): 16 hex digits of a SHA-256 of it, the same
+    across restarts and workers so a key's impressions group, and no use to anyone who has only the log (a key is
+    at least 16 characters: SSI_READ_KEYS)."""
+    return hashlib.sha256(b"ssi read key\x00" + key.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 def admits(clause: Clause, types: dict[str, str], fields: Mapping[str, Any] | None) -> bool:

@@ -32,8 +32,8 @@ from service.deps import (
     WriteRoute,
 )
 from service.errors import InvalidInput, error_responses
+from service.fields.checks import check_shape
 from service.fields.http import DocumentBody, DocumentIn, DocumentsIn
-from service.fields.schema import check_shape
 from service.routes.search import to_result
 from service.schemas import (
     WRITTEN_ID,
@@ -107,10 +107,12 @@ OFFSET = Annotated[
 ]
 
 
+# A filter in the URL: bounded so that, percent-encoded (up to three characters each) beside an id, the request line
+# stays within the HTTP server's 16 KiB (h11's default; past it the server answers 400 before any route).
 FILTER = Annotated[
     str | None,
     Query(
-        max_length=65_536,
+        max_length=4096,
         description="only documents matching this filter, as the JSON of a search's `filter` (service.fields), "
         'e.g. {"term": {"category": "books"}}',
     ),
@@ -138,7 +140,7 @@ def parsed_filter(text: str | None) -> Any:
         "of highest tf-idf weight, renormalized. Serves `documents` collections; an `adverts` "
         "collection answers 409."
     ),
-    responses=error_responses(401, 404, 409, 422, 429, 503),
+    responses=error_responses(400, 401, 404, 409, 422, 429, 503),
     dependencies=[SingleQueryValues],
 )
 async def similar(

@@ -2,15 +2,18 @@
 
 The routes address an adverts collection: `/collections/{name}/match`, or `/match` for the one
 adverts collection the service hosts. A page is its text, the id of a document of a documents
-collection, or a batch of texts. Advert writes go through the keyed write path like documents
-(`PUT /adverts/{id}` stores the text in the collection and the metadata in its book, metadata
-first, so an advert written paused is never matched even for a moment); `PATCH` changes metadata
-only (pause, resume), which is instant since the index is untouched.
+collection, or a batch of texts. Advert writes go through the keyed write path like documents: an
+advert's metadata is four fields of its document (service.adverts), so `PUT /adverts/{id}` writes text and
+metadata in one transaction (an advert written paused is never matched, even for a moment), and `PATCH`
+(pause, resume, recategorize) writes the advert again with its text and other fields as stored and the
+metadata changed: one document write, its text embedded again (about what a one-document PUT costs).
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import json
 import threading
 import time
 import weakref
@@ -29,7 +32,7 @@ from service.advert_schemas import (
     MatchResponse,
     PageMatchOut,
 )
-from service.adverts import AdFilter, AdvertBook, AdvertBooks, AdvertMeta
+from service.adverts import AdvertMeta, match_filter, request_filter, with_meta
 from service.batching import QueryBatcher
 from service.bounds import check_document_id, check_documents, shown
 from service.catalog import Catalog
@@ -44,7 +47,8 @@ from service.deps import (
     key_visibility,
 )
 from service.errors import Forbidden, InvalidInput, NotFound, Unavailable, error_responses
-from service.events.traffic import Traffic, id_of_result, served_model
+from service.events.traffic import Traffic, filter_shown, id_of_result, served_model
+from service.fields.checks import check_shape
 from service.matching import PageMatch, match_pages
 from service.routes.documents import LookupId, WrittenId
 from service.schemas import DeleteResponse, DocumentIn, WriteResponse
@@ -85,12 +89,15 @@ def adverts_collection(request: Request, catalog: CatalogDep) -> Collection:
     return collection
 
 
-def advert_books(request: Request) -> AdvertBooks:
-    return request.app.state.adverts
-
-
 AdvertsDep = Annotated[Collection, Depends(adverts_collection)]
-BooksDep = Annotated[AdvertBooks, Depends(advert_books)]
+
+
+def warm_adverts(collection: Collection) -> None:
+    """Warm an adverts collection's page featurizer as it loads (Catalog.after_load), not on the first /match: each
+    worker's first /match waited for it with every page queued behind it (docs/performance/search.md, "A worker's
+    first page")."""
+    if collection.type == "adverts":
+        collection.ready_state().embedder.warm_page_featurizer()
 
 
 def _page_texts(body: MatchRequest) -> list[str]:
@@ -140,10 +147,10 @@ _batchers: weakref.WeakKeyDictionary[Collection, QueryBatcher] = weakref.WeakKey
 _batchers_lock = threading.Lock()
 
 
-def match_batcher_for(collection: Collection, books: AdvertBooks, settings: Settings) -> QueryBatcher:
+def match_batcher_for(collection: Collection, settings: Settings) -> QueryBatcher:
     """The adverts collection's micro-batcher (service.batching, as /search's): pages that wait at the same moment
-    with the same k and filters are matched by one call, so a busy server embeds them in one ONNX call and scans
-    the index once for them all (a matrix product instead of one scan a page), in at most `threads` threads."""
+    with the same k and filter are matched by one call, so a busy server embeds them in one ONNX call and evaluates
+    the filter once for them all, in at most `threads` threads."""
     with _batchers_lock:
         batcher = _batchers.get(collection)
         if batcher is None:
@@ -153,8 +160,8 @@ def match_batcher_for(collection: Collection, books: AdvertBooks, settings: Sett
                 found = owner()
                 if found is None:
                     raise Unavailable("the collection was closed; retry")
-                k, filters = key
-                return match_pages(found, books.get(found), settings, pages, k, AdFilter.model_validate_json(filters))
+                k, node = key
+                return match_pages(found, settings, pages, k, json.loads(node))
 
             batcher = QueryBatcher(
                 match, leaders=settings.threads, max_batch=settings.max_batch, gather_s=settings.batch_gather_ms / 1000
@@ -194,18 +201,17 @@ def page_match_out(match: PageMatch) -> PageMatchOut:
     response_model=MatchResponse,
     summary="The adverts for a web page (or a batch of pages)",
     description=(
-        "Ranks the adverts collection for the page by the exact score f = semantic + lexical, keeps the "
-        "adverts the filters admit (a paused advert never), and returns the top k of them with the score "
-        "split and the words that made each match: a filter never returns fewer than k adverts while k "
-        "admitted ones exist. A page is cut like /similar's stored document, never refused for its length "
-        "within the body bound (SSI_MAX_BODY_BYTES, 8 MiB: a larger body gets 413)."
+        "Ranks the adverts the filters admit (`filters`, the adverts' metadata, and `filter`, the filter "
+        "language of /search, ANDed; a paused advert never) by the exact score f = semantic + lexical and "
+        "returns the top k of them with the score split and the words that made each match: a filter never "
+        "returns fewer than k adverts while k matching ones exist. A page is cut like /similar's stored document, "
+        "never refused for its length within the body bound (SSI_MAX_BODY_BYTES, 8 MiB: a larger body gets 413)."
     ),
     responses=error_responses(*MATCH_ERRORS),
 )
 async def match(
     body: MatchRequest,
     collection: AdvertsDep,
-    books: BooksDep,
     catalog: CatalogDep,
     settings: SettingsDep,
     limiter: SearchLimiterDep,
@@ -213,9 +219,13 @@ async def match(
 ) -> MatchResponse:
     texts = check_match(body, settings)
     started = time.perf_counter()
+    asked = request_filter(body.filters, body.filter)
+    node = match_filter(body.filters, body.filter)
+    # Checked here, once, before any page waits in the batcher: a bad filter is the request's 422, not a batch's.
+    await run_in_threadpool(collection.where, collection.ready_state(), node)
     pages = texts or [await run_in_threadpool(_stored_page, body, catalog)]
-    key = (body.k, body.filters.model_dump_json())
-    batcher = match_batcher_for(collection, books, settings)
+    key = (body.k, json.dumps(node, sort_keys=True, separators=(",", ":")))
+    batcher = match_batcher_for(collection, settings)
     async with limiter.slot():  # the pages are matched in the batcher's threads: this request holds none
         futures = [batcher.submit(page, key) for page in pages]
         results: list[PageMatch] = [await asyncio.wrap_future(future) for future in futures]
@@ -223,17 +233,20 @@ async def match(
     results_out = [page_match_out(r) for r in results]
     traffic: Traffic = request.app.state.traffic
     model = served_model(collection)
+    shown = filter_shown(asked)
     for page, out in zip(pages, results_out, strict=True):
-        out.impression, out.ads = traffic.show(collection.name, model, "match", page, out.ads, id_of_result)
+        out.impression, out.ads = traffic.show(
+            collection.name, model, "match", page, out.ads, id_of_result, filtered=shown
+        )
     return MatchResponse(collection=collection.name, results=results_out, took_ms=round(took, 3))
 
 
-def _advert_out(collection: Collection, book: AdvertBook, ad_id: str) -> AdvertOut:
+def _advert_out(collection: Collection, ad_id: str) -> AdvertOut:
     doc = collection.get(ad_id)
-    meta = book.get(ad_id)
+    meta = AdvertMeta.of_fields(doc.fields)
     return AdvertOut(
         collection=collection.name, id=doc.id, title=doc.title, text=doc.text, active=meta.active,
-        category=meta.category, advertiser=meta.advertiser, budget=meta.budget, seq=doc.seq,
+        category=meta.category, advertiser=meta.advertiser, budget=meta.budget, fields=doc.fields, seq=doc.seq,
     )  # fmt: skip
 
 
@@ -243,14 +256,14 @@ def _advert_out(collection: Collection, book: AdvertBook, ad_id: str) -> AdvertO
     summary="One advert with its metadata",
     responses=error_responses(401, 403, 404, 409, 422, 503),
 )
-async def get_advert(ad_id: LookupId, collection: AdvertsDep, books: BooksDep) -> AdvertOut:
-    return await run_in_threadpool(lambda: _advert_out(collection, books.get(collection), ad_id))
+async def get_advert(ad_id: LookupId, collection: AdvertsDep) -> AdvertOut:
+    return await run_in_threadpool(_advert_out, collection, ad_id)
 
 
 @write_router.put(
     "/adverts/{ad_id:writtenid}",
     response_model=WriteResponse,
-    summary="Add or replace one advert (text and metadata)",
+    summary="Add or replace one advert (text, metadata and other fields)",
     responses=error_responses(*WRITE_ERRORS),
 )
 async def put_advert(
@@ -258,19 +271,15 @@ async def put_advert(
     body: AdvertBody,
     _: ApiKeyDep,
     collection: AdvertsDep,
-    books: BooksDep,
     settings: SettingsDep,
     limiter: WriteLimiterDep,
 ) -> WriteResponse:
     check_documents(settings, [DocumentIn(id=ad_id, title=body.title, text=body.text)], field="advert")
     meta = AdvertMeta(active=body.active, category=body.category, advertiser=body.advertiser, budget=body.budget)
+    fields = with_meta(check_shape(body.fields) if body.fields is not None else None, meta)
 
     def write() -> list[int]:
-        collection.check_writable()  # refuse before the metadata changes
-        state = collection.ready_state()
-        state.embedder.prepare([Document(id=ad_id, title=body.title, text=body.text)])  # refuse a text it cannot take
-        books.get(collection).put_many([(ad_id, meta)])
-        return collection.put([Document(id=ad_id, title=body.title, text=body.text)])
+        return collection.put([Document(id=ad_id, title=body.title, text=body.text, fields=fields)])
 
     seqs = await limiter.run(write)
     return WriteResponse(collection=collection.name, ids=[ad_id], seq=seqs[-1])
@@ -287,7 +296,6 @@ async def patch_advert(
     body: AdvertPatch,
     _: ApiKeyDep,
     collection: AdvertsDep,
-    books: BooksDep,
     settings: SettingsDep,
     limiter: WriteLimiterDep,
 ) -> AdvertOut:
@@ -300,11 +308,12 @@ async def patch_advert(
 
     def write() -> AdvertOut:
         collection.check_writable()
-        book = books.get(collection)
-        if collection.get_many([ad_id]).get(ad_id) is None:
+        doc = collection.get_many([ad_id]).get(ad_id)
+        if doc is None:
             raise NotFound(f"no advert with id {shown(ad_id)} in collection '{collection.name}'")
-        book.update(ad_id, **changes)
-        return _advert_out(collection, book, ad_id)
+        meta = dataclasses.replace(AdvertMeta.of_fields(doc.fields), **changes)
+        collection.put([Document(id=ad_id, title=doc.title, text=doc.text, fields=with_meta(doc.fields, meta))])
+        return _advert_out(collection, ad_id)
 
     return await limiter.run(write)
 
@@ -319,16 +328,9 @@ async def delete_advert(
     ad_id: WrittenId,
     _: ApiKeyDep,
     collection: AdvertsDep,
-    books: BooksDep,
     settings: SettingsDep,
     limiter: WriteLimiterDep,
 ) -> DeleteResponse:
     check_document_id(settings, ad_id)
-
-    def write() -> int:
-        seq = collection.delete(ad_id)
-        books.get(collection).delete(ad_id)
-        return seq
-
-    seq = await limiter.run(write)
+    seq = await limiter.run(lambda: collection.delete(ad_id))
     return DeleteResponse(collection=collection.name, id=ad_id, deleted=True, seq=seq)

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
 import weakref
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, Response
 
@@ -16,7 +19,7 @@ from service.bounds import check_search
 from service.collection import Collection, FieldAnswer, FieldRequest
 from service.deps import SearchingDep
 from service.errors import Unavailable, error_responses
-from service.events.traffic import id_of_result, served_model
+from service.events.traffic import filter_shown, id_of_result, served_model
 from service.fields.http import BatchSearchRequest, FieldOptions, SearchRequest
 from service.fields.visibility import EVERYTHING, Visibility
 from service.interleave.comparisons import Comparisons
@@ -52,6 +55,36 @@ _batchers_lock = threading.Lock()
 Answer = tuple[SearchResult, tuple[str, str] | None]
 
 
+def _canonical(node: Any) -> str | None:
+    return None if node is None else json.dumps(node, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True, slots=True)
+class FieldKey:
+    """What single searches asking something of the fields (a filter, facets, fields, or a filtered read key) must
+    share to run as one batch: the same of each, filters as canonical JSON. A batch of them evaluates its filter
+    once (one matching set, count and facets for every query of it), and all of them run on the batcher's threads
+    instead of one thread each: under 32 clients, filtered searches on threads of their own took about a third of
+    the unfiltered ones' throughput (benchmarks.filtered_search)."""
+
+    filter: str | None
+    facets: tuple[str, ...]
+    fields: tuple[str, ...]
+    visible: str | None
+
+    @classmethod
+    def of(cls, body: FieldOptions, visible: Visibility) -> FieldKey:
+        return cls(_canonical(body.filter), tuple(body.facets), tuple(body.fields), _canonical(visible.filter))
+
+    def options(self) -> tuple[FieldOptions, Visibility]:
+        body = FieldOptions.model_construct(
+            filter=None if self.filter is None else json.loads(self.filter),
+            facets=list(self.facets),
+            fields=list(self.fields),
+        )
+        return body, Visibility(None if self.visible is None else json.loads(self.visible))
+
+
 def batcher_for(collection: Collection, settings: Settings, comparisons: Comparisons | None = None) -> QueryBatcher:
     """The collection's micro-batcher (service.batching): concurrent single searches share one search call,
     whose leader also reads the hits' titles and snippets. While a comparison runs, the leader has the candidate
@@ -68,7 +101,11 @@ def batcher_for(collection: Collection, settings: Settings, comparisons: Compari
                 found = owner()
                 if found is None:
                     raise Unavailable("the collection was closed; retry")
-                k, offset, ef_search, nprobe = key
+                k, offset, ef_search, nprobe, fields = key
+                if fields is not None:  # never interleaved: a candidate model is compared on unfiltered searches
+                    body, visible = fields.options()
+                    answers = search_with_fields(found, settings, body, queries, k, offset, ef_search, nprobe, visible)
+                    return [(answer, None) for answer in answers]
                 results = found.search(list(queries), k, offset, ef_search=ef_search, nprobe=nprobe)
                 interleaved: list[tuple[str, str] | None] = [None] * len(results)
                 if comparisons is not None:
@@ -179,8 +216,8 @@ def search_with_fields(
     visible: Visibility = EVERYTHING,
 ) -> list[SearchResult]:
     """A search that asks something of the documents' fields (service.fields): a filter, facets, or fields with
-    each hit, or made with a filtered read key (`visible`, service.fields.visibility). Not micro-batched: its filter
-    is its own (the batcher groups searches of one kind)."""
+    each hit, or made with a filtered read key (`visible`, service.fields.visibility): every query of `queries`
+    under the same filter, evaluated once (a /search/batch request, or the batcher's searches of one FieldKey)."""
     request = FieldRequest(filter=body.filter, facets=list(body.facets))
     found, answer = collection.search_where(
         queries, k, offset, request, ef_search=ef_search, nprobe=nprobe, visible=visible
@@ -221,21 +258,15 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
     collection, settings, limiter = searching.collection, searching.settings, searching.limiter
     check_search(settings, body, [body.query], batch=False)
     started = time.perf_counter()
-    key = (body.k, body.offset, body.ef_search, body.nprobe)
     visible = searching.visible
-    if body.asks_fields() or visible.restricted:  # a filtered key's search is a filtered one, never the batcher's
-        (result,) = await limiter.run(
-            lambda: search_with_fields(
-                collection, settings, body, [body.query], body.k, body.offset, body.ef_search, body.nprobe, visible
-            )
+    # A filtered key's search is a filtered one: batched only with searches of the same key's filter.
+    fields = FieldKey.of(body, visible) if body.asks_fields() or visible.restricted else None
+    key = (body.k, body.offset, body.ef_search, body.nprobe, fields)
+    async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
+        answer: Answer = await asyncio.wrap_future(
+            batcher_for(collection, settings, searching.comparisons).submit(body.query, key)
         )
-        interleaved = None
-    else:
-        async with limiter.slot():  # the search runs in the batcher's threads: this request holds none
-            answer: Answer = await asyncio.wrap_future(
-                batcher_for(collection, settings, searching.comparisons).submit(body.query, key)
-            )
-        result, interleaved = answer
+    result, interleaved = answer
     impression, hits = searching.traffic.show(
         collection.name,
         served_model(collection),
@@ -245,6 +276,7 @@ async def search(body: SearchRequest, searching: SearchingDep) -> Response:
         id_of_result,
         body.offset + 1,
         interleaved,
+        filter_shown(body.filter, visible),
     )
     took = (time.perf_counter() - started) * 1000
     return json_response(
@@ -290,9 +322,10 @@ async def search_batch(body: BatchSearchRequest, searching: SearchingDep) -> Res
 
     results = await limiter.run(work)
     model = served_model(collection)
+    shown = filter_shown(body.filter, visible)
     for query, result in zip(body.queries, results, strict=True):
         result.impression, result.hits = searching.traffic.show(
-            collection.name, model, "search", query, result.hits, id_of_result, body.offset + 1
+            collection.name, model, "search", query, result.hits, id_of_result, body.offset + 1, filtered=shown
         )
     took = (time.perf_counter() - started) * 1000
     return json_response(BatchSearchResponse(collection=collection.name, results=results, took_ms=round(took, 3)))

@@ -1,7 +1,8 @@
 // The search page: a query box, ranked hits with the two parts of each score, "similar documents"
-// and a document view. The state lives in the URL fragment so links, reloads and Back work:
-//   #/search?q=...   hits for a query          #/doc/ID       one document
-//   #/similar/ID     documents like document ID
+// and a document view; a collection with fields gets a facet sidebar, filter chips and ranges (fields.js).
+// The state lives in the URL fragment so links, reloads and Back work:
+//   #/search?q=...   hits for a query (&f=..., &min=..., &max=...: its filters, fields.js)
+//   #/doc/ID         one document               #/similar/ID     documents like document ID
 // A click on a search result is reported to the service (POST /clicks, with the answer's impression), and
 // how long the user read it when they come back: the traffic log the model learns from.
 // Every text that comes from the server (titles, snippets, document text, ids, error messages) is
@@ -32,22 +33,15 @@
   const more = $("more");
   const docView = $("document");
   const matchView = $("match");
+  const sidebar = $("filters");
+  const chips = $("chips");
+  const Fields = window.SSIFields;
+  const { el } = window.SSIDom;
 
   // What "More results" continues: a function of the offset that returns a promise of a response.
   let nextPage = null;
   let offset = 0;
   let renderToken = 0;
-
-  function el(tag, attrs = {}, ...children) {
-    const node = document.createElement(tag);
-    for (const [name, value] of Object.entries(attrs)) {
-      if (name === "class") node.className = value;
-      else if (name === "text") node.textContent = value;
-      else node.setAttribute(name, value);
-    }
-    for (const child of children) node.append(child); // strings become text nodes
-    return node;
-  }
 
   function setStatus(message, isError = false) {
     status.textContent = message;
@@ -59,6 +53,9 @@
     results.hidden = section !== results;
     docView.hidden = section !== docView;
     matchView.hidden = section !== matchView;
+    // The sidebar and the chips belong to a search's list; the view that has them draws them again.
+    sidebar.hidden = true;
+    chips.hidden = true;
   }
 
   // FastAPI answers errors as {"detail": "..."} or {"detail": [{"loc": [...], "msg": "..."}]}.
@@ -77,7 +74,11 @@
 
   async function fetchJson(url, options) {
     const response = await fetch(url, { headers: { Accept: "application/json" }, ...options });
-    if (!response.ok) throw new Error(await errorMessage(response));
+    if (!response.ok) {
+      const error = new Error(await errorMessage(response));
+      error.status = response.status;
+      throw error;
+    }
     return response.json();
   }
 
@@ -158,13 +159,16 @@
     });
     const line = scoreLine(hit, maxScore);
     line.append(similar);
-    return el(
+    const item = el(
       "li",
       { class: "hit", "data-id": hit.id },
       header,
       el("p", { class: "snippet" }, highlighted(hit.snippet || "", queryWords)),
-      line,
     );
+    const fields = Fields.hitFields(hit.fields);
+    if (fields) item.append(fields);
+    item.append(line);
+    return item;
   }
 
   function describe(body, shown) {
@@ -174,8 +178,9 @@
     return parts.join(" · ");
   }
 
-  // Shows a list of hits, with "More results" asking `loader(offset)` for the next page.
-  async function showHits(title, loader, queryWords) {
+  // Shows a list of hits, with "More results" asking `loader(offset)` for the next page; `drawn(body)` is told
+  // each first page's answer (a search draws its facets from it).
+  async function showHits(title, loader, queryWords, drawn = null) {
     const token = ++renderToken;
     show(results);
     heading.textContent = title;
@@ -183,10 +188,10 @@
     more.hidden = true;
     nextPage = loader;
     offset = 0;
-    await loadPage(token, queryWords, true);
+    await loadPage(token, queryWords, true, drawn);
   }
 
-  async function loadPage(token, queryWords, first) {
+  async function loadPage(token, queryWords, first, drawn = null) {
     setStatus(first ? "Searching…" : "Loading more…");
     more.disabled = true;
     try {
@@ -205,6 +210,7 @@
       offset += hits.length;
       more.hidden = hits.length < PAGE_SIZE;
       setStatus(hitList.children.length ? describe(body, hitList.children.length) : "No results.");
+      if (first && drawn) drawn(body);
       if (first) more.onclick = () => loadPage(token, queryWords, false);
     } catch (error) {
       if (token === renderToken) setStatus(error.message, true);
@@ -213,20 +219,41 @@
     }
   }
 
-  function search(query) {
+  // A search with the filters of the URL (fields.js): its chips show at once, so a filter the server refuses
+  // (a field gone, a bad value in a hand-made link) can still be removed; the sidebar comes with the answer.
+  // The list is cleared at once (showHits) and the field types awaited by the first page's request.
+  function search(query, filters) {
     input.value = query;
     document.title = `${query} – SSI search`;
     const queryWords = new Set(words(query));
-    return showHits(
-      `Results for “${query}”`,
-      (from) =>
+    let types = {};
+    const change = (state) => {
+      location.hash = `#/search?${Fields.toParams(query, state)}`;
+    };
+    const ask = async (from) => {
+      types = await Fields.fieldTypes();
+      const body = { query, k: PAGE_SIZE, offset: from, ...Fields.request(filters, types, from === 0) };
+      const post = (request) =>
         fetchJson(API.search, {
           method: "POST",
           headers: { "Content-Type": "application/json", Accept: "application/json" },
-          body: JSON.stringify({ query, k: PAGE_SIZE, offset: from }),
-        }),
-      queryWords,
-    );
+          body: JSON.stringify(request),
+        });
+      // Facets the server will not count (a field of another collection, fewer SSI_MAX_FACETS than the page
+      // asks): the list without the sidebar, rather than no list.
+      return post(body).catch((error) => {
+        if (error.status !== 422 || !body.facets || !/facets/.test(error.message)) throw error;
+        delete body.facets;
+        return post(body);
+      });
+    };
+    const drawn = (body) => {
+      Fields.drawSidebar(sidebar, body, filters, types, change);
+      Fields.restoreFocus(sidebar, chips);
+    };
+    const shown = showHits(`Results for “${query}”`, ask, queryWords, drawn);
+    Fields.drawChips(chips, filters, change); // after show(), which hides them
+    return shown;
   }
 
   async function similar(id) {
@@ -398,8 +425,9 @@
     const [path, queryString = ""] = hash.split("?");
     try {
       if (path === "/search") {
-        const query = new URLSearchParams(queryString).get("q") || "";
-        return query.trim() ? search(query) : home();
+        const params = new URLSearchParams(queryString);
+        const query = params.get("q") || "";
+        return query.trim() ? search(query, Fields.parse(params)) : home();
       }
       if (path.startsWith("/doc/")) return showDocument(decodeURIComponent(path.slice("/doc/".length)));
       if (path.startsWith("/similar/")) return similar(decodeURIComponent(path.slice("/similar/".length)));
@@ -455,4 +483,5 @@
   });
   route();
   showModel();
+  Fields.fieldTypes(); // read once, early: the first search does not wait for it
 })();

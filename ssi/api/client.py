@@ -17,6 +17,10 @@ Examples:
     ...     stored = client.get_document("note-1")
     >>> len(result.hits), stored.title
     (3, 'Apples')
+
+Documents may carry `fields` and a search a `filter`, `facets` and the `fields` to return with each hit (the
+service's filter language, docs/guides/fields.md); every search method takes them as keywords, so a call written
+before them reads as it did.
     >>> try:
     ...     ssi.Client(url).search(query, k=0)
     ... except ssi.ServiceError as error:
@@ -27,7 +31,7 @@ Examples:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -83,11 +87,22 @@ class SearchHit:
     semantic: float
     lexical: float
     sentence: float | None = None
+    fields: dict[str, Any] | None = None  # the fields the search asked for (`fields=`) that the document has
+
+
+@dataclass(frozen=True, slots=True)
+class Facet:
+    """A keyword field's most frequent values over every document matching the search's filter, most first
+    (value, documents), and `other`: the counts of the values left out, summed."""
+
+    values: list[tuple[str | bool, int]]
+    other: int
 
 
 @dataclass(frozen=True, slots=True)
 class SearchResult:
-    """The hits for one query; `candidates`: documents scored exactly; `query_words`: known query words."""
+    """The hits for one query; `candidates`: documents scored exactly; `query_words`: known query words.
+    `matched`: the documents matching the search's filter and `facets` by field, when it had a filter or facets."""
 
     hits: list[SearchHit]
     query_words: int
@@ -95,6 +110,8 @@ class SearchResult:
     collection: str
     took_ms: float  # for a batch: the whole batch's time
     impression: str | None = None  # names this answer for `Client.click` (None: the server records no traffic)
+    matched: int | None = None
+    facets: dict[str, Facet] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +129,7 @@ class StoredDocument:
     title: str
     text: str
     seq: int  # the write sequence number of this version
+    fields: dict[str, Any] = field(default_factory=dict)  # the document's fields (docs/guides/fields.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +205,7 @@ class AdFilter:
 
 
 def _search_result(body: Mapping[str, Any], collection: str, took_ms: float) -> SearchResult:
+    facets = body.get("facets")
     return SearchResult(
         hits=[_record(SearchHit, hit) for hit in body["hits"]],
         query_words=body["query_words"],
@@ -194,6 +213,13 @@ def _search_result(body: Mapping[str, Any], collection: str, took_ms: float) -> 
         collection=collection,
         took_ms=took_ms,
         impression=body.get("impression"),
+        matched=body.get("matched"),
+        facets=None
+        if facets is None
+        else {
+            name: Facet([(item["value"], item["count"]) for item in facet["values"]], facet["other"])
+            for name, facet in facets.items()
+        },
     )
 
 
@@ -278,10 +304,26 @@ class Client:
     # -- search ------------------------------------------------------------------------------------------------
 
     def search(
-        self, query: str, k: int = 10, offset: int = 0, *, ef_search: int | None = None, nprobe: int | None = None
+        self,
+        query: str,
+        k: int = 10,
+        offset: int = 0,
+        *,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        filter: Mapping[str, Any] | None = None,
+        facets: Sequence[str] = (),
+        fields: Sequence[str] = (),
     ) -> SearchResult:
-        """The exact top k documents for a short query (`POST /search`), after skipping `offset` of them."""
-        body = self._request("POST", "/search", json=_search_body({"query": query}, k, offset, ef_search, nprobe))
+        """The exact top k documents for a short query (`POST /search`), after skipping `offset` of them.
+
+        `filter`: only the documents matching it (e.g. `{"term": {"category": "books"}}`, docs/guides/fields.md);
+        `facets`: keyword fields whose most frequent values are counted over every matching document
+        (`SearchResult.facets`); `fields`: the fields returned with each hit (`SearchHit.fields`)."""
+        options = FieldOptions(filter, facets, fields)
+        body = self._request(
+            "POST", "/search", json=_search_body({"query": query}, k, offset, ef_search, nprobe, options)
+        )
         return _search_result(body, body["collection"], body["took_ms"])
 
     def search_batch(
@@ -292,10 +334,17 @@ class Client:
         *,
         ef_search: int | None = None,
         nprobe: int | None = None,
+        filter: Mapping[str, Any] | None = None,
+        facets: Sequence[str] = (),
+        fields: Sequence[str] = (),
     ) -> list[SearchResult]:
-        """`search` for several queries in one request (`POST /search/batch`), answered in order."""
+        """`search` for several queries in one request (`POST /search/batch`), answered in order; `filter`,
+        `facets` and `fields` apply to each query, as in `search`."""
+        options = FieldOptions(filter, facets, fields)
         body = self._request(
-            "POST", "/search/batch", json=_search_body({"queries": list(queries)}, k, offset, ef_search, nprobe)
+            "POST",
+            "/search/batch",
+            json=_search_body({"queries": list(queries)}, k, offset, ef_search, nprobe, options),
         )
         return [_search_result(result, body["collection"], body["took_ms"]) for result in body["results"]]
 
@@ -318,15 +367,21 @@ class Client:
         """A stored document (`GET /documents/{id}`); a `ServiceError` 404 when there is none."""
         return _record(StoredDocument, self._request("GET", f"/documents/{_path_id(doc_id)}"))
 
-    def put_document(self, doc_id: str, *, title: str = "", text: str = "") -> WriteResult:
-        """Add or replace one document (`PUT /documents/{id}`); searchable when this returns."""
-        return WriteResult(
-            **self._request("PUT", f"/documents/{_path_id(doc_id)}", json={"title": title, "text": text})
-        )
+    def put_document(
+        self, doc_id: str, *, title: str = "", text: str = "", fields: Mapping[str, Any] | None = None
+    ) -> WriteResult:
+        """Add or replace one document (`PUT /documents/{id}`); searchable when this returns. `fields`: its
+        filterable values (a flat object: keywords, keyword lists, numbers, booleans, ISO 8601 dates); a value of
+        another type than its field's is a `ServiceError` 409 naming the field and both types."""
+        body: dict[str, Any] = {"title": title, "text": text}
+        if fields:
+            body["fields"] = dict(fields)
+        return _record(WriteResult, self._request("PUT", f"/documents/{_path_id(doc_id)}", json=body))
 
     def put_documents(self, documents: Iterable[Document]) -> WriteResult:
-        """Add or replace several documents in one transaction (`POST /documents`): all of them or none."""
-        body = {"documents": [{"id": d.id, "title": d.title, "text": d.text} for d in documents]}
+        """Add or replace several documents in one transaction (`POST /documents`): all of them or none; each
+        `Document`'s `fields` go with it."""
+        body = {"documents": [_document_body(d) for d in documents]}
         return _record(WriteResult, self._request("POST", "/documents", json=body))
 
     def delete_document(self, doc_id: str) -> DeleteResult:
@@ -399,14 +454,45 @@ class Client:
         return dict(self._request("GET", "/readyz", root=True))
 
 
+@dataclass(frozen=True, slots=True)
+class FieldOptions:
+    """What a search asks of the documents' fields; each sent only when given, so a plain search's body is as
+    it always was (and a server without fields answers it)."""
+
+    filter: Mapping[str, Any] | None = None
+    facets: Sequence[str] = ()
+    fields: Sequence[str] = ()
+
+    def body(self) -> dict[str, Any]:
+        given: dict[str, Any] = {"filter": dict(self.filter)} if self.filter is not None else {}
+        if self.facets:
+            given["facets"] = [self.facets] if isinstance(self.facets, str) else list(self.facets)
+        if self.fields:
+            given["fields"] = [self.fields] if isinstance(self.fields, str) else list(self.fields)
+        return given
+
+
 def _search_body(
-    body: dict[str, Any], k: int, offset: int, ef_search: int | None, nprobe: int | None
+    body: dict[str, Any],
+    k: int,
+    offset: int,
+    ef_search: int | None,
+    nprobe: int | None,
+    options: FieldOptions = FieldOptions(),
 ) -> dict[str, Any]:
     body.update(k=k, offset=offset)
     if ef_search is not None:
         body["ef_search"] = ef_search
     if nprobe is not None:
         body["nprobe"] = nprobe
+    body.update(options.body())
+    return body
+
+
+def _document_body(document: Document) -> dict[str, Any]:
+    body: dict[str, Any] = {"id": document.id, "title": document.title, "text": document.text}
+    if document.fields:
+        body["fields"] = document.fields
     return body
 
 

@@ -25,6 +25,10 @@ Examples:
     []
     >>> model.score([query], ["a sweet red apple", "a car engine"]).shape
     (1, 2)
+
+Documents may carry `fields` (a corpus line's `fields` object, or `Document(..., fields={...})`), and a search may be
+restricted to those matching a filter, the service's filter language (ssi.fields.filters, docs/guides/fields.md):
+the hits are exactly the top k among the matching documents, as the service's filtered search is.
 """
 
 from __future__ import annotations
@@ -33,12 +37,13 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import overload
+from typing import Any, overload
 
 import numpy as np
 
 from ssi.bundle import Bundle, load_bundle
 from ssi.corpus import read_corpus
+from ssi.fields.corpus import CorpusFields, top_k_among
 from ssi.open_vocab import CollectionStatistics, OpenPostings, OpenRule, Statistics, build_postings
 from ssi.products import DocMatrix
 from ssi.records import Document
@@ -75,6 +80,7 @@ class Model:
         *,
         open_vocab: bool = True,
         statistics: Statistics = "bundle",
+        fields: dict[str, str] | None = None,
     ) -> None:
         if statistics != "bundle" and not open_vocab:
             raise ValueError("statistics='collection' is a rule of the open vocabulary: not with open_vocab=False")
@@ -83,6 +89,8 @@ class Model:
         self.statistics: Statistics = statistics
         self.documents: list[Document] = list(documents) if documents is not None else []
         self.ids = [d.id for d in self.documents]
+        # The documents' fields, checked and indexed once (ssi.fields.corpus): a bad value fails the load, naming it.
+        self._fields = CorpusFields(self.documents, fields) if fields or any(d.fields for d in self.documents) else None
         self._doc_matrix: DocMatrix | None = None
         self._open: OpenPostings | None = None
         self._collection: CollectionStatistics | None = None
@@ -131,27 +139,51 @@ class Model:
         """f(q, d) of each query text against every corpus document: float32 [len(texts), len(documents)]."""
         return self._corpus_scorer().score(list(texts))
 
-    @overload
-    def search(self, texts: str, k: int = 10) -> list[Hit]: ...
+    @property
+    def field_types(self) -> dict[str, str]:
+        """The corpus's field types (declared, or fixed by the first document using the name)."""
+        return dict(self._fields.types) if self._fields is not None else {}
+
+    def matching(self, filter: dict[str, Any]) -> list[str]:
+        """The ids of the corpus documents matching `filter`, in corpus order (a `FieldError` naming a problem)."""
+        return [self.ids[row] for row in self._rows(filter).tolist()]
+
+    def _rows(self, filter: dict[str, Any]) -> np.ndarray:
+        if self._fields is None:  # no document has fields: a filter names fields the corpus lacks
+            return CorpusFields([]).rows(filter)
+        return self._fields.rows(filter)
 
     @overload
-    def search(self, texts: Sequence[str], k: int = 10) -> list[list[Hit]]: ...
+    def search(self, texts: str, k: int = 10, *, filter: dict[str, Any] | None = None) -> list[Hit]: ...
 
-    def search(self, texts: str | Sequence[str], k: int = 10) -> list[Hit] | list[list[Hit]]:
+    @overload
+    def search(self, texts: Sequence[str], k: int = 10, *, filter: dict[str, Any] | None = None) -> list[list[Hit]]: ...
+
+    def search(
+        self, texts: str | Sequence[str], k: int = 10, *, filter: dict[str, Any] | None = None
+    ) -> list[Hit] | list[list[Hit]]:
         """The k best corpus documents for a query text (a list of hits), or for each of several (a list of lists).
 
         Exact: every document is scored; ties are broken by corpus position, as `ssi rank` and the service do.
         A query with no word to rank by (none the model knows, nor, with `open_vocab`, a new word a document
-        holds: ssi.open_vocab) gets no hits, as from the service.
+        holds: ssi.open_vocab) gets no hits, as from the service. `filter` (the service's filter language,
+        docs/guides/fields.md): only the documents matching it are ranked, the exact top k among them; an unknown
+        field, a value of another type than the field's or a malformed clause is a `FieldError` (a ValueError).
         """
         if k < 1:
             raise ValueError(f"k must be positive, got {k}")
         queries = [texts] if isinstance(texts, str) else list(texts)
         if not queries:
             return []
+        rows = self._rows(filter) if filter is not None else None  # checked before any query is scored
         scorer = self._corpus_scorer()
         known = scorer.has_terms(queries)  # memoized: score() featurizes them once
-        cols, values = top_k(scorer.score(queries), k)
+        scores = scorer.score(queries)
+        if rows is None:
+            cols, values = top_k(scores, k)
+        else:
+            among = [top_k_among(row_scores, rows, k) for row_scores in scores]
+            cols, values = [c for c, _ in among], [v for _, v in among]
         ranked = [
             [Hit(self.ids[c], float(v), c) for c, v in zip(row_cols.tolist(), row_values.tolist(), strict=True)]
             if asked
@@ -198,6 +230,7 @@ def load(
     verify_hashes: bool = True,
     open_vocab: bool = True,
     statistics: Statistics = "bundle",
+    fields: dict[str, str] | None = None,
 ) -> Model:
     """Load a bundle (verified: `ssi.bundle.BundleError` names what is wrong) to rank `corpus` in process.
 
@@ -206,8 +239,11 @@ def load(
     (`Model.score`). `bundle` may be what `ssi.train` returned. `open_vocab` (on by default) lets a BM25
     bundle's lexical part count the corpus's words it never saw (ssi.open_vocab, docs/guides/open-vocabulary.md);
     with it, `statistics="collection"` weighs every word with the corpus's own idf and avg_len (BM25 over the corpus)
-    instead of the bundle's.
+    instead of the bundle's. Documents may carry `fields` (a JSONL line's `fields` object); `fields` here declares
+    field types (name → keyword, keyword_list, integer, float, boolean or date) as a schema file does for
+    `ssi serve`; other names take the type of their first value. A value of another type is a `FieldTypeMismatch`
+    naming the document, the field and both types. `Model.search(..., filter=...)` ranks the matching documents.
     """
     loaded = bundle if isinstance(bundle, Bundle) else load_bundle(Path(bundle), verify_hashes=verify_hashes)
     corpus_docs = _documents(corpus) if corpus is not None else None
-    return Model(loaded, corpus_docs, open_vocab=open_vocab, statistics=statistics)
+    return Model(loaded, corpus_docs, open_vocab=open_vocab, statistics=statistics, fields=fields)

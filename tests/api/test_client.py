@@ -4,6 +4,7 @@ adverts, and the server's errors as `ssi.ServiceError`."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -93,6 +94,38 @@ def test_document_writes_then_reads(client: ssi.Client, api_world: ApiWorld) -> 
         client.get_document(odd)
     assert missing.value.status == 404 and missing.value.message.startswith("no document")
     assert odd not in [h.id for h in client.search(text, k=100).hits]
+
+
+def test_fields_go_in_and_filters_facets_and_fields_come_out_typed(client: ssi.Client, api_world: ApiWorld) -> None:
+    """Documents written with `fields` through the client (the corpus's own texts, so every other test's ranking
+    stands); a filtered search is `ssi.load`'s filtered ranking, with `matched`, the facets and each hit's fields."""
+    docs = read_corpus(api_world.data.corpus)
+    tagged = [replace(d, fields={"side": ["left", "right"][i % 2], "n": i}) for i, d in enumerate(docs[:60])]
+    client.put_documents(tagged[1:])
+    one = client.put_document(tagged[0].id, title=tagged[0].title, text=tagged[0].text, fields=tagged[0].fields)
+    assert one.ids == [tagged[0].id] and client.get_document(tagged[0].id).fields == {"side": "left", "n": 0}
+    assert client.get_document(docs[70].id).fields == {}
+    model = ssi.load(api_world.trained, corpus=[*tagged, *docs[60:]])
+    node = {"and": [{"term": {"side": "left"}}, {"range": {"n": {"gte": 10}}}]}
+    for query, local in zip(QUERIES[:3], model.search(QUERIES[:3], k=10, filter=node), strict=True):
+        result = client.search(query, k=10, filter=node, facets=["side"], fields=["n", "colour"])
+        assert [h.id for h in result.hits] == [h.id for h in local], query
+        assert [h.score for h in result.hits] == pytest.approx([h.score for h in local], abs=1e-4)
+        assert result.matched == 25 and result.facets == {"side": ssi.Facet([("left", 25)], 0)}
+        assert [h.fields for h in result.hits] == [{"n": h.position} for h in local]  # n is the row; no colour
+    batch = client.search_batch(QUERIES[:2], k=3, filter={"term": {"side": "right"}}, facets=["side"])
+    assert [r.matched for r in batch] == [30, 30] and all(h.fields is None for r in batch for h in r.hits)
+    assert [[h.id for h in r.hits] for r in batch] == [
+        [h.id for h in hits] for hits in model.search(QUERIES[:2], k=3, filter={"term": {"side": "right"}})
+    ]
+    plain = client.search(QUERIES[0], 5, 0)  # the positional call of before: no filter, no facets
+    assert plain.matched is None and plain.facets is None and len(plain.hits) == 5
+    with pytest.raises(ssi.ServiceError) as clash:
+        client.put_document(docs[0].id, title=docs[0].title, text=docs[0].text, fields={"n": "many"})
+    assert clash.value.status == 409 and "field 'n' has type integer, was given keyword" in clash.value.message
+    with pytest.raises(ssi.ServiceError) as unknown:
+        client.search(QUERIES[0], filter={"term": {"colour": "red"}})
+    assert unknown.value.status == 422 and "unknown field 'colour'" in unknown.value.message
 
 
 def test_errors_carry_the_servers_status_and_message(served: ThreadServer, client: ssi.Client) -> None:

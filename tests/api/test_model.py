@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 import ssi
 from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus
+from ssi.fields.errors import FieldError, FieldTypeMismatch
 from ssi.records import Document
 from tests.api.conftest import ApiWorld
 from tests.service.service_testing import Oracle, make_bundle, make_corpus
@@ -79,6 +81,46 @@ def test_plain_texts_are_a_corpus_and_k_is_checked(api_world: ApiWorld) -> None:
     with pytest.raises(ValueError, match="k must be positive"):
         model.search("left0w1", k=0)
     assert model.search([], k=3) == []
+
+
+def test_a_filtered_search_is_the_brute_force_among_the_matching_documents(api_world: ApiWorld) -> None:
+    """`ssi.load` over documents with fields: `search(..., filter=...)` is the exact top k of the reference score
+    among the documents the filter matches (the service's filter language, ssi.fields), ties by corpus position."""
+    plain = read_corpus(api_world.data.corpus)
+    docs = [
+        replace(d, fields={"side": ["left", "right"][i % 2], "n": i, **({"tags": ["x"]} if i % 5 == 0 else {})})
+        for i, d in enumerate(plain)
+    ]
+    model = ssi.load(api_world.trained, corpus=docs)
+    oracle = Oracle(api_world.trained.bundle, plain)
+    assert model.field_types == {"side": "keyword", "n": "integer", "tags": "keyword_list"}
+    filters = {
+        "term": ({"term": {"side": "left"}}, lambda i: i % 2 == 0),
+        "and, range, exists": ({"and": [{"range": {"n": {"gte": 40, "lt": 200}}}, {"exists": "tags"}]},
+                               lambda i: 40 <= i < 200 and i % 5 == 0),
+        "not, or": ({"not": {"or": [{"term": {"side": "right"}}, {"terms": {"n": [0, 2, 4]}}]}},
+                    lambda i: i % 2 == 0 and i not in (0, 2, 4)),
+        "a few": ({"range": {"n": {"lte": 3}}}, lambda i: i <= 3),
+    }  # fmt: skip
+    for name, (node, matches) in filters.items():
+        rows = np.asarray([i for i in range(len(docs)) if matches(i)])
+        assert model.matching(node) == [docs[i].id for i in rows], name
+        for query, hits in zip(QUERIES[:4], model.search(QUERIES[:4], k=10, filter=node), strict=True):
+            f = oracle.scores(query)[rows]
+            order = np.lexsort((rows, -f))[:10]
+            assert [h.id for h in hits] == [docs[rows[i]].id for i in order], (name, query)
+            np.testing.assert_allclose([h.score for h in hits], f[order], rtol=1e-5, atol=1e-6)
+    assert len(model.search(QUERIES[0], k=10, filter=filters["a few"][0])) == 4  # fewer match: all of them
+    with pytest.raises(FieldError, match="unknown field 'colour'"):
+        model.search(QUERIES[0], filter={"term": {"colour": "red"}})
+    with pytest.raises(FieldError, match="field 'n' has type integer, was given keyword"):
+        model.search(QUERIES[0], filter={"term": {"n": "seven"}})
+    clash = [docs[0], replace(docs[1], fields={"n": "many"})]
+    with pytest.raises(FieldTypeMismatch, match=f"document '{docs[1].id}': field 'n' has type integer, was given"):
+        ssi.load(api_world.trained, corpus=clash)
+    declared = ssi.load(api_world.trained, corpus=[replace(docs[0], fields={"day": "2024-05-01"})],
+                        fields={"day": "keyword"})  # fmt: skip
+    assert declared.field_types == {"day": "keyword"} and declared.matching({"term": {"day": "2024-05-01"}})
 
 
 def test_ranking_and_the_client_need_no_pytorch_and_the_service_still_loads(api_world: ApiWorld) -> None:

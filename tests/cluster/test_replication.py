@@ -306,9 +306,9 @@ def test_a_click_is_acknowledged_on_enough_nodes_and_the_log_is_their_union(tmp_
 
 
 def test_an_adverts_shard_matches_alike_on_every_replica_after_a_whole_copy(world: dict, tmp_path: Path) -> None:
-    """/match on replicas: a replica on a wiped disk gets the adverts' metadata book in its whole copy, so every
-    replica admits and ranks the same adverts for a filtered page."""
-    from service.adverts import AdFilter
+    """/match on replicas: a replica on a wiped disk gets the adverts' metadata (fields of their documents) in its
+    whole copy, so every replica admits and ranks the same adverts for a filtered page."""
+    from service.adverts import AdFilter, match_filter
     from tests.cluster.test_cluster_match import meta_of, write_adverts
     from tests.service.service_testing import probe_queries
 
@@ -327,7 +327,7 @@ def test_an_adverts_shard_matches_alike_on_every_replica_after_a_whole_copy(worl
         pages = probe_queries(world["docs"], 3, seed=41)
         answers = {}
         for name, replica in shard.peers.replicas.items():
-            reply = replica.call("match", pages, 5, AdFilter(category=["cat1"]))
+            reply = replica.call("match", pages, 5, match_filter(AdFilter(category=["cat1"])))
             assert reply.status == 200, reply.message
             answers[name] = [[ad["id"] for ad in result["ads"]] for result in reply.value.results]
         assert len({str(a) for a in answers.values()}) == 1, answers

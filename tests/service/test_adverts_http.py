@@ -8,6 +8,7 @@ A page of one topic must then get that topic's adverts by the semantic part alon
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 
 import numpy as np
@@ -15,11 +16,13 @@ import pytest
 from service_testing import API_KEY, Oracle, ThreadServer, syllable_words, write_corpus
 from typer.testing import CliRunner
 
+from service.adverts import BOOK_FILE
 from service.settings import CollectionSpec
+from service.store import DocumentStore
 from ssi.bundle import write_bundle
 from ssi.forms import form_class
 from ssi.records import Document
-from ssi.traffic import EVENTS_FILE, read_events
+from ssi.traffic import EVENTS_FILE, canonical_filter, read_events
 from ssi.vocab import Vocabulary
 from ssi_cli.main import build_app
 from training.clicks import read_click_log
@@ -38,13 +41,14 @@ def ad_world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     page_words = [words[t * 10 : (t + 1) * 10] for t in range(TOPICS)]
     ad_words = [words[TOPICS * 10 + t * 6 : TOPICS * 10 + (t + 1) * 6] for t in range(TOPICS)]
     filler = words[TOPICS * 16 :]
-    ads, meta = [], {}
+    ads, meta, price = [], {}, {}
     for t in range(TOPICS):
         for j in range(ADS_PER_TOPIC):
             ad_id = f"ad-{t}-{j}"
             text = " ".join(rng.choice(ad_words[t], size=4))
             ads.append(Document(ad_id, ad_words[t][j % 6], text))
             meta[ad_id] = {"category": f"cat{t % 2}", "advertiser": f"adv{j % 3}", "budget": j % 4 != 3}
+            price[ad_id] = j  # an ordinary field beside the metadata (in the line's `fields` object)
     pages = [
         Document(f"page-{t}", "", " ".join([*rng.choice(page_words[t], size=60), *rng.choice(filler, size=20)]))
         for t in range(TOPICS)
@@ -61,7 +65,9 @@ def ad_world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     bundle = write_bundle(root / "bundles" / "ads", form=form, vocab=vocab, encoder_onnx=build_encoder(U))
     with (root / "ads.jsonl").open("w", encoding="utf-8") as handle:
         for ad in ads:
-            handle.write(json.dumps({"id": ad.id, "title": ad.title, "text": ad.text, **meta[ad.id]}) + "\n")
+            # The metadata at the top level of the line, as corpora before the fields had it (read as fields).
+            line = {"id": ad.id, "title": ad.title, "text": ad.text, **meta[ad.id], "fields": {"price": price[ad.id]}}
+            handle.write(json.dumps(line) + "\n")
     docs_corpus = write_corpus(root / "pages.jsonl", pages)
     return {
         "bundle": root / "bundles" / "ads",
@@ -69,6 +75,7 @@ def ad_world(tmp_path_factory: pytest.TempPathFactory) -> dict:
         "docs_corpus": docs_corpus,
         "ads": ads,
         "meta": meta,
+        "price": price,
         "pages": pages,
         "page_words": page_words,
         "ad_words": ad_words,
@@ -148,6 +155,27 @@ def test_filters_hold_and_never_starve(ad_world: dict, tmp_path: Path) -> None:
         filters = {"advertiser": ["adv1", "adv2"], "budget": False}
         response = server.client.post("/match", json={"page": page, "k": 50, "filters": filters})
         assert sorted(a["id"] for a in response.json()["results"][0]["ads"]) == sorted(eligible)
+        # The general `filter` of the filter language (service.fields), on the metadata fields and on any other
+        # field, ANDed with `filters`: the exact top k among the matching adverts, in a batch as alone.
+        price = ad_world["price"]
+        general = [
+            ({"filter": {"terms": {"advertiser": ["adv1", "adv2"]}}, "filters": {"budget": False}}, cases[1][1]),
+            ({"filter": {"range": {"price": {"gte": 2, "lt": 6}}}}, lambda i: 2 <= price[i] < 6),
+            (
+                {"filter": {"or": [{"term": {"category": "cat1"}}, {"range": {"price": {"lte": 1}}}]}},
+                lambda i: meta[i]["category"] == "cat1" or price[i] <= 1,
+            ),
+            (
+                {"filter": {"not": {"term": {"budget": True}}}, "filters": {"category": ["cat0"]}},
+                lambda i: not meta[i]["budget"] and meta[i]["category"] == "cat0",
+            ),
+        ]
+        for asked, admits in general:
+            k = min(6, sum(admits(a.id) for a in ad_world["ads"]))
+            response = server.client.post("/match", json={"pages": [page, page], "k": k, **asked})
+            assert response.status_code == 200, response.text
+            for result in response.json()["results"]:
+                assert [a["id"] for a in result["ads"]] == eligible_top(ad_world, page, k, admits), asked
 
 
 def test_paused_and_deleted_adverts_never_appear(ad_world: dict, tmp_path: Path) -> None:
@@ -169,12 +197,24 @@ def test_paused_and_deleted_adverts_never_appear(ad_world: dict, tmp_path: Path)
         assert client.patch(f"/adverts/{best}", json={"active": True}, headers=KEY).status_code == 200
         assert matched(1)[0] == best
         # A new advert written paused is never matched; resumed, it is, with the topic's words.
-        new = {"title": " ".join(ad_world["ad_words"][1][:3]), "text": "", "active": False, "category": "cat1"}
+        new = {
+            "title": " ".join(ad_world["ad_words"][1][:3]),
+            "text": "",
+            "active": False,
+            "category": "cat1",
+            "fields": {"price": 99, "category": "ignored: the metadata given wins"},
+        }
         assert client.put("/adverts/fresh", json=new, headers=KEY).status_code == 200
         assert "fresh" not in matched()
         assert client.patch("/adverts/fresh", json={"active": True}, headers=KEY).status_code == 200
         assert "fresh" in matched()
+        # The metadata is four fields of the document; a PATCH keeps its other fields, and a filter finds them.
+        fields = {"price": 99, "category": "cat1", "active": True, "budget": True}
         assert client.get("/adverts/fresh").json()["category"] == "cat1"
+        assert client.get("/adverts/fresh").json()["fields"] == fields
+        assert client.get("/collections/ads/documents/fresh").json()["fields"] == fields
+        only = client.post("/match", json={"page": page, "filter": {"range": {"price": {"gt": 50}}}}).json()
+        assert [a["id"] for a in only["results"][0]["ads"]] == ["fresh"]
         # Deleted: gone from matches and from reads.
         assert client.delete("/adverts/fresh", headers=KEY).status_code == 200
         assert "fresh" not in matched()
@@ -209,12 +249,16 @@ def test_bad_input_gets_a_clear_4xx_and_changes_nothing(ad_world: dict, tmp_path
             (client.post("/match", json={"page": "   "}), 422, "page is empty"),
             (client.post("/match", json={"page": page, "filters": {"colour": ["red"]}}), 422, "colour"),
             (client.post("/match", json={"page": page, "filters": {"budget": "yes"}}), 422, "budget"),
+            (client.post("/match", json={"page": page, "filter": {"term": {"colour": "red"}}}), 422, "colour"),
+            (client.post("/match", json={"page": page, "filter": {"range": {"category": {"gt": 1}}}}), 422, "keyword"),
+            (client.post("/match", json={"page": page, "filter": {"exactly": "x"}}), 422, "unknown filter operator"),
             (client.post("/match", json={"page_id": "no-such-page"}), 404, "no document"),
             (client.post("/collections/documents/match", json={"page": page}), 409, "holds documents"),
             (client.patch("/adverts/ad-0-0", json={"active": "no"}, headers=KEY), 422, "active"),
             (client.patch("/adverts/ad-0-0", json={}, headers=KEY), 422, "nothing to change"),
             (client.patch("/adverts/no-such-ad", json={"active": False}, headers=KEY), 404, "no advert"),
             (client.put("/adverts/x", json={"title": "", "text": ""}, headers=KEY), 422, "title or a text"),
+            (client.put("/adverts/x", json={"title": "t", "fields": {"price": "high"}}, headers=KEY), 409, "price"),
         ]
         for response, status, words in refused:
             assert response.status_code == status, (response.status_code, response.text)
@@ -226,14 +270,31 @@ def test_bad_input_gets_a_clear_4xx_and_changes_nothing(ad_world: dict, tmp_path
 
 
 def test_advert_metadata_survives_a_restart(ad_world: dict, tmp_path: Path) -> None:
-    page = ad_world["pages"][2].text
+    """Paused stays paused; and the metadata book an earlier version kept beside the store (adverts.sqlite) is
+    adopted into the adverts' fields when the collection opens, once (service.adverts.adopt_book)."""
+    page, price = ad_world["pages"][2].text, ad_world["price"]
     with serve(ad_world, tmp_path) as server:
-        best = server.client.post("/match", json={"page": page, "k": 1}).json()["results"][0]["ads"][0]["id"]
+        best, second = [
+            a["id"] for a in server.client.post("/match", json={"page": page, "k": 2}).json()["results"][0]["ads"]
+        ]
         assert server.client.patch(f"/adverts/{best}", json={"active": False}, headers=KEY).status_code == 200
+        folder = DocumentStore.path_for(server.settings.store_dir, "ads").parent
+    book = sqlite3.connect(folder / BOOK_FILE)
+    book.execute("CREATE TABLE adverts (id TEXT PRIMARY KEY, meta TEXT NOT NULL)")
+    old = {"active": False, "category": "sport", "advertiser": None, "budget": False}
+    book.execute("INSERT INTO adverts VALUES (?, ?), ('gone', ?)", (second, json.dumps(old), json.dumps(old)))
+    book.commit()
+    book.close()
     with serve(ad_world, tmp_path) as server:
         assert server.client.get(f"/adverts/{best}").json()["active"] is False
         ids = [a["id"] for a in server.client.post("/match", json={"page": page, "k": 32}).json()["results"][0]["ads"]]
-        assert best not in ids and len(ids) == 31
+        assert best not in ids and second not in ids and len(ids) == 30
+        adopted = server.client.get(f"/adverts/{second}").json()
+        assert (adopted["active"], adopted["category"], adopted["advertiser"], adopted["budget"]) == (
+            False, "sport", None, False
+        )  # fmt: skip
+        assert adopted["fields"] == {"active": False, "budget": False, "category": "sport", "price": price[second]}
+    assert not (folder / BOOK_FILE).exists() and (folder / f"{BOOK_FILE}.adopted").is_file()
 
 
 def test_advert_clicks_on_match_answers_reach_an_adverts_model(ad_world: dict, tmp_path: Path) -> None:
@@ -252,8 +313,14 @@ def test_advert_clicks_on_match_answers_reach_an_adverts_model(ad_world: dict, t
                 )
                 assert answer.status_code == 200 and answer.json()["recorded"], answer.text
                 clicked.append((text, ad))
+        # A filtered match records what the request restricted it to, as one filter (the `filters` translated).
+        asked = {"page": ad_world["pages"][0].text, "k": 2, "filters": {"budget": True}, "filter": {"exists": "price"}}
+        filtered = server.client.post("/collections/ads/match", json=asked).json()["results"][0]["impression"]
         server.app.state.traffic.flush()
         events = server.settings.store_dir / "ads" / EVENTS_FILE
+    under = {r.impression: r.filter for r in read_events(events)}
+    expected = {"and": [{"not": {"term": {"budget": False}}}, {"exists": "price"}]}
+    assert under.pop(filtered) == canonical_filter(expected) and set(under.values()) == {None}
     logged = [(r.text, r.doc) for r in read_events(events) if r.clicked]
     assert sorted(logged) == sorted(clicked) and {r.kind for r in read_events(events)} == {"match"}
     log = read_click_log(events)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import threading
+from contextlib import closing
 from pathlib import Path
 from urllib.parse import quote
 
@@ -176,25 +177,34 @@ def test_refusals_name_the_problem_and_change_nothing(world: dict, tmp_path: Pat
 
 
 def test_an_adverts_book_travels_with_its_collection(tmp_path: Path) -> None:
-    """An adverts collection's metadata (paused, category, advertiser: service.adverts) lives in a book beside the
-    store: a backup without it would restore every advert as active and uncategorised."""
-    from service.adverts import AdvertBook, AdvertMeta
+    """An adverts collection's metadata is four fields of its documents (service.adverts), in the store; a store not
+    yet opened since an earlier version still has its metadata book beside it (adverts.sqlite), adopted when the
+    collection opens: a backup of it must carry the book, or every advert would be restored active and
+    uncategorised."""
+    from service.adverts import BOOK_FILE, adopt_book
     from service.store import DocumentStore
 
     source = Settings(data_dir=tmp_path / "data", cache_dir=tmp_path / "cache")
     store = DocumentStore(DocumentStore.path_for(source.store_dir, "ads"))
     store.put([Document("ad-1", "Shoes", "running shoes"), Document("ad-2", "Tea", "green tea")])
     store.close()
-    book = AdvertBook.for_collection(source.store_dir, "ads", None)
-    book.put_many([("ad-1", AdvertMeta(active=False, category="sport", advertiser="acme"))])
+    with closing(sqlite3.connect(source.store_dir / "ads" / BOOK_FILE)) as book, book:
+        book.execute("CREATE TABLE adverts (id TEXT PRIMARY KEY, meta TEXT NOT NULL)")
+        meta = '{"active": false, "category": "sport", "advertiser": "acme", "budget": true}'
+        book.execute("INSERT INTO adverts VALUES ('ad-1', ?)", (meta,))
     manifest = backup(source, tmp_path / "backup", ["ads"])
-    book.close()
     assert manifest.collections["ads"].adverts
     target = Settings(data_dir=tmp_path / "restored", cache_dir=tmp_path / "restored-cache")
     restore(tmp_path / "backup", target, ["ads"])
-    restored = AdvertBook.for_collection(target.store_dir, "ads", None)
+    restored = DocumentStore(DocumentStore.path_for(target.store_dir, "ads"))
     try:
-        assert restored.get("ad-1") == AdvertMeta(active=False, category="sport", advertiser="acme")
-        assert restored.get("ad-2") == AdvertMeta()
+        assert adopt_book(restored) == 1
+        assert restored.get("ad-1").fields == {
+            "active": False,
+            "category": "sport",
+            "advertiser": "acme",
+            "budget": True,
+        }
+        assert restored.get("ad-2").fields is None
     finally:
         restored.close()

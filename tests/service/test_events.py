@@ -3,6 +3,7 @@ read back by the trainer's reader (ssi.traffic) exactly as shown."""
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import sqlite3
 import time
@@ -12,8 +13,10 @@ import pytest
 from service_testing import Oracle, ThreadServer, assert_same_ranking
 
 from service.events.store import EventStore, issued_at, new_impression_id
+from service.events.traffic import filter_shown
+from service.fields.visibility import Visibility, read_key_id
 from service.settings import CollectionSpec
-from ssi.traffic import EVENTS_FILE, export_events, read_events
+from ssi.traffic import EVENTS_FILE, canonical_filter, export_events, read_events
 
 
 @pytest.fixture(scope="module")
@@ -210,6 +213,43 @@ def test_ids_carry_their_time_and_export_writes_the_click_log(tmp_path: Path) ->
     conn = sqlite3.connect(store.path)
     assert conn.execute("PRAGMA auto_vacuum").fetchone()[0] == 2  # incremental: pruning gives pages back
     conn.close()
+
+
+def test_a_filtered_impression_keeps_its_filter_and_an_older_log_reads_as_unfiltered(tmp_path: Path) -> None:
+    """An impression ranked under a filter records it (ssi.traffic's `filtered`: the request's filter, the filtered
+    read key's hash and filter, never the key), exported as JSON objects, pruned with its impression; a store
+    written before the table reads every impression as unfiltered."""
+    key = "acme-read-key-0001"
+    store = EventStore(tmp_path, text_mode="plain", max_age=3600, max_bytes=1 << 30, start_writer=False)
+    plain = store.record("search", "boats", "m", ["a"], 1, False, filtered=filter_shown(None))
+    asked = {"range": {"price": {"lt": 20}}}
+    visible = Visibility({"term": {"tenant": "acme"}}, read_key_id(key))
+    filtered = store.record("search", "boats", "m", ["b", "c"], 1, False, filtered=filter_shown(asked, visible))
+    store.flush()
+    rows = {r.impression: r for r in read_events(store.path)}
+    assert rows[plain].filter is rows[plain].read_key is rows[plain].key_filter is None
+    one = rows[filtered]
+    assert (one.filter, one.key_filter) == (canonical_filter(asked), canonical_filter({"term": {"tenant": "acme"}}))
+    assert one.read_key == read_key_id(key) and len(one.read_key) == 16
+    assert json.loads(one.shown_filter()) == {"and": [{"term": {"tenant": "acme"}}, asked]}
+    raw = store.path.read_bytes() + store.path.with_name(EVENTS_FILE + "-wal").read_bytes()
+    assert key.encode() not in raw
+    out = tmp_path / "log.jsonl"
+    assert export_events(store.path, out) == 3
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert "filter" not in lines[0] and lines[1]["filter"] == asked and lines[2]["read_key"] == one.read_key
+    store._writer.execute("UPDATE impressions SET at = at - 7200")
+    assert store.prune() == 2
+    assert store._writer.execute("SELECT COUNT(*) FROM filtered").fetchone()[0] == 0
+    store.close()
+    older = tmp_path / "older"
+    store = EventStore(older, text_mode="plain", max_age=3600, max_bytes=1 << 30, start_writer=False)
+    store.record("search", "boats", "m", ["a"], 1, False)
+    store.close()
+    with sqlite3.connect(older / EVENTS_FILE) as conn:
+        conn.execute("DROP TABLE filtered")  # as a store written before the table was
+    (result,) = read_events(older / EVENTS_FILE)
+    assert result.filter is None and result.shown_filter() is None
 
 
 def test_metrics_count_answers_clicks_and_the_logs_size(server: ThreadServer, small_world: dict) -> None:

@@ -9,11 +9,13 @@ import json
 import operator
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from datetime import date
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import httpx
 import hypothesis
 import numpy as np
 import pytest
@@ -29,9 +31,14 @@ from service_testing import (
     write_corpus,
 )
 
-from service.fields.filters import FilterBounds, matching_rows, parse_filter
-from service.fields.index import FieldIndex, OrderedColumn
-from service.fields.schema import parse_date
+from service.fields.checks import parse_filter
+from service.settings import Settings
+from service.store import DocumentStore
+from ssi.corpus import DataFileError
+from ssi.fields.filters import FilterBounds, matching_rows
+from ssi.fields.index import FieldIndex, OrderedColumn
+from ssi.fields.schema import parse_date
+from ssi.fields.schema_file import read_schema
 from ssi.records import Document
 
 KEY = {"X-API-Key": API_KEY}
@@ -144,6 +151,27 @@ def test_filtered_search_is_the_brute_force_among_matching_documents(server: dic
     assert batch.status_code == 200, batch.text
     for query, result in zip(queries, batch.json()["results"], strict=True):
         assert_same_ranking(result["hits"], oracle, query, 5, among=among(docs, keep))
+
+
+def test_concurrent_filtered_searches_are_each_the_brute_force(server: dict) -> None:
+    """Single filtered searches sent at once share the batcher (service.routes.search.FieldKey: one batch per
+    filter): each answer is still the brute force among its own filter's documents, with its own count."""
+    s, docs, oracle = server["server"], server["docs"], server["oracle"]
+    names = list(FILTERS)
+    asked = [(query, names[i % len(names)]) for i, query in enumerate(probe_queries(docs, 20, seed=11))]
+
+    def ask(pair: tuple[str, str]) -> dict:
+        with httpx.Client(base_url=s.url, timeout=60) as client:
+            response = client.post("/search", json={"query": pair[0], "k": 10, "filter": FILTERS[pair[1]][0]})
+            assert response.status_code == 200, response.text
+            return response.json()
+
+    with ThreadPoolExecutor(len(asked)) as pool:
+        answers = list(pool.map(ask, asked))
+    for (query, name), body in zip(asked, answers, strict=True):
+        keep = FILTERS[name][1]
+        assert body["matched"] == sum(1 for d in docs if d.fields is not None and keep(d.fields))
+        assert_same_ranking(body["hits"], oracle, query, 10, among=among(docs, keep))
 
 
 def test_similar_documents_obey_a_filter(server: dict) -> None:
@@ -336,6 +364,44 @@ def test_a_graph_walk_cut_off_by_the_filter_is_made_up_for(world: dict, tmp_path
         assert s.client.post("/search", json=later).status_code == 200  # a date in the other collection
 
 
+def test_a_schema_file_declares_the_default_collections_types(
+    world: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ssi serve --schema FILE` and SSI_SCHEMA feed one setting: the default collection's declared types, which the
+    store takes before the corpus (a date-like value stays a keyword); a corpus line contradicting them is an error
+    naming the line, the field and both types, and nothing is imported."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(json.dumps({"published": "keyword", "sku": "keyword"}), encoding="utf-8")
+    by_flag = Settings(bundle=world["bundle"], corpus=world["corpus"], schema_file=schema)
+    monkeypatch.setenv("SSI_SCHEMA", str(schema))
+    by_env = Settings(bundle=world["bundle"], corpus=world["corpus"])
+    for settings in (by_flag, by_env):
+        assert settings.collection_specs()["documents"].fields == {"published": "keyword", "sku": "keyword"}
+    spec = by_env.collection_specs()["documents"]
+    store = DocumentStore.open_for_corpus(tmp_path / "stores", "documents", world["corpus"], fields=spec.fields)
+    try:
+        types = store.field_types()
+        assert types["published"] == "keyword" and types["sku"] == "keyword" and types["year"] == "integer"
+    finally:
+        store.close()
+    schema.write_text(json.dumps({"price": "keyword"}), encoding="utf-8")
+    first = next(i for i, d in enumerate(world["docs"]) if d.fields and "price" in d.fields)
+    with pytest.raises(DataFileError) as clash:
+        DocumentStore.open_for_corpus(tmp_path / "clash", "documents", world["corpus"], fields=read_schema(schema))
+    message = str(clash.value)
+    assert (
+        message.startswith(f"{world['corpus']}:{first + 1}: ")
+        and "field 'price' has type keyword, was given float" in message
+    )
+    monkeypatch.delenv("SSI_SCHEMA")
+    with pytest.raises(ValueError, match="declares the default collection's field types, and there is none"):
+        Settings(schema_file=schema)
+
+
+# The world's field names (fields_of), and "size" if the type test wrote it first.
+WORLD_FIELDS = {"category", "tags", "year", "published", "on_sale", "price", "size"}
+
+
 def test_the_published_schema_names_the_fields(server: dict) -> None:
     """A search's facets list the keyword fields and its filter is offered (service.openapi): a client generated
     from the schema sends names the server knows. (A server whose collections have no fields publishes neither.)"""
@@ -344,11 +410,38 @@ def test_the_published_schema_names_the_fields(server: dict) -> None:
     keyword = set(properties["facets"]["items"]["enum"])  # and "size", if the type test wrote it first
     assert {"category", "on_sale", "tags"} <= keyword and not {"price", "year", "published"} & keyword
     assert properties["filter"]["anyOf"][0]["type"] == "object"
+    # Every field with its type (the search page offers facets and ranges from it: service/static/fields.js).
+    types = properties["fields"]["x-field-types"]
+    assert {"category": "keyword", "tags": "keyword_list", "on_sale": "boolean"}.items() <= types.items()
+    assert {"price": "float", "year": "integer", "published": "date"}.items() <= types.items()
     fields = schemas["DocumentBody"]["properties"]["fields"]["anyOf"][0]
     assert fields["maxProperties"] == 64 and fields["propertyNames"]["pattern"].startswith("^[A-Za-z_]")
+    # Examples made of the collection's own fields: sent as they are, each is answered 200 (a fuzzer sends them).
+    filter_ex, facets_ex = properties["filter"]["examples"][0], properties["facets"]["examples"][0]
+    fields_ex = properties["fields"]["examples"][0]
+    assert filter_ex == {"and": [{"term": {"category": "example"}}, {"range": {"price": {"gte": 1.5}}}]}
+    assert set(facets_ex) <= keyword and set(fields_ex) <= WORLD_FIELDS
+    client = server["server"].client
+    body = {"filter": filter_ex, "facets": facets_ex, "fields": fields_ex}
+    assert client.post("/search", json={**body, "query": "baba"}).status_code == 200
+    batch = schemas["BatchSearchRequest"]["properties"]
+    assert batch["filter"]["examples"] == [filter_ex] and batch["facets"]["examples"] == [facets_ex]
+    assert client.post("/search/batch", json={**body, "queries": ["baba", "bibi"]}).status_code == 200
+    for name in ("DocumentBody", "DocumentIn"):
+        written = schemas[name]["properties"]["fields"]["examples"][0]
+        assert written and set(written) <= WORLD_FIELDS
+    response = client.put("/documents/example-doc", json={"text": "baba", "fields": written}, headers=KEY)
+    assert response.status_code == 200, response.text
+    assert client.delete("/documents/example-doc", headers=KEY).status_code == 200
+    # /similar's filter is a query parameter holding a search body's filter as JSON (OpenAPI's `content`), and the
+    # facets a request may name are bounded by SSI_MAX_FACETS, as the server checks them (a fuzzer found both).
+    spec = client.get("/openapi.json").json()
+    similar = {p["name"]: p for p in spec["paths"]["/documents/{doc_id}/similar"]["get"]["parameters"]}
+    assert similar["filter"]["content"]["application/json"]["schema"]["examples"] == [filter_ex]
+    assert properties["facets"]["maxItems"] == 8
 
 
-# Random fields and random filters: the field index's answer is the brute force's (service.fields.filters).
+# Random fields and random filters: the field index's answer is the brute force's (ssi.fields.filters).
 _DAYS = ["2024-01-01", "2024-01-02T12:00:00Z", "2024-01-03", "2024-02-01T00:00:00+01:00"]
 _TYPES = {"kw": "keyword", "tags": "keyword_list", "n": "integer", "x": "float", "flag": "boolean", "day": "date"}
 _row_fields = st.fixed_dictionaries(

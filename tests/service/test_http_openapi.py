@@ -51,7 +51,7 @@ def test_every_error_response_is_declared_with_its_body(spec: dict) -> None:
         ("/documents/{doc_id}", "put"): {400, 401, 403, 404, 409, 413, 422, 429, 503, 507},
         ("/documents/{doc_id}", "delete"): {401, 403, 404, 422, 429, 503, 507},
         ("/documents/{doc_id}", "get"): {401, 404, 422, 503},
-        ("/documents/{doc_id}/similar", "get"): {401, 404, 409, 422, 429, 503},
+        ("/documents/{doc_id}/similar", "get"): {400, 401, 404, 409, 422, 429, 503},
         ("/admin/reload", "post"): {400, 401, 403, 404, 409, 413, 422, 503},
         ("/collections/{collection}/model", "get"): {401, 404, 422, 503},
     }

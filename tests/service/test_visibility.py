@@ -18,10 +18,11 @@ import pytest
 from pydantic import ValidationError
 from service_testing import API_KEY, ThreadServer, make_bundle, make_corpus, needle_of, probe_queries, write_corpus
 
-from service.fields.filters import parse_filter
-from service.fields.visibility import KEY_FILTER_BOUNDS, admits
+from service.fields.checks import parse_filter
+from service.fields.visibility import KEY_FILTER_BOUNDS, admits, read_key_id
 from service.settings import Settings
 from ssi.records import Document
+from ssi.traffic import EVENTS_FILE, canonical_filter, read_events
 
 READ_KEY = "read-key-unfiltered-0001"
 ACME_KEY = "acme-read-key-0001"
@@ -163,6 +164,24 @@ def test_clicks_on_a_foreign_impression_are_unknown(world: dict) -> None:
     mine = search(world, ACME_KEY, world["queries"][0])
     own_click = {"impression": mine["impression"], "id": mine["hits"][0]["id"]}
     assert client.post("/clicks", json=own_click, headers=headers(ACME_KEY)).status_code == 200
+
+
+def test_the_traffic_log_keeps_each_lists_filter_and_names_the_key_by_a_hash(world: dict) -> None:
+    """What `ssi learn` replays (training.feedback): each impression's request filter and its filtered read key's
+    filter and hash (service.events), never the key; an unfiltered key's unfiltered search records none."""
+    query, server = world["queries"][1], world["server"]
+    asked = {"terms": {"category": ["acme-0", "globex-1"]}}
+    keyed = search(world, ACME_KEY, query, filter=asked)["impression"]
+    plain = search(world, READ_KEY, query)["impression"]
+    batch = server.client.post(
+        "/search/batch", json={"queries": [query], "k": 5, "filter": asked}, headers=headers(READ_KEY)
+    ).json()["results"][0]["impression"]
+    server.app.state.traffic.flush()
+    events = server.settings.store_dir / "documents" / EVENTS_FILE
+    logged = {r.impression: (r.filter, r.read_key, r.key_filter) for r in read_events(events)}
+    assert logged[keyed] == (canonical_filter(asked), read_key_id(ACME_KEY), canonical_filter(ACME))
+    assert logged[batch] == (canonical_filter(asked), None, None) and logged[plain] == (None, None, None)
+    assert ACME_KEY.encode() not in events.read_bytes() + events.with_name(EVENTS_FILE + "-wal").read_bytes()
 
 
 def test_match_refuses_a_filtered_key_rather_than_answer_unfiltered(world: dict) -> None:

@@ -3,8 +3,9 @@
 A small demo collection (plus one hostile document) is trained into a bundle, `ssi serve` runs it on
 a free loopback port, and headless Debian Chromium, driven by Playwright, uses the page as a person
 would: types a query, reads the hits and their semantic/lexical parts, follows "Similar documents",
-opens a document, and its clicks on results reach the service's traffic log. Screenshots go to
-artifacts/ (gitignored) and their paths are printed.
+opens a document, and its clicks on results reach the service's traffic log; the documents carry fields, so
+the page offers facets, filter chips and ranges (service/static/fields.js). Screenshots go to artifacts/
+(gitignored) and their paths are printed.
 """
 
 from __future__ import annotations
@@ -50,6 +51,17 @@ EVIL_TEXT = (
 # A second document with the rare word "xssprobe", so the word is in the vocabulary (min_df 2) and a
 # search for it finds the hostile document by its lexical part, whatever the model learned.
 TWIN = {"id": "xss-twin", "title": "A plain twin", "text": "The xssprobe is often discussed together with the comet."}
+# A value of a field that would run code if the facet sidebar, a chip or a hit's fields took it as HTML.
+EVIL_TOPIC = "<img src=z onerror=\"window.__xss='facet'\"> stars & <b>bold</b>"
+
+
+def _fields(doc_id: str) -> dict:
+    """A demo document's fields, from its id (astronomy-007): its topic, tags, a flag and a year."""
+    topic, number = doc_id.rsplit("-", 1)
+    n = int(number)
+    tags = ["even"] * (n % 2 == 0) + ["round"] * (n % 5 == 0)
+    return {"topic": topic, "tags": tags, "featured": n % 3 == 0, "year": 2000 + n % 10}
+
 
 pytestmark = pytest.mark.browser
 
@@ -80,9 +92,15 @@ def _build_bundle(data: Path) -> None:
     """A small demo collection with one hostile document, trained the way the quick start trains."""
     source = data / "input"
     write(generate(DemoConfig(topics=6, seed=5)), source)
-    with (source / "corpus.jsonl").open("a", encoding="utf-8") as handle:
-        handle.write(json.dumps({"id": EVIL_ID, "title": EVIL_TITLE, "text": EVIL_TEXT}) + "\n")
-        handle.write(json.dumps(TWIN) + "\n")
+    corpus = source / "corpus.jsonl"
+    docs = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines()]
+    evil_fields = {"topic": EVIL_TOPIC, "tags": [EVIL_TOPIC]}
+    evil = {"id": EVIL_ID, "title": EVIL_TITLE, "text": EVIL_TEXT, "fields": evil_fields}
+    with corpus.open("w", encoding="utf-8") as handle:
+        for doc in docs:
+            handle.write(json.dumps({**doc, "fields": _fields(doc["id"])}) + "\n")
+        handle.write(json.dumps(evil) + "\n")
+        handle.write(json.dumps(TWIN) + "\n")  # a document without fields
     # A fixed number of epochs (not only a time budget), so the model does not depend on the machine's speed.
     subprocess.run(
         [
@@ -401,3 +419,86 @@ def test_results_without_an_impression_stay_usable_and_report_nothing(server: st
     page.wait_for_timeout(300)
     assert clicks == []
     assert not page.problems, page.problems
+
+
+def _facet(page: object, field: str) -> dict[str, int]:
+    """The sidebar's values of a field with their counts, as the page shows them."""
+    return dict(
+        page.eval_on_selector_all(
+            f"#filters .facet[data-field='{field}'] .facet-value",
+            "items => items.map(b => [b.dataset.value, parseInt(b.querySelector('.facet-count').textContent)])",
+        )
+    )
+
+
+def _api(server: str, **body: object) -> dict:
+    answer = httpx.post(f"{server}/search", json={"query": "spyglass", "k": 10, **body}, timeout=30)
+    assert answer.status_code == 200, answer.text
+    return answer.json()
+
+
+def _settled(page: object, ids: list[str]) -> None:
+    """Wait until the list shows exactly these ids (a filter's list replaces the one before it)."""
+    page.wait_for_function(
+        "ids => JSON.stringify(Array.from(document.querySelectorAll('#hits .hit'), li => li.dataset.id)) === ids",
+        arg=json.dumps(ids, separators=(",", ":")),
+    )
+
+
+def test_facets_chips_and_ranges_filter_the_hits(server: str, page: object) -> None:
+    """Issue 63's page: the facet counts are /search's, a value's click or Enter filters (a chip), every chip is
+    one clause of an `and`, a chip's click removes it, and every list equals the API's for the same filter."""
+    page.goto(f"{server}/")
+    page.fill("#q", "spyglass")
+    page.press("#q", "Enter")
+    page.wait_for_selector("#filters:not([hidden]) .facet[data-field='topic']")
+
+    # The sidebar counts each value over every document (not over the ten hits), as /search's facets do; the
+    # hostile topic is a value like any other, shown as text.
+    truth = _api(server, facets=["topic", "featured"])
+    for field in ("topic", "featured"):
+        assert _facet(page, field) == {str(v["value"]).lower(): v["count"] for v in truth["facets"][field]["values"]}
+    assert _facet(page, "topic")["astronomy"] == 36 and EVIL_TOPIC in _facet(page, "topic")
+    assert page.locator("#filters .range[data-field='year'] input[type=number]").count() == 2
+    assert "topic" in page.text_content("#hits .hit .hit-fields")
+
+    # A value's click: a chip, and only the documents with that value, each showing it, ranked as the API ranks.
+    page.click("#filters .facet[data-field='topic'] .facet-value[data-value='astronomy']")
+    astronomy = _api(server, filter={"term": {"topic": "astronomy"}})
+    _settled(page, [h["id"] for h in astronomy["hits"]])
+    assert all(h["id"].startswith("astronomy-") for h in astronomy["hits"]) and len(astronomy["hits"]) == 10
+    assert page.locator("#chips .chip").all_text_contents() == ["topic: astronomy×"]
+    assert page.get_attribute("#filters .facet-value[data-value='astronomy']", "aria-pressed") == "true"
+    assert _facet(page, "topic") == {"astronomy": 36}
+    assert page.evaluate("document.activeElement.dataset.value") == "astronomy"  # the keyboard stays where it was
+    assert "36 documents match" in page.text_content("#filters .matched")
+    assert page.locator("#hits .hit-fields [data-field='topic'] dd").all_text_contents() == ["astronomy"] * 10
+
+    # A second chip (a boolean) and a range, from the keyboard: every chip narrows (one `and`).
+    page.focus("#filters .facet[data-field='featured'] .facet-value[data-value='true']")
+    page.keyboard.press("Enter")
+    page.wait_for_selector("#chips .chip >> nth=1")
+    page.wait_for_function("document.activeElement.getAttribute('aria-pressed') === 'true'")
+    page.fill("#filters .range[data-field='year'] input[data-bound='min']", "2003")
+    page.press("#filters .range[data-field='year'] input[data-bound='min']", "Enter")
+    both = {"and": [{"term": {"topic": "astronomy"}}, {"term": {"featured": True}}, {"range": {"year": {"gte": 2003}}}]}
+    narrowed = _api(server, filter=both)
+    _settled(page, [h["id"] for h in narrowed["hits"]])
+    assert 0 < narrowed["matched"] < 36
+    assert page.locator("#chips .chip").count() == 3
+    _screenshot(page, "search-facets.png")
+
+    # The topic's chip removed by a click: the list of the other two.
+    page.click("#chips .chip[aria-label='Remove the filter topic: astronomy']")
+    rest = _api(server, filter={"and": [{"term": {"featured": True}}, {"range": {"year": {"gte": 2003}}}]})
+    _settled(page, [h["id"] for h in rest["hits"]])
+    assert page.locator("#chips .chip").all_text_contents() == ["featured: true×", "year ≥ 2003×"]
+    assert page.evaluate("window.__xss") is None and page.locator("#filters img, #filters b").count() == 0
+
+    # Without the published schema (a proxy that does not pass it on), the page searches as it did.
+    page.route("**/openapi.json", lambda route: route.fulfill(status=404, body="not here"))
+    page.goto("about:blank")
+    page.goto(f"{server}/#/search?q=spyglass")
+    page.wait_for_function("document.querySelector('#status').textContent.includes('result')")
+    assert page.locator("#hits .hit").count() == 10 and page.locator("#filters").is_hidden()
+    assert all("404" in problem for problem in page.problems), page.problems

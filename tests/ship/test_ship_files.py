@@ -172,6 +172,8 @@ def test_search_page_and_its_assets_are_served(routes: Routes) -> None:
     assert 'search: "search"' in script and routes.answers("/search", "POST")
     assert routes.answers("/documents/some-id") and routes.answers("/documents/some-id/similar")
     assert routes.answers("/model")
+    fields = (REPO / "service" / "static" / "fields.js").read_text(encoding="utf-8")
+    assert 'SCHEMA_URL = "openapi.json"' in fields and routes.answers("/openapi.json")
 
 
 def compose() -> dict:

@@ -18,11 +18,12 @@ import httpx
 import numpy as np
 import pytest
 import typer
+from typer.testing import CliRunner
 
 from ssi.bundle import write_bundle
 from ssi.forms.lowrank import LowRank
 from ssi.vocab import Vocabulary
-from ssi_cli.main import CONTRACT_COMMANDS, SERVICE_COMMANDS, TRAINING_COMMANDS
+from ssi_cli.main import CONTRACT_COMMANDS, SERVICE_COMMANDS, TRAINING_COMMANDS, build_app
 from tests.service.service_testing import ProcessServer
 from training.encoder import build_encoder
 
@@ -159,3 +160,28 @@ def test_dispatch_tables_match_what_each_half_registers() -> None:
     assert names(service_app) == SERVICE_COMMANDS
     assert names(training_app) == TRAINING_COMMANDS
     assert names(contract_app) == CONTRACT_COMMANDS
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('{"sku": "text"}', "field 'sku' has unknown type 'text' (one of keyword, keyword_list, integer"),
+        ('{"9lives": "keyword"}', "field name '9lives' must start with a letter"),
+        ('{"sku": "keyword",}', "not valid JSON"),
+        ('["sku"]', "a JSON object of field name → type"),
+    ],
+)
+def test_serve_refuses_a_bad_schema_file_naming_the_problem(
+    world: dict[str, Path], tmp_path: Path, content: str, message: str
+) -> None:
+    """`ssi serve --schema FILE` (and SSI_SCHEMA, the same setting): a bad file is one error naming it and the
+    problem, exit 2, before anything is started or written."""
+    schema = tmp_path / "schema.json"
+    schema.write_text(content, encoding="utf-8")
+    cache = tmp_path / "cache"
+    args = ["serve", "--bundle", str(world["bundle"]), "--cache-dir", str(cache)]
+    for given, env in (([*args, "--schema", str(schema)], {}), (args, {"SSI_SCHEMA": str(schema)})):
+        result = CliRunner().invoke(build_app("serve"), given, env=env)
+        assert result.exit_code == 2, result.output
+        assert "Traceback" not in result.output and f"schema file {schema}" in result.output
+        assert message in result.output and not cache.exists()

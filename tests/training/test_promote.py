@@ -3,14 +3,17 @@ error matches the spread of the estimate over repeated logs, and identical ranke
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from ssi.traffic import ShownResult
+from ssi.records import Document
+from ssi.traffic import ShownResult, canonical_filter
 from ssi.vocab import Vocabulary
 from training.feedback.promote import (
     Fold,
@@ -22,6 +25,7 @@ from training.feedback.promote import (
     fixed_propensities,
     held_out_impressions,
     propensities_of,
+    read_log,
     split_by_query,
     split_by_time,
     split_into_folds,
@@ -39,6 +43,7 @@ class FixedModel:
     ids: list[str]
     bundle: SimpleNamespace
     rank_of_relevant: dict[str, int]
+    documents: list[Document] = field(default_factory=list)  # with their fields, for filtered impressions
 
     def scores(self, texts: list[str]) -> np.ndarray:
         out = np.zeros((len(texts), len(self.ids)), dtype=np.float32)
@@ -98,6 +103,56 @@ def test_ranker_ranks_with_ties_by_corpus_position(vocab: Vocabulary) -> None:
     assert ranker.ranks(["topic4", "unknownword"], [["d4", "nope"], ["d4"]]) == [[3.0, math.inf], [math.inf]]
     assert ranker.ranks(["topic5"], [["d5", "d0"]]) == [[6.0, 1.0]]  # all tied: corpus order
     assert dcg_gain(1.0) == 1.0 and dcg_gain(3.0) == pytest.approx(0.5) and dcg_gain(11.0, cutoff=10) == 0.0
+
+
+def test_a_filtered_impression_is_replayed_among_the_documents_it_was_shown_among(
+    vocab: Vocabulary, tmp_path: Path
+) -> None:
+    """An impression shown under a filter (ssi.traffic's `filtered`: the request's and its read key's) is ranked by
+    both models among the documents matching it, over the corpus's fields (training.feedback.shown_filters); the
+    same query under another filter is another list; a filter the corpus cannot answer is left out and counted;
+    and a log exported before filters were recorded reads as unfiltered."""
+    documents = [
+        Document(f"d{i}", "", TEXTS[i], fields={"side": "even" if i % 2 == 0 else "odd"}) for i in range(N_DOCS)
+    ]
+    even = canonical_filter({"term": {"side": "even"}})
+    served = FixedModel([d.id for d in documents], SimpleNamespace(vocab=vocab), {"topic4": 3}, documents)
+    # topic4's relevant d4 is third overall, behind d0 and d1: second among the even documents, where d1 is not.
+    assert Ranker(served).ranks(["topic4", "topic4"], [["d4"], ["d4"]], [None, even]) == [[3.0], [2.0]]
+
+    def shown(impression: str, **filters: str) -> ShownResult:
+        return ShownResult(
+            impression, 0.0, "search", "m", False, 1, "d4", True, None, "topic4", None, None, **filters
+        )  # fmt: skip
+
+    key_only = canonical_filter({"term": {"side": "odd"}})
+    log = [
+        shown("plain"),
+        shown("filtered", filter=even),
+        shown("keyed", filter=even, read_key="0123456789abcdef", key_filter=key_only),
+        shown("ghost", filter=canonical_filter({"term": {"region": "eu"}})),
+    ]
+    impressions, skipped = held_out_impressions(log, ranker=Ranker(served))
+    by_name = {h.impression: h for h in impressions}  # all at time 0: sorted by name
+    assert skipped.unknown_filter == 1 and sorted(by_name) == ["filtered", "keyed", "plain"]
+    assert len({h.key for h in impressions}) == 3  # one query, three lists
+    assert by_name["plain"].filter is None and by_name["filtered"].filter == even
+    assert by_name["keyed"].filter == canonical_filter({"and": [json.loads(key_only), json.loads(even)]})
+    # The served model's rank of the click, as replayed: among the even documents, second.
+    candidate = FixedModel(served.ids, served.bundle, {"topic4": 1}, documents)
+    result = estimate(served, candidate, [by_name["filtered"]], fixed_propensities(1.0), labels="ips")
+    assert result.served == pytest.approx(dcg_gain(2.0)) and result.candidate == pytest.approx(dcg_gain(1.0))
+    # Exported and read back: the filter travels; a line exported before it had none reads as unfiltered.
+    exported = tmp_path / "log.jsonl"
+    old = json.loads(shown("old").to_json())
+    assert "filter" not in old and "read_key" not in old
+    exported.write_text(
+        "\n".join([shown("keyed", filter=even, read_key="ab", key_filter=key_only).to_json(), json.dumps(old)])
+    )
+    keyed, unfiltered = sorted(read_log(exported), key=lambda r: r.impression)
+    assert (keyed.filter, keyed.read_key, keyed.key_filter) == (even, "ab", key_only)
+    assert json.loads(exported.read_text().splitlines()[0])["filter"] == {"term": {"side": "even"}}
+    assert unfiltered.shown_filter() is None
 
 
 def test_better_candidate_is_promoted_and_worse_refused(vocab: Vocabulary) -> None:

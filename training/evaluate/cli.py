@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 
 from ssi.bundle import Bundle, BundleError, load_bundle
-from ssi.corpus import DataFileError, read_beir_queries, read_corpus, read_pairs, read_qrels, read_queries_tsv
+from ssi.corpus import DataFileError, read_beir_queries, read_corpus, read_pairs, read_qrels, read_query_set
 from ssi.open_vocab import STATISTICS, Statistics
 from ssi.records import Document
 from ssi.stemming import DEFAULT_STEMMER, NO_STEMMER, check_stemmer
@@ -30,7 +30,7 @@ from training.evaluate.harness import evaluate
 from training.evaluate.rank import RankError, write_trec_run
 from training.evaluate.report import rich_table, write_reports
 from training.evaluate.scorer import DEFAULT_BLOCK, Scorer
-from training.evaluate.tasks import RetrievalTask, TaskError, beir_task, doc_doc_task, keyword_task
+from training.evaluate.tasks import RetrievalTask, TaskError, beir_task, doc_doc_task, filtered_rows, keyword_task
 from training.evaluate.tuning import build_baseline
 from training.splits import DEFAULT_SPLIT_SEED, DEFAULT_VALID_FRACTION, split_by_query, unseen_documents
 
@@ -179,7 +179,12 @@ def eval_command(
         ),
     ] = 0,
     queries: Annotated[
-        Path | None, typer.Option(help="BEIR queries JSONL (_id, text); use with --qrels.", rich_help_panel=TASK)
+        Path | None,
+        typer.Option(
+            help="BEIR queries JSONL (_id, text, optional filter: that query ranks only the documents matching it, "
+            "docs/guides/fields.md); use with --qrels.",
+            rich_help_panel=TASK,
+        ),
     ] = None,
     qrels: Annotated[
         Path | None,
@@ -403,7 +408,13 @@ def _parse_ints(spec: str, flag: str) -> list[int]:
 def rank_command(
     bundle: Annotated[Path, typer.Option(help="Model bundle folder.")],
     corpus: Annotated[Path, typer.Option(help="Corpus JSONL (gzip or not): id (or _id), title, text.")],
-    queries: Annotated[Path, typer.Option(help="Queries TSV: 'query_id<TAB>query text' per line.")],
+    queries: Annotated[
+        Path,
+        typer.Option(
+            help="Queries: a TSV 'query_id<TAB>query text' per line, or JSON lines (.jsonl) with _id, text and "
+            "an optional filter (docs/guides/fields.md): that query ranks only the documents matching it."
+        ),
+    ],
     out: Annotated[Path, typer.Option(help="TREC run file to write: 'qid Q0 docid rank score tag'.")],
     k: Annotated[int, typer.Option("--k", help="Documents per query (ranks 1..k).")] = 1000,
     open_vocab: Annotated[bool, typer.Option("--open-vocab/--closed-vocab", help=OPEN_VOCAB_HELP)] = True,
@@ -419,7 +430,7 @@ def rank_command(
         chosen = _statistics(statistics, open_vocab)
         model = load_bundle(bundle)
         docs = read_corpus(corpus)
-        asked = read_queries_tsv(queries)
+        asked = read_query_set(queries)
         if not asked:
             raise DataFileError(queries, None, "no queries")
         seen: set[str] = set()
@@ -427,6 +438,9 @@ def rank_command(
             if query.id in seen:
                 raise DataFileError(queries, None, f"query id {query.id!r} appears twice")
             seen.add(query.id)
+        allowed = filtered_rows(docs, asked)  # checked before anything is scored
         scorer = FormScorer.from_bundle(model, docs, open_vocab=open_vocab, statistics=chosen)
-        lines = write_trec_run(out, scorer, asked, [d.id for d in docs], k, tag=f"ssi-{model.manifest.form}")
+        lines = write_trec_run(
+            out, scorer, asked, [d.id for d in docs], k, tag=f"ssi-{model.manifest.form}", allowed=allowed
+        )
         typer.echo(f"wrote {lines} lines for {len(asked)} queries to {out}", err=True)

@@ -1,17 +1,20 @@
 """Top-k rankings and TREC run files, the output of `ssi rank`.
 
 A TREC run line is `qid Q0 docid rank score tag`, ranks from 1. Order: score descending, ties by
-corpus position ascending — the rule the metrics use, so a run file and `ssi eval` agree.
+corpus position ascending — the rule the metrics use, so a run file and `ssi eval` agree. A query with a filter
+(a JSONL query set's `filter`, ssi.fields) ranks only the documents matching it: the exact top k among them, as the
+service's filtered search answers, and fewer lines when fewer match.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from ssi.fields.corpus import top_k_among
 from ssi.records import Query
 from training.evaluate.scorer import DEFAULT_BLOCK, Scorer
 
@@ -56,8 +59,11 @@ def write_trec_run(
     *,
     tag: str = "ssi",
     block_size: int = DEFAULT_BLOCK,
+    allowed: Mapping[str, np.ndarray] | None = None,
 ) -> int:
-    """Rank every query's top k documents into `path` (written atomically); returns the line count."""
+    """Rank every query's top k documents into `path` (written atomically); returns the line count. `allowed`:
+    for a filtered query (by id), the sorted rows of the documents its filter matches, the only ones it ranks."""
+    allowed = allowed or {}
     for query in queries:
         check_trec_id("query", query.id)
     for doc_id in doc_ids:
@@ -75,7 +81,11 @@ def write_trec_run(
                 scores = scorer.score([q.text for q in block])
                 if not np.isfinite(scores).all():
                     raise RankError("the model produced non-finite scores (NaN or infinity)")
-                cols, values = top_k(scores, k)
+                best = top_k(scores, k)
+                cols, values = list(best[0]), list(best[1])  # rows of their own lengths: a filter may match fewer
+                for i, query in enumerate(block):  # a filtered query: its top k among the rows it may rank
+                    if query.id in allowed:
+                        cols[i], values[i] = top_k_among(scores[i], allowed[query.id], k)
                 for query, row_cols, row_values in zip(block, cols, values, strict=True):
                     for rank, (col, value) in enumerate(zip(row_cols.tolist(), row_values.tolist(), strict=True), 1):
                         handle.write(f"{query.id} Q0 {doc_ids[col]} {rank} {value:.9g} {tag}\n")

@@ -8,13 +8,17 @@ One typed `RetrievalTask` serves every protocol of DESIGN.md ("Evaluation protoc
   model is not punished for ranking a known link (a true answer that is not the one asked for) first;
 - keyword queries (`keyword_task`): the same judgments, the query cut to n random words of the
   query document, drawn with a fixed seed;
-- natural-language queries (`beir_task`): BEIR queries and qrels, nothing excluded.
+- natural-language queries (`beir_task`): BEIR queries and qrels, nothing excluded; a query with a `filter`
+  (ssi.fields, the service's filter language) ranks only the documents matching it (`allowed`), as a filtered
+  search of the service does; a judged document outside its query's filter cannot be ranked and is dropped
+  from its judgments (counted in `TaskStats.outside_filter`).
 
 Pairs that name an unknown id are counted in `TaskStats` and reported, never silently dropped.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
@@ -22,6 +26,8 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
+from ssi.fields.corpus import CorpusFields
+from ssi.fields.errors import FieldError
 from ssi.keywords import keyword_query
 from ssi.records import Document, Pair, Query
 from training.evaluate.features import TokenTable
@@ -46,6 +52,7 @@ class TaskStats:
     duplicate_pairs: int = 0
     eval_also_in_train: int = 0
     queries_without_relevant: int = 0
+    outside_filter: int = 0
     unknown_examples: tuple[str, ...] = ()
 
     def problems(self) -> list[str]:
@@ -58,6 +65,7 @@ class TaskStats:
             (self.self_pairs, "evaluation pairs link a document to itself (dropped)"),
             (self.duplicate_pairs, "evaluation pairs are duplicates"),
             (self.eval_also_in_train, "evaluation pairs are also training pairs (kept relevant, not filtered)"),
+            (self.outside_filter, "evaluation pairs name a document outside their query's filter (dropped)"),
         ):
             if count:
                 lines.append(f"{count} {what}")
@@ -73,7 +81,8 @@ class RetrievalTask:
     `qrels[q]` is the set of relevant doc ids of query q (never empty), `excluded[q]` the doc ids
     left out of q's ranking (never overlapping `qrels[q]`). `query_doc_ids[i]`, when set, is the
     document the i-th query was made from (document–document tasks), so a trainer can reuse that
-    document's tf-idf row instead of featurizing the text again.
+    document's tf-idf row instead of featurizing the text again. `allowed[q]`, for a query with a filter: the
+    sorted rows of the documents it matches, the only ones q ranks (every other is excluded).
     """
 
     name: str
@@ -85,6 +94,7 @@ class RetrievalTask:
     primary_metric: str = "map"
     query_doc_ids: tuple[str, ...] | None = None
     stats: TaskStats = field(default_factory=TaskStats)
+    allowed: dict[str, np.ndarray] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.query_ids) != len(self.query_texts):
@@ -116,8 +126,9 @@ class RetrievalTask:
 
     @cached_property
     def excluded_matrix(self) -> sp.csr_matrix:
-        """Boolean [n_queries, n_docs] CSR of the documents left out of each ranking."""
-        return self._id_sets_to_csr(self.excluded)
+        """Boolean [n_queries, n_docs] CSR of the documents left out of each ranking: those `excluded` names, and
+        for a filtered query every document its filter does not match."""
+        return self._id_sets_to_csr(self.excluded, self.allowed)
 
     @cached_property
     def query_doc_rows(self) -> np.ndarray | None:
@@ -126,12 +137,20 @@ class RetrievalTask:
             return None
         return np.asarray([self.doc_index[d] for d in self.query_doc_ids], dtype=np.int64)
 
-    def _id_sets_to_csr(self, sets: dict[str, frozenset[str]]) -> sp.csr_matrix:
+    def _id_sets_to_csr(
+        self, sets: dict[str, frozenset[str]], inside: dict[str, np.ndarray] | None = None
+    ) -> sp.csr_matrix:
+        """The rows of `sets` as a CSR; with `inside` (by query: rows), also every row outside a query's own."""
         index = self.doc_index
         indptr = np.zeros(self.n_queries + 1, dtype=np.int64)
         cols: list[np.ndarray] = []
         for row, qid in enumerate(self.query_ids):
             ids = np.sort(np.fromiter((index[d] for d in sets.get(qid, ())), dtype=np.int64))
+            if inside is not None and qid in inside:
+                outside = np.ones(self.n_docs, dtype=bool)
+                outside[inside[qid]] = False
+                outside[ids] = True
+                ids = np.flatnonzero(outside)
             cols.append(ids)
             indptr[row + 1] = indptr[row] + ids.shape[0]
         indices = np.concatenate(cols) if cols else np.zeros(0, dtype=np.int64)
@@ -155,6 +174,7 @@ class RetrievalTask:
             query_texts=tuple(self.query_texts[r] for r in rows),
             qrels={q: self.qrels[q] for q in qids},
             excluded={q: self.excluded[q] for q in qids if q in self.excluded},
+            allowed={q: self.allowed[q] for q in qids if q in self.allowed},
             query_doc_ids=None if self.query_doc_ids is None else tuple(self.query_doc_ids[r] for r in rows),
         )
 
@@ -168,6 +188,7 @@ class RetrievalTask:
             "documents": self.n_docs,
             "relevant_per_query": float(np.mean(n_rel)) if n_rel else 0.0,
             "excluded_per_query": float(np.mean(n_exc)) if n_exc else 0.0,
+            **({"filtered_queries": len(self.allowed)} if self.allowed else {}),
             "primary_metric": self.primary_metric,
             "stats": {k: v for k, v in self.stats.__dict__.items() if k != "unknown_examples"},
             "problems": self.stats.problems(),
@@ -328,6 +349,13 @@ def beir_task(
         if pair.doc_id in targets:
             n_dup += 1
         targets.add(pair.doc_id)
+    allowed = filtered_rows(docs, queries)
+    n_outside = 0
+    for qid, rows in allowed.items():  # a judged document its query's filter leaves out cannot be ranked
+        inside = {doc_ids[row] for row in rows.tolist()}
+        targets = relevant.get(qid, set())
+        n_outside += len(targets - inside)
+        targets &= inside
     kept = [q for q in queries if relevant.get(q.id)]
     if not kept:
         raise TaskError(_no_queries_message(n_pairs, n_unknown_q + n_unknown_d, unknown))
@@ -345,6 +373,7 @@ def beir_task(
         queries_without_relevant=len(queries) - len(kept),
         unknown_examples=tuple(unknown),
         train_pairs=n_known,
+        outside_filter=n_outside,
     )
     return RetrievalTask(
         name=name,
@@ -355,4 +384,29 @@ def beir_task(
         excluded={q.id: frozenset(excluded[q.id]) for q in kept if q.id in excluded},
         primary_metric="ndcg@10",
         stats=stats,
+        allowed={q.id: allowed[q.id] for q in kept if q.id in allowed},
     )
+
+
+def filtered_rows(docs: Sequence[Document], queries: Sequence[Query]) -> dict[str, np.ndarray]:
+    """For each query with a `filter`, the sorted rows of the documents it matches (ssi.fields over the documents'
+    `fields`, the service's filter language); a filter naming a field the corpus lacks, or a value of another type
+    than the field's, is a `TaskError` naming the query. A filter given by several queries is evaluated once."""
+    asked = [q for q in queries if q.filter is not None]
+    if not asked:
+        return {}
+    try:
+        fields = CorpusFields(docs)
+    except FieldError as exc:
+        raise TaskError(f"the corpus's fields: {exc}") from None
+    found: dict[str, np.ndarray] = {}
+    rows: dict[str, np.ndarray] = {}
+    for query in asked:
+        key = json.dumps(query.filter, sort_keys=True)
+        if key not in found:
+            try:
+                found[key] = fields.rows(query.filter)
+            except FieldError as exc:
+                raise TaskError(f"query {query.id!r}: {exc}") from None
+        rows[query.id] = found[key]
+    return rows

@@ -37,6 +37,7 @@ bundle, or a trainer that kept its starting point) is not promoted: the swap wou
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import math
@@ -47,10 +48,11 @@ from typing import Any
 
 import numpy as np
 
-from ssi.traffic import ShownResult, is_event_store, read_events
+from ssi.traffic import ShownResult, canonical_filter, is_event_store, read_events
 from training.clicks import Impression
 from training.debias import DEFAULT_CLIP, DEFAULT_RELEVANCE_FLOOR, Propensities, click_weights, estimate_propensities
 from training.evaluate.features import TextFeatures
+from training.feedback.shown_filters import CorpusFilters
 
 DEFAULT_HOLDOUT = 0.2
 DEFAULT_FOLDS = 2  # `ssi learn`'s cross-fitting with the query split (docs/results/learning-loop.md)
@@ -81,7 +83,17 @@ def _exported_result(line: str, where: str) -> ShownResult:
         text=text,
         text_hash=text_hash,
         placed_by=record.get("placed_by"),
+        filter=_filter_of(record, "filter"),
+        read_key=record.get("read_key"),
+        key_filter=_filter_of(record, "key_filter"),
     )
+
+
+def _filter_of(record: dict[str, Any], name: str) -> str | None:
+    """A filter of an exported line (a JSON object) as the log keeps it; None where the line has none (every line
+    exported before the log recorded filters)."""
+    node = record.get(name)
+    return None if node is None else canonical_filter(node)
 
 
 def read_log(path: Path) -> list[ShownResult]:
@@ -237,9 +249,12 @@ class HeldOutImpression:
     impression: str
     time: float
     query: str  # the text ranked by both models
-    key: str  # what identifies the query across impressions (its text)
+    key: str  # what identifies the query across impressions: its text, and the filter it was shown under
     clicks: tuple[tuple[str, int], ...]
     shown: tuple[tuple[str, int], ...] = ()  # every shown (document, position), clicked or not
+    # The filter its list was ranked under (ssi.traffic.shown_filter), None: none. Both models rank among the
+    # documents matching it, as the served list did.
+    filter: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,17 +263,21 @@ class Skipped:
 
     no_text: int = 0  # the service kept no query text: nothing to rank
     other_kind: int = 0  # not the kind asked for (search vs match)
+    # shown under a filter the corpus cannot answer (a field it lacks: training.feedback.shown_filters)
+    unknown_filter: int = 0
 
 
 def held_out_impressions(
-    results: Iterable[ShownResult], kind: str = "search"
+    results: Iterable[ShownResult], kind: str = "search", ranker: Ranker | None = None
 ) -> tuple[list[HeldOutImpression], Skipped]:
-    """The held-out results grouped by impression (with or without clicks), in time order."""
+    """The held-out results grouped by impression (with or without clicks), in time order. With a `ranker`, an
+    impression shown under a filter its corpus cannot answer is left out (and counted): it cannot be replayed among
+    the documents it was shown among."""
     grouped: dict[str, list[ShownResult]] = {}
     for r in results:
         grouped.setdefault(r.impression, []).append(r)
     kept: list[HeldOutImpression] = []
-    no_text = other = 0
+    no_text = other = unknown = 0
     for imp, shown in grouped.items():
         first = shown[0]
         if first.kind != kind:
@@ -267,11 +286,19 @@ def held_out_impressions(
         if not first.text or not first.text.strip():
             no_text += 1
             continue
+        under = first.shown_filter()
+        if under is not None and ranker is not None:
+            try:
+                ranker.filters.mask(under)
+            except ValueError:
+                unknown += 1
+                continue
         clicks = tuple((r.doc, r.position) for r in shown if r.clicked)
         everything = tuple((r.doc, r.position) for r in shown)
-        kept.append(HeldOutImpression(imp, first.time, first.text, first.text, clicks, everything))
+        key = first.text if under is None else f"{first.text}\x00{under}"  # a query under two filters: two lists
+        kept.append(HeldOutImpression(imp, first.time, first.text, key, clicks, everything, under))
     kept.sort(key=lambda h: (h.time, h.impression))
-    return kept, Skipped(no_text=no_text, other_kind=other)
+    return kept, Skipped(no_text=no_text, other_kind=other, unknown_filter=unknown)
 
 
 class Ranker:
@@ -283,8 +310,16 @@ class Ranker:
         self.position = {doc_id: i for i, doc_id in enumerate(model.ids)}
         self.features = TextFeatures(model.bundle.vocab)
 
-    def ranks(self, queries: Sequence[str], docs: Sequence[Sequence[str]]) -> list[list[float]]:
-        """1-based rank of each `docs[i]` for `queries[i]`; inf where the model cannot rank it.
+    @functools.cached_property
+    def filters(self) -> CorpusFilters:
+        """Which of the corpus's documents each filter matches (made on the first filtered impression)."""
+        return CorpusFilters(self.model.documents)
+
+    def ranks(
+        self, queries: Sequence[str], docs: Sequence[Sequence[str]], filters: Sequence[str | None] | None = None
+    ) -> list[list[float]]:
+        """1-based rank of each `docs[i]` for `queries[i]`; inf where the model cannot rank it. With `filters[i]`
+        (ssi.traffic.shown_filter), the rank among the documents matching it only, as the service ranked the list.
 
         A document outside the corpus, or a query none of whose words the model knows (the service
         answers it with nothing), has no rank.
@@ -300,13 +335,16 @@ class Ranker:
                     out.append([math.inf] * len(wanted))
                     continue
                 s = scores[row]
+                under = filters[start + row] if filters is not None else None
+                if under is not None:  # only the matching documents compete: the others can never be ahead
+                    s = np.where(self.filters.mask(under), s, -np.inf)
                 ranks = []
                 for doc in wanted:
                     col = self.position.get(doc)
                     if col is None:
                         ranks.append(math.inf)
                         continue
-                    value = s[col]
+                    value = s[col] if under is None else scores[row][col]
                     ahead = int(np.count_nonzero(s > value)) + int(np.count_nonzero(s[:col] == value))
                     ranks.append(float(ahead + 1))
                 out.append(ranks)
@@ -481,8 +519,9 @@ def _ips_dcg(fold: Fold, propensities: Propensities, *, clip: float, cutoff: int
     """Per query, the mean over its impressions of Σ_clicks [λ(rank_cand) − λ(rank_served)] / p(r) (clipped)."""
     texts = [h.query for h in fold.impressions]
     docs = [[doc for doc, _ in h.clicks] for h in fold.impressions]
-    ranks_s = (fold.served_ranker or Ranker(fold.served)).ranks(texts, docs)
-    ranks_c = Ranker(fold.candidate).ranks(texts, docs)
+    filters = [h.filter for h in fold.impressions]  # each ranked among the documents its list was shown among
+    ranks_s = (fold.served_ranker or Ranker(fold.served)).ranks(texts, docs, filters)
+    ranks_c = Ranker(fold.candidate).ranks(texts, docs, filters)
     per_query: dict[str, list[tuple[float, float, float]]] = {}
     n_clicks = clipped = 0
     moved = False  # some held-out click ranked differently by the two models

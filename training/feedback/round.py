@@ -299,14 +299,15 @@ def run_round(
     candidates = [ssi.load(o, corpus=settings.corpus) for o in outs]
     propensities = fixed_propensities(settings.eta) if settings.eta is not None else propensities_of(results)
     report["propensities"] = propensities.describe()
-    parts, no_text, other = [], 0, 0
+    parts, no_text, other, unknown = [], 0, 0, 0
     for split, judge, candidate in zip(splits, judge_rankers, candidates, strict=True):
-        impressions, skipped = held_out_impressions(split.held_out, settings.kind)
+        impressions, skipped = held_out_impressions(split.held_out, settings.kind, judge)
         no_text, other = no_text + skipped.no_text, other + skipped.other_kind
+        unknown += skipped.unknown_filter
         parts.append(Fold(judge.model, candidate, impressions, judge))
     result: PromotionEstimate = estimate_folds(
         parts, propensities, clip=settings.clip, z=settings.z, tolerance=settings.tolerance, cutoff=settings.cutoff,
-        skipped=Skipped(no_text=no_text, other_kind=other), labels=settings.labels,
+        skipped=Skipped(no_text=no_text, other_kind=other, unknown_filter=unknown), labels=settings.labels,
     )  # fmt: skip
     report["estimate"] = result.to_dict()
     report["estimate_text"] = result.describe()

@@ -148,6 +148,57 @@ def test_rank_names_a_missing_or_malformed_queries_file(workspace) -> None:
     one_line_error(run_cli(*rank_args(workspace, **{"--queries": twice})), "'q1' appears twice")
 
 
+def with_fields(ws: dict[str, Path]) -> Path:
+    """The workspace's corpus with fields: `topic` (which of TOPICS) and `n` (the document's number)."""
+    corpus = ws["tmp"] / "fields.jsonl"
+    lines = ws["corpus"].read_text().splitlines()
+    docs = [{**json.loads(line), "fields": {"topic": ["pets", "space", "baking"][i % 3], "n": i}} for i, line in
+            enumerate(lines)]  # fmt: skip
+    corpus.write_text("".join(json.dumps(d) + "\n" for d in docs), encoding="utf-8")
+    return corpus
+
+
+def test_rank_ranks_a_filtered_query_among_the_matching_documents_only(workspace) -> None:
+    """A JSONL query set's `filter`: that query's run is the brute force over the documents it matches (fewer lines
+    when fewer match); a query without one ranks every document; a bad filter is an error naming it."""
+    queries = workspace["tmp"] / "filtered.jsonl"
+    asked = [
+        {"_id": "a", "text": "cat dog", "filter": {"term": {"topic": "space"}}},
+        {"_id": "b", "text": "planet bread",
+         "filter": {"and": [{"range": {"n": {"gte": 4}}}, {"not": {"terms": {"topic": ["pets"]}}}]}},
+        {"_id": "c", "text": "bread"},
+        {"_id": "d", "text": "cat", "filter": {"range": {"n": {"lt": 3}}}},
+    ]  # fmt: skip
+    queries.write_text("".join(json.dumps(q) + "\n" for q in asked), encoding="utf-8")
+    corpus = with_fields(workspace)
+    out = workspace["tmp"] / "filtered.trec"
+    result = run_cli(*rank_args(workspace, **{"--corpus": corpus, "--queries": queries, "--out": out}))
+    assert result.exit_code == 0, result.output
+    rows = read_run(out)
+    matching = {
+        "a": [i for i in range(N_DOCS) if i % 3 == 1],
+        "b": [i for i in range(N_DOCS) if i >= 4 and i % 3 != 0],
+        "c": list(range(N_DOCS)),
+        "d": [0, 1, 2],
+    }
+    for query in asked:
+        ranked = [r for r in rows if r[0] == query["_id"]]
+        allowed = np.asarray(matching[query["_id"]])
+        f = brute_force(workspace, query["text"])[allowed]
+        expected = allowed[np.lexsort((allowed, -np.round(f, 5)))][:10]
+        assert [r[2] for r in ranked] == [f"doc{j}" for j in expected], query
+        assert [int(r[3]) for r in ranked] == list(range(1, len(expected) + 1))
+    assert len([r for r in rows if r[0] == "d"]) == 3  # three match: three lines
+    unknown = workspace["tmp"] / "unknown.jsonl"
+    unknown.write_text(json.dumps({"_id": "x", "text": "cat", "filter": {"term": {"colour": "red"}}}) + "\n")
+    one_line_error(run_cli(*rank_args(workspace, **{"--corpus": corpus, "--queries": unknown})), "query 'x'",
+                   "unknown field 'colour'")  # fmt: skip
+    malformed = workspace["tmp"] / "malformed.jsonl"
+    malformed.write_text(json.dumps({"_id": "x", "text": "cat", "filter": {"near": {"n": 1}}}) + "\n")
+    one_line_error(run_cli(*rank_args(workspace, **{"--corpus": corpus, "--queries": malformed})),
+                   f"{malformed}:1", "unknown filter operator 'near'")  # fmt: skip
+
+
 def test_rank_refuses_a_corrupt_bundle(workspace) -> None:
     u_file = workspace["bundle"] / "U.npy"
     data = bytearray(u_file.read_bytes())
@@ -203,6 +254,33 @@ def test_eval_keyword_queries_and_beir_validation_split(workspace) -> None:
     pairs = [Pair(f"q{i}", f"doc{i}") for i in range(12)]
     assert report["task"]["queries"] == len(split_by_query(pairs, 0.25, 0)[1]) == 3
     assert report["task"]["primary_metric"] == "ndcg@10"
+
+
+def test_eval_scores_a_filtered_query_among_the_matching_documents(workspace) -> None:
+    """A query set line's `filter`: each query below matches its one relevant document alone, so every scorer ranks
+    it first (MAP 1, which no scorer reaches over the whole corpus); a judged document outside its query's filter
+    is dropped and counted; the report names the filtered queries."""
+    queries = workspace["tmp"] / "filtered.jsonl"
+    lines = [{"_id": f"q{i}", "text": TOPICS[i % 3].split()[0], "filter": {"term": {"n": i}}} for i in range(6)]
+    lines.append({"_id": "q6", "text": "cat", "filter": {"term": {"topic": "space"}}})  # doc6 is pets: outside
+    queries.write_text("".join(json.dumps(q) + "\n" for q in lines), encoding="utf-8")
+    out = workspace["tmp"] / "filtered-eval"
+    args = ["eval", "--bundle", workspace["bundle"], "--corpus", with_fields(workspace), "--qrels", workspace["qrels"],
+            "--baselines", "tfidf", "--no-tune"]  # fmt: skip
+    result = run_cli(*args, "--queries", queries, "--out", out)
+    assert result.exit_code == 0, result.output
+    report = json.loads((out / "results.json").read_text())
+    assert report["task"]["queries"] == 6 and report["task"]["filtered_queries"] == 6
+    assert report["task"]["stats"]["outside_filter"] == 1
+    assert "1 evaluation pairs name a document outside their query's filter (dropped)" in result.stderr
+    for name, scorer in report["scorers"].items():
+        assert scorer["metrics"]["map"]["n"] == 6 and scorer["metrics"]["map"]["mean"] == pytest.approx(1.0), name
+    plain = workspace["tmp"] / "plain.jsonl"  # the same queries without their filters: not all first
+    plain.write_text("".join(json.dumps({"_id": q["_id"], "text": q["text"]}) + "\n" for q in lines[:6]))
+    result = run_cli(*args, "--queries", plain, "--out", workspace["tmp"] / "plain-eval")
+    assert result.exit_code == 0, result.output
+    report = json.loads((workspace["tmp"] / "plain-eval" / "results.json").read_text())
+    assert all(scorer["metrics"]["map"]["mean"] < 1.0 for scorer in report["scorers"].values())
 
 
 def test_eval_names_the_malformed_pairs_line(workspace) -> None:

@@ -1,5 +1,5 @@
 """The filter language of `/search`: parsed and checked against the collection's fields, then evaluated to the
-set of matching rows from the field index (service.fields.index), never by reading the documents.
+set of matching rows from the field index (ssi.fields.index), never by reading the documents.
 
     {"term":   {"category": "books"}}                one value (of a keyword, keyword list, boolean, number, date)
     {"terms":  {"category": ["books", "music"]}}     any of these values
@@ -9,7 +9,7 @@ set of matching rows from the field index (service.fields.index), never by readi
 
 A filter's size is bounded (`FilterBounds`: clauses, values of `terms` in all, nesting depth; settings beside the
 other request bounds, service.settings); past a bound, or on an unknown operator or field or a value of the wrong
-type, it is a 422 that says which.
+type, it is a `FieldError` that says which (a 422 from the service).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from typing import Any
 import numpy as np
 from pyroaring import BitMap
 
-from service.errors import InvalidInput
-from service.fields.filter_form import check_filter_form, exists_field
-from service.fields.index import FieldIndex, ordered_value
-from service.fields.schema import KEYWORD_TYPES, ORDERED_TYPES, fits, type_of
+from ssi.fields.errors import FieldError
+from ssi.fields.filter_form import KEY_FILTER_DEPTH, check_filter_form, exists_field
+from ssi.fields.index import FieldIndex, ordered_value
+from ssi.fields.schema import KEYWORD_TYPES, ORDERED_TYPES, fits, type_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,6 +61,10 @@ class Bool:
 
 Clause = Term | Range | Exists | Bool
 
+# Bounds for filters that no client sends: a read key's (the operator's, service.fields.visibility), a query set's
+# (`ssi rank`, `ssi eval`) and `ssi.load`'s (the caller's own process); only against mistakes, far above a request's.
+WIDE_BOUNDS = FilterBounds(max_clauses=10_000, max_terms=1_000_000, max_depth=KEY_FILTER_DEPTH)
+
 
 class _Parser:
     def __init__(self, types: dict[str, str], bounds: FilterBounds) -> None:
@@ -73,7 +77,7 @@ class _Parser:
         """`node` has the form of a filter already (check_filter_form); here: the bounds, the fields, the types."""
         self.clauses += 1
         if self.clauses > self.bounds.max_clauses:
-            raise InvalidInput(f"{where}: a filter holds at most {self.bounds.max_clauses} clauses")
+            raise FieldError(f"{where}: a filter holds at most {self.bounds.max_clauses} clauses")
         ((op, body),) = node.items()
         if op in ("and", "or"):
             return Bool(op, tuple(self.clause(c, f"{where}.{op}[{i}]") for i, c in enumerate(body)))
@@ -89,14 +93,14 @@ class _Parser:
         values = value if op == "terms" else [value]
         self.terms += len(values)
         if self.terms > self.bounds.max_terms:
-            raise InvalidInput(f"{at}: a filter holds at most {self.bounds.max_terms} values in all")
+            raise FieldError(f"{at}: a filter holds at most {self.bounds.max_terms} values in all")
         field_type = self.types[name]
         value_type = "keyword" if field_type == "keyword_list" else field_type
         fitted = []
         for item in values:
             got = fits(value_type, item)
             if got is None:
-                raise InvalidInput(f"{at}: field '{name}' has type {field_type}, was given {type_of(item)}")
+                raise FieldError(f"{at}: field '{name}' has type {field_type}, was given {type_of(item)}")
             fitted.append(got)
         if field_type in ORDERED_TYPES:  # a number or a date: equality is a closed range
             ranges = [Range(name, v, False, v, False) for v in (ordered_value(field_type, x) for x in fitted)]
@@ -105,24 +109,24 @@ class _Parser:
 
     def field(self, name: Any, where: str) -> str:
         if not isinstance(name, str):
-            raise InvalidInput(f"{where}: a field name")
+            raise FieldError(f"{where}: a field name")
         if name not in self.types:
             known = ", ".join(sorted(self.types)[:20]) or "none yet"
-            raise InvalidInput(f"{where}: unknown field {name[:70]!r} (this collection's fields: {known})")
+            raise FieldError(f"{where}: unknown field {name[:70]!r} (this collection's fields: {known})")
         return name
 
     def range(self, name: str, value: Any, at: str) -> Range:
         field_type = self.types[name]
         if field_type not in ORDERED_TYPES:
-            raise InvalidInput(f"{at}: range applies to integer, float and date fields; '{name}' is a {field_type}")
+            raise FieldError(f"{at}: range applies to integer, float and date fields; '{name}' is a {field_type}")
         if ("gt" in value and "gte" in value) or ("lt" in value and "lte" in value):
-            raise InvalidInput(f"{at}: at most one lower bound (gt, gte) and one upper bound (lt, lte)")
+            raise FieldError(f"{at}: at most one lower bound (gt, gte) and one upper bound (lt, lte)")
         bounds: dict[str, float | int] = {}
         for key, bound in value.items():
             # A number bounds any number (an integer field by 2.5 too); a date field is bounded by dates.
             got = fits("float" if field_type != "date" else "date", bound)
             if got is None:
-                raise InvalidInput(f"{at}.{key}: field '{name}' has type {field_type}, was given {type_of(bound)}")
+                raise FieldError(f"{at}.{key}: field '{name}' has type {field_type}, was given {type_of(bound)}")
             bounds[key] = ordered_value("date", got) if field_type == "date" else got
         low_key = "gt" if "gt" in bounds else "gte"
         high_key = "lt" if "lt" in bounds else "lte"
@@ -130,11 +134,12 @@ class _Parser:
 
 
 def parse_filter(node: Any, types: dict[str, str], bounds: FilterBounds) -> Clause:
-    """A filter as a tree of clauses, checked against the collection's field `types` (422 naming the problem)."""
+    """A filter as a tree of clauses, checked against the collection's field `types` (a `FieldError` naming the
+    problem)."""
     try:
         check_filter_form(node, "filter", max_depth=bounds.max_depth)
     except ValueError as error:
-        raise InvalidInput(str(error)) from None
+        raise FieldError(str(error)) from None
     return _Parser(types, bounds).clause(node, "filter")
 
 
@@ -168,4 +173,4 @@ def matching_rows(clause: Clause | None, index: FieldIndex, live: np.ndarray) ->
     return rows[live[rows]]
 
 
-__all__ = ["KEYWORD_TYPES", "Clause", "FilterBounds", "evaluate", "matching_rows", "parse_filter"]
+__all__ = ["KEYWORD_TYPES", "WIDE_BOUNDS", "Clause", "FilterBounds", "evaluate", "matching_rows", "parse_filter"]

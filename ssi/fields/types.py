@@ -1,4 +1,4 @@
-"""The field types (service.fields.schema), apart so that the settings can name them without importing more."""
+"""The field types (ssi.fields.schema), apart so that the settings can name them without importing more."""
 
 from __future__ import annotations
 

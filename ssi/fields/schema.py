@@ -8,9 +8,12 @@ few values that fit without loss are taken: a whole float (15.0) for an integer 
 and as every route takes integers: service.schemas.Integer), an integer for a float, and a date-like string for a
 keyword.
 
-That refusal is a 409 (`FieldTypeError`): the request is well formed, and whether it fits depends on what the
-collection holds, as for a write naming an id twice (a client generated from the schema cannot know it); a
-malformed value (a nested object, a null, a bad name) is a 422.
+That refusal is a `FieldTypeMismatch`, which the service answers 409: the request is well formed, and whether it
+fits depends on what the collection holds, as for a write naming an id twice (a client generated from the schema
+cannot know it); a malformed value (a nested object, a null, a bad name) is a `FieldError` (a 422).
+
+In the contract package so that the service, `ssi.load` and `ssi rank`/`ssi eval` hold one definition of a field's
+types (service.fields.checks turns the errors into the service's answers).
 """
 
 from __future__ import annotations
@@ -22,10 +25,10 @@ from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from service.errors import InvalidInput
-from service.fields.types import FIELD_TYPES, FieldType
+from ssi.fields.errors import FieldError, FieldTypeMismatch
+from ssi.fields.types import FIELD_TYPES, FieldType
 
-__all__ = ["FIELD_TYPES", "FieldType", "FieldTypeError", "admit", "check_shape", "fits", "parse_date", "type_of"]
+__all__ = ["FIELD_TYPES", "FieldType", "FieldTypeMismatch", "admit", "check_shape", "fits", "parse_date", "type_of"]
 # Types whose values are counted by value (bitmaps per value) and can be faceted.
 KEYWORD_TYPES = ("keyword", "keyword_list", "boolean")
 # Types with an order (sorted arrays): `range` applies to them.
@@ -37,13 +40,6 @@ MAX_KEYWORD_CHARS = 1024  # one keyword value
 MAX_LIST_ITEMS = 256  # values of one keyword list
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}([T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?)?$")
 _INT64 = 1 << 63
-
-
-class FieldTypeError(InvalidInput):
-    """A value whose type is not its field's (409: a conflict with the collection's types, not a malformed
-    request): nothing of the write is applied."""
-
-    status_code = 409
 
 
 @functools.lru_cache(maxsize=1 << 16)  # a collection's dates repeat (days): an index build parses each once
@@ -101,40 +97,41 @@ def fits(field_type: str, value: Any) -> Any | None:
 
 
 def check_shape(fields: Any, where: str = "fields") -> dict[str, Any]:
-    """A document's `fields` as a flat object of bounded values (422 naming the first problem); types not yet."""
+    """A document's `fields` as a flat object of bounded values (a `FieldError` naming the first problem); types not
+    yet."""
     if not isinstance(fields, dict):
-        raise InvalidInput(f"{where}: must be a JSON object of field names to values")
+        raise FieldError(f"{where}: must be a JSON object of field names to values")
     if len(fields) > MAX_FIELDS:
-        raise InvalidInput(f"{where}: at most {MAX_FIELDS} fields per document (got {len(fields)})")
+        raise FieldError(f"{where}: at most {MAX_FIELDS} fields per document (got {len(fields)})")
     for name, value in fields.items():
         if not isinstance(name, str) or not FIELD_NAME.match(name):
-            raise InvalidInput(
+            raise FieldError(
                 f"{where}: field name {str(name)[:70]!r} must start with a letter or '_' and hold at most 64 "
                 "letters, digits, '_', '.' or '-'"
             )
         kind = type_of(value)
         if kind not in FIELD_TYPES:
-            raise InvalidInput(
+            raise FieldError(
                 f"{where}.{name}: a field's value is a string, a list of strings, a number, true/false or an ISO 8601 "
                 f"date (got {kind}); leave a field out to have none"
             )
         if kind == "keyword_list":
             if len(value) > MAX_LIST_ITEMS:
-                raise InvalidInput(f"{where}.{name}: at most {MAX_LIST_ITEMS} values in a list (got {len(value)})")
+                raise FieldError(f"{where}.{name}: at most {MAX_LIST_ITEMS} values in a list (got {len(value)})")
             if not all(isinstance(item, str) for item in value):
-                raise InvalidInput(f"{where}.{name}: a list's values must all be strings (a keyword list)")
+                raise FieldError(f"{where}.{name}: a list's values must all be strings (a keyword list)")
         for item in value if isinstance(value, list) else [value]:
             if isinstance(item, str) and len(item) > MAX_KEYWORD_CHARS:
-                raise InvalidInput(f"{where}.{name}: a keyword is at most {MAX_KEYWORD_CHARS} characters")
+                raise FieldError(f"{where}.{name}: a keyword is at most {MAX_KEYWORD_CHARS} characters")
             if isinstance(item, str) and "\x00" in item:
-                raise InvalidInput(f"{where}.{name}: a keyword must not contain NUL characters")
+                raise FieldError(f"{where}.{name}: a keyword must not contain NUL characters")
             if isinstance(item, str) and not item.isascii():
                 try:
                     item.encode("utf-8")
                 except UnicodeEncodeError:
-                    raise InvalidInput(f"{where}.{name}: not valid Unicode (a lone surrogate)") from None
+                    raise FieldError(f"{where}.{name}: not valid Unicode (a lone surrogate)") from None
             if kind == "float" and fits("float", item) is None:
-                raise InvalidInput(f"{where}.{name}: a number must be finite and within a float's range")
+                raise FieldError(f"{where}.{name}: a number must be finite and within a float's range")
     return fields
 
 
@@ -143,7 +140,7 @@ def admit(
 ) -> tuple[dict[str, str], list[dict[str, Any] | None]]:
     """Check every document's fields against the collection's types `known` (and the types the earlier documents
     of the same write fix): (the names new to the collection with their types, each document's fields as stored).
-    A mismatch is a `FieldTypeError` naming the document, the field, its type and the type given."""
+    A mismatch is a `FieldTypeMismatch` naming the document, the field, its type and the type given."""
     added: dict[str, str] = {}
     stored: list[dict[str, Any] | None] = []
     for doc_id, fields in documents:
@@ -157,7 +154,7 @@ def admit(
                 field_type = added[name] = type_of(value)
             fitted = fits(field_type, value)
             if fitted is None:
-                raise FieldTypeError(
+                raise FieldTypeMismatch(
                     f"document {doc_id[:80]!r}: field '{name}' has type {field_type}, was given {type_of(value)} "
                     f"({str(value)[:40]!r}); nothing was written"
                 )

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from pyroaring import BitMap
 
-from service.fields.schema import KEYWORD_TYPES, parse_date
+from ssi.fields.schema import KEYWORD_TYPES, parse_date
 
 # Appended (value, row) pairs of an ordered field kept unsorted until there are this many.
 TAIL_ROWS = 4096
@@ -116,7 +116,7 @@ def ordered_value(field_type: str, value: Any) -> float | int:
     """The number a value of an ordered field is indexed by (a date: seconds since the epoch)."""
     if field_type == "date":
         seconds = parse_date(value)
-        assert seconds is not None  # admitted values parse (service.fields.schema.fits)
+        assert seconds is not None  # admitted values parse (ssi.fields.schema.fits)
         return seconds
     return value
 

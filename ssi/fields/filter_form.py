@@ -1,6 +1,7 @@
-"""The form of a filter (service.fields.filters), checked without a collection: for the filters of filtered read keys
-(service.fields.visibility), checked when the settings load, before any collection's fields are known. Apart from
-service.fields.filters so that the settings can import it (that module imports the errors, which import the settings).
+"""The form of a filter (ssi.fields.filters), checked without a collection: for the filters of filtered read keys
+(service.fields.visibility), checked when the settings load, before any collection's fields are known, and for a
+query set's filters before its corpus is read. Apart from ssi.fields.filters so that the settings can import it
+without the field index.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ def exists_field(body: Any) -> Any:
 
 
 def check_filter_form(node: Any, where: str = "filter", depth: int = 1, max_depth: int = KEY_FILTER_DEPTH) -> None:
-    """Raise ValueError unless `node` has the form of a filter (service.fields.filters: operators, objects and
+    """Raise ValueError unless `node` has the form of a filter (ssi.fields.filters: operators, objects and
     lists where they go, at most `max_depth` levels); the one definition of that form, for a key's filter when the
     settings load and for a request's before its fields and their types are checked against the collection."""
     if depth > max_depth:
