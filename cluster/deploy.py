@@ -28,7 +28,7 @@ from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
 
 from cluster.events import ROUTER_FOLDER, router_traffic
 from cluster.fanout import Fanout, retrying
-from cluster.http import build_app
+from cluster.http import build_app, refuse_filtered_keys
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.replication.events import ShippedTraffic
 from cluster.replication.ray_replicas import (
@@ -164,6 +164,7 @@ class Replication:
 
 def application(index: Path, settings: Settings, options: ClusterOptions) -> Any:
     """The bound Serve application for the sharded index at `index` (checked before anything starts)."""
+    refuse_filtered_keys(settings)
     manifest = read_manifest(index)
     if options.replicas < 1:
         raise ClusterIndexError(f"replicas must be at least 1 (got {options.replicas})")
@@ -267,6 +268,7 @@ def start(
     from cluster.connect import connect
 
     # a bad folder, or settings the cluster cannot serve, refused before any cluster is joined
+    refuse_filtered_keys(settings)
     statistics_of(settings, read_manifest(index))
     connect(address, num_cpus=num_cpus)
     start_proxies(settings)

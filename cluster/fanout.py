@@ -35,11 +35,15 @@ import time
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from cluster.shard_server import Reply, ShardAnswers, ShardServer
+from cluster.facet_merge import merge_facets
+from cluster.field_schema import FieldSchema
+from cluster.shard_server import FieldAsk, Reply, ShardAnswers, ShardServer
 from cluster.sharding import shard_of
 from service.advert_schemas import AdMatch, PageMatchOut
 from service.errors import Conflict, Forbidden, InvalidInput, NotFound, ServiceError, Unauthorized, Unavailable
-from service.schemas import Hit, SearchResult
+from service.fields.http import FieldOptions
+from service.schemas import FacetOut, FacetValue, Hit, SearchResult
+from ssi.fields.filter_form import filter_fields
 from ssi.open_vocab import OpenCounts
 
 ERRORS: dict[int, type[ServiceError]] = {
@@ -115,6 +119,7 @@ class Fanout:
 
     def __init__(self, shards: Shards) -> None:
         self.shards = shards
+        self.schema = FieldSchema(lambda: self._all("field_types"))  # the cluster's field types (cluster.field_schema)
 
     async def _all(self, method: str, *args: Any) -> list[Any]:
         replies = await asyncio.gather(*(self.shards.call(i, method, *args) for i in range(self.shards.count)))
@@ -145,10 +150,49 @@ class Fanout:
         return results  # type: ignore[return-value]  # every text waiting somewhere was asked again there
 
     async def search(
-        self, queries: Sequence[str], k: int, offset: int, ef_search: int | None = None, nprobe: int | None = None
+        self,
+        queries: Sequence[str],
+        k: int,
+        offset: int,
+        ef_search: int | None = None,
+        nprobe: int | None = None,
+        options: FieldOptions | None = None,
+        facet_size: int = 10,
     ) -> list[SearchResult]:
-        per_shard = await self.ranked("search", list(queries), k + offset, ef_search, nprobe)
-        return [merge([shard[i] for shard in per_shard], k, offset) for i in range(len(queries))]
+        """Each query's global top k after `offset`; with `options` (a filter, facets, fields with each hit) among
+        the documents matching its filter, with `matched` summed over the shards and the facets merged exactly
+        (cluster.facet_merge, at most `facet_size` values each)."""
+        asked = await self.field_ask(options, facet_size) if options is not None and options.asks_fields() else None
+        per_shard = await self.ranked("search", list(queries), k + offset, ef_search, nprobe, asked)
+        results = [merge([shard[i] for shard in per_shard], k, offset) for i in range(len(queries))]
+        if asked is None or (asked.filter is None and not asked.facets):
+            return results
+        facets = None
+        if asked.facets:
+            first = [shard[0]["facets"] for shard in per_shard]  # one filter for every query: the same facets
+            merged = await merge_facets(first, asked.facets, asked.facet_size, self._count_values(asked))
+            facets = {
+                name: FacetOut(values=[FacetValue(value=v, count=n) for v, n in f.values], other=f.other)
+                for name, f in merged.items()
+            }
+        for i, result in enumerate(results):
+            result.matched = sum(int(shard[i]["matched"]) for shard in per_shard)
+            result.facets = facets
+        return results
+
+    async def field_ask(self, options: FieldOptions, facet_size: int = 10) -> FieldAsk:
+        """What a search asks of the fields, as the shards take it, with the cluster's types of the fields it names
+        (cluster.field_schema: asked from the shards when one is new to the router; a 409 for a field the shards
+        type differently). Its filter has the form of one already (cluster.http checks it: check_filter_form)."""
+        names = set(options.facets) | (filter_fields(options.filter) if options.filter is not None else set())
+        types = await self.schema.known(names) if names else self.schema.types
+        return FieldAsk(options.filter, tuple(options.facets), tuple(options.fields), dict(types), facet_size)
+
+    def _count_values(self, asked: FieldAsk) -> Any:
+        async def count(shard: int, wanted: dict[str, list[Any] | None]) -> dict[str, list[tuple[Any, int]]]:
+            return unwrap(await self.shards.call(shard, "count_values", asked, wanted))
+
+        return count
 
     async def search_candidate(self, queries: Sequence[str], k: int, spec: dict[str, Any]) -> list[SearchResult]:
         """Each query's first page of `k` by a comparison's candidate (cluster.interleave), merged as `search`'s."""
@@ -171,9 +215,11 @@ class Fanout:
         per_shard = await self.ranked("match", list(pages), k, filter)
         return [merge_matches([shard[i] for shard in per_shard], k) for i in range(len(pages))]
 
-    async def similar(self, doc_id: str, k: int, offset: int) -> SearchResult:
+    async def similar(self, doc_id: str, k: int, offset: int, filter: Any = None) -> SearchResult:
+        """The documents most like `doc_id` (left out) over every shard, among those matching `filter` if given."""
+        asked = None if filter is None else await self.field_ask(FieldOptions(filter=filter))
         text = unwrap(await self.shards.call(self.owner(doc_id), "page_text", doc_id))
-        per_shard = await self.ranked("search_page", [text], k + offset, doc_id)
+        per_shard = await self.ranked("search_page", [text], k + offset, doc_id, asked)
         return merge([shard[0] for shard in per_shard], k, offset)
 
     def owner(self, doc_id: str) -> int:
@@ -182,18 +228,29 @@ class Fanout:
     async def get(self, doc_id: str) -> dict[str, Any]:
         return unwrap(await self.shards.call(self.owner(doc_id), "get", doc_id))
 
-    async def put(self, docs: Sequence[dict[str, str]]) -> list[int]:
-        """Each document to the shard that owns it (one transaction per shard); the write sequence of each.
+    async def put(self, docs: Sequence[dict[str, Any]]) -> list[int]:
+        """Each document to the shard that owns it (one transaction per shard); the write sequence of each. Fields
+        are checked against the cluster's types first (cluster.field_schema: a 409 writes nothing anywhere).
 
         A batch spanning shards is atomic per shard, not across shards: if one shard fails, the
         others' documents are written and the error names the shard (the request can be repeated:
         a put is idempotent).
         """
+        return await self.schema.admit(docs, self._put)
+
+    async def _put(self, docs: list[dict[str, Any]], types: dict[str, str]) -> list[int]:
         groups: dict[int, list[int]] = {}
         for i, doc in enumerate(docs):
             groups.setdefault(self.owner(doc["id"]), []).append(i)
         shards = sorted(groups)
-        replies = await asyncio.gather(*(self.shards.call(s, "put", [docs[i] for i in groups[s]]) for s in shards))
+
+        def used(at: list[int]) -> dict[str, str] | None:
+            names = {name for i in at for name in docs[i].get("fields") or {}}
+            return {name: types[name] for name in names} or None
+
+        replies = await asyncio.gather(
+            *(self.shards.call(s, "put", [docs[i] for i in groups[s]], used(groups[s])) for s in shards)
+        )
         seqs = [0] * len(docs)
         for shard, reply in zip(shards, replies, strict=True):
             for i, seq in zip(groups[shard], unwrap(reply), strict=True):

@@ -5,7 +5,9 @@
 `GET /words/{word}/nearest`, `GET /metrics`, `POST /admin/reload`, `POST /clicks` and, on an adverts index,
 `POST /match` (service.routes.match's checks and bodies; `page_id` excepted: no documents collection is served
 beside the adverts, so a page is sent as text) take the same requests and give the
-same responses as `ssi serve`, with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
+same responses as `ssi serve` (documents' fields, filters, facets and fields with each hit included: the bodies
+of service.fields.http; cluster.field_schema checks writes against the cluster's field types, cluster.facet_merge
+makes facets exact), with its bounds (service.bounds), keys (service.deps: SSI_API_KEY for writes,
 SSI_READ_KEY for reads), admission limits (SSI_MAX_CONCURRENCY fan-outs at once, SSI_MAX_QUEUE
 waiting: 429/503 beyond), body and host checks, request metrics (service.app.install_guards) and
 error bodies (service.app's handlers); `GET /model` adds every shard's index, `GET /cluster` lists
@@ -29,6 +31,7 @@ from fastapi.responses import JSONResponse
 from cluster.events import router_traffic, served_model
 from cluster.fanout import Fanout
 from cluster.interleave import RouterComparison
+from cluster.manifest import ClusterIndexError
 from service.advert_schemas import MatchRequest, MatchResponse
 from service.adverts import match_filter, request_filter
 from service.app import install_error_handlers, install_guards
@@ -43,36 +46,46 @@ from service.deps import (
     SingleQueryValues,
     WriteLimiterDep,
 )
-from service.errors import Forbidden, NotFound, error_responses
+from service.errors import Forbidden, InvalidInput, NotFound, error_responses
 from service.events.schemas import ClickRequest, ClickResponse
 from service.events.traffic import filter_shown, id_of_result
+from service.fields.checks import check_shape
+from service.fields.http import (
+    BatchSearchRequest,
+    DocumentBody,
+    DocumentIn,
+    DocumentsIn,
+    FieldOptions,
+    SearchRequest,
+)
 from service.interleave.merge import interleave_hits
 from service.interleave.schemas import InterleaveRequest, InterleaveStatus
 from service.metrics import Metrics
 from service.routes import metrics
-from service.routes.documents import OFFSET, K, LookupId, WrittenId
+from service.routes.documents import FILTER, OFFSET, K, LookupId, WrittenId, parsed_filter
 from service.routes.match import MATCH_ERRORS, check_match
 from service.routes.words import MAX_NEIGHBOURS, MAX_WORD_CHARS
 from service.schemas import (
-    BatchSearchRequest,
     BatchSearchResponse,
     DeleteResponse,
-    DocumentBody,
-    DocumentIn,
     DocumentOut,
-    DocumentsIn,
     ModelResponse,
     NearestWordsResponse,
     ReloadRequest,
     ReloadResponse,
-    SearchRequest,
     SearchResponse,
     WriteResponse,
 )
 from service.settings import Settings
+from ssi.fields.filter_form import check_filter_form
 from ssi.interleaving import TEST_FIELDS
 
 COLLECTION_NAME = "documents"
+
+
+def options(body: FieldOptions) -> FieldOptions | None:
+    """What a search asks of the fields, or None when it asks nothing (then it is the plain search)."""
+    return body if body.asks_fields() else None
 
 
 async def get_fanout(request: Request) -> Fanout:
@@ -81,6 +94,33 @@ async def get_fanout(request: Request) -> Fanout:
 
 def took_ms(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
+
+
+def check_filter(settings: Settings, node: Any) -> None:
+    """A request's filter has the form of one (ssi.fields.filter_form, at most SSI_MAX_FILTER_DEPTH levels), a
+    422 naming the problem otherwise; its fields and their types are checked by the shards (cluster.fanout)."""
+    if node is not None:
+        try:
+            check_filter_form(node, "filter", max_depth=settings.max_filter_depth)
+        except ValueError as error:
+            raise InvalidInput(str(error)) from None
+
+
+def written(doc_id: str, title: str, text: str, fields: Any, where: str) -> dict[str, Any]:
+    """A document of a write as the shards take it, its fields checked in shape (a 422 naming the problem); their
+    types are checked against the cluster's (cluster.field_schema)."""
+    return {"id": doc_id, "title": title, "text": text, "fields": check_shape(fields, where) if fields else None}
+
+
+def refuse_filtered_keys(settings: Settings) -> None:
+    """Per-key visibility (SSI_READ_KEYS, SSI_READ_KEYS_FILE) is a single server's for now: the router refuses to
+    start with filtered read keys (cluster.deploy checks before it joins a cluster), never serving a filtered key
+    that would see every document."""
+    if settings.read_keys:
+        raise ClusterIndexError(
+            "SSI_READ_KEYS (filtered read keys, per-key visibility) is not supported by the sharded cluster's router "
+            "yet: unset SSI_READ_KEYS and SSI_READ_KEYS_FILE, or serve the collection with `ssi serve`"
+        )
 
 
 def build_app(
@@ -93,8 +133,7 @@ def build_app(
     """The router app over `fanout`; `about` (the manifest's summary) is shown by GET /cluster; `data_dir` holds
     the router's traffic log (cluster.events: cluster.deploy passes `<index>/router`; None keeps no log), or
     `traffic` is the log to keep (with replicated shards: cluster.replication.events.ShippedTraffic over it)."""
-    if settings.read_keys:  # per-key visibility is a single server's for now: never a filtered key that sees all
-        raise ValueError("SSI_READ_KEYS (filtered read keys) is not supported by the sharded cluster's router yet")
+    refuse_filtered_keys(settings)
     about = {} if about is None else about  # one dict: a reload's update reaches GET /cluster and the log's model
     traffic = router_traffic(settings, data_dir) if traffic is None else traffic
 
@@ -137,12 +176,16 @@ def build_app(
     @app.post("/search", response_model=SearchResponse, dependencies=reads)
     async def search(body: SearchRequest, settings: SettingsDep, limiter: SearchLimiterDep) -> SearchResponse:
         check_search(settings, body, [body.query], batch=False)
+        check_filter(settings, body.filter)
         started = time.perf_counter()
         await comparison.count_now_and_then()
-        interleave = comparison.pick(body.offset, served_model(about))
+        # a search with fields is never interleaved (its filter is its own), as on one node
+        interleave = None if body.asks_fields() else comparison.pick(body.offset, served_model(about))
         interleaved: tuple[str, str] | None = None
         async with limiter.slot():
-            served = fanout.search([body.query], body.k, body.offset, body.ef_search, body.nprobe)
+            served = fanout.search(
+                [body.query], body.k, body.offset, body.ef_search, body.nprobe, options(body), settings.facet_size
+            )
             if interleave is None:
                 (result,) = await served
             else:  # cluster.interleave: both first pages at once, merged by team-draft
@@ -153,7 +196,15 @@ def build_app(
                     result, teams = interleave_hits(result, other, body.k, comparison.rng())
                     interleaved = (interleave.content_hash, teams)
         result.impression, result.hits = traffic.show(
-            name, served_model(about), "search", body.query, result.hits, id_of_result, body.offset + 1, interleaved
+            name,
+            served_model(about),
+            "search",
+            body.query,
+            result.hits,
+            id_of_result,
+            body.offset + 1,
+            interleaved,
+            filter_shown(body.filter),  # the filter the list was ranked under, as one node records it
         )
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
@@ -162,12 +213,16 @@ def build_app(
         body: BatchSearchRequest, settings: SettingsDep, limiter: SearchLimiterDep
     ) -> BatchSearchResponse:
         check_search(settings, body, body.queries, batch=True)
+        check_filter(settings, body.filter)
         started = time.perf_counter()
         async with limiter.slot():
-            results = await fanout.search(body.queries, body.k, body.offset, body.ef_search, body.nprobe)
+            results = await fanout.search(
+                body.queries, body.k, body.offset, body.ef_search, body.nprobe, options(body), settings.facet_size
+            )
+        shown = filter_shown(body.filter)
         for query, result in zip(body.queries, results, strict=True):
             result.impression, result.hits = traffic.show(
-                name, served_model(about), "search", query, result.hits, id_of_result, body.offset + 1
+                name, served_model(about), "search", query, result.hits, id_of_result, body.offset + 1, filtered=shown
             )
         return BatchSearchResponse(collection=name, results=results, took_ms=took_ms(started))
 
@@ -175,12 +230,19 @@ def build_app(
         "/documents/{doc_id:docid}/similar", response_model=SearchResponse, dependencies=[*reads, SingleQueryValues]
     )
     async def similar(
-        doc_id: LookupId, settings: SettingsDep, limiter: SearchLimiterDep, k: K = 10, offset: OFFSET = 0
+        doc_id: LookupId,
+        settings: SettingsDep,
+        limiter: SearchLimiterDep,
+        k: K = 10,
+        offset: OFFSET = 0,
+        filter: FILTER = None,
     ) -> SearchResponse:
         check_paging(settings, k, offset)
+        node = parsed_filter(filter)
+        check_filter(settings, node)
         started = time.perf_counter()
         async with limiter.slot():
-            result = await fanout.similar(doc_id, k, offset)
+            result = await fanout.similar(doc_id, k, offset, node)
         return SearchResponse(**result.model_dump(), collection=name, took_ms=took_ms(started))
 
     def adverts_index() -> None:
@@ -247,8 +309,9 @@ def build_app(
         doc_id: WrittenId, body: DocumentBody, _: ApiKeyDep, settings: SettingsDep, limiter: WriteLimiterDep
     ) -> WriteResponse:
         check_documents(settings, [DocumentIn(id=doc_id, title=body.title, text=body.text)], field="document")
+        doc = written(doc_id, body.title, body.text, body.fields, "document.fields")
         async with limiter.slot():
-            seqs = await fanout.put([{"id": doc_id, "title": body.title, "text": body.text}])
+            seqs = await fanout.put([doc])
         return WriteResponse(collection=name, ids=[doc_id], seq=seqs[-1])
 
     @app.post("/documents", response_model=WriteResponse)
@@ -256,8 +319,11 @@ def build_app(
         body: DocumentsIn, _: ApiKeyDep, settings: SettingsDep, limiter: WriteLimiterDep
     ) -> WriteResponse:
         check_documents(settings, body.documents)
+        docs = [
+            written(d.id, d.title, d.text, d.fields, f"documents[{i}].fields") for i, d in enumerate(body.documents)
+        ]
         async with limiter.slot():
-            seqs = await fanout.put([{"id": d.id, "title": d.title, "text": d.text} for d in body.documents])
+            seqs = await fanout.put(docs)
         return WriteResponse(collection=name, ids=[d.id for d in body.documents], seq=max(seqs))
 
     @app.delete("/documents/{doc_id:writtenid}", response_model=DeleteResponse)

@@ -107,6 +107,7 @@ def build_index(
                 open_vocab_words=open_vocab_words,
                 collection_statistics=collection,
             )
+        check_field_types(entries)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # half an index is no index: the folder was empty before
         raise
@@ -130,6 +131,22 @@ def build_index(
     )
     write_manifest(out, manifest)
     return manifest
+
+
+def check_field_types(entries: list[ShardEntry]) -> None:
+    """Refuse an index whose shards typed a field name two ways (service.fields: each shard's store fixes a name's
+    type by its first document there): a cluster has one type per name (cluster.field_schema), as one node has."""
+    by_name: dict[str, dict[int, str]] = {}
+    for entry in entries:
+        for name, field_type in entry.fields.items():
+            by_name.setdefault(name, {})[entry.shard] = field_type
+    for name, typed in sorted(by_name.items()):
+        if len(set(typed.values())) > 1:
+            held = ", ".join(f"{t} on shard {s}" for s, t in sorted(typed.items()))
+            raise ClusterIndexError(
+                f"field '{name}' has values of different types in the corpus ({held}, by the first document of each "
+                "shard that has it): give every value of a field one type (a float as 3.0, not 3); nothing was written"
+            )
 
 
 def _build_here(

@@ -44,6 +44,11 @@ class ShardEntry(BaseModel):
     )
     ids_sha256: str = Field(description="SHA-256 of that file")
     seconds: float = Field(description="time to write the shard's store and snapshot")
+    fields: dict[str, str] = Field(
+        default_factory=dict,
+        description="the field types the shard's documents fixed (service.fields): the build refuses a corpus whose "
+        "shards would type a name two ways (cluster.index_job)",
+    )
 
 
 class ClusterManifest(BaseModel):

@@ -1,6 +1,6 @@
 """The index build as a Ray Data job (imported only by `ssi index --ray`).
 
-    read_json / read_parquet (blocks, in parallel)
+    read_text (JSONL: each line parsed by the task that embeds it) / read_parquet (blocks, in parallel)
       → map_batches(embed_batch): each block's shard, tf-idf rows and vectors (cluster.shard_build.embed_block),
         one bundle load per worker process
       → materialize (the embedding stage is timed on its own; with the collection's statistics the documents' token
@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,6 @@ from service.settings import CollectionType, IndexType
 from ssi.bundle import load_bundle
 from ssi.open_vocab import DEFAULT_MAX_WORDS
 
-JSON_BLOCK_BYTES = 64 << 20  # the Arrow JSON reader's block: a line longer than this cannot be read
-
 
 @functools.lru_cache(maxsize=2)
 def _embedder(bundle_path: str) -> Embedder:
@@ -40,19 +39,29 @@ def _embedder(bundle_path: str) -> Embedder:
 
 
 def embed_batch(
-    batch: dict[str, np.ndarray], bundle_path: str, shards: int, adverts: bool = False, count_tokens: bool = False
+    batch: Any,
+    bundle_path: str,
+    shards: int,
+    adverts: bool = False,
+    count_tokens: bool = False,
+    lines: bool = False,
 ) -> dict[str, np.ndarray]:
-    """A Ray Data task: one block of corpus records → its rows with shard, vectors and tf-idf (cluster.shard_build),
-    with `adverts` each advert's metadata from the same record, with `count_tokens` each document's token count.
+    """A Ray Data task: one block of corpus records (an Arrow table) → its rows with shard, vectors and tf-idf
+    (cluster.shard_build), with `adverts` each advert's metadata from the same record, with `count_tokens` each
+    document's token count. With `lines` the block is a JSONL corpus's lines (column `text`), each parsed here as
+    `ssi serve` parses it, so that a document's `fields` keep JSON's types (Arrow's JSON reader would make a struct
+    of them, with an integer made a float where another line has a float, and a date-like string a timestamp); else
+    Parquet's columns, read as Python values from Arrow (numpy's batches would make an integer child of a `fields`
+    struct a float wherever a row has no fields).
 
     Tasks rather than actors: an actor pool holds its CPUs for the whole job, and on a small cluster it
     can hold every CPU while the read tasks that feed it wait for one.
     """
-    columns = list(batch)
-    n = len(batch[columns[0]]) if columns else 0
-    records = [{name: batch[name][i] for name in columns} for i in range(n)]
+    records = batch.to_pylist()
+    if lines:
+        records = [json_record(row["text"]) for row in records if row["text"].strip()]
     meta = [advert_meta(record) for record in records] if adverts else None
-    docs = [document_of(r) for r in records]
+    docs = [document_of(r, columns=not lines) for r in records]
     return embed_block(_embedder(bundle_path), docs, shards, meta, count_tokens).columns()
 
 
@@ -85,14 +94,21 @@ def write_group(
     return {"entry": np.asarray([entry.model_dump_json()], dtype=object)}
 
 
-def read_corpus(ray_data: Any, corpus: Path) -> Any:
+def json_record(line: str) -> dict[str, Any]:
+    """One JSONL corpus line as a record (a line that is not a JSON object is a ValueError quoting its start)."""
+    record = json.loads(line)
+    if not isinstance(record, dict):
+        raise ValueError(f"a corpus line is not a JSON object: {line[:80]!r}")
+    return record
+
+
+def read_corpus(ray_data: Any, corpus: Path) -> tuple[Any, bool]:
+    """The corpus as a Ray dataset, and whether its rows are JSONL lines (parsed by `embed_batch`)."""
     name = corpus.name.lower()
     if name.endswith(".parquet") or corpus.is_dir():
-        return ray_data.read_parquet(str(corpus), columns=None)
+        return ray_data.read_parquet(str(corpus), columns=None), False
     if name.endswith((".jsonl", ".jsonl.gz", ".json", ".json.gz", ".ndjson")):
-        import pyarrow.json as pj
-
-        return ray_data.read_json(str(corpus), read_options=pj.ReadOptions(block_size=JSON_BLOCK_BYTES))
+        return ray_data.read_text(str(corpus)), True
     raise ClusterIndexError(
         f"corpus {corpus}: expected JSONL (.jsonl, .jsonl.gz) or Parquet (.parquet or a folder of them)"
     )
@@ -122,21 +138,19 @@ def build_with_ray(
     ctx.enable_progress_bars = False
     started = time.perf_counter()
     adverts = collection_type == "adverts"
-    embedded = (
-        read_corpus(ray_data, corpus.resolve())
-        .map_batches(
-            embed_batch,
-            fn_kwargs={
-                "bundle_path": str(bundle_path.resolve()),
-                "shards": shards,
-                "adverts": adverts,
-                "count_tokens": collection_statistics,
-            },
-            batch_size=batch_size,
-            batch_format="numpy",
-        )
-        .materialize()
-    )
+    dataset, lines = read_corpus(ray_data, corpus.resolve())
+    embedded = dataset.map_batches(
+        embed_batch,
+        fn_kwargs={
+            "bundle_path": str(bundle_path.resolve()),
+            "shards": shards,
+            "adverts": adverts,
+            "count_tokens": collection_statistics,
+            "lines": lines,
+        },
+        batch_size=batch_size,
+        batch_format="pyarrow",
+    ).materialize()
     embed_seconds = time.perf_counter() - started
     bundle = load_bundle(bundle_path, mmap=False)
     avg_len: float | None = None

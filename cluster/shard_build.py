@@ -23,17 +23,19 @@ advert's metadata as JSON ("" in a documents collection) and each document's tok
 
 from __future__ import annotations
 
+import datetime
 import hashlib
 import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
-from cluster.manifest import COLLECTION, ShardEntry, shard_dir
+from cluster.manifest import COLLECTION, ClusterIndexError, ShardEntry, shard_dir
 from cluster.shard_settings import shard_settings
 from cluster.sharding import shard_of
 from service.adverts import corpus_fields, declared_fields
@@ -44,6 +46,7 @@ from service.snapshot import SnapshotData, cache_folder, write_snapshot
 from service.state_builder import index_config
 from service.store import DocumentStore
 from ssi.bundle import Bundle
+from ssi.corpus import DataFileError
 from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenRule, Statistics, at_avg_len, build_postings
 from ssi.records import Document
 from ssi.tokenize import tokenize
@@ -64,6 +67,7 @@ class Block:
     # int64: each document's token count (|d|, every token) where the build counts them (the collection's
     # statistics: the cluster's avg_len), else 0
     lengths: np.ndarray
+    fields: list[str]  # a document's fields (service.fields) as JSON, "" for none
 
     def columns(self) -> dict[str, np.ndarray]:
         """The block as Ray Data columns (numpy batch format)."""
@@ -76,6 +80,7 @@ class Block:
             "tfidf": np.asarray(pack_rows(self.tfidf), dtype=object),
             "meta": np.asarray(self.meta, dtype=object),
             "lengths": self.lengths,
+            "fields": np.asarray(self.fields, dtype=object),
         }
 
     @classmethod
@@ -91,6 +96,7 @@ class Block:
             tfidf=unpack_rows(list(columns["tfidf"]), vocab_size),
             meta=[str(x) for x in columns["meta"]],
             lengths=np.asarray(columns["lengths"], dtype=np.int64),
+            fields=[str(x) for x in columns["fields"]],
         )
 
     def select(self, rows: np.ndarray) -> Block:
@@ -104,6 +110,7 @@ class Block:
             tfidf=self.tfidf[rows],
             meta=[self.meta[i] for i in picked],
             lengths=self.lengths[rows],
+            fields=[self.fields[i] for i in picked],
         )
 
     @classmethod
@@ -118,6 +125,7 @@ class Block:
                 sp.csr_matrix((0, vocab_size), dtype=np.float32),
                 [],
                 np.zeros(0, np.int64),
+                [],
             )
         return cls(
             ids=[x for b in blocks for x in b.ids],
@@ -128,6 +136,7 @@ class Block:
             tfidf=sp.vstack([b.tfidf for b in blocks], format="csr"),
             meta=[x for b in blocks for x in b.meta],
             lengths=np.concatenate([b.lengths for b in blocks]),
+            fields=[x for b in blocks for x in b.fields],
         )
 
 
@@ -156,9 +165,10 @@ def unpack_rows(packed: Sequence[bytes], vocab_size: int) -> sp.csr_matrix:
     )
 
 
-def document_of(record: dict) -> Document:
+def document_of(record: dict, columns: bool = False) -> Document:
     """A corpus record as ssi.corpus.iter_corpus reads it: `id` (or BEIR's `_id`; a number is taken as text),
-    optional `title`, `text`."""
+    optional `title`, `text`, optional `fields` (service.fields: a JSON object; with `columns`, a Parquet struct or
+    map column's value: `column_fields`)."""
     doc_id = record.get("id", record.get("_id"))
     if isinstance(doc_id, np.generic):  # a Ray Data column of numbers
         doc_id = doc_id.item()
@@ -169,7 +179,37 @@ def document_of(record: dict) -> Document:
     title, text = record.get("title") or "", record.get("text")
     if not isinstance(title, str) or not isinstance(text, str):
         raise ValueError(f"document {doc_id[:64]!r}: title and text must be strings")
-    return Document(id=doc_id, title=title, text=text)
+    fields = record.get("fields")
+    if columns:
+        fields = column_fields(fields)
+    if fields is not None and not isinstance(fields, dict):
+        raise ValueError(f"document {doc_id[:64]!r}: 'fields' must be an object of field names to values")
+    return Document(id=doc_id, title=title, text=text, fields=fields or None)
+
+
+def column_fields(value: Any) -> dict[str, Any] | None:
+    """A Parquet `fields` column's value as a document's fields: a struct (a dict, every name of the column's type
+    in it, None where a row has no value) or a map (key-value pairs); a null is a field left out, a date or time
+    its ISO 8601 text, a list its values, numpy scalars Python's."""
+    if value is None:
+        return None
+    if isinstance(value, (list, np.ndarray)):  # a map column: (key, value) pairs
+        value = dict((str(k), v) for k, v in value)
+    if not isinstance(value, dict):
+        return value  # refused by document_of, naming the document
+    fields = {str(name): plain_value(v) for name, v in value.items() if v is not None}
+    return fields or None
+
+
+def plain_value(value: Any) -> Any:
+    """One field value from a Parquet column as JSON would hold it (ssi.fields.schema reads JSON's types)."""
+    if isinstance(value, np.ndarray | list | tuple):
+        return [plain_value(item) for item in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, datetime.datetime | datetime.date):
+        return value.isoformat()
+    return value
 
 
 def advert_meta(record: dict) -> str:
@@ -192,6 +232,7 @@ def embed_block(
     token count, as the single node counts them for the collection's avg_len (the build's first pass)."""
     ids = [d.id for d in docs]
     texts = [d.full_text for d in docs]
+    fields = [json.dumps(d.fields, ensure_ascii=False) if d.fields else "" for d in docs]
     tfidf = embedder.featurize_documents(texts)
     lengths = [len(tokenize(text)) for text in texts] if count_tokens else [0] * len(texts)
     return Block(
@@ -203,6 +244,7 @@ def embed_block(
         tfidf=tfidf,
         meta=list(meta) if meta is not None else [""] * len(ids),
         lengths=np.asarray(lengths, dtype=np.int64),
+        fields=fields,
     )
 
 
@@ -271,20 +313,28 @@ def write_shard(
     settings = shard_settings(folder, bundle.path, index_type, 1, open_vocab, open_vocab_words, statistics, avg_len)
     seed = folder / "seed.jsonl"
     with seed.open("w", encoding="utf-8") as handle:
-        for doc_id, title, text, meta in zip(block.ids, block.titles, block.texts, block.meta, strict=True):
+        rows = zip(block.ids, block.titles, block.texts, block.meta, block.fields, strict=True)
+        for doc_id, title, text, meta, fields in rows:
             record = {"id": doc_id, "title": title, "text": text} | (json.loads(meta) if meta else {})
+            if fields:
+                record["fields"] = json.loads(fields)
             handle.write(json.dumps(record, ensure_ascii=False) + "\n")
     corpus = seed if block.ids else None
     adverts = collection_type == "adverts"
-    store = DocumentStore.open_for_corpus(
-        settings.store_dir,
-        COLLECTION,
-        corpus,
-        on_change="refuse",
-        fields=declared_fields(None) if adverts else None,
-        line_fields=corpus_fields if adverts else None,
-    )
     try:
+        store = DocumentStore.open_for_corpus(
+            settings.store_dir,
+            COLLECTION,
+            corpus,
+            on_change="refuse",
+            fields=declared_fields(None) if adverts else None,
+            line_fields=corpus_fields if adverts else None,
+        )
+    except DataFileError as exc:  # a document's fields, named by its id (the seed file is the build's own)
+        seed.unlink()
+        raise ClusterIndexError(f"shard {shard}: {exc.problem}") from None
+    try:
+        field_types = store.field_types()
         config = index_config(settings)
         dims = bundle.manifest.index_dims
         embeddings = np.ascontiguousarray(block.embeddings, dtype=np.float32).reshape(len(block.ids), dims)
@@ -319,4 +369,5 @@ def write_shard(
         ids_file=f"{folder.name}/ids.json",
         ids_sha256=hashlib.sha256(listed.encode("utf-8", "surrogatepass")).hexdigest(),
         seconds=round(time.perf_counter() - started, 3),
+        fields=field_types,
     )

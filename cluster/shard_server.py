@@ -20,14 +20,14 @@ import os
 import sys
 import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from cluster.manifest import COLLECTION, ClusterIndexError, read_manifest, write_manifest
 from cluster.shard_settings import cluster_avg_len, shard_settings
 from service.bounds import cut_long_text
-from service.collection import Collection
+from service.collection import Collection, FieldRequest
 from service.errors import Conflict, InvalidInput, ServiceError
 from service.interleave.challenger import Challenger, build_state
 from service.interleave.record import ComparisonSpec
@@ -56,6 +56,19 @@ class Reply:
     status: int = 200
     message: str = ""
     headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class FieldAsk:
+    """What a search through the router asks of the documents' fields (service.fields.http.FieldOptions): its
+    filter, facets and fields with each hit, and the cluster's field types (every shard's: a shard parses the filter
+    with them, so a field no document of this shard has yet matches nothing here instead of being unknown)."""
+
+    filter: Any = None
+    facets: tuple[str, ...] = ()
+    fields: tuple[str, ...] = ()
+    types: dict[str, str] = field(default_factory=dict)
+    facet_size: int = 10  # values listed per facet (the router's SSI_FACET_SIZE: it merges as many)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,12 +155,17 @@ class ShardServer:
         want: int,
         ef_search: int | None = None,
         nprobe: int | None = None,
+        asked: FieldAsk | None = None,
         counts: Sequence[OpenCounts] | None = None,
     ) -> Reply:
         """Each query's exact top `want` in this shard, as service.schemas.SearchResult dicts (snippets included), in
-        `ShardAnswers`; `counts`: the cluster's counts of each query's new words (cluster.fanout's second round)."""
+        `ShardAnswers`; `asked`: what the search asks of the fields (a filter, facets, fields with each hit): then
+        each result also holds this shard's `matched` and its facets, `size` values each (FieldAsk); `counts`: the
+        cluster's counts of each query's new words (cluster.fanout's second round)."""
 
         def rank(texts: list[str], given: Sequence[OpenCounts] | None) -> list[dict[str, Any]]:
+            if asked is not None:
+                return self._search_fields(texts, want, ef_search, nprobe, asked, given)
             results = self.collection.search(texts, want, 0, ef_search=ef_search, nprobe=nprobe, open_counts=given)
             scan = scan_chars(self.settings, sum(len(r.doc_ids) for r in results))
             return [r.model_dump() for r in to_results(self.collection, self.settings, results, texts, scan)]
@@ -158,6 +176,37 @@ class ShardServer:
 
         return answer(work)
 
+    def _search_fields(
+        self,
+        texts: list[str],
+        want: int,
+        ef_search: int | None,
+        nprobe: int | None,
+        asked: FieldAsk,
+        given: Sequence[OpenCounts] | None,
+    ) -> list[dict[str, Any]]:
+        """`search` with a filter, facets or fields: the shard's exact top `want` among its matching documents
+        (Collection.search_where), each result with the count of them and the facets over them."""
+        request = FieldRequest(asked.filter, list(asked.facets), asked.types, asked.facet_size)
+        found, counted = self.collection.search_where(
+            texts, want, 0, request, ef_search=ef_search, nprobe=nprobe, open_counts=given
+        )
+        scan = scan_chars(self.settings, sum(len(r.doc_ids) for r in found))
+        results = to_results(self.collection, self.settings, found, texts, scan, fields=asked.fields)
+        facets = {name: {"values": facet.values, "other": facet.other} for name, facet in counted.facets.items()}
+        return [r.model_dump() | {"matched": counted.matched, "facets": facets} for r in results]
+
+    def count_values(self, asked: FieldAsk, wanted: dict[str, list[Any] | None]) -> Reply:
+        """The exact count of each value of `wanted` (field → values; None: every value) among this shard's
+        documents matching `asked.filter`: the router's second and third rounds of facets (cluster.facet_merge)."""
+        request = FieldRequest(filter=asked.filter, types=asked.types)
+        return answer(lambda: self.collection.count_values(request, wanted))
+
+    def field_types(self) -> Reply:
+        """This shard's field types (service.fields), as its store fixed them: the router's collection-wide schema
+        is every shard's (cluster.field_schema)."""
+        return answer(self.collection.field_types)
+
     def page_text(self, doc_id: str) -> Reply:
         """The stored document as a long query ("more like this"), cut as the single node cuts it."""
         return answer(
@@ -165,17 +214,32 @@ class ShardServer:
         )
 
     def search_page(
-        self, texts: Sequence[str], want: int, exclude: str, counts: Sequence[OpenCounts] | None = None
+        self,
+        texts: Sequence[str],
+        want: int,
+        exclude: str,
+        asked: FieldAsk | None = None,
+        counts: Sequence[OpenCounts] | None = None,
     ) -> Reply:
         """The exact top `want` for a long text (its heaviest words; `texts` holds it alone), leaving out document
-        `exclude`, in `ShardAnswers` (`counts` as for `search`)."""
+        `exclude`, among the documents matching `asked.filter` when there is one, in `ShardAnswers` (`counts` as for
+        `search`)."""
 
         def rank(page: list[str], given: Sequence[OpenCounts] | None) -> list[dict[str, Any]]:
             state = self.collection.ready_state()
             pool = self.settings.candidate_pool if state.config.index_type == "hnsw" else self.settings.scan_pool
             max_words = self.settings.max_page_words
+            where = None
+            if asked is not None and asked.filter is not None:
+                where = self.collection.where(state, asked.filter, known=asked.types)
             found = state.search(
-                page, want, pool=pool, exclude=[exclude] * len(page), max_words=max_words, open_counts=given
+                page,
+                want,
+                pool=pool,
+                exclude=[exclude] * len(page),
+                max_words=max_words,
+                open_counts=given,
+                where=where,
             )
             return [to_result(self.collection, self.settings, result, None).model_dump() for result in found]
 
@@ -285,7 +349,7 @@ class ShardServer:
     def get(self, doc_id: str) -> Reply:
         def work() -> dict[str, Any]:
             doc = self.collection.get(doc_id)
-            return {"id": doc.id, "title": doc.title, "text": doc.text, "seq": doc.seq}
+            return {"id": doc.id, "title": doc.title, "text": doc.text, "fields": doc.fields or {}, "seq": doc.seq}
 
         return answer(work)
 
@@ -299,9 +363,10 @@ class ShardServer:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def put(self, docs: Sequence[dict[str, str]]) -> Reply:
-        """Add or replace documents this shard owns: durable in its store when this returns."""
-        return answer(lambda: self.collection.put([Document(**d) for d in docs]))
+    def put(self, docs: Sequence[dict[str, Any]], types: dict[str, str] | None = None) -> Reply:
+        """Add or replace documents this shard owns: durable in its store when this returns; `types`: the cluster's
+        types of the fields they use, fixed here first (cluster.field_schema: every shard types a name alike)."""
+        return answer(lambda: self.collection.put([Document(**d) for d in docs], types=types))
 
     def delete(self, doc_id: str) -> Reply:
         return answer(lambda: self.collection.delete(doc_id))

@@ -37,7 +37,7 @@ import gc
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +76,10 @@ class FieldRequest:
 
     filter: Any = None
     facets: list[str] = field(default_factory=list)
+    # Field types known beyond this collection's own (a shard of the cluster: the cluster's, cluster.fanout): a
+    # filter or facet may name a field no document here has yet, which then matches nothing here.
+    types: Mapping[str, str] = field(default_factory=dict)
+    facet_size: int | None = None  # values per facet (None: SSI_FACET_SIZE; a shard: the router's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -324,10 +328,12 @@ class Collection:
         ef_search: int | None = None,
         nprobe: int | None = None,
         visible: Visibility = EVERYTHING,
+        open_counts: Sequence[OpenCounts | None] | None = None,
     ) -> tuple[list[QueryResult], FieldAnswer]:
         """`search` among the documents matching `request.filter` (service.fields), with the facets it asks for
         over every matching document: the exact top k of f among them, never a short page while more match.
-        `visible`: what the request's key may see (its filter ANDed to the request's: `where`)."""
+        `visible`: what the request's key may see (its filter ANDed to the request's: `where`); `open_counts` as for
+        `search`."""
         self.require_type("documents", "search")
         self.ready_state()
         self._catch_up()
@@ -335,43 +341,76 @@ class Collection:
         self._check_knobs(state, ef_search, nprobe)
         settings = self.settings
         with state.lock.read():
-            types = dict(state.fields.types)
+            types = {**request.types, **state.fields.types}
         check_facets(request.facets, types, settings.max_facets)
         # Without a filter (facets or fields only, an unrestricted key) the search is the unfiltered one.
         filtered = request.filter is not None or visible.restricted
-        where = self.where(state, request.filter, visible) if filtered else None
+        where = self.where(state, request.filter, visible, request.types) if filtered else None
         clause = where.clause if where is not None else None
         rows = state.matching(clause) if where is not None or request.facets else None
         if where is not None:  # evaluated once: for the search, the count and the facets
             where = dataclasses.replace(where, rows=rows)
         results = state.search(
-            queries, k + offset, pool=self.pool(state), ef_search=ef_search, nprobe=nprobe, where=where
+            queries,
+            k + offset,
+            pool=self.pool(state),
+            ef_search=ef_search,
+            nprobe=nprobe,
+            where=where,
+            open_counts=open_counts,
         )
-        facets = state.facets(rows, request.facets, settings.facet_size) if rows is not None and request.facets else {}
+        size = request.facet_size or settings.facet_size
+        facets = state.facets(rows, request.facets, size) if rows is not None and request.facets else {}
         self.metrics.search_batch.labels(self.name).observe(len(queries))
         for result in results:
             self.metrics.candidates.labels(self.name).observe(result.candidates)
         matched = int(rows.shape[0]) if rows is not None else state.table.n_live
         return [result.page(offset) for result in results], FieldAnswer(matched, facets)
 
-    def where(self, state: ModelState, node: Any, visible: Visibility = EVERYTHING) -> Where:
-        """A filter as sent (None: none), checked against the state's fields and the bounds (422 naming the problem),
-        ANDed with the filter of the request's key (`visible`, service.fields.visibility: the one place a key's
-        filter joins a request's), with the planner of its queries (service.fields)."""
+    def count_values(
+        self, request: FieldRequest, wanted: Mapping[str, Sequence[Any] | None]
+    ) -> dict[str, list[tuple[Any, int]]]:
+        """How many documents matching `request.filter` hold each value of `wanted` (field → values; None: every
+        value), exactly: what a shard of the cluster answers when the router asks for the counts of values it did
+        not list among its most frequent (cluster.facet_merge)."""
+        self.require_type("documents", "search")
+        self.ready_state()
+        self._catch_up()
+        state = self.ready_state()
+        with state.lock.read():
+            types = {**request.types, **state.fields.types}
+        check_facets(list(wanted), types, len(wanted))
+        where = self.where(state, request.filter, EVERYTHING, request.types) if request.filter is not None else None
+        rows = state.matching(where.clause if where is not None else None)
+        return state.value_counts(rows, wanted)
+
+    def where(
+        self, state: ModelState, node: Any, visible: Visibility = EVERYTHING, known: Mapping[str, str] | None = None
+    ) -> Where:
+        """A filter as sent (None: none), checked against the state's fields (and the types `known` beyond them:
+        FieldRequest.types) and the bounds (422 naming the problem), ANDed with the filter of the request's key
+        (`visible`, service.fields.visibility: the one place a key's filter joins a request's), with the planner of
+        its queries (service.fields)."""
         settings = self.settings
         with state.lock.read():
-            types = dict(state.fields.types)
+            types = {**(known or {}), **state.fields.types}
         bounds = FilterBounds(settings.max_filter_clauses, settings.max_filter_terms, settings.max_filter_depth)
         planner = Planner(settings.filter_exact_docs, settings.filter_exact_fraction)
         clause = parse_filter(node, types, bounds) if node is not None else None
         return Where(visible.restrict(clause, types), planner)
 
     def similar(
-        self, doc_id: str, k: int, offset: int, filter: Any = None, visible: Visibility = EVERYTHING
+        self,
+        doc_id: str,
+        k: int,
+        offset: int,
+        filter: Any = None,
+        visible: Visibility = EVERYTHING,
+        known: Mapping[str, str] | None = None,
     ) -> QueryResult:
         """The documents most like `doc_id`, the stored document itself being the query (it is left out); with
         `filter` (service.fields), among the documents matching it; `visible`: what the request's key may see (a
-        document outside is not found, as the hits outside are never shown).
+        document outside is not found, as the hits outside are never shown); `known`: as FieldRequest.types.
 
         The document is a long query: cut to SSI_MAX_PAGE_CHARS and its SSI_MAX_PAGE_WORDS heaviest words.
         """
@@ -379,7 +418,7 @@ class Collection:
         self.ready_state()
         self._catch_up()
         state = self.ready_state()
-        where = self.where(state, filter, visible) if filter is not None or visible.restricted else None
+        where = self.where(state, filter, visible, known) if filter is not None or visible.restricted else None
         doc = self.get(doc_id, visible)
         text = cut_long_text(doc.as_document().full_text, self.settings.max_page_chars)
         (result,) = state.search(
@@ -420,6 +459,10 @@ class Collection:
             types = dict(state.fields.types)
         return visible.admitter(types)
 
+    def field_types(self) -> dict[str, str]:
+        """The collection's field types as its store fixed them (first use, a declaration, a write's `types`)."""
+        return self._ready_store().field_types()
+
     def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
         return self._ready_store().get_many(ids, text_chars)
 
@@ -436,15 +479,18 @@ class Collection:
         if not self.settings.writes_enabled:
             raise Forbidden("writes are disabled on this server: set SSI_API_KEY")
 
-    def put(self, docs: Sequence[Document], term: int | None = None) -> list[int]:
+    def put(
+        self, docs: Sequence[Document], term: int | None = None, types: Mapping[str, str] | None = None
+    ) -> list[int]:
         """Add or replace documents: durable in the store when this returns, and visible to searches. `term`: a
-        replicated shard's primary term, recorded with the writes (cluster.replication)."""
+        replicated shard's primary term, recorded with the writes (cluster.replication); `types`: field types fixed
+        first in the same transaction (a shard's: the cluster's types of the names the write uses)."""
         self.check_writable()
         store = self._ready_store()
         with self._writer:
             state = self.ready_state()
             prepared = state.embedder.prepare(docs)
-            seqs = store.put(docs, term)
+            seqs = store.put(docs, term, types)
             fields = FieldWrites.of(docs, store.field_types()) if any(d.fields for d in docs) else None
             self._apply(state, lambda: self._apply_committed(state, prepared, [], seqs[-1], fields), seqs[-1])
             self._after_write(state, "put", len(docs))

@@ -35,7 +35,7 @@ import scipy.sparse as sp
 
 from service import int8_gemm, quantized, topk
 from service.embedding import Embedder
-from service.fields.facets import Facet, facet
+from service.fields.facets import Facet, facet, value_counts
 from service.fields.plan import Planner, exact_scan, selector_bits
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex, LexicalQuery, RareSum
@@ -468,6 +468,14 @@ class ModelState:
         matching = bitmap_of(rows)
         with self.lock.read():
             return {name: facet(self.fields, name, matching, size) for name in names}
+
+    def value_counts(
+        self, rows: np.ndarray, wanted: Mapping[str, Sequence[Any] | None]
+    ) -> dict[str, list[tuple[Any, int]]]:
+        """For each field of `wanted`, how many documents of `rows` hold each of its values (service.fields.facets)."""
+        matching = bitmap_of(rows)
+        with self.lock.read():
+            return {name: value_counts(self.fields, name, matching, values) for name, values in wanted.items()}
 
     def _search_chunk(
         self,

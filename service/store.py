@@ -34,12 +34,12 @@ import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from service.errors import StorageFull
-from service.fields.checks import admit
+from service.fields.checks import FieldTypeError, admit
 from ssi.corpus import DataFileError, iter_corpus
 from ssi.fields import schema as field_schema
 from ssi.fields.errors import FieldError
@@ -132,10 +132,28 @@ def _field_types(conn: sqlite3.Connection) -> dict[str, str]:
     return dict(conn.execute("SELECT name, type FROM field_types").fetchall())
 
 
-def _admit(conn: sqlite3.Connection, docs: Sequence[Document]) -> list[str | None]:
-    """Check the documents' fields against the collection's types, fixing the types of names new to it in the
-    same transaction (service.fields.checks.admit: a mismatch raises and the transaction writes nothing); returns
-    each document's fields as stored."""
+def _declare(conn: sqlite3.Connection, types: Mapping[str, str] | None) -> None:
+    """Fix the types `types` gives (a cluster's field types, which a shard's write or catch-up carries: the shards
+    type a name alike, whichever sees it first) in the open transaction; a name typed otherwise here is a
+    `FieldTypeError` naming it, and the transaction writes nothing."""
+    if not types:
+        return
+    known = _field_types(conn)
+    for name, field_type in types.items():
+        if known.get(name, field_type) != field_type:
+            raise FieldTypeError(
+                f"field '{name}' has type {known[name]}, was declared {field_type}; nothing was written"
+            )
+    conn.executemany("INSERT OR IGNORE INTO field_types(name, type) VALUES (?, ?)", list(types.items()))
+
+
+def _admit(
+    conn: sqlite3.Connection, docs: Sequence[Document], types: Mapping[str, str] | None = None
+) -> list[str | None]:
+    """Check the documents' fields against the collection's types (with `types` declared first: `_declare`), fixing
+    the types of names new to it in the same transaction (service.fields.checks.admit: a mismatch raises and the
+    transaction writes nothing); returns each document's fields as stored."""
+    _declare(conn, types)
     added, stored = admit(_field_types(conn), ((d.id, d.fields) for d in docs))
     conn.executemany("INSERT INTO field_types(name, type) VALUES (?, ?)", list(added.items()))
     return [fields_json(fields) for fields in stored]
@@ -154,6 +172,9 @@ class Changes:
     puts: list[StoredDocument]
     deletes: list[tuple[str, int]]
     terms: list[tuple[int, int]]
+    # The field types of the store read from (service.fields): declared first where applied, so that a name is
+    # typed as there even when a copy sees its first value here (a date-like string of a keyword field).
+    types: dict[str, str] = field(default_factory=dict)
 
 
 def corpus_fingerprint(path: Path | None) -> str:
@@ -256,7 +277,7 @@ class StoreView:
         rows = self._conn.execute(later, (seq + 1,))
         terms.extend((int(first), int(term)) for first, term in rows)
         puts = sorted(current.values(), key=lambda doc: doc.seq)
-        return Changes(seq, self.last_seq, puts, sorted(deletes, key=lambda d: d[1]), terms)
+        return Changes(seq, self.last_seq, puts, sorted(deletes, key=lambda d: d[1]), terms, self.field_types())
 
 
 def _term_at(conn: sqlite3.Connection, seq: int) -> int:
@@ -478,11 +499,10 @@ class DocumentStore:
         """Fix the types of fields named in the collection's spec (SSI_COLLECTIONS); a name already typed
         otherwise is a `StoreError`."""
         with self._transaction() as conn:
-            known = _field_types(conn)
-            for name, field_type in types.items():
-                if known.get(name, field_type) != field_type:
-                    raise StoreError(f"{self.path}: field '{name}' is declared {field_type} but has type {known[name]}")
-            conn.executemany("INSERT OR IGNORE INTO field_types(name, type) VALUES (?, ?)", list(types.items()))
+            try:
+                _declare(conn, types)
+            except FieldTypeError as exc:
+                raise StoreError(f"{self.path}: {exc.message}") from None
 
     def get_many(self, ids: Sequence[str], text_chars: int | None = None) -> dict[str, StoredDocument]:
         with self._reader() as conn:
@@ -524,16 +544,21 @@ class DocumentStore:
         if term is not None and _term_at(conn, first_seq - 1) != term:
             conn.execute("INSERT OR REPLACE INTO terms(first_seq, term) VALUES (?, ?)", (first_seq, term))
 
-    def put(self, docs: Sequence[Document], term: int | None = None) -> list[int]:
-        """Add or replace documents in one durable transaction; returns each one's write sequence number."""
+    def put(
+        self, docs: Sequence[Document], term: int | None = None, types: Mapping[str, str] | None = None
+    ) -> list[int]:
+        """Add or replace documents in one durable transaction; returns each one's write sequence number. `types`:
+        field types to fix first (a shard's write: the cluster's types of the names it uses, cluster.fanout)."""
         with self._transaction() as conn:
             self._record_term(conn, self._next_seq(conn), term)
-            return self._put_in(conn, docs)
+            return self._put_in(conn, docs, types)
 
-    def _put_in(self, conn: sqlite3.Connection, docs: Sequence[Document]) -> list[int]:
+    def _put_in(
+        self, conn: sqlite3.Connection, docs: Sequence[Document], types: Mapping[str, str] | None = None
+    ) -> list[int]:
         first = self._next_seq(conn)
         seqs = list(range(first, first + len(docs)))
-        fields = _admit(conn, docs)  # before anything is written: a type mismatch writes nothing
+        fields = _admit(conn, docs, types)  # before anything is written: a type mismatch writes nothing
         conn.executemany(
             "INSERT INTO documents(id, seq, title, text, fields) VALUES (?, ?, ?, ?, ?) "
             "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text, "
@@ -569,7 +594,7 @@ class DocumentStore:
             conn.execute("DELETE FROM terms WHERE first_seq > ?", (changes.since,))
             conn.executemany("INSERT OR REPLACE INTO terms(first_seq, term) VALUES (?, ?)", changes.terms)
             conn.executemany("DELETE FROM documents WHERE id=?", [(doc_id,) for doc_id, _ in changes.deletes])
-            fields = _admit(conn, [d.as_document() for d in changes.puts])
+            fields = _admit(conn, [d.as_document() for d in changes.puts], changes.types)
             conn.executemany(
                 "INSERT INTO documents(id, seq, title, text, fields) VALUES (?, ?, ?, ?, ?) "
                 "ON CONFLICT(id) DO UPDATE SET seq=excluded.seq, title=excluded.title, text=excluded.text, "

@@ -184,8 +184,8 @@ class ReplicaActor:
     def assign(self, view: ShardView) -> None:
         self.replica.assign(view)
 
-    def put(self, docs: list[dict[str, str]]) -> Reply:
-        return self.replica.put(docs)
+    def put(self, docs: list[dict[str, Any]], types: dict[str, str] | None = None) -> Reply:
+        return self.replica.put(docs, types)
 
     def delete(self, doc_id: str) -> Reply:
         return self.replica.delete(doc_id)

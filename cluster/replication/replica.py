@@ -239,8 +239,10 @@ class Replica:
 
     # -- writes: the primary ---------------------------------------------------------------------
 
-    def put(self, docs: Sequence[dict[str, str]]) -> Reply:
-        return answer(lambda: self.write("put", list(docs)))
+    def put(self, docs: Sequence[dict[str, Any]], types: dict[str, str] | None = None) -> Reply:
+        """Add or replace documents (`types`: the cluster's types of the fields they use, fixed with them on every
+        copy: ShardServer.put)."""
+        return answer(lambda: self.write("put", {"docs": list(docs), "types": types}))
 
     def delete(self, doc_id: str) -> Reply:
         return answer(lambda: self.write("delete", doc_id))
@@ -282,7 +284,7 @@ class Replica:
     def _apply(server: ShardServer, op: str, payload: Any, term: int) -> Any:
         collection = server.collection
         if op == "put":
-            return collection.put([Document(**d) for d in payload], term)
+            return collection.put([Document(**d) for d in payload["docs"]], term, payload["types"])
         return collection.delete(payload, term)
 
     def _replicate(self, view: ShardView, prev: int, prev_term: int, op: str, payload: Any, result: Any) -> list[str]:

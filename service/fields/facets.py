@@ -8,6 +8,7 @@ value); `other` counts the documents' values beyond them (a keyword list's docum
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,9 +37,24 @@ def check_facets(names: list[str], types: dict[str, str], max_facets: int) -> No
             raise InvalidInput(f"facets: '{name}' is a {field_type} field; facets count keyword and boolean fields")
 
 
+def facet_order(pair: tuple[Any, int]) -> tuple[int, str]:
+    """The order of a facet's values: most frequent first, ties by the value as text (a cluster's router merges
+    its shards' facets in the same order: cluster.facet_merge)."""
+    return -pair[1], str(pair[0])
+
+
 def facet(index: FieldIndex, name: str, matching: BitMap, size: int) -> Facet:
     """The `size` most frequent values of field `name` among the rows `matching` (live rows only)."""
-    counts = [(value, matching.intersection_cardinality(bits)) for value, bits in index.keywords.get(name, {}).items()]
-    counts = [(value, n) for value, n in counts if n]
-    counts.sort(key=lambda pair: (-pair[1], str(pair[0])))
+    counts = value_counts(index, name, matching, None)
+    counts.sort(key=facet_order)
     return Facet(counts[:size], sum(n for _, n in counts[size:]))
+
+
+def value_counts(index: FieldIndex, name: str, matching: BitMap, values: Sequence[Any] | None) -> list[tuple[Any, int]]:
+    """How many of the rows `matching` hold each of `values` of field `name` (0 for a value no row has; None: every
+    value some row holds): the exact counts a cluster's router asks a shard for (cluster.facet_merge)."""
+    by_value = index.keywords.get(name, {})
+    if values is None:
+        counts = ((value, matching.intersection_cardinality(bits)) for value, bits in by_value.items())
+        return [(value, n) for value, n in counts if n]
+    return [(v, matching.intersection_cardinality(by_value[v]) if v in by_value else 0) for v in values]

@@ -1,7 +1,7 @@
-"""The single-node service's request bodies with fields (service.fields): the plain ones of service.schemas plus
-`filter`, `facets` and `fields` on searches and `fields` on documents, under the same names, so the published
-schema reads as before with the new properties in it. The sharded cluster's routes keep the plain bodies: there
-an unknown `filter` is a 422 (extra fields are refused), never a filter silently left out."""
+"""The service's request bodies with fields (service.fields): the plain ones of service.schemas plus `filter`,
+`facets` and `fields` on searches and `fields` on documents, under the same names, so the published schema reads as
+before with the new properties in it. One server's routes and the sharded cluster's router (cluster.http) take
+the same bodies."""
 
 from __future__ import annotations
 

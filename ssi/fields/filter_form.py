@@ -48,3 +48,16 @@ def check_filter_form(node: Any, where: str = "filter", depth: int = 1, max_dept
             raise ValueError(f"{where}.range: an object of {', '.join(RANGE_KEYS)}")
     else:
         raise ValueError(f"{where}: unknown filter operator {str(op)[:40]!r} (one of {', '.join(OPERATORS)})")
+
+
+def filter_fields(node: Any) -> set[str]:
+    """The field names a filter of checked form (`check_filter_form`) names: what a cluster's router looks up in
+    the collection's field types before the shards parse it (cluster.fanout)."""
+    ((op, body),) = node.items()
+    if op in ("and", "or"):
+        return set().union(*(filter_fields(clause) for clause in body))
+    if op == "not":
+        return filter_fields(body)
+    if op == "exists":
+        return {exists_field(body)}
+    return set(body)

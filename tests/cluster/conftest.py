@@ -6,11 +6,13 @@ from __future__ import annotations
 import builtins
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+import numpy as np
 import pytest
 
+from ssi.records import Document
 from tests.service.service_testing import Oracle, free_port, make_bundle, make_corpus, write_corpus
 
 # Every module of the Ray group (tests/conftest.py's RAY_MODULES) runs on one shared local cluster, started once: a
@@ -112,11 +114,47 @@ def _keep_builtin_print() -> Iterator[None]:
     builtins.print = saved
 
 
+COLORS = [f"c{j:02d}" for j in range(14)]  # a keyword of the world's fields, drawn most often first
+
+
+def with_fields(docs: list[Document]) -> list[Document]:
+    """Five documents of six with fields (service.fields), the same on every run: a keyword `color` of 14 values,
+    skewed so that the shards' most frequent values differ (what a facet must merge exactly), an integer `n`, a
+    keyword list `tags` on a third of them and a date `day` on a quarter."""
+    rng = np.random.default_rng(5)
+    weights = 1.0 / np.arange(1, len(COLORS) + 1) ** 0.6
+    weights /= weights.sum()
+    out = []
+    for i, doc in enumerate(docs):
+        color = COLORS[int(rng.choice(len(COLORS), p=weights))]
+        tags = sorted({str(t) for t in rng.choice(["a", "b", "c", "d", "e"], size=2)})
+        if i % 6 == 5:
+            out.append(doc)
+            continue
+        fields: dict[str, Any] = {"color": color, "n": i}
+        if i % 3 == 0:
+            fields["tags"] = tags
+        if i % 4 == 0:
+            fields["day"] = f"2024-05-{i % 28 + 1:02d}"
+        out.append(replace(doc, fields=fields))
+    return out
+
+
+def jsonl_block(corpus: Any) -> Any:
+    """A JSONL corpus as the Ray index job's read gives it to an embedding task (cluster.ray_index: Ray Data's
+    read_text, an Arrow table of the lines, for `embed_batch(..., lines=True)`)."""
+    import pyarrow as pa
+
+    lines = [line for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return pa.table({"text": lines})
+
+
 @pytest.fixture(scope="module")
 def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
-    """A 300-document corpus file, a lowrank bundle over its words and the oracle (brute force of the form's score)."""
+    """A 300-document corpus file (most documents with fields: `with_fields`), a lowrank bundle over its words and
+    the oracle (brute force of the form's score)."""
     root = tmp_path_factory.mktemp("cluster-world")
-    docs = make_corpus(300, seed=3)
+    docs = with_fields(make_corpus(300, seed=3))
     corpus = write_corpus(root / "corpus.jsonl", docs)
     bundle = make_bundle(root / "bundle", docs)
     return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}

@@ -18,6 +18,7 @@ from cluster.index_job import build_index
 from cluster.manifest import read_manifest
 from ssi.bundle import load_bundle
 from ssi.records import Document
+from tests.cluster.conftest import jsonl_block
 from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import (
     Oracle,
@@ -86,14 +87,10 @@ def test_a_document_written_through_the_router_is_encoded_on_its_shard(hybrid: d
 def test_the_ray_data_task_encodes_as_the_in_process_build(hybrid: dict) -> None:
     """The Ray Data job's embedding task (cluster.ray_index.embed_batch, called here without Ray) gives each document
     the vector the in-process build stored in its shard: [V d, λ e(d)]."""
-    import pyarrow.json as pj
-
     from cluster.ray_index import embed_batch
     from cluster.shard_build import Block
 
-    table = pj.read_json(hybrid["corpus"])
-    columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
-    rows = embed_batch(columns, str(hybrid["bundle"]), SHARDS)
+    rows = embed_batch(jsonl_block(hybrid["corpus"]), str(hybrid["bundle"]), SHARDS, lines=True)
     block = Block.from_columns(rows, vocab_size=load_bundle(hybrid["bundle"]).vocab.size)
     assert block.embeddings.shape == (len(hybrid["docs"]), 8 + 32)
     assert read_manifest(hybrid["index"]).documents == len(hybrid["docs"])

@@ -10,20 +10,26 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 
-from cluster.fanout import merge
+from cluster.facet_merge import merge_facets
+from cluster.fanout import Fanout, LocalShards, merge
+from cluster.http import build_app
 from cluster.index_job import build_index
 from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.shard_server import ShardServer
 from cluster.sharding import shard_of
+from service.fields.facets import facet_order
+from service.settings import Settings
 from ssi.records import Document
 from tests.cluster.router_testing import Router, call
-from tests.service.service_testing import Oracle, assert_same_ranking, needle_of, probe_queries
+from tests.service.service_testing import Oracle, assert_same_ranking, needle_of, probe_queries, write_corpus
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -37,9 +43,12 @@ def indexes(world: dict, tmp_path_factory: pytest.TempPathFactory) -> dict[int, 
     }
 
 
+FACET_SIZE = 3  # the router's SSI_FACET_SIZE: below the world's 14 colours, so that the shards' lists differ
+
+
 @pytest.fixture(scope="module")
 def router(indexes: dict[int, Path]) -> Iterator[Router]:
-    r = Router(indexes[3], insecure_writes=True)
+    r = Router(indexes[3], insecure_writes=True, facet_size=FACET_SIZE)
     yield r
     r.close()
 
@@ -83,6 +92,156 @@ def test_similar_leaves_the_document_out_and_ranks_exactly(world: dict, router: 
     hits = response.json()["hits"]
     assert doc.id not in [h["id"] for h in hits]
     assert_same_ranking(hits, world["oracle"], doc.full_text, 8, exclude=doc.id)
+
+
+# Filters over the world's fields (tests/cluster/conftest.with_fields), each with the same test on a document's fields.
+FILTERS: list[tuple[dict[str, Any], Callable[[dict[str, Any]], bool]]] = [
+    ({"term": {"color": "c01"}}, lambda f: f.get("color") == "c01"),
+    (
+        {"and": [{"range": {"n": {"gte": 40, "lt": 200}}}, {"terms": {"tags": ["a", "c"]}}]},
+        lambda f: 40 <= f.get("n", -1) < 200 and bool({"a", "c"} & set(f.get("tags", []))),
+    ),
+    (
+        {"or": [{"range": {"day": {"gte": "2024-05-20"}}}, {"not": {"exists": {"field": "tags"}}}]},
+        lambda f: f.get("day", "") >= "2024-05-20" or "tags" not in f,
+    ),
+]
+
+
+def brute_facets(docs: list[Document], among: set[str], names: list[str], size: int) -> dict[str, Any]:
+    """Facets as one node counts them (service.fields.facets), by brute force over the documents `among`."""
+    out: dict[str, Any] = {}
+    for name in names:
+        counts: Counter[Any] = Counter()
+        for doc in docs:
+            value = (doc.fields or {}).get(name)
+            if doc.id in among and value is not None:
+                counts.update(value if isinstance(value, list) else [value])
+        ranked = sorted(counts.items(), key=facet_order)
+        values = [{"value": v, "count": n} for v, n in ranked[:size]]
+        out[name] = {"values": values, "other": sum(n for _, n in ranked[size:])}
+    return out
+
+
+def test_a_filtered_search_through_the_router_is_the_brute_force_with_exact_facets(world: dict, router: Router) -> None:
+    """Each shard filters, the router merges the top k, sums `matched` and merges the facets exactly (a value below
+    one shard's cut still counted there): the brute force over the whole corpus, for /search, /search/batch and
+    similar, with the fields asked for on each hit."""
+    docs: list[Document] = world["docs"]
+    by_id = {d.id: d for d in docs}
+    queries = probe_queries(docs, 1, seed=13)
+    for (node, test), query in zip(FILTERS, queries, strict=True):
+        among = {d.id for d in docs if test(d.fields or {})}
+        body = {"query": query, "k": 10, "filter": node, "facets": ["color", "tags"], "fields": ["color", "n"]}
+        answer = call(router, "POST", "/search", json=body).json()
+        assert_same_ranking(answer["hits"], world["oracle"], query, 10, among=among)
+        assert answer["matched"] == len(among)
+        assert answer["facets"] == brute_facets(docs, among, ["color", "tags"], FACET_SIZE)
+        for hit in answer["hits"]:
+            held = by_id[hit["id"]].fields or {}
+            assert hit["fields"] == {name: held[name] for name in ("color", "n") if name in held}
+        many = {name: value for name, value in body.items() if name != "query"} | {"queries": [query, queries[0]]}
+        batch = call(router, "POST", "/search/batch", json=many)
+        first = batch.json()["results"][0]
+        assert [h["id"] for h in first["hits"]] == [h["id"] for h in answer["hits"]]
+        assert (first["matched"], first["facets"]) == (answer["matched"], answer["facets"])
+    every = call(router, "POST", "/search", json={"query": queries[0], "facets": ["color", "tags"]}).json()
+    assert every["matched"] == len(docs)
+    assert every["facets"] == brute_facets(docs, set(by_id), ["color", "tags"], FACET_SIZE)
+    node, test = FILTERS[1]
+    doc = docs[17]
+    similar = call(router, "GET", f"/documents/{doc.id}/similar", params={"k": 8, "filter": json.dumps(node)})
+    among = {d.id for d in docs if test(d.fields or {})}
+    assert_same_ranking(similar.json()["hits"], world["oracle"], doc.full_text, 8, exclude=doc.id, among=among)
+    unknown = call(router, "POST", "/search", json={"query": "x", "filter": {"term": {"nope": 1}}})
+    assert unknown.status_code == 422 and "unknown field 'nope'" in unknown.json()["detail"]
+    deep = call(
+        router,
+        "POST",
+        "/search",
+        json={
+            "query": "x",
+            "filter": {"not": {"not": {"not": {"not": {"not": {"not": {"not": {"not": {"exists": "n"}}}}}}}}},
+        },
+    )
+    assert deep.status_code == 422 and "levels deep" in deep.json()["detail"]
+
+
+def test_facets_merged_from_shards_count_what_a_shard_left_out(tmp_path: Path) -> None:
+    """cluster.facet_merge over three rounds, against shards' true counts: `e` is below the cut of both shards
+    (it ties their last value, which wins by name), and is the most frequent value of the cluster."""
+    import asyncio
+
+    held = [{"a": 5, "b": 4, "e": 4}, {"c": 5, "d": 4, "e": 4}]
+    size = 2
+    first = []
+    for counts in held:
+        ranked = sorted(counts.items(), key=facet_order)
+        first.append({"f": {"values": ranked[:size], "other": sum(n for _, n in ranked[size:])}})
+    asked: list[tuple[int, dict[str, Any]]] = []
+
+    async def count_values(shard: int, wanted: dict[str, list[Any] | None]) -> dict[str, list[tuple[Any, int]]]:
+        asked.append((shard, wanted))
+        values = wanted["f"]
+        return {"f": [(v, held[shard].get(v, 0)) for v in (held[shard] if values is None else values)]}
+
+    (merged,) = asyncio.run(merge_facets(first, ["f"], size, count_values)).values()
+    assert merged.values == [("e", 8), ("a", 5)] and merged.other == 5 + 4 + 4
+    assert asked == [(0, {"f": ["c", "d"]}), (1, {"f": ["a", "b"]}), (0, {"f": None}), (1, {"f": None})]
+
+
+def test_writes_with_fields_are_typed_alike_on_every_shard_and_a_conflict_writes_nothing(
+    world: dict, router: Router
+) -> None:
+    """The router checks a write's fields against the cluster's types (every shard's) and gives the owning shard
+    the types of the names it uses: a date-like string of a keyword field is a keyword on a shard that never saw the
+    field. A value of another type is a 409 and nothing of the batch is written on any shard; shards that typed a
+    name two ways (two routers racing, here written to the shards directly) make any use of it a 409 naming it."""
+    one_per_shard = {shard_of(f"typed-{i}", 3): f"typed-{i}" for i in range(30)}
+    a, b, c = (one_per_shard[s] for s in range(3))
+    words = needle_of(world["docs"][3])
+    put = call(
+        router, "PUT", f"/documents/{a}", json={"title": "", "text": "sku one", "fields": {"sku": "ab-1", "price": 3}}
+    )
+    assert put.status_code == 200, put.text
+    assert call(router, "GET", f"/documents/{a}").json()["fields"] == {"sku": "ab-1", "price": 3}
+    put = call(router, "PUT", f"/documents/{b}", json={"text": words, "fields": {"sku": "2024-05-01", "price": 4.0}})
+    assert put.status_code == 200, put.text
+    assert call(router, "GET", f"/documents/{b}").json()["fields"] == {"sku": "2024-05-01", "price": 4}
+    assert router.servers[1].collection.store.field_types()["sku"] == "keyword"  # type: ignore[union-attr]
+    found = call(router, "POST", "/search", json={"query": words, "filter": {"term": {"sku": "2024-05-01"}}}).json()
+    assert [h["id"] for h in found["hits"]] == [b] and found["matched"] == 1
+    batch = [
+        {"id": c, "text": "fine", "fields": {"sku": "x"}},
+        {"id": "typed-late", "text": "bad", "fields": {"price": "cheap"}},
+    ]
+    refused = call(router, "POST", "/documents", json={"documents": batch})
+    assert (
+        refused.status_code == 409 and "field 'price' has type integer, was given keyword" in refused.json()["detail"]
+    )
+    assert [call(router, "GET", f"/documents/{d['id']}").status_code for d in batch] == [404, 404]
+    bad = call(router, "PUT", f"/documents/{c}", json={"text": "x", "fields": {"nested": {"no": 1}}})
+    assert bad.status_code == 422 and "document.fields.nested" in bad.json()["detail"]
+    odd = {shard_of(f"odd-{i}", 3): f"odd-{i}" for i in range(30)}
+    assert router.servers[0].put([{"id": odd[0], "title": "", "text": "odd", "fields": {"odd": 1}}]).status == 200
+    assert router.servers[2].put([{"id": odd[2], "title": "", "text": "odd", "fields": {"odd": "one"}}]).status == 200
+    for response in (
+        call(router, "POST", "/search", json={"query": "odd", "filter": {"exists": {"field": "odd"}}}),
+        call(router, "PUT", f"/documents/{c}", json={"text": "odd", "fields": {"odd": 2}}),
+    ):
+        assert response.status_code == 409, response.text
+        assert "field 'odd' has different types on the shards (integer on shard 0, keyword on shard 2)" in response.text
+    assert call(router, "GET", f"/documents/{c}").status_code == 404
+    for doc_id in (a, b, odd[0], odd[2]):  # the module's later rankings are over the world's documents
+        assert call(router, "DELETE", f"/documents/{doc_id}").status_code == 200
+
+
+def test_the_router_refuses_filtered_read_keys_at_start() -> None:
+    """Per-key visibility is a single server's: a router given SSI_READ_KEYS does not start (never a filtered key
+    that sees every document)."""
+    settings = Settings(read_keys={"acme-read-key-0001": {"term": {"tenant": "acme"}}})
+    with pytest.raises(ClusterIndexError, match="SSI_READ_KEYS .* not supported by the sharded cluster"):
+        build_app(settings, Fanout(LocalShards([])))
 
 
 def test_one_shard_and_three_shards_answer_alike(world: dict, indexes: dict[int, Path], router: Router) -> None:
@@ -146,6 +305,19 @@ def test_merge_orders_by_score_then_id_and_pages() -> None:
     b = {"hits": [hit("b1", 2.0), hit("a0", 1.0)], "query_words": 2, "candidates": 7}
     result = merge([a, b], k=2, offset=1)
     assert [h.id for h in result.hits] == ["b1", "a0"] and result.candidates == 12
+
+
+def test_an_index_whose_corpus_types_a_field_two_ways_is_refused(world: dict, tmp_path: Path) -> None:
+    """Each shard's store types a field by its first document there; the build refuses shards that disagree (one
+    type per name in a cluster), naming the field and the shards, and leaves nothing behind."""
+    ids = {shard_of(f"two-{i}", 2): f"two-{i}" for i in range(10)}
+    docs = [Document(ids[0], "", "first words", {"size": 3}), Document(ids[1], "", "other words", {"size": "large"})]
+    out = tmp_path / "index"
+    with pytest.raises(
+        ClusterIndexError, match="field 'size' has values of different types .*integer on shard 0, keyword on shard 1"
+    ):
+        build_index(write_corpus(tmp_path / "two.jsonl", docs), world["bundle"], out, 2)
+    assert not out.exists()
 
 
 def test_cli_index_and_its_errors(world: dict, tmp_path: Path) -> None:

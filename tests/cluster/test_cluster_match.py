@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
 
 from cluster.index_job import build_index
@@ -27,6 +26,7 @@ from service.adverts import NOT_PAUSED, AdvertMeta, corpus_fields
 from service.settings import CollectionSpec
 from service.store import DocumentStore
 from ssi.records import Document
+from tests.cluster.conftest import jsonl_block
 from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import API_KEY, ThreadServer, make_bundle, probe_queries, wait_ready
 
@@ -165,19 +165,20 @@ def test_each_shard_keeps_its_adverts_metadata(ad_world: dict, local_index: Path
 
 
 def test_the_ray_data_tasks_carry_the_same_metadata(world: dict, ad_world: dict) -> None:
-    """The Ray Data job's embedding task, on the columns a JSON block gives it (numpy scalars, None for a field a
-    line lacks), gives each advert the metadata and vector the in-process build gives it."""
-    import pyarrow.json as pj
+    """The Ray Data job's embedding task, on the lines a JSONL block gives it and on the same records as Parquet
+    columns (Arrow's, None for a field a line lacks), gives each advert the metadata the in-process build gives it
+    (a paused advert stays paused)."""
+    import pyarrow as pa
 
     from cluster.index_job import _corpus_rows
     from cluster.ray_index import embed_batch
 
-    table = pj.read_json(ad_world["corpus"])
-    columns = {name: table.column(name).to_numpy(zero_copy_only=False) for name in table.column_names}
-    assert isinstance(columns["active"][0], np.bool_)  # what made a paused advert look active before advert_meta
-    rows = embed_batch(columns, str(world["bundle"]), SHARDS, adverts=True)
+    lines = jsonl_block(ad_world["corpus"])
+    columns = pa.Table.from_pylist([json.loads(line) for line in lines.column("text").to_pylist()])
     expected = {doc.id: meta for doc, meta in _corpus_rows(ad_world["corpus"], "adverts")}
-    assert dict(zip(rows["id"].tolist(), rows["meta"].tolist(), strict=True)) == expected
+    for block, as_lines in ((lines, True), (columns, False)):
+        rows = embed_batch(block, str(world["bundle"]), SHARDS, adverts=True, lines=as_lines)
+        assert dict(zip(rows["id"].tolist(), rows["meta"].tolist(), strict=True)) == expected
     paused = {ad_id for ad_id, meta in expected.items() if json.loads(meta).get("active") is False}
     assert paused == ad_world["paused"]
 

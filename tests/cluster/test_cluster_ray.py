@@ -23,6 +23,7 @@ from cluster.index_job import build_index  # noqa: E402
 from cluster.manifest import read_manifest  # noqa: E402
 from cluster.sharding import shard_of  # noqa: E402
 from ssi.records import Document  # noqa: E402
+from tests.cluster.conftest import with_fields  # noqa: E402
 from tests.service.service_testing import (  # noqa: E402
     Oracle,
     ThreadServer,
@@ -83,7 +84,8 @@ def write_parquet(path: Path, docs: list[Document], row_group_size: int) -> Path
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({"id": [d.id for d in docs], "title": [d.title for d in docs], "text": [d.text for d in docs]})
+    columns = {"id": [d.id for d in docs], "title": [d.title for d in docs], "text": [d.text for d in docs]}
+    table = pa.table(columns | {"fields": [d.fields for d in docs]})  # a struct column: null where a document has none
     pq.write_table(table, path, row_group_size=row_group_size)
     return path
 
@@ -106,6 +108,15 @@ def test_sharded_search_equals_single_node_search(world: dict, cluster: dict, tm
         assert [h["id"] for h in similar] == [
             h["id"] for h in single.client.get(f"/documents/{doc.id}/similar", params={"k": 5}).json()["hits"]
         ]
+        # fields from the JSONL corpus through the Ray Data job: a filtered search with facets answers as one node
+        assert client.get(f"/documents/{doc.id}").json()["fields"] == doc.fields
+        node = {"or": [{"terms": {"color": ["c00", "c02"]}}, {"range": {"day": {"lt": "2024-05-06"}}}]}
+        for query in queries[:2]:
+            body = {"query": query, "k": 10, "filter": node, "facets": ["color", "tags"], "fields": ["day"]}
+            sharded = client.post("/search", json=body).json()
+            one = single.client.post("/search", json=body).json()
+            assert [(h["id"], h["fields"]) for h in sharded["hits"]] == [(h["id"], h["fields"]) for h in one["hits"]]
+            assert (sharded["matched"], sharded["facets"]) == (one["matched"], one["facets"])
 
 
 def test_a_write_is_visible_and_survives_a_replica_restart(world: dict, cluster: dict) -> None:
@@ -306,7 +317,7 @@ def test_the_collections_statistics_are_served_through_the_ray_router(cluster: d
     from cluster.deploy import ClusterOptions, application
     from service.settings import Settings
 
-    docs = make_corpus(120, seed=9, vocab_words=300)
+    docs = with_fields(make_corpus(120, seed=9, vocab_words=300))
     bundle = make_bundle(tmp_path / "bundle", docs[:60], n_dims=16, seed=3, lexical="bm25")
     corpus = write_corpus(tmp_path / "corpus.jsonl", docs[30:])
     here = build_index(corpus, bundle, tmp_path / "here", 2, open_vocab=True, statistics="collection")
@@ -320,6 +331,10 @@ def test_the_collections_statistics_are_served_through_the_ray_router(cluster: d
     assert built.engine == "ray" and built.documents == len(docs[30:])
     assert [(e.documents, e.ids_sha256) for e in built.entries] == [(e.documents, e.ids_sha256) for e in here.entries]
     assert built.avg_len is not None and built.avg_len == here.avg_len
+    # the Parquet `fields` struct column gives the JSONL objects' fields and types (a date stays a date)
+    assert [e.fields for e in built.entries] == [e.fields for e in here.entries] and built.entries[0].fields[
+        "day"
+    ] == "date"
     settings = Settings(insecure_writes=True, open_vocab=True, open_vocab_statistics="collection")
     serve.run(application(index, settings, ClusterOptions(shard_cpus=0)), name="stats", route_prefix="/stats")
     http = cluster["client"]
@@ -340,5 +355,8 @@ def test_the_collections_statistics_are_served_through_the_ray_router(cluster: d
                 assert_same_ranking(hits, oracle, query, 8)
         per_shard = http.get("/stats/model").json()["index"]["per_shard"]
         assert [s["open_vocab"]["avg_len"] for s in per_shard] == [built.avg_len] * 2
+        assert [http.get(f"/stats/documents/{d.id}").json()["fields"] for d in docs[30:36]] == [
+            d.fields or {} for d in docs[30:36]
+        ]
     finally:
         serve.delete("stats")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -48,9 +49,12 @@ class Shard:
     def primary(self) -> Replica:
         return self.peers.replicas[self.map.view(0).primary]
 
-    def put(self, doc_id: str, text: str) -> int:
+    def put(
+        self, doc_id: str, text: str, fields: dict[str, Any] | None = None, types: dict[str, str] | None = None
+    ) -> int:
+        """Write through the primary; `fields` with the cluster's `types` of their names, as the router sends them."""
         replica = self.primary()
-        reply = replica.put([{"id": doc_id, "title": doc_id, "text": text}])
+        reply = replica.put([{"id": doc_id, "title": doc_id, "text": text, "fields": fields}], types)
         assert reply.status == 200, reply.message
         return int(reply.value[0])
 
@@ -59,12 +63,17 @@ class Shard:
             replica.close()
 
 
-def documents(replica: Replica) -> dict[str, tuple[int, str, str]]:
-    """Every document a copy's store holds, with its write sequence number."""
+def documents(replica: Replica) -> dict[str, tuple[int, str, str, Any]]:
+    """Every document a copy's store holds, with its write sequence number and fields, and the store's field types
+    (under the key "")."""
     store = replica.serving().collection.store
     assert store is not None
     with store.view() as view:
-        return {d.id: (d.seq, d.title, d.text) for batch in view.iter_batches(500) for d in batch}
+        held: dict[str, Any] = {
+            d.id: (d.seq, d.title, d.text, d.fields) for batch in view.iter_batches(500) for d in batch
+        }
+        held[""] = view.field_types()
+    return held
 
 
 def ranking(replica: Replica, query: str) -> list[str]:
@@ -73,7 +82,7 @@ def ranking(replica: Replica, query: str) -> list[str]:
     return [hit["id"] for hit in reply.value.results[0]["hits"]]
 
 
-def assert_copies_agree(shard: Shard, query: str) -> dict[str, tuple[int, str, str]]:
+def assert_copies_agree(shard: Shard, query: str) -> dict[str, Any]:
     held = {name: documents(r) for name, r in shard.peers.replicas.items() if name not in shard.peers.down}
     first = next(iter(held.values()))
     assert all(docs == first for docs in held.values()), "the copies hold different documents"
@@ -98,12 +107,13 @@ def shard(index: Path, tmp_path: Path) -> Iterator[Shard]:
 
 def test_an_acknowledged_write_is_on_every_copy_under_the_same_sequence_number(world: dict, shard: Shard) -> None:
     needle = needle_of(world["docs"][0])
-    seq = shard.put("new-1", f"{needle} fresh words")
+    seq = shard.put("new-1", f"{needle} fresh words", {"color": "c03", "day": "2024-06-01"}, {"color": "keyword"})
     deleted = world["docs"][5].id
     reply = shard.primary().delete(deleted)
     assert reply.status == 200, reply.message
     held = assert_copies_agree(shard, needle)
     assert held["new-1"][0] == seq and deleted not in held
+    assert held["new-1"][3] == {"color": "c03", "day": "2024-06-01"} and held[""]["day"] == "date"
     assert ranking(shard.peers.replicas["shard-0000-r2"], needle)[0] == "new-1"
     # a write sent to a backup is not taken there: only the primary numbers writes
     refused = shard.peers.replicas["shard-0000-r1"].put([{"id": "x", "title": "x", "text": "x"}])
@@ -141,14 +151,14 @@ def test_a_copy_whose_folder_was_deleted_comes_back_catches_up_and_serves(world:
     assert lost not in shard.map.view(0).in_sync
     needle = needle_of(world["docs"][7])
     for i in range(3):  # two copies of three are in sync: writes go on
-        shard.put(f"while-down-{i}", f"{needle} {i}")
+        shard.put(f"while-down-{i}", f"{needle} {i}", {"color": f"c{i}", "n": i})
     shutil.rmtree(shard.home(lost).parent)  # the node's disk is gone
     back = shard.start(lost, seed=False)  # and the node cannot read the built index either
     assert back.call("search", ["anything"], 10).status == 503  # holds nothing: does not serve
     shard.coordinator.tick()
     assert lost in shard.map.view(0).in_sync
-    held = assert_copies_agree(shard, needle)
-    assert {f"while-down-{i}" for i in range(3)} <= set(held)
+    held = assert_copies_agree(shard, needle)  # the whole copy carries the documents' fields and their types
+    assert {f"while-down-{i}" for i in range(3)} <= set(held) and held["while-down-2"][3] == {"color": "c2", "n": 2}
     assert ranking(back, needle)[:3] == ranking(shard.primary(), needle)[:3]
 
 
@@ -159,13 +169,15 @@ def test_a_copy_that_fell_behind_catches_up_from_the_write_log_without_a_whole_c
     shard.coordinator.tick()
     shard.put("missed-1", "a write it missed")
     shard.primary().delete("missed-1")
-    shard.put("missed-2", "another write it missed")
+    # a keyword field whose first value here looks like a date: the catch-up carries its type (Changes.types)
+    shard.put("missed-2", "another write it missed", {"sku": "2024-05-01", "tags": ["a", "b"]}, {"sku": "keyword"})
     shard.peers.down.discard(behind.name)
     report = shard.coordinator.tick()
     assert report.recovered == {0: [behind.name]}
     assert behind.serving().folder == folder  # the same folder: the writes after its last one, not a copy
-    held = assert_copies_agree(shard, "missed")
-    assert "missed-1" not in held and "missed-2" in held
+    held = assert_copies_agree(shard, "missed")  # fields and field types equal on every copy
+    assert "missed-1" not in held and held["missed-2"][3] == {"sku": "2024-05-01", "tags": ["a", "b"]}
+    assert held[""]["sku"] == "keyword" and held[""]["tags"] == "keyword_list"
 
 
 def test_a_copy_the_primary_did_not_send_a_write_to_leaves_the_in_sync_set_before_the_acknowledgement(
