@@ -74,12 +74,20 @@ def index(
             "SSI_OPEN_VOCAB_STATISTICS=collection serves it); default: SSI_OPEN_VOCAB_STATISTICS",
         ),
     ] = None,
+    schema: Annotated[
+        Path | None,
+        typer.Option(
+            help="A schema file (JSON: field name -> type) fixing the corpus's field types on every shard, as "
+            "`ssi serve --schema` does; default: SSI_SCHEMA"
+        ),
+    ] = None,
 ) -> None:
     """Build a sharded index: each document's vectors computed once (in parallel with --ray), written per shard."""
     from cluster.index_job import build_index
     from cluster.manifest import ClusterIndexError
     from ssi.bundle import BundleError
     from ssi.corpus import DataFileError
+    from ssi.fields.schema_file import read_schema
 
     if ray is not None:
         require_ray()
@@ -91,6 +99,11 @@ def index(
         raise fail(f"--statistics must be bundle or collection (got {statistics!r})")
     # SSI_OPEN_VOCAB, SSI_OPEN_VOCAB_WORDS and SSI_OPEN_VOCAB_STATISTICS, as the cluster will serve
     settings = _settings(None, None, False)
+    schema_file = schema if schema is not None else settings.schema_file
+    try:
+        declared = read_schema(schema_file) if schema_file is not None else None
+    except (OSError, ValueError) as exc:
+        raise fail(str(exc)) from None
     started = time.perf_counter()
     try:
         manifest = build_index(
@@ -106,6 +119,7 @@ def index(
             open_vocab=settings.open_vocab if open_vocab is None else open_vocab,
             open_vocab_words=settings.open_vocab_words,
             statistics=settings.open_vocab_statistics if statistics is None else statistics,  # type: ignore[arg-type]
+            declared=declared,
         )
     except (ClusterIndexError, BundleError, DataFileError, ValueError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None

@@ -62,8 +62,10 @@ def build_index(
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     statistics: Statistics = "bundle",
+    declared: dict[str, str] | None = None,
 ) -> ClusterManifest:
     """Build the sharded index of `corpus` (documents, or adverts with their metadata) under `out`; its manifest.
+    `declared`: field types of a schema file (`ssi index --schema`), fixed on every shard before its documents.
     `open_vocab`: write each shard's open postings (at most `open_vocab_words` words a shard), weighed with the
     `statistics` the cluster will serve (the collection's: with the avg_len of every document)."""
     if shards < 1:
@@ -89,6 +91,7 @@ def build_index(
                 collection_type,
                 (open_vocab, open_vocab_words),
                 collection,
+                declared,
             )
         else:
             from cluster.ray_index import build_with_ray
@@ -106,6 +109,7 @@ def build_index(
                 open_vocab=open_vocab,
                 open_vocab_words=open_vocab_words,
                 collection_statistics=collection,
+                declared=declared,
             )
         check_field_types(entries)
     except BaseException:
@@ -159,6 +163,7 @@ def _build_here(
     collection_type: CollectionType = "documents",
     open_vocab: tuple[bool, int] = (False, DEFAULT_MAX_WORDS),
     collection_statistics: bool = False,
+    declared: dict[str, str] | None = None,
 ) -> tuple[list[ShardEntry], float, float | None]:
     """The single-process build: every block embedded here, then each shard written (`open_vocab`: whether with
     its open postings, and at most how many words; `collection_statistics`: with the avg_len of every document,
@@ -182,7 +187,15 @@ def _build_here(
     avg_len = counted_avg_len(bundle, n_tokens, n_docs) if collection_statistics else None
     entries = [
         write_shard(
-            out, shard, bundle, Block.concat(blocks, dims, vocab), index_type, collection_type, *open_vocab, avg_len
+            out,
+            shard,
+            bundle,
+            Block.concat(blocks, dims, vocab),
+            index_type,
+            collection_type,
+            *open_vocab,
+            avg_len,
+            declared,
         )
         for shard, blocks in enumerate(per_shard)
     ]

@@ -74,6 +74,7 @@ def write_group(
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     avg_len: float | None = None,
+    declared: dict[str, str] | None = None,
 ) -> dict[str, np.ndarray]:
     """One shard's rows (a Ray Data group) → its store and snapshot (and metadata book, open postings, weighed with
     the cluster's `avg_len` under the collection's statistics); its manifest entry as JSON."""
@@ -90,6 +91,7 @@ def write_group(
         open_vocab,
         open_vocab_words,
         avg_len,
+        declared,
     )
     return {"entry": np.asarray([entry.model_dump_json()], dtype=object)}
 
@@ -128,9 +130,11 @@ def build_with_ray(
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     collection_statistics: bool = False,
+    declared: dict[str, str] | None = None,
 ) -> tuple[list[ShardEntry], float, float | None]:
-    """Run the job on the cluster at `address`; returns the shards' entries, the embedding stage's seconds and with
-    `collection_statistics` the avg_len of every document (every shard's rows are weighed with it)."""
+    """Run the job on the cluster at `address` (`declared`: a schema file's field types for every shard); returns
+    the shards' entries, the embedding stage's seconds and with `collection_statistics` the avg_len of every
+    document (every shard's rows are weighed with it)."""
     connect(address, num_cpus=workers)
     ray_data = importlib.import_module("ray.data")
 
@@ -170,6 +174,7 @@ def build_with_ray(
                 "open_vocab": open_vocab,
                 "open_vocab_words": open_vocab_words,
                 "avg_len": avg_len,
+                "declared": declared,
             },
         )
         .take_all()
@@ -180,6 +185,8 @@ def build_with_ray(
     for shard in sorted(set(range(shards)) - have):
         empty = Block.concat([], dims, vocab)
         entries.append(
-            write_shard(out, shard, bundle, empty, index_type, collection_type, open_vocab, open_vocab_words, avg_len)
+            write_shard(
+                out, shard, bundle, empty, index_type, collection_type, open_vocab, open_vocab_words, avg_len, declared
+            )
         )
     return entries, embed_seconds, avg_len

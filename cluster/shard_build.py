@@ -297,10 +297,12 @@ def write_shard(
     open_vocab: bool = False,
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     avg_len: float | None = None,
+    declared: dict[str, str] | None = None,
 ) -> ShardEntry:
     """Seed the shard's store with its documents and save the snapshot the shard server will load (with
     `open_vocab`, its documents' new words too: at most `open_vocab_words` of them; with `avg_len`, the cluster's,
-    its lexical rows and new words weighed with it: the collection's statistics).
+    its lexical rows and new words weighed with it: the collection's statistics; with `declared`, the field types
+    of a schema file, fixed before any document is read, as `ssi serve --schema` fixes them).
 
     The store is seeded from a JSONL file exactly as `ssi serve --corpus` seeds one (a repeated id is
     refused there; an adverts collection's lines carry each advert's metadata, read as its fields with the four
@@ -327,7 +329,7 @@ def write_shard(
             COLLECTION,
             corpus,
             on_change="refuse",
-            fields=declared_fields(None) if adverts else None,
+            fields={**(declared_fields(None) if adverts else {}), **(declared or {})} or None,
             line_fields=corpus_fields if adverts else None,
         )
     except DataFileError as exc:  # a document's fields, named by its id (the seed file is the build's own)

@@ -320,6 +320,18 @@ def test_an_index_whose_corpus_types_a_field_two_ways_is_refused(world: dict, tm
     assert not out.exists()
 
 
+def test_a_schema_file_types_a_field_alike_on_every_shard(world: dict, tmp_path: Path) -> None:
+    """`ssi index --schema`: declared types are fixed on every shard before its documents, so a whole number on one
+    shard and a fraction on another are one float field (undeclared, the build refuses them: integer and float)."""
+    ids = {shard_of(f"two-{i}", 2): f"two-{i}" for i in range(10)}
+    docs = [Document(ids[0], "", "first words", {"size": 3}), Document(ids[1], "", "other words", {"size": 2.5})]
+    corpus = write_corpus(tmp_path / "sizes.jsonl", docs)
+    with pytest.raises(ClusterIndexError, match="field 'size' has values of different types"):
+        build_index(corpus, world["bundle"], tmp_path / "undeclared", 2)
+    manifest = build_index(corpus, world["bundle"], tmp_path / "declared", 2, declared={"size": "float"})
+    assert [entry.fields for entry in manifest.entries] == [{"size": "float"}] * 2
+
+
 def test_cli_index_and_its_errors(world: dict, tmp_path: Path) -> None:
     ssi = Path(sys.executable).with_name("ssi")
     out = tmp_path / "idx"
@@ -333,6 +345,13 @@ def test_cli_index_and_its_errors(world: dict, tmp_path: Path) -> None:
         [*args[:5], str(tmp_path / "nope.jsonl"), "--out", str(tmp_path / "other")], capture_output=True, text=True
     )
     assert missing.returncode == 2 and "does not exist" in missing.stderr
+    schema = tmp_path / "schema.json"
+    schema.write_text('{"size": "huge"}', encoding="utf-8")
+    bad = subprocess.run(
+        [*args[:-1], str(tmp_path / "third"), "--schema", str(schema)], capture_output=True, text=True, timeout=120
+    )
+    assert bad.returncode == 2 and "field 'size' has unknown type 'huge'" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "third").exists()
 
 
 def test_the_single_node_path_never_imports_ray() -> None:
