@@ -11,7 +11,8 @@ deleted before it comes back. After each fault it waits until every copy is in s
 
 Figures: the answers by kind and status; among the answers sent while a node was down (after the failure timeout),
 the share of 200s; each round's recovery seconds; and the checks afterwards: every acknowledged put there, no
-acknowledged delete back, no partial ranking, every copy of a shard holding the same documents.
+acknowledged delete back, each acknowledged put's fields as written, no partial ranking, every copy of a shard
+holding the same documents (their fields included).
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ class Log:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
+def fields_of(doc_id: str) -> dict[str, Any]:
+    """A written document's fields, from its id (`w<writer>-<n>`): each must be there, equal, on every copy."""
+    worker, n = doc_id[1:].split("-")
+    return {"writer": f"w{worker}", "n": int(n)}
+
+
 def writer(url: str, worker: int, texts: list[str], log: Log, stop: threading.Event) -> None:
     rng = random.Random(worker)
     with httpx.Client(base_url=url, timeout=30) as client:
@@ -69,7 +76,8 @@ def writer(url: str, worker: int, texts: list[str], log: Log, stop: threading.Ev
                 if kind == "delete":
                     status = client.delete(path).status_code
                 else:
-                    status = client.put(path, json={"title": doc_id, "text": rng.choice(texts)}).status_code
+                    body = {"title": doc_id, "text": rng.choice(texts), "fields": fields_of(doc_id)}
+                    status = client.put(path, json=body).status_code
             except httpx.HTTPError:
                 status = 0
             with log.lock:
@@ -221,7 +229,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for thread in threads:
             thread.join(timeout=60)
         with httpx.Client(base_url=url, timeout=30) as client:
-            lost = [d for d in log.puts if client.get(f"/documents/{quote(d, safe='')}").status_code != 200]
+            read = {d: client.get(f"/documents/{quote(d, safe='')}") for d in log.puts}
+            lost = [d for d, r in read.items() if r.status_code != 200]
+            # Fields through the faults: each acknowledged put's as written (the copies' fingerprints hash them too).
+            wrong_fields = [
+                d for d, r in read.items() if r.status_code == 200 and r.json().get("fields") != fields_of(d)
+            ]
             back = [d for d in log.deletes if client.get(f"/documents/{quote(d, safe='')}").status_code != 404]
         prints = {
             v.shard: sorted({tuple(ray.get(copy_actor(n).fingerprint.remote())) for n in v.replicas}) for v in views()
@@ -246,6 +259,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "one_node_down": {"searches": share("search", down), "writes": share("put delete", down)},
         "rounds": rounds,
         "acknowledged_puts_lost": len(lost) + len(log.missing),
+        "acknowledged_puts_with_other_fields": len(wrong_fields),
         "acknowledged_puts_missing_at_delete": log.missing,
         "acknowledged_deletes_back": len(back),
         "partial_rankings": log.partial,

@@ -213,15 +213,17 @@ class Replica:
             return Position(store.uuid, view.last_seq, view.term_at(view.last_seq), view.log_floor, self.term, bundle)
 
     def fingerprint(self) -> tuple[int, int, str]:
-        """(last write, documents, sha256 of every document with its sequence number): equal on copies that hold
-        the same documents (the fault benchmark and tests compare them)."""
+        """(last write, documents, sha256 of every document with its sequence number and fields): equal on copies
+        that hold the same documents (the fault benchmark and tests compare them)."""
         store = self.serving().collection.store
         assert store is not None
         digest = hashlib.sha256()
         with store.view() as view:
             for batch in view.iter_batches(1000):
                 for doc in batch:
-                    digest.update(f"{doc.seq}\0{doc.id}\0{doc.title}\0{doc.text}\0".encode("utf-8", "surrogatepass"))
+                    fields = json.dumps(doc.fields, sort_keys=True)
+                    line = f"{doc.seq}\0{doc.id}\0{doc.title}\0{doc.text}\0{fields}\0"
+                    digest.update(line.encode("utf-8", "surrogatepass"))
             return view.last_seq, view.count, digest.hexdigest()
 
     def assign(self, view: ShardView) -> None:
