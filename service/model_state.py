@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
+from pyroaring import BitMap
 
 from service import int8_gemm, quantized, topk
 from service.embedding import Embedder
@@ -465,16 +466,21 @@ class ModelState:
     def facets(self, rows: np.ndarray, names: Sequence[str], size: int) -> dict[str, Facet]:
         """Each keyword field of `names`, its `size` most frequent values over the documents of `rows` (every one
         matching a filter: service.fields.facets), not over a page of hits."""
-        matching = bitmap_of(rows)
         with self.lock.read():
+            matching = self._matching_bits(rows)
             return {name: facet(self.fields, name, matching, size) for name in names}
+
+    def _matching_bits(self, rows: np.ndarray) -> BitMap | None:
+        """`rows` (live rows, sorted) as the bitmap a facet intersects; None when they are every live row (a search
+        without a filter): facets then count from the value bitmaps and the dead rows alone. Under the read lock."""
+        return None if rows.shape[0] == self.table.n_live else bitmap_of(rows)
 
     def value_counts(
         self, rows: np.ndarray, wanted: Mapping[str, Sequence[Any] | None]
     ) -> dict[str, list[tuple[Any, int]]]:
         """For each field of `wanted`, how many documents of `rows` hold each of its values (service.fields.facets)."""
-        matching = bitmap_of(rows)
         with self.lock.read():
+            matching = self._matching_bits(rows)
             return {name: value_counts(self.fields, name, matching, values) for name, values in wanted.items()}
 
     def _search_chunk(

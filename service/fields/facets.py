@@ -43,18 +43,32 @@ def facet_order(pair: tuple[Any, int]) -> tuple[int, str]:
     return -pair[1], str(pair[0])
 
 
-def facet(index: FieldIndex, name: str, matching: BitMap, size: int) -> Facet:
-    """The `size` most frequent values of field `name` among the rows `matching` (live rows only)."""
+def facet(index: FieldIndex, name: str, matching: BitMap | None, size: int) -> Facet:
+    """The `size` most frequent values of field `name` among the rows `matching` (live rows only; None: every live
+    row)."""
     counts = value_counts(index, name, matching, None)
     counts.sort(key=facet_order)
     return Facet(counts[:size], sum(n for _, n in counts[size:]))
 
 
-def value_counts(index: FieldIndex, name: str, matching: BitMap, values: Sequence[Any] | None) -> list[tuple[Any, int]]:
+def value_counts(
+    index: FieldIndex, name: str, matching: BitMap | None, values: Sequence[Any] | None
+) -> list[tuple[Any, int]]:
     """How many of the rows `matching` hold each of `values` of field `name` (0 for a value no row has; None: every
-    value some row holds): the exact counts a cluster's router asks a shard for (cluster.facet_merge)."""
+    value some row holds): the exact counts a cluster's router asks a shard for (cluster.facet_merge).
+
+    `matching` None: every live row, a value's count its bitmap's less its dead rows (a row dies into `dead` and
+    nowhere else: ssi.fields.index), without a bitmap of every live row to intersect (facets without a filter: over
+    a million rows that bitmap took 4 ms to make, and each intersection walked it)."""
     by_value = index.keywords.get(name, {})
+    dead = index.dead
+
+    def count(bits: BitMap) -> int:
+        if matching is not None:
+            return matching.intersection_cardinality(bits)
+        return len(bits) - (bits.intersection_cardinality(dead) if dead else 0)
+
     if values is None:
-        counts = ((value, matching.intersection_cardinality(bits)) for value, bits in by_value.items())
+        counts = ((value, count(bits)) for value, bits in by_value.items())
         return [(value, n) for value, n in counts if n]
-    return [(v, matching.intersection_cardinality(by_value[v]) if v in by_value else 0) for v in values]
+    return [(v, count(by_value[v]) if v in by_value else 0) for v in values]
