@@ -419,12 +419,34 @@ class ModelState:
                 (lexical,) = self._lexical_terms(tfidf, i, i + 1, open_words, open_counts, weighed)
                 uq = np.asarray(query_embeddings[i], dtype=np.float64)
                 count = int(rows.shape[0])
+                dense = words.shape[0] > 0 or isinstance(lexical, OpenLexicalQuery)
                 if where.planner.exact(count, self.table.n_live):
                     ranked = exact_scan(uq, asks[i], rows, lexical, self.index.vectors)
+                elif self.index.scans_every_row and dense and prefers_dense(lexical, pool, every_row=True):
+                    ranked = self._every_row_among(query_embeddings[i], uq, asks[i], rows, lexical)
                 else:
                     ranked = self._selected(query_embeddings[i], asks[i], rows, lexical, pool, knobs)
                 results.append(self._result(ranked, want, excluded[i], words.shape[0], weights, query_embeddings[i]))
         return results
+
+    def _every_row_among(
+        self,
+        query_embedding: np.ndarray,
+        uq: np.ndarray,
+        want: int,
+        rows: np.ndarray,
+        lexical: LexicalQuery | OpenLexicalQuery,
+    ) -> Ranked:
+        """The exact top `want` of the live `rows` by a flat index's every-row pass, as an unfiltered query of the
+        same words takes it (`search_rows`: s of every row from the codes, l of every row), with the matching rows
+        as the live ones (service.rerank.every_row_top): a broad filter costs what no filter costs, where FAISS's
+        scan with the rows as a selector took twice the unfiltered query's time (100k passages, half of them
+        matching: 2.1 ms against 1.0 of CPU a query). The caller holds the read lock."""
+        mask = np.zeros(self.table.rows, dtype=bool)
+        mask[rows] = True
+        scanned = self.index.every_score(query_embedding[None, :])
+        summed = lexical.everywhere_but_common()
+        return every_row_top(uq, want, scanned, 0, summed, self.index.vectors, mask)
 
     def _selected(
         self,
