@@ -37,7 +37,7 @@ from pyroaring import BitMap
 from service import int8_gemm, quantized, topk
 from service.embedding import Embedder
 from service.fields.facets import Facet, facet, value_counts
-from service.fields.plan import Planner, exact_scan, selector_bits
+from service.fields.plan import Planner, exact_scan, filtered_ef, selector_bits
 from service.index import IndexConfig, VectorIndex
 from service.lexical import LexicalIndex, LexicalQuery, RareSum
 from service.open_lexical import OpenLexicalQuery, with_open
@@ -482,6 +482,9 @@ class ModelState:
         mask[rows] = True
         bits = selector_bits(rows, self.table.rows)
         short = False
+        config = self.index.config
+        if config.index_type == "hnsw" and knobs.get("ef_search") is None:  # a wider walk under a filter
+            knobs = {**knobs, "ef_search": filtered_ef(config.hnsw_ef_search, count, self.table.n_live)}
 
         def semantic(k: int) -> tuple[np.ndarray, np.ndarray]:
             nonlocal short

@@ -15,6 +15,7 @@ the unfiltered search of that index), and a page is never short while matching d
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -22,6 +23,8 @@ import numpy as np
 from service.rerank import LexicalTerm, Ranked, RowVectors, prefers_dense
 
 EXACT_BLOCK = 8192  # matching rows scored at once by the exact scan (bounds its temporary arrays)
+# At most this many times the HNSW ef_search a filtered walk gets (filtered_ef).
+FILTERED_EF_MAX_FACTOR = 4
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,16 @@ def exact_scan(uq: np.ndarray, want: int, rows: np.ndarray, lexical: LexicalTerm
     if best is None:
         return Ranked.empty()
     return Ranked(best.rows, best.scores, best.semantic, best.lexical, int(rows.shape[0]), 0)
+
+
+def filtered_ef(ef_search: int, matching: int, n_live: int) -> int:
+    """HNSW's ef_search for a walk whose answers must match a filter that `matching` of `n_live` rows match: the
+    default's ef / √share, at most FILTERED_EF_MAX_FACTOR times it. A walk with a selector keeps only the matching
+    nodes it passes, so it comes back with fewer good candidates as the share falls: over 100k passages at the
+    default 128, recall@10 under a 10 % filter was 0.978 (benchmarks.filtered_search), 0.985 under 50 %; 128/√0.1
+    = 405 there. A request's own ef_search is taken as given."""
+    share = max(matching, 1) / max(n_live, 1)
+    return int(min(ef_search * FILTERED_EF_MAX_FACTOR, math.ceil(ef_search / math.sqrt(min(share, 1.0)))))
 
 
 def selector_bits(rows: np.ndarray, n_rows: int) -> np.ndarray:

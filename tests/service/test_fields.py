@@ -32,6 +32,7 @@ from service_testing import (
 )
 
 from service.fields.checks import parse_filter
+from service.fields.plan import filtered_ef
 from service.settings import Settings
 from service.store import DocumentStore
 from ssi.corpus import DataFileError
@@ -415,6 +416,15 @@ def test_a_schema_file_declares_the_default_collections_types(
 
 # The world's field names (fields_of), and "size" if the type test wrote it first.
 WORLD_FIELDS = {"category", "tags", "year", "published", "on_sale", "price", "size"}
+
+
+def test_a_filtered_hnsw_walk_widens_with_the_filter_within_a_bound() -> None:
+    """HNSW's ef_search under a filter (service.fields.plan.filtered_ef): ef / √share, never below the default,
+    at most four times it."""
+    assert filtered_ef(128, 100_000, 100_000) == 128
+    assert filtered_ef(128, 50_000, 100_000) == 182
+    assert filtered_ef(128, 10_000, 100_000) == 405
+    assert filtered_ef(128, 100, 100_000) == filtered_ef(128, 0, 100_000) == 512
 
 
 def test_the_published_schema_names_the_fields(server: dict) -> None:
