@@ -24,7 +24,14 @@ from tests.training.synonyms import SynonymCorpus, held_out_map, train
 from training.evaluate.form_scorer import FormScorer
 from training.hybrid import DAY_ONE_WEIGHT, LEARNED_RULE, SENTENCE_WEIGHT
 from training.pretrained import NAME, REVISION, UPSTREAM_SHA256, minilm_folder
-from training.sentence_export import MIN_COSINE, _reference_model, cosines, prepare_encoder, reference_vectors
+from training.sentence_export import (
+    MIN_COSINE,
+    MIN_INT8_COSINE,
+    _reference_model,
+    cosines,
+    prepare_encoder,
+    reference_vectors,
+)
 
 TEXTS = ["the star and the planet", "bread dough in the oven", "a song for piano and violin", "dna " * 30, "x"]
 
@@ -86,6 +93,20 @@ def test_a_graph_that_is_not_the_models_is_refused(shared: ExportedEncoder, tmp_
     shutil.copyfile(shared.model / "onnx" / "model.onnx", folder / "onnx" / "model.onnx")
     with pytest.raises(SentenceError, match="differ from the model's own"):
         prepare_encoder(folder, tmp_path / "out")
+
+
+def test_the_int8_graph_is_written_recorded_and_close_to_the_fp32_one(shared: ExportedEncoder) -> None:
+    """The export writes the int8 graph beside the fp32 one, records its check (least and mean cosine to fp32 over the
+    probe texts) and keeps fp32 serving by default; on other texts its vectors stay within the bound too."""
+    spec = read_spec(shared.sentence)
+    assert spec.precision == "fp32" and spec.int8 is not None
+    assert (shared.sentence / "model.int8.onnx").stat().st_size < (shared.sentence / "model.onnx").stat().st_size
+    assert MIN_INT8_COSINE <= spec.int8.min_cosine <= spec.int8.mean_cosine <= 1.0 + 1e-6
+    assert spec.int8.bound == MIN_INT8_COSINE and "per channel" in spec.int8.method
+    fp32, int8 = SentenceEncoder(shared.sentence), SentenceEncoder(shared.sentence, precision="int8")
+    assert (fp32.precision, int8.precision) == ("fp32", "int8")
+    found = cosines(int8.encode(TEXTS), fp32.encode(TEXTS))
+    assert found.min() >= MIN_INT8_COSINE and found.min() < 1.0 - 1e-6  # close, and not the same graph
 
 
 def test_a_folder_that_is_no_model_gets_a_clear_cli_error(tmp_path: Path, synonyms: SynonymCorpus) -> None:
