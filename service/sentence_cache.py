@@ -72,12 +72,13 @@ class CacheFileError(ValueError):
     """A segment that cannot be used: which check failed."""
 
 
-def encoder_key(bundle: Bundle, precision: Precision = "fp32") -> str:
-    """sha256 hex naming the function e of a hybrid bundle's encoder run at `precision` (its fp32 or int8 graph), λ left
-    out (see the module's docstring)."""
+def encoder_key(bundle: Bundle, precision: Precision | None = None) -> str:
+    """sha256 hex naming the function e of a hybrid bundle's encoder run at `precision` (its fp32 or int8 graph; None:
+    the one the bundle serves), λ left out (see the module's docstring)."""
     spec = bundle.sentence
     if spec is None:
         raise ValueError(f"{bundle.path}: not a hybrid bundle (no sentence encoder)")
+    precision = precision or spec.precision
     files = bundle.manifest.files
     identity = {
         "format": FORMAT_VERSION,
@@ -247,7 +248,7 @@ class SentenceCache:
 
     @classmethod
     def of(
-        cls, collection_dir: Path, bundle: Bundle, encode: Encode, precision: Precision = "fp32"
+        cls, collection_dir: Path, bundle: Bundle, encode: Encode, precision: Precision | None = None
     ) -> SentenceCache | None:
         """The cache of `bundle`'s encoder (its graph of `precision`) over the collection's index folder; None for a
         bundle without one."""

@@ -54,7 +54,8 @@ class TrainSettings(BaseSettings):
     encoder: Path | None = None
     finetune_encoder: int = Field(0, ge=0)
     # Which of its graphs the bundle serves (ssi.sentence): fp32, or int8 (checked against it at export); a server can
-    # ask for the other (SSI_ENCODER_PRECISION). None: fp32, or an --encoder bundle's own choice.
+    # ask for the other (SSI_ENCODER_PRECISION). None: int8 where its graph passed its check against fp32 (else fp32),
+    # or an --encoder bundle's own choice.
     encoder_precision: Literal["fp32", "int8"] | None = None
     workers: int = Field(2, ge=1)
 

@@ -243,8 +243,8 @@ def train_command(
         _opt(
             "encoder_precision",
             "fp32 or int8: which of the --encoder's graphs the bundle serves (both are written; int8, quantized per "
-            "channel and checked against fp32, encodes a query about twice as fast). Default fp32; `ssi serve "
-            "--encoder-precision` can ask for the other.",
+            "channel and checked against fp32, encodes a query about twice as fast). Default: int8 where its check "
+            "passed, else fp32 (an --encoder bundle: its own); `ssi serve --encoder-precision` can ask for the other.",
             MODEL,
         ),
     ] = None,

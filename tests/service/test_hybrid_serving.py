@@ -171,28 +171,27 @@ def _old_bundle(world: dict, folder: Path) -> Path:
 def test_the_precision_asked_is_served_and_an_old_bundle_serves_fp32_and_says_so(
     world: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """SSI_ENCODER_PRECISION picks the graph (default: the bundle's, fp32), and keys the sentence and query caches and
-    the index snapshots apart; a bundle written before int8 graphs loads, and int8 asked of it serves fp32 with a
-    warning naming why."""
+    """SSI_ENCODER_PRECISION picks the graph (default: the bundle's, int8 as the export chose), and keys the sentence
+    and query caches and the index snapshots apart; a bundle written before int8 graphs loads, and int8 asked of it
+    serves fp32 with a warning naming why."""
     bundle = load_bundle(world["bundle"])
     texts = [d.full_text for d in world["docs"][:8]]
-    default, int8 = Embedder(bundle, 1), Embedder(bundle, 1, precision="int8")
-    assert default.sentence is not None and int8.sentence is not None
-    assert (default.sentence.precision, int8.sentence.precision) == ("fp32", "int8")
-    by_int8 = int8.sentence.encode(texts)
-    np.testing.assert_array_equal(by_int8, SentenceEncoder(bundle.sentence_path, 1, "int8").encode(texts))
-    assert not np.array_equal(by_int8, default.sentence.encode(texts))
-    assert int8.sentence_key != default.sentence_key
+    default, fp32 = Embedder(bundle, 1), Embedder(bundle, 1, precision="fp32")
+    assert default.sentence is not None and fp32.sentence is not None
+    assert (default.sentence.precision, fp32.sentence.precision) == ("int8", "fp32")
+    by_fp32 = fp32.sentence.encode(texts)
+    np.testing.assert_array_equal(by_fp32, SentenceEncoder(bundle.sentence_path, 1, "fp32").encode(texts))
+    assert not np.array_equal(by_fp32, default.sentence.encode(texts))
+    assert fp32.sentence_key != default.sentence_key
     settings = {"bundle": world["bundle"], "cache_dir": tmp_path / "cache"}
-    assert (
-        index_config(Settings(**settings, encoder_precision="int8")).tag() != index_config(Settings(**settings)).tag()
-    )
+    tags = {index_config(Settings(**settings, encoder_precision=p)).tag() for p in ("fp32", "int8")}
+    assert len(tags) == 2 and index_config(Settings(**settings)).tag() == "flat"
     old = load_bundle(_old_bundle(world, tmp_path))
     with caplog.at_level(logging.WARNING, logger="ssi.sentence"):
         fallen = Embedder(old, 1, precision="int8")
     assert fallen.sentence is not None and fallen.sentence.precision == "fp32"
     assert "int8 asked, but this encoder has no int8 graph" in caplog.text and "serving fp32" in caplog.text
-    np.testing.assert_array_equal(fallen.sentence.encode(texts), default.sentence.encode(texts))
+    np.testing.assert_array_equal(fallen.sentence.encode(texts), by_fp32)
 
 
 def test_the_query_cache_gives_the_encoders_vectors_counts_and_keeps_its_bound(world: dict, tmp_path: Path) -> None:

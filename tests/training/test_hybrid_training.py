@@ -70,7 +70,7 @@ def test_the_exported_graph_gives_the_models_own_vectors(shared: ExportedEncoder
         spec.license == "apache-2.0"
         and set(spec.source) == {"model.safetensors", "tokenizer.json", "config.json"} | taken
     )
-    encoder = SentenceEncoder(out)
+    encoder = SentenceEncoder(out, precision="fp32")  # the graph checked against the model (int8 serves by default)
     got = encoder.encode(TEXTS)
     want = reference_vectors(_reference_model(folder), encoder, TEXTS)
     assert cosines(got, want).min() >= MIN_COSINE
@@ -97,13 +97,13 @@ def test_a_graph_that_is_not_the_models_is_refused(shared: ExportedEncoder, tmp_
 
 def test_the_int8_graph_is_written_recorded_and_close_to_the_fp32_one(shared: ExportedEncoder) -> None:
     """The export writes the int8 graph beside the fp32 one, records its check (least and mean cosine to fp32 over the
-    probe texts) and keeps fp32 serving by default; on other texts its vectors stay within the bound too."""
+    probe texts) and serves it by default; on other texts its vectors stay within the bound too."""
     spec = read_spec(shared.sentence)
-    assert spec.precision == "fp32" and spec.int8 is not None
+    assert spec.precision == "int8" and spec.int8 is not None
     assert (shared.sentence / "model.int8.onnx").stat().st_size < (shared.sentence / "model.onnx").stat().st_size
     assert MIN_INT8_COSINE <= spec.int8.min_cosine <= spec.int8.mean_cosine <= 1.0 + 1e-6
     assert spec.int8.bound == MIN_INT8_COSINE and "per channel" in spec.int8.method
-    fp32, int8 = SentenceEncoder(shared.sentence), SentenceEncoder(shared.sentence, precision="int8")
+    fp32, int8 = SentenceEncoder(shared.sentence, precision="fp32"), SentenceEncoder(shared.sentence)
     assert (fp32.precision, int8.precision) == ("fp32", "int8")
     found = cosines(int8.encode(TEXTS), fp32.encode(TEXTS))
     assert found.min() >= MIN_INT8_COSINE and found.min() < 1.0 - 1e-6  # close, and not the same graph
@@ -210,7 +210,7 @@ def test_all_minilm_from_its_package_is_the_upstream_model_and_exports_exactly(t
         256,
         "apache-2.0",
     )
-    encoder = SentenceEncoder(tmp_path / "out", 2)
+    encoder = SentenceEncoder(tmp_path / "out", 2, "fp32")
     texts = ["Vitamin D and multiple sclerosis", "ocean tides follow the moon", "nuclear spin"]
     got = encoder.encode(texts)
     assert cosines(got, reference_vectors(_reference_model(folder), encoder, texts)).min() >= MIN_COSINE
