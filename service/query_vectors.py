@@ -10,9 +10,9 @@ truncation), so two texts share an entry only where the encoder could not tell t
 own float32 row, so a hit returns the very vector a miss would have computed.
 
 Size. At most `size` entries per process (SSI_QUERY_CACHE_SIZE, 0: off), shared by its collections and bundles; an
-entry of a 384-dimension encoder and a 20-word query holds about 1.8 kB (`ENTRY_OVERHEAD` plus the vector and key
-bytes), so the default 10,000 entries cost about 18 MB a worker. Hits, misses, entries and bytes go to /metrics
-(`QueryCacheCollector`).
+entry of a 384-dimension encoder and a 25-token query holds about 2.0 kB (`ENTRY_OVERHEAD` plus the vector's and the
+token ids' bytes: 10,000 such entries measured 19.2 MB with tracemalloc), so the default costs about 19 MB a worker.
+Hits, misses, entries and bytes go to /metrics (`QueryCacheCollector`).
 """
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from ssi.sentence import SentenceEncoder
 
 DEFAULT_SIZE = 10_000
 # Bytes an entry holds besides its vector's and token ids' data: the key tuple, the bytes and array objects, and the
-# ordered dict's slot (CPython 3.11, measured with sys.getsizeof; the encoder key's string is shared by every entry).
-ENTRY_OVERHEAD = 300
+# ordered dict's slot (CPython 3.11, tracemalloc over 10,000 entries; the encoder key's string is shared by them all).
+ENTRY_OVERHEAD = 380
 
 
 @dataclass(slots=True)
