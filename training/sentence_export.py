@@ -248,11 +248,12 @@ def prepare_encoder(
     threads: int = 1,
     name: str | None = None,
     precision: Precision | None = None,
+    int8: bool = True,
 ) -> SentenceSpec:
     """Write `out/` (model.onnx, model.int8.onnx, tokenizer.json, sentence.json) from a model folder; λ is 0 until set,
     and `precision` is the graph that serves unless the server asks for the other (None: int8 where its graph passed
     its check, else fp32: SciFact validation NDCG@10 with all-MiniLM-L6-v2's int8 graph was within 0.003 of fp32's,
-    docs/results/hybrid.md).
+    docs/results/hybrid.md). `int8=False` writes no int8 graph (a caller that checks only the fp32 export).
 
     Raises `SentenceError` naming the file for a folder it cannot use, when the graph's vectors differ
     from the reference forward pass (cosine below MIN_COSINE on any probe text), or when int8 is asked and its graph
@@ -301,7 +302,7 @@ def prepare_encoder(
         raise SentenceError(
             f"{folder}: the ONNX graph's vectors differ from the model's own (cosine {worst:.4f} < {MIN_COSINE})"
         )
-    spec = spec.model_copy(update={"int8": quantize_encoder(out, threads=threads)})
+    spec = spec.model_copy(update={"int8": quantize_encoder(out, threads=threads) if int8 else None})
     write_spec(out, spec)
     return served_as(out, precision or ("int8" if spec.int8 is not None else "fp32"))
 
