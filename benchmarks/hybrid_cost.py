@@ -89,6 +89,27 @@ def _docs_per_second(encoders: dict[str, SentenceEncoder], texts: list[str]) -> 
     return {**{name: round(done / spent[name], 1) for name in encoders}, "int8_over_fp32_by_round": rounds}
 
 
+def _scifact_agreement(encoders: dict[str, SentenceEncoder], scifact: Path, abstracts: list[str]) -> dict[str, object]:
+    """int8 against fp32 on 150 SciFact claims (queries.jsonl.gz beside the corpus) and the first 100 abstracts: the
+    least and mean cosine of each, and the share of each claim's top 10 among those abstracts that int8 keeps."""
+    with gzip.open(scifact.parent / "queries.jsonl.gz", "rt", encoding="utf-8") as handle:
+        claims = [row["text"] for row in map(json.loads, handle)][:150]
+    docs = abstracts[:100]
+    q = {name: encoder.encode(claims) for name, encoder in encoders.items()}
+    d = {name: encoder.encode(docs) for name, encoder in encoders.items()}
+    tops = {name: np.argsort(-(q[name] @ d[name].T), axis=1, kind="stable")[:, :10] for name in encoders}
+    kept = [len(set(a) & set(b)) / 10 for a, b in zip(tops["fp32"], tops["int8"], strict=True)]
+    pairs = {"claims": (q["int8"], q["fp32"]), "abstracts": (d["int8"], d["fp32"])}
+    found = {name: cosines(*pair) for name, pair in pairs.items()}
+    return {
+        **{
+            f"{name}_cosine_min_mean": [round(float(c.min()), 4), round(float(c.mean()), 4)]
+            for name, c in found.items()
+        },
+        "top10_kept": round(float(np.mean(kept)), 3),
+    }
+
+
 def _encoder_rss_mb(folder: Path, precision: str) -> float:
     """MB of resident memory one encoder of `precision` adds to a fresh Python process (loaded, one query encoded): in
     this process, memory the export freed would be reused and hide it."""
@@ -188,6 +209,7 @@ def main(
             with gzip.open(scifact, "rt", encoding="utf-8") as handle:
                 abstracts = [(row.get("title", "") + " " + row["text"]) for row in map(json.loads, handle)][:400]
             figures["scifact_abstracts_per_second_two_cores"] = _docs_per_second(two, abstracts)
+            figures["scifact_int8_against_fp32"] = _scifact_agreement(one, scifact, abstracts)
         stream = _zipf_stream(_queries(passages, ZIPF_DISTINCT, 5, seed=7), zipf_queries)
         figures["query_cache_zipf_int8"] = {
             size: _cache_effect(one["int8"], stream, size) for size in (DEFAULT_SIZE, ZIPF_DISTINCT // 10)
