@@ -111,8 +111,9 @@ def open_state(
     if kept is not None:
         state.report.encoded, state.report.sentence_cached = kept.counts.encoded, kept.counts.cached
         log.info(
-            "[%s] sentence vectors: %d documents encoded, %d from the sentence cache %s",
+            "[%s] sentence vectors (the encoder's %s graph): %d documents encoded, %d from the sentence cache %s",
             collection,
+            embedder.sentence.precision if embedder.sentence is not None else "-",
             kept.counts.encoded,
             kept.counts.cached,
             kept.folder,
