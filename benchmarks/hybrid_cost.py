@@ -1,12 +1,16 @@
-"""What a hybrid bundle's sentence encoder costs (ssi.sentence): a 20-word query's encoding on one core, documents
-encoded per second on two cores at index time (and the minutes that makes for 100k passages), and the memory the
-encoder adds to a process. With --http-passages N: `/search` over HTTP at 1 and 32 clients (`ssi bench`'s run, a
-flat index, queries of 5 random words of the text) on N 60-word passages, served by the day-one hybrid bundle
-(BM25 + the encoder, `ssi train --corpus … --encoder …`) and by its twin without the encoder (the same vocabulary
-and form: BM25 alone), one after the other in this process; the ratios are hybrid over BM25.
+"""What a hybrid bundle's sentence encoder costs (ssi.sentence), its fp32 and int8 graphs side by side: a 5- and a
+20-word query's encoding on one core, documents encoded per second on two cores at index time (and the minutes that
+makes for 100k passages), the memory each graph adds to a process, and what the query cache (service.query_vectors)
+saves on queries repeated as real traffic repeats them (Zipf). With --http-passages N: `/search` over HTTP at 1 and
+32 clients (`ssi bench`'s run, a flat index, queries of 5 random words of the text) on N 60-word passages, served by
+the day-one hybrid bundle (BM25 + the encoder, `ssi train --corpus … --encoder …`) and by its twin without the encoder
+(the same vocabulary and form: BM25 alone), one after the other in this process; the ratios are hybrid over BM25.
 
-Queries are 20 random words of Wikispeedia text (stop words included); documents are 60-word passages of it,
-and SciFact abstracts (about 225 words: cut at the model's 256 tokens) where given.
+Queries are random words of Wikispeedia text (stop words included); documents are 60-word passages of it, and SciFact
+abstracts (about 225 words: cut at the model's 256 tokens) where given. The machine may be shared: the two graphs are
+timed interleaved (query by query, and batch by batch of documents) so that both see the same load, each query's time
+is also taken as CPU time (time.process_time: the one-thread session runs on the calling thread), and every figure is
+given with its ratio int8 / fp32 from the same run, documents' per round too (their spread says how noisy it was).
 
     python -m benchmarks.hybrid_cost --out runs/hybrid-cost.json
 """
@@ -17,19 +21,26 @@ import gzip
 import json
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Annotated
 
-import psutil
+import numpy as np
 import typer
 
 from benchmarks.replication_faults import write_figures
 from benchmarks.snippet_cost import _passages
-from ssi.sentence import SentenceEncoder
+from service.query_vectors import DEFAULT_SIZE, QueryVectorCache
+from ssi.sentence import PRECISIONS, SentenceEncoder, int8_instructions
 from training.pretrained import NAME, checked_minilm_folder
-from training.sentence_export import prepare_encoder
+from training.sentence_export import cosines, prepare_encoder
+
+DOC_ROUNDS = 4  # interleaved rounds of documents per graph
+ZIPF_DISTINCT = 1000  # distinct queries the repeated stream draws from
+ZIPF_EXPONENT = 1.0
 
 
 def _queries(passages: list[str], count: int, words: int, seed: int = 0) -> list[str]:
@@ -38,19 +49,111 @@ def _queries(passages: list[str], count: int, words: int, seed: int = 0) -> list
     return [" ".join(rng.choice(pool) for _ in range(words)) for _ in range(count)]
 
 
-def _p50_ms(encoder: SentenceEncoder, queries: list[str]) -> float:
-    times = []
-    for query in queries:
-        started = time.perf_counter()
+def _query_times(encoders: dict[str, SentenceEncoder], queries: list[str]) -> dict[str, dict[str, float]]:
+    """Per graph, p50 of one query's encoding (wall and CPU ms), the graphs taking turns query by query."""
+    wall: dict[str, list[float]] = {name: [] for name in encoders}
+    cpu: dict[str, list[float]] = {name: [] for name in encoders}
+    names = list(encoders)
+    for i, query in enumerate(queries):
+        for name in names if i % 2 == 0 else names[::-1]:
+            started, used = time.perf_counter(), time.process_time()
+            encoders[name].encode([query])
+            cpu[name].append(time.process_time() - used)
+            wall[name].append(time.perf_counter() - started)
+    return {
+        name: {
+            "p50_ms": round(1000.0 * statistics.median(wall[name]), 3),
+            "cpu_p50_ms": round(1000.0 * statistics.median(cpu[name]), 3),
+        }
+        for name in names
+    }
+
+
+def _docs_per_second(encoders: dict[str, SentenceEncoder], texts: list[str]) -> dict[str, object]:
+    """Per graph, texts encoded a second (wall, the encoder's two threads), the graphs taking turns DOC_ROUNDS times
+    over slices of `texts`; and the int8 / fp32 ratio of each round."""
+    spent = {name: 0.0 for name in encoders}
+    rounds: list[float] = []
+    size = max(1, len(texts) // DOC_ROUNDS)
+    for r in range(DOC_ROUNDS):
+        chunk = texts[r * size : (r + 1) * size]
+        rates = {}
+        for name in encoders if r % 2 == 0 else list(encoders)[::-1]:
+            started = time.perf_counter()
+            encoders[name].encode(chunk)
+            took = time.perf_counter() - started
+            spent[name] += took
+            rates[name] = len(chunk) / took
+        rounds.append(round(rates["int8"] / rates["fp32"], 2))
+    done = size * DOC_ROUNDS
+    return {**{name: round(done / spent[name], 1) for name in encoders}, "int8_over_fp32_by_round": rounds}
+
+
+def _scifact_agreement(encoders: dict[str, SentenceEncoder], scifact: Path, abstracts: list[str]) -> dict[str, object]:
+    """int8 against fp32 on 150 SciFact claims (queries.jsonl.gz beside the corpus) and the first 100 abstracts: the
+    least and mean cosine of each, and the share of each claim's top 10 among those abstracts that int8 keeps."""
+    with gzip.open(scifact.parent / "queries.jsonl.gz", "rt", encoding="utf-8") as handle:
+        claims = [row["text"] for row in map(json.loads, handle)][:150]
+    docs = abstracts[:100]
+    q = {name: encoder.encode(claims) for name, encoder in encoders.items()}
+    d = {name: encoder.encode(docs) for name, encoder in encoders.items()}
+    tops = {name: np.argsort(-(q[name] @ d[name].T), axis=1, kind="stable")[:, :10] for name in encoders}
+    kept = [len(set(a) & set(b)) / 10 for a, b in zip(tops["fp32"], tops["int8"], strict=True)]
+    pairs = {"claims": (q["int8"], q["fp32"]), "abstracts": (d["int8"], d["fp32"])}
+    found = {name: cosines(*pair) for name, pair in pairs.items()}
+    return {
+        **{
+            f"{name}_cosine_min_mean": [round(float(c.min()), 4), round(float(c.mean()), 4)]
+            for name, c in found.items()
+        },
+        "top10_kept": round(float(np.mean(kept)), 3),
+    }
+
+
+def _encoder_rss_mb(folder: Path, precision: str) -> float:
+    """MB of resident memory one encoder of `precision` adds to a fresh Python process (loaded, one query encoded): in
+    this process, memory the export freed would be reused and hide it."""
+    script = (
+        "import psutil, sys\n"
+        "from ssi.sentence import SentenceEncoder\n"
+        "p = psutil.Process(); before = p.memory_info().rss\n"
+        "e = SentenceEncoder(sys.argv[1], 1, sys.argv[2]); e.encode(['a query of a few words'])\n"
+        "print((p.memory_info().rss - before) / 2**20)\n"
+    )
+    # The imports (onnxruntime, tokenizers) happen before `before`: only the session and the tokenizer are counted.
+    script = "import onnxruntime, tokenizers\n" + script
+    done = subprocess.run([sys.executable, "-c", script, str(folder), precision], capture_output=True, text=True)
+    return round(float(done.stdout.strip().splitlines()[-1]), 1)
+
+
+def _zipf_stream(queries: list[str], count: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    weights = 1.0 / np.arange(1, len(queries) + 1) ** ZIPF_EXPONENT
+    return [queries[i] for i in rng.choice(len(queries), size=count, p=weights / weights.sum())]
+
+
+def _cache_effect(encoder: SentenceEncoder, stream: list[str], size: int) -> dict[str, float]:
+    """CPU ms a query over the Zipf `stream`, encoded one by one without a cache and through a cache of `size`
+    entries (empty at the start), taking turns query by query; and the cache's hit rate."""
+    cache = QueryVectorCache(size)
+    without, through = [], []
+    for query in stream:
+        used = time.process_time()
         encoder.encode([query])
-        times.append(time.perf_counter() - started)
-    return 1000.0 * statistics.median(times)
-
-
-def _docs_per_second(encoder: SentenceEncoder, texts: list[str]) -> float:
-    started = time.perf_counter()
-    encoder.encode(texts)
-    return len(texts) / (time.perf_counter() - started)
+        without.append(time.process_time() - used)
+        used = time.process_time()
+        cache.vectors("bench", encoder, [query])
+        through.append(time.process_time() - used)
+    return {
+        "queries": len(stream),
+        "distinct": len(set(stream)),
+        "cache_entries": size,
+        "hit_rate": round(cache.counts.hits / len(stream), 3),
+        "cpu_ms_a_query_without": round(1000.0 * statistics.fmean(without), 3),
+        "cpu_ms_a_query_with": round(1000.0 * statistics.fmean(through), 3),
+        "with_over_without": round(statistics.fmean(through) / statistics.fmean(without), 3),
+        "cache_bytes": cache.counts.bytes,
+    }
 
 
 def main(
@@ -60,46 +163,77 @@ def main(
     scifact: Annotated[Path | None, typer.Option(help="SciFact's corpus.jsonl.gz (long documents).")] = Path(
         "../shared/data/scifact/corpus.jsonl.gz"
     ),
-    queries: Annotated[int, typer.Option(help="Queries timed one at a time.")] = 200,
+    queries: Annotated[int, typer.Option(help="Queries timed one at a time, per length.")] = 200,
     documents: Annotated[int, typer.Option(help="Passages encoded for the documents-per-second figure.")] = 2000,
+    zipf_queries: Annotated[int, typer.Option(help="Queries of the repeated (Zipf) stream for the cache.")] = 3000,
     http_passages: Annotated[int, typer.Option(help="/search with and without the encoder on this many passages.")] = 0,
     seconds: Annotated[float, typer.Option(help="Seconds of load per client count (--http-passages).")] = 10.0,
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
 ) -> None:
-    process = psutil.Process()
-    before = process.memory_info().rss
     with tempfile.TemporaryDirectory() as scratch:
-        spec = prepare_encoder(checked_minilm_folder(), Path(scratch) / "sentence", name=NAME, threads=2)
-        one = SentenceEncoder(Path(scratch) / "sentence", threads=1)
-        rss_one = process.memory_info().rss
-        two = SentenceEncoder(Path(scratch) / "sentence", threads=2)
+        folder = Path(scratch) / "sentence"
+        spec = prepare_encoder(checked_minilm_folder(), folder, name=NAME, threads=2)
+        one: dict[str, SentenceEncoder] = {}
+        for precision in PRECISIONS:
+            one[precision] = SentenceEncoder(folder, threads=1, precision=precision)
+        two = {precision: SentenceEncoder(folder, threads=2, precision=precision) for precision in PRECISIONS}
         passages = _passages(corpus, documents)
-        asked = _queries(passages, queries, 20)
-        one.encode(asked[:10])  # warm
         figures: dict[str, object] = {
             "model": NAME,
             "dims": spec.dims,
             "max_length": spec.max_length,
-            "query_words": 20,
-            "query_p50_ms_one_core": round(_p50_ms(one, asked), 3),
-            "passages_60_words_per_second_two_cores": round(_docs_per_second(two, passages), 1),
-            "process_rss_mb_before_encoder": round(before / 2**20, 1),
-            "process_rss_mb_with_one_encoder_loaded": round(rss_one / 2**20, 1),
+            "int8_check": spec.int8.model_dump() if spec.int8 is not None else None,
+            "cpu_int8_instructions": int8_instructions(),
+            **{f"process_rss_mb_added_by_{name}_encoder": _encoder_rss_mb(folder, name) for name in PRECISIONS},
         }
-        rate = float(figures["passages_60_words_per_second_two_cores"])  # type: ignore[arg-type]
-        figures["minutes_for_100k_passages_two_cores"] = round(100_000 / rate / 60.0, 1)
+        for words in (5, 20):
+            asked = _queries(passages, queries, words, seed=words)
+            _query_times(one, asked[:10])  # warm
+            timed = _query_times(one, asked)
+            figures[f"query_{words}_words_one_core"] = {
+                **timed,
+                "int8_over_fp32_p50": round(timed["int8"]["p50_ms"] / timed["fp32"]["p50_ms"], 3),
+                "int8_over_fp32_cpu_p50": round(timed["int8"]["cpu_p50_ms"] / timed["fp32"]["cpu_p50_ms"], 3),
+            }
+            vectors = {name: encoder.encode(asked) for name, encoder in one.items()}
+            found = cosines(vectors["int8"], vectors["fp32"])
+            figures[f"query_{words}_words_int8_cosine_min_mean"] = [
+                round(float(found.min()), 4),
+                round(float(found.mean()), 4),
+            ]
+        rates = _docs_per_second(two, passages)
+        figures["passages_60_words_per_second_two_cores"] = rates
+        for name in PRECISIONS:
+            figures[f"minutes_for_100k_passages_two_cores_{name}"] = round(100_000 / float(rates[name]) / 60.0, 1)  # type: ignore[arg-type]
         if scifact is not None and scifact.is_file():
             with gzip.open(scifact, "rt", encoding="utf-8") as handle:
-                abstracts = [(row.get("title", "") + " " + row["text"]) for row in map(json.loads, handle)][:500]
-            figures["scifact_abstracts_per_second_two_cores"] = round(_docs_per_second(two, abstracts), 1)
+                abstracts = [(row.get("title", "") + " " + row["text"]) for row in map(json.loads, handle)][:400]
+            figures["scifact_abstracts_per_second_two_cores"] = _docs_per_second(two, abstracts)
+            figures["scifact_int8_against_fp32"] = _scifact_agreement(one, scifact, abstracts)
+        stream = _zipf_stream(_queries(passages, ZIPF_DISTINCT, 5, seed=7), zipf_queries)
+        figures["query_cache_zipf_int8"] = {
+            size: _cache_effect(one["int8"], stream, size) for size in (DEFAULT_SIZE, ZIPF_DISTINCT // 10)
+        }
     if http_passages:
         with tempfile.TemporaryDirectory() as scratch:
             figures["search"] = http_cost(corpus, http_passages, Path(scratch), seconds)
     write_figures(figures, out)
 
 
+# The servers of --http-passages: (name, the hybrid bundle or not, settings). Every hybrid one runs without the query
+# cache but the last: `ssi bench` asks its 500 queries again and again, so with the cache on nearly every query after
+# the first 500 is a hit, a bound on what the cache can do rather than what traffic gets (the Zipf figures are that).
+HTTP_RUNS: tuple[tuple[str, bool, dict[str, str]], ...] = (
+    ("bm25", False, {}),
+    ("hybrid", True, {"SSI_QUERY_CACHE_SIZE": "0"}),
+    ("hybrid_fp32", True, {"SSI_QUERY_CACHE_SIZE": "0", "SSI_ENCODER_PRECISION": "fp32"}),
+    ("hybrid_cached", True, {}),
+)
+
+
 def http_cost(corpus: Path, passages: int, work: Path, seconds: float) -> dict[str, object]:
-    """`ssi bench` (flat, 1 and 32 clients) on the day-one hybrid bundle and on its twin without the encoder."""
+    """`ssi bench` (flat, 1 and 32 clients) on the day-one hybrid bundle (int8, its default; fp32 asked of the same
+    bundle; int8 with the query cache) and on its twin without the encoder, one after the other (HTTP_RUNS)."""
     from service.bench.queries import passage_corpus
     from service.bench.run import BenchConfig, run_bench
     from ssi.bundle import ENCODER_FILE, load_bundle, write_bundle
@@ -112,9 +246,11 @@ def http_cost(corpus: Path, passages: int, work: Path, seconds: float) -> dict[s
     made = load_bundle(hybrid, mmap=False)
     write_bundle(plain, form=made.form, vocab=made.vocab, encoder_onnx=(hybrid / ENCODER_FILE).read_bytes())
     found: dict[str, dict[str, object]] = {}
-    for name, bundle in (("bm25", plain), ("hybrid", hybrid)):
+    for name, with_encoder, settings in HTTP_RUNS:
         config = BenchConfig(
-            bundle=bundle, corpus=texts, work_dir=work / f"run-{name}", out=work / f"{name}.json",
+            bundle=hybrid if with_encoder else plain, corpus=texts, out=work / f"{name}.json",
+            # The hybrid servers share a store and snapshots (each precision its own): a later one may start from them.
+            work_dir=work / ("run-hybrid" if with_encoder else "run-bm25"), extra_settings=settings,
             query_sampler="positions", clients=[1, 32], seconds=seconds, index_types=["flat"], measure_restart=False,
         )  # fmt: skip
         report = run_bench(config, log=lambda line: None)
@@ -128,9 +264,9 @@ def http_cost(corpus: Path, passages: int, work: Path, seconds: float) -> dict[s
             },
         }
     ratios = {
-        f"{c}_clients_{k}_hybrid_over_bm25": round(
-            found["hybrid"][f"{c}_clients"][k] / found["bm25"][f"{c}_clients"][k], 2
-        )  # type: ignore[index]
+        f"{c}_clients_{k}_{name}_over_bm25": round(found[name][f"{c}_clients"][k] / found["bm25"][f"{c}_clients"][k], 2)  # type: ignore[index]
+        for name, with_encoder, _ in HTTP_RUNS
+        if with_encoder
         for c in ("1", "32")
         for k in ("p50_ms", "throughput_qps")
     }

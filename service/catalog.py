@@ -18,6 +18,7 @@ from collections.abc import Callable
 from service.collection import Collection
 from service.errors import NotFound
 from service.metrics import Metrics
+from service.query_vectors import QueryCacheCollector, QueryVectorCache
 from service.settings import Settings
 from service.threads import freeze_loaded_objects, thaw_loaded_objects
 
@@ -27,7 +28,14 @@ log = logging.getLogger(__name__)
 class Catalog:
     def __init__(self, settings: Settings, metrics: Metrics) -> None:
         specs = settings.collection_specs()
-        self.collections = {name: Collection(name, spec, settings, metrics) for name, spec in specs.items()}
+        # One cache of query vectors for the process's collections, keyed by encoder (service.query_vectors).
+        self.query_cache = QueryVectorCache(settings.query_cache_size) if settings.query_cache_size else None
+        if self.query_cache is not None:
+            metrics.registry.register(QueryCacheCollector(self.query_cache))
+        cache = self.query_cache
+        self.collections = {
+            name: Collection(name, spec, settings, metrics, query_cache=cache) for name, spec in specs.items()
+        }
         self.default = next(iter(self.collections))
         self._loader: threading.Thread | None = None
         self._after_load: list[Callable[[Collection], None]] = []

@@ -68,6 +68,13 @@ def serve(
     log_level: Annotated[
         str | None, typer.Option(help="critical, error, warning, info, debug (env SSI_LOG_LEVEL)")
     ] = None,
+    encoder_precision: Annotated[
+        str | None,
+        typer.Option(
+            help="A hybrid bundle's sentence encoder graph: fp32 or int8 (default: the one the bundle records) "
+            "(env SSI_ENCODER_PRECISION)"
+        ),
+    ] = None,
 ) -> None:
     """Serve search over a bundle: exact SSI ranking, live document updates, cached FAISS index.
 
@@ -88,6 +95,7 @@ def serve(
             "workers": workers,
             "insecure_writes": insecure_writes,
             "log_level": log_level,
+            "encoder_precision": encoder_precision,
         }
     ).sized_for_this_machine()
     from service.server import preflight, run

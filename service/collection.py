@@ -56,6 +56,7 @@ from service.group_reload import GroupBundle
 from service.instance_lock import FileLock, FolderLock
 from service.metrics import Metrics
 from service.model_state import ModelState, QueryResult, Where
+from service.query_vectors import QueryVectorCache
 from service.settings import CollectionSpec, CollectionType, Settings
 from service.snapshot import disk_bytes, prune_cache, seq_of, snapshots, write_snapshot
 from service.state_builder import compacted, needs_compaction, open_state
@@ -98,8 +99,17 @@ def _load_bundle(path: Path) -> Bundle:
 
 
 class Collection:
-    def __init__(self, name: str, spec: CollectionSpec, settings: Settings, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        name: str,
+        spec: CollectionSpec,
+        settings: Settings,
+        metrics: Metrics,
+        *,
+        query_cache: QueryVectorCache | None = None,
+    ) -> None:
         self.name = name
+        self.query_cache = query_cache  # the process's query vectors (service.query_vectors), None: off
         self.spec = spec
         self.settings = settings
         self.metrics = metrics
@@ -156,7 +166,7 @@ class Collection:
                 adopt_book(self.store)
             state = open_state(
                 collection=self.name, bundle=bundle, store=self.store, settings=self.settings,
-                start_up_threads=usable_cores().usable,
+                start_up_threads=usable_cores().usable, query_cache=self.query_cache,
             )  # fmt: skip
             self.state = state
             self._record_load(state)
@@ -239,7 +249,10 @@ class Collection:
         write's apply, or when the write log moved past this worker's state)."""
         assert self.store is not None
         with self._upkeep():
-            fresh = open_state(collection=self.name, bundle=bundle, store=self.store, settings=self.settings)
+            fresh = open_state(
+                collection=self.name, bundle=bundle, store=self.store, settings=self.settings,
+                query_cache=self.query_cache,
+            )  # fmt: skip
             with self._writer:
                 with self.store.view() as view:
                     replay(fresh, view)
@@ -645,7 +658,10 @@ class Collection:
 
     def _built(self, store: DocumentStore, path: Path) -> ModelState:
         """The state of the bundle at `path` over this collection's store, built while the current one serves."""
-        return open_state(collection=self.name, bundle=_load_bundle(path), store=store, settings=self.settings)
+        return open_state(
+            collection=self.name, bundle=_load_bundle(path), store=store, settings=self.settings,
+            query_cache=self.query_cache,
+        )  # fmt: skip
 
     def _serve(self, store: DocumentStore, state: ModelState, path: Path) -> ModelState:
         """Bring `state` up to the store and swap it in (callers hold the upkeep locks, so the log is whole)."""

@@ -23,12 +23,13 @@ import scipy.sparse as sp
 
 from service.bulk_featurize import BulkFeaturizer, TextWords, words_of_tokens
 from service.encoder import QueryEncoder
-from service.sentence_cache import SentenceCache
+from service.query_vectors import QueryVectorCache
+from service.sentence_cache import SentenceCache, encoder_key
 from ssi.bundle import Bundle, BundleError
 from ssi.hybrid import join_documents, join_queries
 from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, at_avg_len
 from ssi.records import Document
-from ssi.sentence import SentenceEncoder, SentenceError
+from ssi.sentence import Precision, SentenceEncoder, SentenceError
 from ssi.tokenize import tokenize
 from ssi.vocab import TermCounts
 
@@ -70,8 +71,17 @@ class Embedder:
     """The bundle's text pipeline, query encoder and document embedding, in one place."""
 
     def __init__(
-        self, bundle: Bundle, threads: int, *, open_vocab: bool = False, statistics: Statistics = "bundle"
+        self,
+        bundle: Bundle,
+        threads: int,
+        *,
+        open_vocab: bool = False,
+        statistics: Statistics = "bundle",
+        precision: Precision | None = None,
+        query_cache: QueryVectorCache | None = None,
     ) -> None:
+        """`precision`: the sentence encoder's graph (SSI_ENCODER_PRECISION; None: the bundle's). `query_cache`: where
+        e(q) of repeated queries is kept (service.query_vectors; None: every query encoded)."""
         if not bundle.form.served_exactly:
             raise BundleError(
                 f"{bundle.path}: form '{bundle.form.name}' cannot be ranked from an inner-product index "
@@ -85,11 +95,14 @@ class Embedder:
         self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, form_dims, threads)
         # A hybrid bundle's e (ssi.sentence); None: the form's parts alone.
         self.sentence: SentenceEncoder | None = None
+        self.query_cache = query_cache
+        self.sentence_key = ""  # the encoder's key (service.sentence_cache.encoder_key), for a hybrid bundle
         if bundle.sentence is not None:
             try:
-                self.sentence = SentenceEncoder(bundle.sentence_path, threads)
+                self.sentence = SentenceEncoder(bundle.sentence_path, threads, precision)
             except SentenceError as exc:
                 raise BundleError(str(exc)) from None
+            self.sentence_key = encoder_key(bundle, self.sentence.precision)
         # Documents' e(d) kept across bundles with this encoder (service.sentence_cache), set by the state builder;
         # None: every document's text is encoded (a bundle without an encoder, or an embedder without a collection).
         self.sentence_cache: SentenceCache | None = None
@@ -201,7 +214,10 @@ class Embedder:
         embedded = self.encoder.encode(tfidf)
         if self.sentence is None:
             return embedded
-        return join_queries(embedded, self.sentence.encode(self._texts_of(texts, tfidf.shape[0])))
+        texts = self._texts_of(texts, tfidf.shape[0])
+        if self.query_cache is not None:
+            return join_queries(embedded, self.query_cache.vectors(self.sentence_key, self.sentence, texts))
+        return join_queries(embedded, self.sentence.encode(texts))
 
     def embed_documents(
         self,
@@ -235,7 +251,9 @@ class Embedder:
             raise RuntimeError("a bundle without a sentence encoder has no e(d)")
         if threads <= self.threads:
             return self.sentence.encode
-        load = functools.cache(functools.partial(SentenceEncoder, self.bundle.sentence_path, threads))
+        load = functools.cache(
+            functools.partial(SentenceEncoder, self.bundle.sentence_path, threads, self.sentence.precision)
+        )
         return lambda texts: load().encode(texts)
 
     def document_sentences(self, texts: Sequence[str]) -> np.ndarray:

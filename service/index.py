@@ -90,10 +90,15 @@ class IndexConfig:
     # Whose statistics weigh the stored lexical rows (SSI_OPEN_VOCAB_STATISTICS with SSI_OPEN_VOCAB on): the
     # collection's avg_len changes every row, so its snapshots are kept apart from the bundle's.
     lexical_statistics: Literal["bundle", "collection"] = "bundle"
+    # The sentence encoder's graph a server asked for (SSI_ENCODER_PRECISION), None: the bundle's own (which its content
+    # hash names already). Asked, it changes a hybrid bundle's e(d), so its snapshots are kept apart.
+    sentence_precision: str | None = None
 
     def tag(self) -> str:
         """The part of the cache key that changes what is built (search-time knobs are left out)."""
         statistics = "" if self.lexical_statistics == "bundle" else f"-stats{self.lexical_statistics}"
+        if self.sentence_precision is not None:
+            statistics += f"-sentence{self.sentence_precision}"
         if self.index_type == "hnsw":
             metric = "-ip" if self.hnsw_metric == "ip" else ""  # the reduction keeps the key it had
             return f"hnsw-m{self.hnsw_m}-efc{self.hnsw_ef_construction}{metric}{statistics}"

@@ -49,7 +49,7 @@ import numpy as np
 
 from service.snapshot import SENTENCE_CACHE_DIR, fsync_dir, fsync_file
 from ssi.bundle import Bundle
-from ssi.sentence import MODEL_FILE, SENTENCE_DIR, TOKENIZER_FILE
+from ssi.sentence import SENTENCE_DIR, TOKENIZER_FILE, Precision, model_file
 
 log = logging.getLogger(__name__)
 
@@ -72,15 +72,17 @@ class CacheFileError(ValueError):
     """A segment that cannot be used: which check failed."""
 
 
-def encoder_key(bundle: Bundle) -> str:
-    """sha256 hex naming the function e of a hybrid bundle's encoder, λ left out (see the module's docstring)."""
+def encoder_key(bundle: Bundle, precision: Precision | None = None) -> str:
+    """sha256 hex naming the function e of a hybrid bundle's encoder run at `precision` (its fp32 or int8 graph; None:
+    the one the bundle serves), λ left out (see the module's docstring)."""
     spec = bundle.sentence
     if spec is None:
         raise ValueError(f"{bundle.path}: not a hybrid bundle (no sentence encoder)")
+    precision = precision or spec.precision
     files = bundle.manifest.files
     identity = {
         "format": FORMAT_VERSION,
-        "graph": files[f"{SENTENCE_DIR}/{MODEL_FILE}"],
+        "graph": files[f"{SENTENCE_DIR}/{model_file(precision)}"],
         "tokenizer": files[f"{SENTENCE_DIR}/{TOKENIZER_FILE}"],
         "spec": spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"}),
         "runtime": {name: _version(name) for name in ("onnxruntime", "tokenizers")},
@@ -245,11 +247,14 @@ class SentenceCache:
         self._lock = threading.Lock()
 
     @classmethod
-    def of(cls, collection_dir: Path, bundle: Bundle, encode: Encode) -> SentenceCache | None:
-        """The cache of `bundle`'s encoder over the collection's index folder; None for a bundle without one."""
+    def of(
+        cls, collection_dir: Path, bundle: Bundle, encode: Encode, precision: Precision | None = None
+    ) -> SentenceCache | None:
+        """The cache of `bundle`'s encoder (its graph of `precision`) over the collection's index folder; None for a
+        bundle without one."""
         if bundle.sentence is None:
             return None
-        return cls(collection_dir, encoder_key(bundle), bundle.sentence.dims, encode)
+        return cls(collection_dir, encoder_key(bundle, precision), bundle.sentence.dims, encode)
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [texts, E]: e of each text; those the cache lacks are encoded and kept (a write's documents)."""

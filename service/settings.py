@@ -192,6 +192,12 @@ class Settings(BaseSettings):
     # scan as before (numba's pass, BLAS's product).
     int8_gemm: bool = True
 
+    # A hybrid bundle's sentence encoder (ssi.sentence): which of its graphs serves, fp32 or int8 (None: the one the
+    # bundle records, `ssi train --encoder-precision`); int8 asked of a bundle without an int8 graph serves fp32, and
+    # says so in the log. And how many query vectors each process keeps (service.query_vectors; 0: none).
+    encoder_precision: Literal["fp32", "int8"] | None = None
+    query_cache_size: int = Field(default=10_000, ge=0, le=10_000_000)
+
     # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.
     threads: int = Field(default_factory=default_threads, ge=1, le=256)
     # Server processes on one socket and one data folder (service.workers): each holds its own index and

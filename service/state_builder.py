@@ -31,6 +31,7 @@ from service.lexical import LexicalIndex
 from service.model_state import LoadReport, ModelState
 from service.progress import progress
 from service.quantized import Codes
+from service.query_vectors import QueryVectorCache
 from service.rows import RowTable
 from service.sentence_cache import SentenceBuild, SentenceCache
 from service.settings import Settings
@@ -58,22 +59,33 @@ def index_config(settings: Settings) -> IndexConfig:
         threads=settings.threads,
         int8_gemm=settings.int8_gemm,
         lexical_statistics=settings.open_vocab_statistics if settings.open_vocab else "bundle",
+        sentence_precision=settings.encoder_precision,
     )
 
 
 def open_state(
-    *, collection: str, bundle: Bundle, store: DocumentStore, settings: Settings, start_up_threads: int | None = None
+    *,
+    collection: str,
+    bundle: Bundle,
+    store: DocumentStore,
+    settings: Settings,
+    start_up_threads: int | None = None,
+    query_cache: QueryVectorCache | None = None,
 ) -> ModelState:
     """The state for `bundle` over `store`'s documents at their latest write, from cache when possible.
 
     `start_up_threads`: a collection's first load, which nobody is served from yet, encodes a hybrid bundle's documents
-    with that many threads (`Embedder.start_up_encoder`); a reload's build leaves the cores to the serving workers."""
+    with that many threads (`Embedder.start_up_encoder`); a reload's build leaves the cores to the serving workers.
+    `query_cache`: the process's cache of query vectors (service.query_vectors), None: off."""
     started = time.perf_counter()
     embedder = Embedder(
-        bundle, settings.threads, open_vocab=settings.open_vocab, statistics=settings.open_vocab_statistics
-    )
+        bundle, settings.threads, open_vocab=settings.open_vocab, statistics=settings.open_vocab_statistics,
+        precision=settings.encoder_precision, query_cache=query_cache,
+    )  # fmt: skip
     if embedder.sentence is not None:
-        embedder.sentence_cache = SentenceCache.of(settings.index_dir / collection, bundle, embedder.sentence.encode)
+        embedder.sentence_cache = SentenceCache.of(
+            settings.index_dir / collection, bundle, embedder.sentence.encode, embedder.sentence.precision
+        )
     config = index_config(settings)
     folder = cache_folder(settings.index_dir, collection, bundle.content_hash, store.uuid, config.tag())
     common = dict(bundle=bundle, embedder=embedder, config=config, store_uuid=store.uuid, folder=folder)
@@ -99,8 +111,9 @@ def open_state(
     if kept is not None:
         state.report.encoded, state.report.sentence_cached = kept.counts.encoded, kept.counts.cached
         log.info(
-            "[%s] sentence vectors: %d documents encoded, %d from the sentence cache %s",
+            "[%s] sentence vectors (the encoder's %s graph): %d documents encoded, %d from the sentence cache %s",
             collection,
+            embedder.sentence.precision if embedder.sentence is not None else "-",
             kept.counts.encoded,
             kept.counts.cached,
             kept.folder,

@@ -42,8 +42,7 @@ from ssi.feature_hashing import FILES as HASHING_FILES
 from ssi.feature_hashing import HashingError, read_hashing, write_hashing
 from ssi.forms import DocumentKeys, Form, FormError, form_class
 from ssi.idf_table import read_idf_table, write_idf_table
-from ssi.sentence import FILES as SENTENCE_FILES
-from ssi.sentence import SENTENCE_DIR, SentenceError, SentenceSpec, read_spec
+from ssi.sentence import SENTENCE_DIR, SentenceError, SentenceSpec, files_of, read_spec
 from ssi.stemming import STEMMERS, stemmer_of
 from ssi.tokenize import TOKENIZER_VERSION
 from ssi.vocab import TF_SCHEME, Vocabulary
@@ -94,7 +93,7 @@ class Manifest(BaseModel):
         encoder = [ENCODER_FILE] if self.index_dims else []
         keys = [DOCUMENTS] if self.documents is not None else []
         keys += list(HASHING_FILES) if self.hashing is not None else []
-        keys += sentence_files() if self.sentence is not None else []
+        keys += sentence_files(self.sentence.get("int8") is not None) if self.sentence is not None else []
         return [VOCAB, *encoder, *keys, *(array_file(name) for name in self.arrays)]
 
     @property
@@ -107,8 +106,9 @@ class Manifest(BaseModel):
         return self.model_dump_json(indent=2, exclude={"sentence"} if self.sentence is None else None)
 
 
-def sentence_files() -> list[str]:
-    return [f"{SENTENCE_DIR}/{name}" for name in SENTENCE_FILES]
+def sentence_files(int8: bool) -> list[str]:
+    """The sentence folder's files as the manifest lists them (the int8 graph only where the spec records one)."""
+    return [f"{SENTENCE_DIR}/{name}" for name in files_of(int8)]
 
 
 @dataclass
@@ -244,7 +244,7 @@ def write_bundle(
         arrays = {name: list(array.shape) for name, array in form.values.items()}
         encoder = [ENCODER_FILE] if encoder_onnx is not None else []
         names = [VOCAB, *encoder, *([DOCUMENTS] if keys is not None else []), *hashing]
-        names += sentence_files() if spec is not None else []
+        names += sentence_files(spec.int8 is not None) if spec is not None else []
         names += [array_file(name) for name in arrays]
         files = {name: sha256_file(tmp / name) for name in names}
         lexical = vocab.bm25.manifest_entry() if vocab.bm25 is not None else None
@@ -293,7 +293,7 @@ def _copy_sentence(folder: Path, into: Path, form: Form) -> SentenceSpec:
     except SentenceError as exc:
         raise ValueError(str(exc)) from None
     (into / SENTENCE_DIR).mkdir()
-    for name in SENTENCE_FILES:
+    for name in files_of(spec.int8 is not None):
         shutil.copyfile(folder / name, into / SENTENCE_DIR / name)
     return spec
 
@@ -431,7 +431,8 @@ def _read_sentence(path: Path, manifest: Manifest) -> SentenceSpec | None:
         spec = read_spec(path / SENTENCE_DIR)
     except SentenceError as exc:
         raise BundleError(str(exc)) from None
-    if spec.model_dump() != manifest.sentence:
+    # Compared as specs, not dicts: a manifest written before a field existed lacks its key, and means its default.
+    if spec != SentenceSpec.model_validate(manifest.sentence):
         raise BundleError(f"{path / MANIFEST}: its `sentence` differs from {SENTENCE_DIR}/ (edited?)")
     return spec
 

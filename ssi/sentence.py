@@ -5,11 +5,17 @@ running e needs and nothing from PyTorch:
 
     model.onnx      the transformer: input_ids, attention_mask (and token_type_ids where the model has
                     them) → the last hidden state [batch, tokens, E]
+    model.int8.onnx the same graph with int8 weights (onnxruntime's dynamic quantization, per channel), where
+                    `ssi train` wrote one and it passed its check against model.onnx (spec `int8`); bundles
+                    written before it existed have none and serve fp32
     tokenizer.json  the model's tokenizer, run by the `tokenizers` library
     sentence.json   `SentenceSpec`: pooling and normalisation as the model's own configuration says
                     (sentence-transformers' 1_Pooling/config.json and modules.json), the maximum length
                     in tokens, E, the weight λ, and where the weights came from (sha256 of each source
                     file, license)
+
+Which graph serves (`precision`): the spec's, unless the server asks (SSI_ENCODER_PRECISION); int8 asked of a
+folder without the int8 graph serves fp32 and logs why.
 
 Pooling runs here, in numpy, over the graph's token states, so a graph exported by `ssi train`
 (training.sentence_export) and one a user brings (a model folder's onnx/model.onnx) run alike.
@@ -19,6 +25,8 @@ imports it.
 
 from __future__ import annotations
 
+import functools
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -28,15 +36,33 @@ from pydantic import BaseModel, Field
 
 from ssi.forms.base import unit_length
 
+log = logging.getLogger(__name__)
+
 SENTENCE_DIR = "sentence"
 MODEL_FILE = "model.onnx"
+INT8_MODEL_FILE = "model.int8.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 SPEC_FILE = "sentence.json"
 FILES = (MODEL_FILE, TOKENIZER_FILE, SPEC_FILE)
 
 Pooling = Literal["mean", "cls", "max"]
+Precision = Literal["fp32", "int8"]
+PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
+# CPU flags (/proc/cpuinfo) of the instructions onnxruntime's int8 matrix products are fast with: without any, int8
+# may run no faster than fp32.
+INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp")
 # Texts per onnxruntime call: sorted by length first, so a batch pads to texts of about its own length.
 BATCH = 32
+
+
+class Int8Check(BaseModel):
+    """How the int8 graph was made and how far its vectors are from the fp32 graph's (training.sentence_export)."""
+
+    method: str  # what quantized it (onnxruntime's function, per channel, the weights' type)
+    texts: int = Field(ge=1)  # texts compared
+    min_cosine: float  # the least cosine of a text's int8 vector to its fp32 one
+    mean_cosine: float
+    bound: float  # the least cosine a text was allowed (training.sentence_export.MIN_INT8_COSINE)
 
 
 class SentenceSpec(BaseModel):
@@ -52,9 +78,36 @@ class SentenceSpec(BaseModel):
     license: str | None = None
     source: dict[str, str] = Field(default_factory=dict)  # source file -> sha256 (weights, tokenizer, config)
     inputs: list[str]  # the graph's inputs, in the order fed
+    # Which graph serves unless the server asks for another (`ssi train --encoder-precision`); fp32 in every bundle
+    # written before there was a choice.
+    precision: Precision = "fp32"
+    int8: Int8Check | None = None  # the int8 graph's check, where the folder holds one (INT8_MODEL_FILE)
 
     def with_weight(self, weight: float, rule: str) -> SentenceSpec:
         return self.model_copy(update={"weight": float(weight), "weight_rule": rule})
+
+
+def files_of(int8: bool) -> tuple[str, ...]:
+    """The folder's files: FILES, and the int8 graph where the spec records one (`int8`)."""
+    return (*FILES, INT8_MODEL_FILE) if int8 else FILES
+
+
+def model_file(precision: Precision) -> str:
+    return INT8_MODEL_FILE if precision == "int8" else MODEL_FILE
+
+
+@functools.cache
+def int8_instructions() -> str | None:
+    """The first of INT8_FLAGS this CPU has (/proc/cpuinfo), None where it has none or the file is not there."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    flags = set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            flags.update(line.partition(":")[2].split())
+    return next((flag for flag in INT8_FLAGS if flag in flags), None)
 
 
 class SentenceError(ValueError):
@@ -73,6 +126,29 @@ def write_spec(folder: Path, spec: SentenceSpec) -> None:
     (folder / SPEC_FILE).write_text(spec.model_dump_json(indent=2), encoding="utf-8")
 
 
+def served_precision(folder: Path, spec: SentenceSpec, asked: Precision | None) -> Precision:
+    """The precision that serves: `asked`, else the spec's; int8 only where the folder has its checked graph (else fp32,
+    logged). Int8 on a CPU without INT8_FLAGS is served as asked, with a warning that it may not be faster."""
+    wanted = asked or spec.precision
+    if wanted == "fp32":
+        return "fp32"
+    if spec.int8 is None or not (folder / INT8_MODEL_FILE).is_file():
+        log.warning(
+            "%s: int8 asked, but this encoder has no int8 graph (a bundle written before `ssi train` made one, or its "
+            "check failed): serving fp32",
+            folder,
+        )
+        return "fp32"
+    if int8_instructions() is None:
+        log.warning(
+            "%s: serving the int8 encoder on a CPU without %s: int8 may be no faster than fp32 here "
+            "(SSI_ENCODER_PRECISION=fp32 serves the fp32 graph)",
+            folder,
+            "/".join(INT8_FLAGS),
+        )
+    return "int8"
+
+
 def pool(states: np.ndarray, mask: np.ndarray, how: Pooling) -> np.ndarray:
     """float32 [batch, E] from token states [batch, tokens, E] and the attention mask [batch, tokens]."""
     if how == "cls":
@@ -85,9 +161,15 @@ def pool(states: np.ndarray, mask: np.ndarray, how: Pooling) -> np.ndarray:
 
 
 class SentenceEncoder:
-    """e(text): the folder's graph and tokenizer; float32 rows of length E, unit length when the spec says so."""
+    """e(text): the folder's graph and tokenizer; float32 rows of length E, unit length when the spec says so.
 
-    def __init__(self, folder: Path | str, threads: int = 1) -> None:
+    `precision`: the graph to run (None: the spec's); int8 asked of a folder without an int8 graph runs fp32, with a
+    warning, and so does `self.precision` say. `graph`: a graph file run in place of the folder's, for checking one
+    before the spec records it (training.sentence_export.quantize_encoder)."""
+
+    def __init__(
+        self, folder: Path | str, threads: int = 1, precision: Precision | None = None, *, graph: Path | None = None
+    ) -> None:
         folder = Path(folder)
         try:
             import onnxruntime as ort
@@ -98,6 +180,7 @@ class SentenceEncoder:
             ) from None
         self.folder = folder
         self.spec = read_spec(folder)
+        self.precision = served_precision(folder, self.spec, precision)
         try:
             self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
         except Exception as exc:  # tokenizers raises its own exception type
@@ -112,16 +195,22 @@ class SentenceEncoder:
         # that built the index, benchmarks/hybrid_cost.py), where a query needs a few MB.
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3
+        graph = graph or folder / model_file(self.precision)
         try:
-            self.session = ort.InferenceSession(str(folder / MODEL_FILE), options, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # onnxruntime's own errors for a corrupt graph
-            raise SentenceError(f"{folder / MODEL_FILE}: onnxruntime cannot load it ({exc})") from None
+            raise SentenceError(f"{graph}: onnxruntime cannot load it ({exc})") from None
         names = [i.name for i in self.session.get_inputs()]
         if sorted(names) != sorted(self.spec.inputs):
-            raise SentenceError(f"{folder / MODEL_FILE}: inputs {names}, the spec says {self.spec.inputs}")
+            raise SentenceError(f"{graph}: inputs {names}, the spec says {self.spec.inputs}")
         (output,) = self.session.get_outputs()[:1]
         self.output = output.name
         self.dims = self.spec.dims
+
+    @property
+    def graph_file(self) -> str:
+        """The file name of the graph this encoder runs (MODEL_FILE or INT8_MODEL_FILE)."""
+        return model_file(self.precision)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's token ids, cut to the maximum length ([CLS] … [SEP] kept)."""
@@ -129,11 +218,13 @@ class SentenceEncoder:
 
     def encode(self, texts: Sequence[str], batch: int = BATCH) -> np.ndarray:
         """float32 [len(texts), E], in the texts' order."""
-        texts = list(texts)
-        out = np.zeros((len(texts), self.dims), dtype=np.float32)
-        if not texts:
+        return self.encode_ids(self.token_ids(texts), batch)
+
+    def encode_ids(self, ids: Sequence[list[int]], batch: int = BATCH) -> np.ndarray:
+        """float32 [len(ids), E] of texts already tokenized (`token_ids`), in their order."""
+        out = np.zeros((len(ids), self.dims), dtype=np.float32)
+        if not ids:
             return out
-        ids = self.token_ids(texts)
         order = np.argsort([len(row) for row in ids], kind="stable")
         for start in range(0, len(order), batch):
             chosen = order[start : start + batch]

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ssi.bundle import is_bundle
-from ssi.sentence import SentenceEncoder, write_spec
+from ssi.sentence import Precision, SentenceEncoder, write_spec
 from training.data import TrainingData
 from training.sentence_export import encoder_of_bundle, prepare_encoder
 from training.sentence_vectors import encode_corpus
@@ -38,15 +38,18 @@ LEARNED_RULE = "learned with U and V by the margin ranking loss (the validation-
 class PreparedEncoder:
     """A model folder made ready for a bundle (training.sentence_export) in a scratch folder, and its encoder."""
 
-    def __init__(self, folder: Path, threads: int) -> None:
+    def __init__(self, folder: Path, threads: int, precision: Precision | None = None) -> None:
+        """`precision`: the graph the bundle serves and training encodes with (None: int8 where its graph passed its
+        check, else fp32; or a bundle's own)."""
         self._scratch = Path(tempfile.mkdtemp(prefix="ssi-sentence-"))
         self.source = folder
         self.threads = threads
+        self.precision = precision
         self.folder = self._scratch / "sentence"
         self.spec = (  # a hybrid bundle's encoder as it is (no weights to fine-tune), or a model folder's, exported
-            encoder_of_bundle(folder, self.folder)
+            encoder_of_bundle(folder, self.folder, precision)
             if is_bundle(folder)
-            else prepare_encoder(folder, self.folder, threads=threads)
+            else prepare_encoder(folder, self.folder, threads=threads, precision=precision)
         )
         self.encoder = SentenceEncoder(self.folder, threads)
 
@@ -63,7 +66,7 @@ class PreparedEncoder:
         )  # fmt: skip
         name = f"{self.spec.name}, fine-tuned on {len(pairs)} pairs × {epochs} epochs"
         shutil.rmtree(self.folder)
-        self.spec = prepare_encoder(tuned, self.folder, threads=self.threads, name=name)
+        self.spec = prepare_encoder(tuned, self.folder, threads=self.threads, name=name, precision=self.precision)
         self.encoder = SentenceEncoder(self.folder, self.threads)
 
     def weighted(self, weight: float, rule: str) -> Path:

@@ -246,7 +246,7 @@ def run_training(
     init = load_bundle(settings.init_from) if settings.init_from is not None else None
     settings = resolve_recipe(resolve_lexical(settings, init))
     if settings.encoder is not None:
-        with PreparedEncoder(settings.encoder, settings.threads) as prepared:
+        with PreparedEncoder(settings.encoder, settings.threads, settings.encoder_precision) as prepared:
             if not has_pairs(settings):
                 from training.day_one import train_day_one
 

@@ -38,6 +38,8 @@ def _key(encoder: SentenceEncoder, texts: Sequence[str]) -> str:
     for name, sha in named:
         digest.update(f"{name}:{sha}|".encode())
     digest.update(f"{spec.pooling}|{spec.normalize}|{spec.max_length}|{spec.dims}|{len(texts)}".encode())
+    if encoder.precision != "fp32":  # fp32 keeps the key it had before int8 graphs
+        digest.update(f"|{encoder.precision}".encode())
     for text in texts:
         digest.update(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
     return digest.hexdigest()

@@ -53,6 +53,10 @@ class TrainSettings(BaseSettings):
     # its own training on the pairs first (training.encoder_finetune; 0: the encoder as it is).
     encoder: Path | None = None
     finetune_encoder: int = Field(0, ge=0)
+    # Which of its graphs the bundle serves (ssi.sentence): fp32, or int8 (checked against it at export); a server can
+    # ask for the other (SSI_ENCODER_PRECISION). None: int8 where its graph passed its check against fp32 (else fp32),
+    # or an --encoder bundle's own choice.
+    encoder_precision: Literal["fp32", "int8"] | None = None
     workers: int = Field(2, ge=1)
 
     # Model
@@ -190,6 +194,8 @@ class TrainSettings(BaseSettings):
             self._check_encoder()
         elif self.finetune_encoder:
             raise ValueError("--finetune-encoder trains the --encoder: give it")
+        elif self.encoder_precision is not None:
+            raise ValueError("--encoder-precision chooses the --encoder's graph: give it")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
             # A default, not the user's: the click recipe replaces it with a number of epochs

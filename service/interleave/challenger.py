@@ -33,7 +33,10 @@ def build_state(collection: Collection, bundle: Path, content_hash: str | None =
     loaded = load_bundle(bundle, mmap=False)
     if content_hash is not None and loaded.content_hash != content_hash:
         raise ValueError(f"the bundle at {bundle} changed since the comparison started (another content hash)")
-    return open_state(collection=collection.name, bundle=loaded, store=store, settings=collection.settings)
+    return open_state(
+        collection=collection.name, bundle=loaded, store=store, settings=collection.settings,
+        query_cache=collection.query_cache,
+    )  # fmt: skip
 
 
 class Challenger:

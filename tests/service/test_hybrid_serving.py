@@ -7,24 +7,35 @@ exported and checked by the trainer's own code (training.sentence_export), run b
 
 from __future__ import annotations
 
+import json
+import logging
+import shutil
 from dataclasses import replace
 from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
 import pytest
+from prometheus_client import CollectorRegistry, generate_latest
 from service_testing import (
     Oracle,
     ThreadServer,
     assert_same_ranking,
     hybrid_world,
+    make_bundle,
     probe_queries,
     write_adverts,
     write_corpus,
 )
 
+from service.catalog import Catalog
 from service.embedding import Embedder
+from service.metrics import Metrics
+from service.query_vectors import DEFAULT_SIZE, QueryCacheCollector, QueryVectorCache
+from service.settings import Settings
+from service.state_builder import index_config
 from ssi.bundle import load_bundle
+from ssi.sentence import INT8_MODEL_FILE, SPEC_FILE, SentenceEncoder, read_spec
 
 K = 10
 POOL = 16
@@ -83,6 +94,11 @@ def test_a_written_document_is_encoded_on_write_and_a_restart_reuses_the_index(w
         hits = server.client.post("/search", json={"query": "piano music", "k": 100}).json()["hits"]
         found = {hit["id"]: hit for hit in hits}
         assert "new-music" in found and found["new-music"]["sentence"] is not None
+        # Asked again (spelt otherwise, the same to the tokenizer): e(q) from the query cache, the same answer.
+        again = server.client.post("/search", json={"query": " Piano  MUSIC", "k": 100}).json()["hits"]
+        assert again == hits
+        metrics = server.client.get("/metrics").text
+        assert "ssi_query_cache_hits_total 1.0" in metrics and "ssi_query_cache_misses_total 1.0" in metrics
     from ssi.records import Document
 
     oracle = Oracle(world["bundle"], [*world["docs"], Document(id="new-music", **new)])
@@ -134,3 +150,74 @@ def test_the_start_up_encoder_gives_the_serving_encoders_vectors(world: dict) ->
     assert embedder.start_up_encoder(1) == embedder.sentence.encode  # no second encoder where it adds no thread
     with pytest.raises(RuntimeError, match="no e\\(d\\)"):
         Embedder(load_bundle(world["plain"]), 1).start_up_encoder(2)
+
+
+def _old_bundle(world: dict, folder: Path) -> Path:
+    """The world's hybrid bundle as one written before int8 graphs: no int8 graph, no `precision` or `int8` keys in its
+    sentence.json or its manifest."""
+    sentence = shutil.copytree(
+        load_bundle(world["bundle"]).sentence_path, folder / "sentence", copy_function=shutil.copyfile
+    )
+    (sentence / INT8_MODEL_FILE).unlink()
+    (sentence / SPEC_FILE).write_text(read_spec(sentence).model_dump_json(indent=2, exclude={"precision", "int8"}))
+    old = make_bundle(folder / "bundle", world["docs"], n_dims=8, seed=2, lexical="bm25", sentence=sentence)
+    manifest = json.loads((old / "manifest.json").read_text(encoding="utf-8"))
+    for key in ("precision", "int8"):
+        del manifest["sentence"][key]
+    (old / "manifest.json").write_text(json.dumps(manifest, indent=2), encoding="utf-8")
+    return old
+
+
+def test_the_precision_asked_is_served_and_an_old_bundle_serves_fp32_and_says_so(
+    world: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """SSI_ENCODER_PRECISION picks the graph (default: the bundle's, int8 as the export chose), and keys the sentence
+    and query caches and the index snapshots apart; a bundle written before int8 graphs loads, and int8 asked of it
+    serves fp32 with a warning naming why."""
+    bundle = load_bundle(world["bundle"])
+    texts = [d.full_text for d in world["docs"][:8]]
+    default, fp32 = Embedder(bundle, 1), Embedder(bundle, 1, precision="fp32")
+    assert default.sentence is not None and fp32.sentence is not None
+    assert (default.sentence.precision, fp32.sentence.precision) == ("int8", "fp32")
+    by_fp32 = fp32.sentence.encode(texts)
+    np.testing.assert_array_equal(by_fp32, SentenceEncoder(bundle.sentence_path, 1, "fp32").encode(texts))
+    assert not np.array_equal(by_fp32, default.sentence.encode(texts))
+    assert fp32.sentence_key != default.sentence_key
+    settings = {"bundle": world["bundle"], "cache_dir": tmp_path / "cache"}
+    tags = {index_config(Settings(**settings, encoder_precision=p)).tag() for p in ("fp32", "int8")}
+    assert len(tags) == 2 and index_config(Settings(**settings)).tag() == "flat"
+    old = load_bundle(_old_bundle(world, tmp_path))
+    with caplog.at_level(logging.WARNING, logger="ssi.sentence"):
+        fallen = Embedder(old, 1, precision="int8")
+    assert fallen.sentence is not None and fallen.sentence.precision == "fp32"
+    assert "int8 asked, but this encoder has no int8 graph" in caplog.text and "serving fp32" in caplog.text
+    np.testing.assert_array_equal(fallen.sentence.encode(texts), by_fp32)
+
+
+def test_the_query_cache_gives_the_encoders_vectors_counts_and_keeps_its_bound(world: dict, tmp_path: Path) -> None:
+    """A hit is the very vector a miss encodes; texts the tokenizer reads alike share an entry, another encoder's key
+    does not; the least recently used entry goes first; /metrics reads its counts; SSI_QUERY_CACHE_SIZE=0: no cache."""
+    cache = QueryVectorCache(2)
+    embedder = Embedder(load_bundle(world["bundle"]), 1, query_cache=cache)
+    assert embedder.sentence is not None
+    key, encoder = embedder.sentence_key, embedder.sentence
+    texts = ["piano song", "the star", "bread oven"]
+    want = encoder.encode(texts)
+    np.testing.assert_array_equal(cache.vectors(key, encoder, texts), want)
+    assert (cache.counts.hits, cache.counts.misses, len(cache)) == (0, 3, 2)  # "piano song" went out first
+    np.testing.assert_array_equal(cache.vectors(key, encoder, ["bread oven", " The  STAR"]), want[[2, 1]])
+    assert (cache.counts.hits, cache.counts.misses) == (2, 3)
+    cache.vectors("another encoder", encoder, ["bread oven"])
+    rows = embedder.featurize_queries(["the star"])
+    np.testing.assert_array_equal(embedder.embed_queries(rows, ["the star"])[0, -encoder.dims :], want[1])
+    assert (cache.counts.hits, cache.counts.misses, cache.counts.entries) == (3, 4, 2)
+    assert 0 < cache.counts.bytes <= 2 * 1000
+    registry = CollectorRegistry()
+    registry.register(QueryCacheCollector(cache))
+    scraped = generate_latest(registry).decode()
+    assert "ssi_query_cache_hits_total 3.0" in scraped and "ssi_query_cache_entries 2.0" in scraped
+    settings = {"bundle": world["bundle"], "corpus": world["corpus"], "cache_dir": tmp_path / "cache"}
+    assert Catalog(Settings(**settings), Metrics()).query_cache.size == DEFAULT_SIZE  # type: ignore[union-attr]
+    metrics = Metrics()
+    assert Catalog(Settings(**settings, query_cache_size=0), metrics).query_cache is None
+    assert "ssi_query_cache" not in generate_latest(metrics.registry).decode()

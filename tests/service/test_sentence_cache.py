@@ -30,7 +30,8 @@ from service.sentence_cache import FANOUT, KEEP_ENCODERS, SentenceCache, encoder
 from service.snapshot import SENTENCE_CACHE_DIR
 from ssi.bundle import load_bundle
 from ssi.records import Document
-from ssi.sentence import MODEL_FILE, read_spec, write_spec
+from ssi.sentence import INT8_MODEL_FILE, MODEL_FILE, read_spec, write_spec
+from training.sentence_export import quantize_encoder
 
 K = 10
 POOL = 16
@@ -47,7 +48,7 @@ def _reweighed(encoder: Path, folder: Path, weight: float) -> Path:
 
 def _other_weights(encoder: Path, folder: Path) -> Path:
     """Another encoder e: the same files with every weight of the graph moved by noise of its own scale (another
-    graph file, so another sha256; other vectors), without a second export of a model."""
+    graph file, so another sha256; other vectors), and its int8 graph quantized again, without a second export."""
     import onnx
     from onnx import numpy_helper
 
@@ -62,6 +63,8 @@ def _other_weights(encoder: Path, folder: Path) -> Path:
             init.CopyFrom(numpy_helper.from_array(moved, init.name))
     graph_file.chmod(0o644)
     onnx.save(model, graph_file)
+    (folder / INT8_MODEL_FILE).chmod(0o644)
+    write_spec(folder, read_spec(folder).model_copy(update={"int8": quantize_encoder(folder)}))  # its int8 graph too
     return folder
 
 

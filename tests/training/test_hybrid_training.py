@@ -24,7 +24,14 @@ from tests.training.synonyms import SynonymCorpus, held_out_map, train
 from training.evaluate.form_scorer import FormScorer
 from training.hybrid import DAY_ONE_WEIGHT, LEARNED_RULE, SENTENCE_WEIGHT
 from training.pretrained import NAME, REVISION, UPSTREAM_SHA256, minilm_folder
-from training.sentence_export import MIN_COSINE, _reference_model, cosines, prepare_encoder, reference_vectors
+from training.sentence_export import (
+    MIN_COSINE,
+    MIN_INT8_COSINE,
+    _reference_model,
+    cosines,
+    prepare_encoder,
+    reference_vectors,
+)
 
 TEXTS = ["the star and the planet", "bread dough in the oven", "a song for piano and violin", "dna " * 30, "x"]
 
@@ -56,14 +63,14 @@ def test_the_exported_graph_gives_the_models_own_vectors(shared: ExportedEncoder
         folder = make_tiny_encoder(tmp_path / "model", pooling=pooling, normalize=pooling != "max")
         (folder / "onnx").mkdir()
         shutil.copyfile(shared.model / "onnx" / "model.onnx", folder / "onnx" / "model.onnx")
-        spec = prepare_encoder(folder, out)
+        spec = prepare_encoder(folder, out, int8=False)
     assert (spec.pooling, spec.normalize, spec.dims, spec.max_length) == (pooling, pooling != "max", 32, 48)
     taken = set() if pooling == "mean" else {"onnx/model.onnx"}
     assert (
         spec.license == "apache-2.0"
         and set(spec.source) == {"model.safetensors", "tokenizer.json", "config.json"} | taken
     )
-    encoder = SentenceEncoder(out)
+    encoder = SentenceEncoder(out, precision="fp32")  # the graph checked against the model (int8 serves by default)
     got = encoder.encode(TEXTS)
     want = reference_vectors(_reference_model(folder), encoder, TEXTS)
     assert cosines(got, want).min() >= MIN_COSINE
@@ -86,6 +93,20 @@ def test_a_graph_that_is_not_the_models_is_refused(shared: ExportedEncoder, tmp_
     shutil.copyfile(shared.model / "onnx" / "model.onnx", folder / "onnx" / "model.onnx")
     with pytest.raises(SentenceError, match="differ from the model's own"):
         prepare_encoder(folder, tmp_path / "out")
+
+
+def test_the_int8_graph_is_written_recorded_and_close_to_the_fp32_one(shared: ExportedEncoder) -> None:
+    """The export writes the int8 graph beside the fp32 one, records its check (least and mean cosine to fp32 over the
+    probe texts) and serves it by default; on other texts its vectors stay within the bound too."""
+    spec = read_spec(shared.sentence)
+    assert spec.precision == "int8" and spec.int8 is not None
+    assert (shared.sentence / "model.int8.onnx").stat().st_size < (shared.sentence / "model.onnx").stat().st_size
+    assert MIN_INT8_COSINE <= spec.int8.min_cosine <= spec.int8.mean_cosine <= 1.0 + 1e-6
+    assert spec.int8.bound == MIN_INT8_COSINE and "per channel" in spec.int8.method
+    fp32, int8 = SentenceEncoder(shared.sentence, precision="fp32"), SentenceEncoder(shared.sentence)
+    assert (fp32.precision, int8.precision) == ("fp32", "int8")
+    found = cosines(int8.encode(TEXTS), fp32.encode(TEXTS))
+    assert found.min() >= MIN_INT8_COSINE and found.min() < 1.0 - 1e-6  # close, and not the same graph
 
 
 def test_a_folder_that_is_no_model_gets_a_clear_cli_error(tmp_path: Path, synonyms: SynonymCorpus) -> None:
@@ -181,7 +202,8 @@ def test_all_minilm_from_its_package_is_the_upstream_model_and_exports_exactly(t
 
     folder = checked_minilm_folder()
     assert {name: sha256_file(folder / name) for name in UPSTREAM_SHA256} == UPSTREAM_SHA256 and len(REVISION) == 40
-    spec = prepare_encoder(folder, tmp_path / "out", name=NAME, threads=2)
+    # Its int8 graph is measured by benchmarks.hybrid_cost; quantizing it here would add about 5 s of CPU.
+    spec = prepare_encoder(folder, tmp_path / "out", name=NAME, threads=2, int8=False)
     assert (spec.dims, spec.pooling, spec.normalize, spec.max_length, spec.license) == (
         384,
         "mean",
@@ -189,7 +211,7 @@ def test_all_minilm_from_its_package_is_the_upstream_model_and_exports_exactly(t
         256,
         "apache-2.0",
     )
-    encoder = SentenceEncoder(tmp_path / "out", 2)
+    encoder = SentenceEncoder(tmp_path / "out", 2, "fp32")
     texts = ["Vitamin D and multiple sclerosis", "ocean tides follow the moon", "nuclear spin"]
     got = encoder.encode(texts)
     assert cosines(got, reference_vectors(_reference_model(folder), encoder, texts)).min() >= MIN_COSINE
