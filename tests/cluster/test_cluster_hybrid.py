@@ -102,7 +102,10 @@ def test_the_ray_data_task_encodes_as_the_in_process_build(hybrid: dict) -> None
             assert set(ids) == {block.ids[i] for i in np.flatnonzero(block.shards == shard)}
             at = np.array([block.ids.index(doc_id) for doc_id in ids])
             stored = state.index.vectors(np.arange(len(ids)))
-            assert np.allclose(stored, block.embeddings[at], atol=1e-5)
+            # The int8 encoder (the default where its graph passed its check) quantizes a batch's activations with
+            # one scale, so a document's e(d) moves with the batch it was encoded in (here ~3e-5): the build and the
+            # Ray task batch differently.
+            assert np.allclose(stored, block.embeddings[at], atol=2e-4)
     finally:
         router.close()
 
