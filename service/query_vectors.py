@@ -7,7 +7,8 @@ Keys. An entry is keyed by the encoder's key (service.sentence_cache.encoder_key
 fp32 or int8, its tokenizer, pooling and runtime versions) and the query's token ids, cut to the encoder's maximum
 length: the query text normalised exactly as the encoder reads it (its tokenizer's lower-casing, accents, spaces and
 truncation), so two texts share an entry only where the encoder could not tell them apart. A vector is the encoder's
-own float32 row, so a hit returns the very vector a miss would have computed.
+own float32 row as computed the first time (with the int8 graph a text's vector moves slightly with the batch it is
+encoded in, one activation scale a batch: ~1e-5, so a hit may differ from a fresh encoding by that much).
 
 Size. At most `size` entries per process (SSI_QUERY_CACHE_SIZE, 0: off), shared by its collections and bundles; an
 entry of a 384-dimension encoder and a 25-token query holds about 2.0 kB (`ENTRY_OVERHEAD` plus the vector's and the
