@@ -9,7 +9,7 @@ import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import APIRouter, Response
@@ -62,27 +62,22 @@ def _canonical(node: Any) -> str | None:
 @dataclass(frozen=True, slots=True)
 class FieldKey:
     """What single searches asking something of the fields (a filter, facets, fields, or a filtered read key) must
-    share to run as one batch: the same of each, filters as canonical JSON. A batch of them evaluates its filter
-    once (one matching set, count and facets for every query of it), and all of them run on the batcher's threads
-    instead of one thread each: under 32 clients, filtered searches on threads of their own took about a third of
-    the unfiltered ones' throughput (benchmarks.filtered_search)."""
+    share to run as one batch: the same of each, filters compared as canonical JSON. A batch of them evaluates its
+    filter once (one matching set, count and facets for every query of it), and all of them run on the batcher's
+    threads instead of a thread each. The first request's own body and key ride along, out of the comparison, for
+    the batch's search."""
 
     filter: str | None
     facets: tuple[str, ...]
     fields: tuple[str, ...]
     visible: str | None
+    body: FieldOptions = field(compare=False, hash=False)
+    key: Visibility = field(compare=False, hash=False)
 
     @classmethod
     def of(cls, body: FieldOptions, visible: Visibility) -> FieldKey:
-        return cls(_canonical(body.filter), tuple(body.facets), tuple(body.fields), _canonical(visible.filter))
-
-    def options(self) -> tuple[FieldOptions, Visibility]:
-        body = FieldOptions.model_construct(
-            filter=None if self.filter is None else json.loads(self.filter),
-            facets=list(self.facets),
-            fields=list(self.fields),
-        )
-        return body, Visibility(None if self.visible is None else json.loads(self.visible))
+        filter_json, key_json = _canonical(body.filter), _canonical(visible.filter)
+        return cls(filter_json, tuple(body.facets), tuple(body.fields), key_json, body, visible)
 
 
 def batcher_for(collection: Collection, settings: Settings, comparisons: Comparisons | None = None) -> QueryBatcher:
@@ -103,8 +98,9 @@ def batcher_for(collection: Collection, settings: Settings, comparisons: Compari
                     raise Unavailable("the collection was closed; retry")
                 k, offset, ef_search, nprobe, fields = key
                 if fields is not None:  # never interleaved: a candidate model is compared on unfiltered searches
-                    body, visible = fields.options()
-                    answers = search_with_fields(found, settings, body, queries, k, offset, ef_search, nprobe, visible)
+                    answers = search_with_fields(
+                        found, settings, fields.body, queries, k, offset, ef_search, nprobe, fields.key
+                    )
                     return [(answer, None) for answer in answers]
                 results = found.search(list(queries), k, offset, ef_search=ef_search, nprobe=nprobe)
                 interleaved: list[tuple[str, str] | None] = [None] * len(results)
