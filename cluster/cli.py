@@ -81,6 +81,13 @@ def index(
             "`ssi serve --schema` does; default: SSI_SCHEMA"
         ),
     ] = None,
+    encoder_precision: Annotated[
+        str | None,
+        typer.Option(
+            help="A hybrid bundle's sentence encoder graph every shard's vectors are encoded with: fp32 or int8 "
+            "(default: SSI_ENCODER_PRECISION, else the bundle's, as `ssi serve` on this machine serves it)"
+        ),
+    ] = None,
 ) -> None:
     """Build a sharded index: each document's vectors computed once (in parallel with --ray), written per shard."""
     from cluster.index_job import build_index
@@ -97,6 +104,8 @@ def index(
         raise fail(f"--type must be documents or adverts (got {collection_type!r})")
     if statistics not in (None, "bundle", "collection"):
         raise fail(f"--statistics must be bundle or collection (got {statistics!r})")
+    if encoder_precision not in (None, "fp32", "int8"):
+        raise fail(f"--encoder-precision must be fp32 or int8 (got {encoder_precision!r})")
     # SSI_OPEN_VOCAB, SSI_OPEN_VOCAB_WORDS and SSI_OPEN_VOCAB_STATISTICS, as the cluster will serve
     settings = _settings(None, None, False)
     schema_file = schema if schema is not None else settings.schema_file
@@ -120,6 +129,7 @@ def index(
             open_vocab_words=settings.open_vocab_words,
             statistics=settings.open_vocab_statistics if statistics is None else statistics,  # type: ignore[arg-type]
             declared=declared,
+            precision=encoder_precision or settings.encoder_precision,  # type: ignore[arg-type]
         )
     except (ClusterIndexError, BundleError, DataFileError, ValueError, FileNotFoundError) as exc:
         raise fail(str(exc)) from None

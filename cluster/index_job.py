@@ -27,16 +27,17 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from cluster.manifest import MANIFEST_FILE, ClusterIndexError, ClusterManifest, ShardEntry, write_manifest
-from cluster.shard_build import Block, advert_meta, counted_avg_len, embed_block, write_shard
+from cluster.shard_build import BUNDLE_ENCODING, Block, Encoding, advert_meta, counted_avg_len, embed_block, write_shard
 from cluster.shard_settings import shard_settings
 from cluster.sharding import shard_folder_name
 from service.embedding import Embedder
 from service.settings import CollectionType, IndexType
-from service.state_builder import index_config
+from service.state_builder import index_config, keyed_precision
 from ssi.bundle import load_bundle
 from ssi.corpus import iter_corpus, numbered_lines
 from ssi.open_vocab import DEFAULT_MAX_WORDS, Statistics
 from ssi.records import Document
+from ssi.sentence import Precision
 
 
 def check_output(out: Path) -> None:
@@ -63,9 +64,14 @@ def build_index(
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     statistics: Statistics = "bundle",
     declared: dict[str, str] | None = None,
+    precision: Precision | None = None,
 ) -> ClusterManifest:
     """Build the sharded index of `corpus` (documents, or adverts with their metadata) under `out`; its manifest.
     `declared`: field types of a schema file (`ssi index --schema`), fixed on every shard before its documents.
+    `precision`: a hybrid bundle's sentence graph asked (SSI_ENCODER_PRECISION; None: the bundle's), resolved once
+    here as a server on this machine would serve it (ssi.sentence.served_precision) and used by every task, so that
+    every shard's e(d) come from one graph and its snapshot is keyed by it (a shard whose node serves another graph
+    computes its index again rather than mixing them).
     `open_vocab`: write each shard's open postings (at most `open_vocab_words` words a shard), weighed with the
     `statistics` the cluster will serve (the collection's: with the avg_len of every document)."""
     if shards < 1:
@@ -75,7 +81,8 @@ def build_index(
     check_output(out)
     started = time.perf_counter()
     bundle = load_bundle(bundle_path, mmap=False)
-    Embedder(bundle, 1)  # refuses a form the service cannot serve before any work
+    driver = Embedder(bundle, 1, precision=precision)  # refuses a form the service cannot serve before any work
+    encoding = Encoding(driver.sentence.precision if driver.sentence is not None else None, keyed_precision(driver))
     out.mkdir(parents=True, exist_ok=True)
     collection = open_vocab and statistics == "collection"
     avg_len: float | None = None
@@ -92,6 +99,7 @@ def build_index(
                 (open_vocab, open_vocab_words),
                 collection,
                 declared,
+                encoding,
             )
         else:
             from cluster.ray_index import build_with_ray
@@ -110,13 +118,14 @@ def build_index(
                 open_vocab_words=open_vocab_words,
                 collection_statistics=collection,
                 declared=declared,
+                encoding=encoding,
             )
         check_field_types(entries)
     except BaseException:
         shutil.rmtree(out, ignore_errors=True)  # half an index is no index: the folder was empty before
         raise
     settings = shard_settings(out / shard_folder_name(0), bundle.path, index_type, 1, open_vocab, 0, statistics)
-    index_tag = index_config(settings).tag()
+    index_tag = index_config(settings, encoding.keyed).tag()
     manifest = ClusterManifest(
         bundle=str(bundle.path.resolve()),
         bundle_hash=bundle.content_hash,
@@ -164,13 +173,14 @@ def _build_here(
     open_vocab: tuple[bool, int] = (False, DEFAULT_MAX_WORDS),
     collection_statistics: bool = False,
     declared: dict[str, str] | None = None,
+    encoding: Encoding = BUNDLE_ENCODING,
 ) -> tuple[list[ShardEntry], float, float | None]:
     """The single-process build: every block embedded here, then each shard written (`open_vocab`: whether with
     its open postings, and at most how many words; `collection_statistics`: with the avg_len of every document,
     counted as they are embedded, which it returns)."""
     started = time.perf_counter()
     bundle = load_bundle(bundle_path, mmap=False)
-    embedder = Embedder(bundle, 1)
+    embedder = Embedder(bundle, 1, precision=encoding.served)
     per_shard: list[list[Block]] = [[] for _ in range(shards)]
     batch: list[tuple[Document, str]] = []
     for row in _corpus_rows(corpus, collection_type):
@@ -196,6 +206,7 @@ def _build_here(
             *open_vocab,
             avg_len,
             declared,
+            encoding.keyed,
         )
         for shard, blocks in enumerate(per_shard)
     ]

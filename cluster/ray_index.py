@@ -25,17 +25,28 @@ import numpy as np
 
 from cluster.connect import connect
 from cluster.manifest import ClusterIndexError, ShardEntry
-from cluster.shard_build import Block, advert_meta, counted_avg_len, document_of, embed_block, write_shard
+from cluster.shard_build import (
+    BUNDLE_ENCODING,
+    Block,
+    Encoding,
+    advert_meta,
+    counted_avg_len,
+    document_of,
+    embed_block,
+    write_shard,
+)
 from service.embedding import Embedder
 from service.settings import CollectionType, IndexType
 from ssi.bundle import load_bundle
 from ssi.open_vocab import DEFAULT_MAX_WORDS
+from ssi.sentence import Precision
 
 
 @functools.lru_cache(maxsize=2)
-def _embedder(bundle_path: str) -> Embedder:
-    """One bundle load per worker process: Ray reuses a worker for task after task."""
-    return Embedder(load_bundle(Path(bundle_path), mmap=False), 1)
+def _embedder(bundle_path: str, precision: Precision | None) -> Embedder:
+    """One bundle load per worker process: Ray reuses a worker for task after task. `precision`: the job's
+    `Encoding.served`, asked whatever this node's CPU (cluster.shard_build.Encoding)."""
+    return Embedder(load_bundle(Path(bundle_path), mmap=False), 1, precision=precision)
 
 
 def embed_batch(
@@ -45,6 +56,7 @@ def embed_batch(
     adverts: bool = False,
     count_tokens: bool = False,
     lines: bool = False,
+    precision: Precision | None = None,
 ) -> dict[str, np.ndarray]:
     """A Ray Data task: one block of corpus records (an Arrow table) → its rows with shard, vectors and tf-idf
     (cluster.shard_build), with `adverts` each advert's metadata from the same record, with `count_tokens` each
@@ -62,7 +74,7 @@ def embed_batch(
         records = [json_record(row["text"]) for row in records if row["text"].strip()]
     meta = [advert_meta(record) for record in records] if adverts else None
     docs = [document_of(r, columns=not lines) for r in records]
-    return embed_block(_embedder(bundle_path), docs, shards, meta, count_tokens).columns()
+    return embed_block(_embedder(bundle_path, precision), docs, shards, meta, count_tokens).columns()
 
 
 def write_group(
@@ -75,6 +87,7 @@ def write_group(
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     avg_len: float | None = None,
     declared: dict[str, str] | None = None,
+    sentence_precision: Precision | None = None,
 ) -> dict[str, np.ndarray]:
     """One shard's rows (a Ray Data group) → its store and snapshot (and metadata book, open postings, weighed with
     the cluster's `avg_len` under the collection's statistics); its manifest entry as JSON."""
@@ -92,6 +105,7 @@ def write_group(
         open_vocab_words,
         avg_len,
         declared,
+        sentence_precision,
     )
     return {"entry": np.asarray([entry.model_dump_json()], dtype=object)}
 
@@ -131,8 +145,10 @@ def build_with_ray(
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     collection_statistics: bool = False,
     declared: dict[str, str] | None = None,
+    encoding: Encoding = BUNDLE_ENCODING,
 ) -> tuple[list[ShardEntry], float, float | None]:
-    """Run the job on the cluster at `address` (`declared`: a schema file's field types for every shard); returns
+    """Run the job on the cluster at `address` (`declared`: a schema file's field types for every shard; `encoding`:
+    the sentence graph every task encodes with and the one the snapshots are keyed by); returns
     the shards' entries, the embedding stage's seconds and with `collection_statistics` the avg_len of every
     document (every shard's rows are weighed with it)."""
     connect(address, num_cpus=workers)
@@ -151,6 +167,7 @@ def build_with_ray(
             "adverts": adverts,
             "count_tokens": collection_statistics,
             "lines": lines,
+            "precision": encoding.served,
         },
         batch_size=batch_size,
         batch_format="pyarrow",
@@ -175,6 +192,7 @@ def build_with_ray(
                 "open_vocab_words": open_vocab_words,
                 "avg_len": avg_len,
                 "declared": declared,
+                "sentence_precision": encoding.keyed,
             },
         )
         .take_all()
@@ -186,7 +204,17 @@ def build_with_ray(
         empty = Block.concat([], dims, vocab)
         entries.append(
             write_shard(
-                out, shard, bundle, empty, index_type, collection_type, open_vocab, open_vocab_words, avg_len, declared
+                out,
+                shard,
+                bundle,
+                empty,
+                index_type,
+                collection_type,
+                open_vocab,
+                open_vocab_words,
+                avg_len,
+                declared,
+                encoding.keyed,
             )
         )
     return entries, embed_seconds, avg_len

@@ -49,6 +49,7 @@ from ssi.bundle import Bundle
 from ssi.corpus import DataFileError
 from ssi.open_vocab import DEFAULT_MAX_WORDS, OpenRule, Statistics, at_avg_len, build_postings
 from ssi.records import Document
+from ssi.sentence import Precision
 from ssi.tokenize import tokenize
 from ssi.weighting import average_length
 
@@ -220,6 +221,20 @@ def advert_meta(record: dict) -> str:
     return json.dumps(corpus_fields(plain) or {})
 
 
+@dataclass(frozen=True, slots=True)
+class Encoding:
+    """A hybrid bundle's sentence graph for a whole index job: `served`, the graph every task encodes with (resolved
+    once by the driver, then asked explicitly of every worker, whatever its CPU), and `keyed`, the same where it is
+    not the bundle's own, which keys the shards' snapshots (service.state_builder.keyed_precision). None, None: the
+    bundle's own graph, or a bundle without one."""
+
+    served: Precision | None = None
+    keyed: Precision | None = None
+
+
+BUNDLE_ENCODING = Encoding()  # the bundle's own graph
+
+
 def embed_block(
     embedder: Embedder,
     docs: Sequence[Document],
@@ -298,11 +313,13 @@ def write_shard(
     open_vocab_words: int = DEFAULT_MAX_WORDS,
     avg_len: float | None = None,
     declared: dict[str, str] | None = None,
+    sentence_precision: Precision | None = None,
 ) -> ShardEntry:
     """Seed the shard's store with its documents and save the snapshot the shard server will load (with
     `open_vocab`, its documents' new words too: at most `open_vocab_words` of them; with `avg_len`, the cluster's,
     its lexical rows and new words weighed with it: the collection's statistics; with `declared`, the field types
-    of a schema file, fixed before any document is read, as `ssi serve --schema` fixes them).
+    of a schema file, fixed before any document is read, as `ssi serve --schema` fixes them; `sentence_precision`:
+    the job's `Encoding.keyed`, which keys the snapshot).
 
     The store is seeded from a JSONL file exactly as `ssi serve --corpus` seeds one (a repeated id is
     refused there; an adverts collection's lines carry each advert's metadata, read as its fields with the four
@@ -337,7 +354,7 @@ def write_shard(
         raise ClusterIndexError(f"shard {shard}: {exc.problem}") from None
     try:
         field_types = store.field_types()
-        config = index_config(settings)
+        config = index_config(settings, sentence_precision)
         dims = bundle.manifest.index_dims
         embeddings = np.ascontiguousarray(block.embeddings, dtype=np.float32).reshape(len(block.ids), dims)
         # A flat index is its vectors, saved as embeddings; the others are saved built (holding their vectors).

@@ -90,8 +90,10 @@ class IndexConfig:
     # Whose statistics weigh the stored lexical rows (SSI_OPEN_VOCAB_STATISTICS with SSI_OPEN_VOCAB on): the
     # collection's avg_len changes every row, so its snapshots are kept apart from the bundle's.
     lexical_statistics: Literal["bundle", "collection"] = "bundle"
-    # The sentence encoder's graph a server asked for (SSI_ENCODER_PRECISION), None: the bundle's own (which its content
-    # hash names already). Asked, it changes a hybrid bundle's e(d), so its snapshots are kept apart.
+    # The sentence encoder's graph that serves where it is not the bundle's own (whose content hash names it already),
+    # None otherwise (service.state_builder.keyed_precision): asked (SSI_ENCODER_PRECISION) or taken on a CPU where the
+    # bundle's int8 does not pay (ssi.sentence.served_precision), it changes a hybrid bundle's e(d): its snapshots are
+    # kept apart.
     sentence_precision: str | None = None
 
     def tag(self) -> str:

@@ -74,7 +74,8 @@ class CacheFileError(ValueError):
 
 def encoder_key(bundle: Bundle, precision: Precision | None = None) -> str:
     """sha256 hex naming the function e of a hybrid bundle's encoder run at `precision` (its fp32 or int8 graph; None:
-    the one the bundle serves), λ left out (see the module's docstring)."""
+    the one the bundle records, which a CPU without fast int8 does not serve: ssi.sentence.served_precision), λ left
+    out (see the module's docstring)."""
     spec = bundle.sentence
     if spec is None:
         raise ValueError(f"{bundle.path}: not a hybrid bundle (no sentence encoder)")

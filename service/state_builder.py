@@ -41,13 +41,26 @@ from service.writes import replay
 from ssi.bundle import Bundle
 from ssi.fields.index import FieldIndex, bitmap_of
 from ssi.open_vocab import OpenPostings
+from ssi.sentence import Precision
 from ssi.tokenize import tokenize
 from ssi.weighting import average_length
 
 log = logging.getLogger(__name__)
 
 
-def index_config(settings: Settings) -> IndexConfig:
+def keyed_precision(embedder: Embedder | None) -> Precision | None:
+    """The sentence graph that serves in `embedder` where it is not its bundle's own, else None (IndexConfig's
+    `sentence_precision`): a snapshot's e(d) is then kept apart from the bundle's, and found again only by a server
+    that serves the same graph (another CPU may not: ssi.sentence.served_precision)."""
+    if embedder is None or embedder.sentence is None or embedder.bundle.sentence is None:
+        return None
+    served = embedder.sentence.precision
+    return None if served == embedder.bundle.sentence.precision else served
+
+
+def index_config(settings: Settings, sentence_precision: Precision | None = None) -> IndexConfig:
+    """What is built and searched for `settings`; `sentence_precision`: `keyed_precision` of the embedder the index's
+    vectors come from."""
     return IndexConfig(
         index_type=settings.index_type,
         hnsw_m=settings.hnsw_m,
@@ -59,7 +72,7 @@ def index_config(settings: Settings) -> IndexConfig:
         threads=settings.threads,
         int8_gemm=settings.int8_gemm,
         lexical_statistics=settings.open_vocab_statistics if settings.open_vocab else "bundle",
-        sentence_precision=settings.encoder_precision,
+        sentence_precision=sentence_precision,
     )
 
 
@@ -86,7 +99,7 @@ def open_state(
         embedder.sentence_cache = SentenceCache.of(
             settings.index_dir / collection, bundle, embedder.sentence.encode, embedder.sentence.precision
         )
-    config = index_config(settings)
+    config = index_config(settings, keyed_precision(embedder))
     folder = cache_folder(settings.index_dir, collection, bundle.content_hash, store.uuid, config.tag())
     common = dict(bundle=bundle, embedder=embedder, config=config, store_uuid=store.uuid, folder=folder)
     with store.view() as view:

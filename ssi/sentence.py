@@ -14,8 +14,9 @@ running e needs and nothing from PyTorch:
                     in tokens, E, the weight λ, and where the weights came from (sha256 of each source
                     file, license)
 
-Which graph serves (`precision`): the spec's, unless the server asks (SSI_ENCODER_PRECISION); int8 asked of a
-folder without the int8 graph serves fp32 and logs why.
+Which graph serves (`precision`, `served_precision`): the spec's, unless the server asks (SSI_ENCODER_PRECISION); int8
+asked of a folder without the int8 graph serves fp32 and logs why, and so does the spec's int8 on a CPU without the
+instructions int8 products are fast with.
 
 Pooling runs here, in numpy, over the graph's token states, so a graph exported by `ssi train`
 (training.sentence_export) and one a user brings (a model folder's onnx/model.onnx) run alike.
@@ -128,7 +129,9 @@ def write_spec(folder: Path, spec: SentenceSpec) -> None:
 
 def served_precision(folder: Path, spec: SentenceSpec, asked: Precision | None) -> Precision:
     """The precision that serves: `asked`, else the spec's; int8 only where the folder has its checked graph (else fp32,
-    logged). Int8 on a CPU without INT8_FLAGS is served as asked, with a warning that it may not be faster."""
+    logged). The spec's int8 on a CPU without INT8_FLAGS serves fp32, logged: there onnxruntime's int8 products run
+    about as slow as fp32 (AVX2 alone: a query's encoding 0.87-0.94 of fp32's CPU, docs/results/hybrid.md) while its
+    vectors move from fp32's (cosine 0.98). Int8 asked (SSI_ENCODER_PRECISION) is served there too, with a warning."""
     wanted = asked or spec.precision
     if wanted == "fp32":
         return "fp32"
@@ -140,6 +143,14 @@ def served_precision(folder: Path, spec: SentenceSpec, asked: Precision | None) 
         )
         return "fp32"
     if int8_instructions() is None:
+        if asked is None:
+            log.warning(
+                "%s: this CPU has none of %s, without which int8 is about as slow as fp32: serving the fp32 graph "
+                "(SSI_ENCODER_PRECISION=int8 serves the int8 graph anyway)",
+                folder,
+                "/".join(INT8_FLAGS),
+            )
+            return "fp32"
         log.warning(
             "%s: serving the int8 encoder on a CPU without %s: int8 may be no faster than fp32 here "
             "(SSI_ENCODER_PRECISION=fp32 serves the fp32 graph)",

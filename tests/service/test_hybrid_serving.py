@@ -28,14 +28,15 @@ from service_testing import (
     write_corpus,
 )
 
+import ssi.sentence
 from service.catalog import Catalog
 from service.embedding import Embedder
 from service.metrics import Metrics
 from service.query_vectors import DEFAULT_SIZE, QueryCacheCollector, QueryVectorCache
 from service.settings import Settings
-from service.state_builder import index_config
+from service.state_builder import index_config, keyed_precision
 from ssi.bundle import load_bundle
-from ssi.sentence import INT8_MODEL_FILE, SPEC_FILE, SentenceEncoder, read_spec
+from ssi.sentence import INT8_MODEL_FILE, PRECISIONS, SPEC_FILE, SentenceEncoder, read_spec
 
 K = 10
 POOL = 16
@@ -169,11 +170,12 @@ def _old_bundle(world: dict, folder: Path) -> Path:
 
 
 def test_the_precision_asked_is_served_and_an_old_bundle_serves_fp32_and_says_so(
-    world: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    world: dict, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """SSI_ENCODER_PRECISION picks the graph (default: the bundle's, int8 as the export chose), and keys the sentence
-    and query caches and the index snapshots apart; a bundle written before int8 graphs loads, and int8 asked of it
-    serves fp32 with a warning naming why."""
+    and query caches and the index snapshots apart where it is not the bundle's own; a bundle written before int8
+    graphs loads, and int8 asked of it serves fp32 with a warning naming why."""
+    monkeypatch.setattr(ssi.sentence, "int8_instructions", lambda: "avx512_vnni")  # a CPU where int8 pays
     bundle = load_bundle(world["bundle"])
     texts = [d.full_text for d in world["docs"][:8]]
     default, fp32 = Embedder(bundle, 1), Embedder(bundle, 1, precision="fp32")
@@ -183,15 +185,35 @@ def test_the_precision_asked_is_served_and_an_old_bundle_serves_fp32_and_says_so
     np.testing.assert_array_equal(by_fp32, SentenceEncoder(bundle.sentence_path, 1, "fp32").encode(texts))
     assert not np.array_equal(by_fp32, default.sentence.encode(texts))
     assert fp32.sentence_key != default.sentence_key
-    settings = {"bundle": world["bundle"], "cache_dir": tmp_path / "cache"}
-    tags = {index_config(Settings(**settings, encoder_precision=p)).tag() for p in ("fp32", "int8")}
-    assert len(tags) == 2 and index_config(Settings(**settings)).tag() == "flat"
+    settings = Settings(bundle=world["bundle"], cache_dir=tmp_path / "cache")
+    tags = {p: index_config(settings, keyed_precision(Embedder(bundle, 1, precision=p))).tag() for p in PRECISIONS}
+    # int8 asked is the bundle's own graph: the default's snapshots (no second index of the same vectors)
+    assert tags == {"fp32": "flat-sentencefp32", "int8": "flat"} and keyed_precision(default) is None
     old = load_bundle(_old_bundle(world, tmp_path))
     with caplog.at_level(logging.WARNING, logger="ssi.sentence"):
         fallen = Embedder(old, 1, precision="int8")
     assert fallen.sentence is not None and fallen.sentence.precision == "fp32"
     assert "int8 asked, but this encoder has no int8 graph" in caplog.text and "serving fp32" in caplog.text
     np.testing.assert_array_equal(fallen.sentence.encode(texts), by_fp32)
+
+
+def test_a_cpu_without_fast_int8_serves_fp32_unless_int8_is_asked(
+    world: dict, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the CPU has none of the instructions int8 products are fast with, the bundle's int8 serves as fp32 and
+    the start says so (its snapshots keyed apart: another machine may serve int8 from the same bundle); int8 asked
+    is served, with a warning that it may be no faster."""
+    monkeypatch.setattr(ssi.sentence, "int8_instructions", lambda: None)
+    bundle = load_bundle(world["bundle"])
+    with caplog.at_level(logging.WARNING, logger="ssi.sentence"):
+        default = Embedder(bundle, 1)
+    assert default.sentence is not None and default.sentence.precision == "fp32"
+    assert "serving the fp32 graph" in caplog.text and keyed_precision(default) == "fp32"
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="ssi.sentence"):
+        asked = Embedder(bundle, 1, precision="int8")
+    assert asked.sentence is not None and asked.sentence.precision == "int8" and keyed_precision(asked) is None
+    assert "int8 may be no faster" in caplog.text
 
 
 def test_the_query_cache_gives_the_encoders_vectors_counts_and_keeps_its_bound(world: dict, tmp_path: Path) -> None:

@@ -30,7 +30,7 @@ from service.sentence_cache import FANOUT, KEEP_ENCODERS, SentenceCache, encoder
 from service.snapshot import SENTENCE_CACHE_DIR
 from ssi.bundle import load_bundle
 from ssi.records import Document
-from ssi.sentence import INT8_MODEL_FILE, MODEL_FILE, read_spec, write_spec
+from ssi.sentence import INT8_MODEL_FILE, MODEL_FILE, read_spec, served_precision, write_spec
 from training.sentence_export import quantize_encoder
 
 K = 10
@@ -92,8 +92,15 @@ def _check(server: ThreadServer, oracle: Oracle, queries: list[str]) -> None:
         assert_same_ranking(response.json()["hits"], oracle, query, K)
 
 
+def _key(bundle: Path) -> str:
+    """The encoder key of the graph a server on this machine serves from `bundle` (ssi.sentence.served_precision)."""
+    loaded = load_bundle(bundle)
+    assert loaded.sentence is not None
+    return encoder_key(loaded, served_precision(loaded.sentence_path, loaded.sentence, None))
+
+
 def _segments(cache_dir: Path, bundle: Path) -> list[Path]:
-    folder = cache_dir / "index" / "documents" / SENTENCE_CACHE_DIR / encoder_key(load_bundle(bundle))[:16]
+    folder = cache_dir / "index" / "documents" / SENTENCE_CACHE_DIR / _key(bundle)[:16]
     return sorted(folder.glob("seg-*.vec"))
 
 
@@ -134,9 +141,9 @@ def test_another_encoders_vectors_are_not_used(
         world["bundles"] / "other-encoder", world["docs"], n_dims=8, seed=2, lexical="bm25",
         sentence=_other_weights(make_sentence_encoder(tmp_path_factory, tmp_path, "sentence-a", 3.0), tmp_path / "b"),
     )  # fmt: skip
-    assert encoder_key(load_bundle(other)) != encoder_key(load_bundle(world["first"]))
+    assert _key(other) != _key(world["first"])
     (foreign,) = _segments(cache, world["first"])
-    planted = cache / "index" / "documents" / SENTENCE_CACHE_DIR / encoder_key(load_bundle(other))[:16] / foreign.name
+    planted = cache / "index" / "documents" / SENTENCE_CACHE_DIR / _key(other)[:16] / foreign.name
     planted.parent.mkdir(parents=True)
     shutil.copyfile(foreign, planted)
     with caplog.at_level(logging.WARNING, logger="service.sentence_cache"):

@@ -97,13 +97,13 @@ def test_a_graph_that_is_not_the_models_is_refused(shared: ExportedEncoder, tmp_
 
 def test_the_int8_graph_is_written_recorded_and_close_to_the_fp32_one(shared: ExportedEncoder) -> None:
     """The export writes the int8 graph beside the fp32 one, records its check (least and mean cosine to fp32 over the
-    probe texts) and serves it by default; on other texts its vectors stay within the bound too."""
+    probe texts) and records it as the graph that serves; on other texts its vectors stay within the bound too."""
     spec = read_spec(shared.sentence)
     assert spec.precision == "int8" and spec.int8 is not None
     assert (shared.sentence / "model.int8.onnx").stat().st_size < (shared.sentence / "model.onnx").stat().st_size
     assert MIN_INT8_COSINE <= spec.int8.min_cosine <= spec.int8.mean_cosine <= 1.0 + 1e-6
     assert spec.int8.bound == MIN_INT8_COSINE and "per channel" in spec.int8.method
-    fp32, int8 = SentenceEncoder(shared.sentence, precision="fp32"), SentenceEncoder(shared.sentence)
+    fp32, int8 = SentenceEncoder(shared.sentence, precision="fp32"), SentenceEncoder(shared.sentence, precision="int8")
     assert (fp32.precision, int8.precision) == ("fp32", "int8")
     found = cosines(int8.encode(TEXTS), fp32.encode(TEXTS))
     assert found.min() >= MIN_INT8_COSINE and found.min() < 1.0 - 1e-6  # close, and not the same graph
