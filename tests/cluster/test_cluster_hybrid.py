@@ -18,6 +18,7 @@ from cluster.index_job import build_index
 from cluster.manifest import read_manifest
 from ssi.bundle import load_bundle
 from ssi.records import Document
+from ssi.sentence import served_precision
 from tests.cluster.conftest import jsonl_block
 from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import (
@@ -125,5 +126,47 @@ def test_match_on_a_hybrid_adverts_index_is_the_brute_force_over_every_shard(hyb
         for page, result in zip(pages, response.json()["results"], strict=True):
             assert_same_ranking(result["ads"], oracle, page, K)
             assert all(hit["sentence"] is not None for hit in result["ads"])
+    finally:
+        router.close()
+
+
+def test_the_graph_asked_of_the_index_job_encodes_every_shard_and_keys_its_snapshot(
+    hybrid: dict, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`ssi index --encoder-precision` (SSI_ENCODER_PRECISION): the job and its Ray task encode with the graph asked
+    (here the one this machine would not serve by default), the manifest's tag names it, and shards served with the
+    same setting start from the job's snapshots, encoding nothing."""
+    from cluster.ray_index import embed_batch
+    from cluster.shard_build import Block
+
+    bundle = load_bundle(hybrid["bundle"])
+    assert bundle.sentence is not None
+    default = served_precision(bundle.sentence_path, bundle.sentence, None)
+    asked = "int8" if default == "fp32" else "fp32"
+    index = tmp_path / "index"
+    manifest = build_index(
+        hybrid["corpus"], hybrid["bundle"], index, SHARDS, batch_size=50, open_vocab=True, precision=asked
+    )
+    assert manifest.index_tag == ("flat" if asked == bundle.sentence.precision else f"flat-sentence{asked}")
+    blocks = {
+        p: Block.from_columns(
+            embed_batch(jsonl_block(hybrid["corpus"]), str(hybrid["bundle"]), SHARDS, lines=True, precision=p),
+            vocab_size=bundle.vocab.size,
+        )
+        for p in (asked, default)
+    }
+    # int8 gives a batch's activations one scale, so e(d) moves with the batch (~3e-4 here, times λ): far less than
+    # the distance between the two graphs' vectors, which the last assertion requires.
+    tolerance = WEIGHT * 1e-3
+    monkeypatch.setenv("SSI_ENCODER_PRECISION", asked)
+    router = Router(index)
+    try:
+        for server in router.servers:
+            state = server.collection.ready_state()
+            assert state.report.encoded == 0 and state.report.source == "cache"
+            at = np.array([blocks[asked].ids.index(doc_id) for doc_id in state.table.doc_ids])
+            stored = state.index.vectors(np.arange(len(at)))
+            assert np.abs(stored - blocks[asked].embeddings[at]).max() < tolerance
+            assert np.abs(stored - blocks[default].embeddings[at]).max() > tolerance
     finally:
         router.close()
