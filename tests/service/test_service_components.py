@@ -531,3 +531,18 @@ def test_a_snapshots_tfidf_rows_are_mapped_and_serve_like_a_copy(tmp_path: Path)
     expected = copied.appended(extra).merged().scores(words, values)
     for got, want in zip(merged.scores(words, values), expected, strict=True):
         np.testing.assert_allclose(got, want)
+
+
+def test_a_long_load_reports_its_progress_with_the_rate(caplog: pytest.LogCaptureFixture) -> None:
+    """Without a terminal a long load logs every tenth done, each line with the items a second (a first start over a
+    large collection is judged by it); the last line says everything was done."""
+    import logging
+
+    from service.progress import progress
+
+    with caplog.at_level(logging.INFO, logger="service.progress"), progress("embedding documents", 20) as advance:
+        for _ in range(10):
+            advance(2)
+    lines = [r.getMessage() for r in caplog.records if r.name == "service.progress"]
+    assert len(lines) == 10 and lines[-1].startswith("embedding documents: 20/20, ")
+    assert all(line.endswith(" documents/s") and float(line.split(", ")[1].split()[0]) > 0 for line in lines)
