@@ -41,6 +41,7 @@ from cluster.sharding import shard_of
 from service.adverts import corpus_fields, declared_fields
 from service.embedding import Embedder
 from service.index import VectorIndex
+from service.sentence_cache import SentenceCache, encoder_key
 from service.settings import CollectionType, IndexType, Settings
 from service.snapshot import SnapshotData, cache_folder, write_snapshot
 from service.state_builder import index_config
@@ -263,6 +264,26 @@ def embed_block(
     )
 
 
+def keep_sentences(settings: Settings, bundle: Bundle, block: Block, sentence_precision: Precision | None) -> None:
+    """A hybrid bundle's e(d) of the shard's documents into its sentence cache (service.sentence_cache), read back
+    from the rows' last E values over λ, so that a reload of the shard to another bundle with this encoder (a click
+    round's promotion) encodes none of them: what a single node's first build leaves. Not with λ = 0, whose rows
+    hold no e(d)."""
+    spec = bundle.sentence
+    if spec is None or spec.weight <= 0 or not block.ids:
+        return
+    dims = spec.dims
+    sentences = np.asarray(block.embeddings[:, -dims:], dtype=np.float32) / np.float32(spec.weight)
+    texts = [Document(i, t, x).full_text for i, t, x in zip(block.ids, block.titles, block.texts, strict=True)]
+    precision = sentence_precision or spec.precision
+    cache = SentenceCache(settings.index_dir / COLLECTION, encoder_key(bundle, precision), dims, _no_encoding)
+    cache.seed(texts, sentences)
+
+
+def _no_encoding(texts: list[str]) -> np.ndarray:
+    raise RuntimeError("a shard's sentence cache is seeded with the job's vectors, never encoded here")
+
+
 def counted_avg_len(bundle: Bundle, n_tokens: int, n_docs: int) -> float:
     """The avg_len of a collection of `n_docs` documents holding `n_tokens` tokens (their counted `lengths`), as the
     single node computes its collection's (service.state_builder.computed; the bundle's for no document)."""
@@ -379,6 +400,7 @@ def write_shard(
     finally:
         store.close()
         seed.unlink()
+    keep_sentences(settings, bundle, block, sentence_precision)
     listed = json.dumps(sorted(block.ids), ensure_ascii=False)
     (folder / "ids.json").write_text(listed, encoding="utf-8")
     return ShardEntry(

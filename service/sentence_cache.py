@@ -265,6 +265,14 @@ class SentenceCache:
                 self._keep(looked.digests[looked.new], looked.vectors[looked.new])
         return looked.vectors
 
+    def seed(self, texts: Sequence[str], vectors: np.ndarray) -> None:
+        """Keep e(d) of `texts` computed elsewhere (a sharded index job's tasks, cluster.shard_build): one segment of
+        them, as a write keeps what it encoded, so that a shard's later build (a reload to another bundle with this
+        encoder) encodes none of them."""
+        if len(texts):
+            with self._lock:
+                self._keep(text_digests(list(texts)), np.asarray(vectors, dtype=np.float32))
+
     def build(self, encode: Encode | None = None) -> SentenceBuild:
         """A full build's e(d): one segment of its documents replaces what the cache held (`SentenceBuild`);
         `encode`: what encodes the texts the cache lacks, where not the serving encoder (a start-up build's)."""

@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 
 from cluster.index_job import build_index
-from cluster.manifest import read_manifest
+from cluster.manifest import COLLECTION, read_manifest
+from cluster.shard_settings import shard_settings
+from cluster.sharding import shard_of
+from service.sentence_cache import SentenceCache, encoder_key
 from ssi.bundle import load_bundle
 from ssi.records import Document
-from ssi.sentence import served_precision
+from ssi.sentence import SentenceEncoder, served_precision
 from tests.cluster.conftest import jsonl_block
 from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import (
@@ -158,6 +161,17 @@ def test_the_graph_asked_of_the_index_job_encodes_every_shard_and_keys_its_snaps
     # int8 gives a batch's activations one scale, so e(d) moves with the batch (~3e-4 here, times λ): far less than
     # the distance between the two graphs' vectors, which the last assertion requires.
     tolerance = WEIGHT * 1e-3
+    # Each shard's sentence cache holds e(d) of its documents, from the job's vectors: a later build there (a reload
+    # to another bundle with this encoder) encodes none of them.
+    encoder = SentenceEncoder(bundle.sentence_path, 1, asked)
+    for entry in manifest.entries:
+        folder = shard_settings(index / entry.folder, hybrid["bundle"]).index_dir / COLLECTION
+        cache = SentenceCache(folder, encoder_key(bundle, asked), encoder.dims, _never)
+        docs = [d for d in hybrid["docs"] if shard_of(d.id, SHARDS) == entry.shard]
+        texts = [d.full_text for d in docs]
+        kept = cache.vectors(texts)
+        assert cache.counts.encoded == 0 and len(texts) == entry.documents > 0
+        assert np.abs(kept - encoder.encode(texts)).max() < 1e-3
     monkeypatch.setenv("SSI_ENCODER_PRECISION", asked)
     router = Router(index)
     try:
@@ -170,3 +184,7 @@ def test_the_graph_asked_of_the_index_job_encodes_every_shard_and_keys_its_snaps
             assert np.abs(stored - blocks[default].embeddings[at]).max() > tolerance
     finally:
         router.close()
+
+
+def _never(texts: list[str]) -> np.ndarray:
+    raise AssertionError(f"{len(texts)} texts encoded: the sentence cache should have held them")
