@@ -10,7 +10,8 @@
 # training budget (default 60); THREADS: CPU threads for validation (default 2); DEVICE: cuda (cpu makes the
 # same files on a machine without one, slowly).
 # What it writes: device.txt, tests.log, train_throughput.json (+ .txt), train_gpu.json (ssi train's summary),
-# eval.txt (ssi eval's table: MAP ± standard error on the validation links, BM25 beside it).
+# eval.txt (ssi eval's table: MAP ± standard error on the validation links, BM25 beside it), encode_device.json
+# (passages encoded a second by the sentence encoder on the GPU and on every CPU core, fp32 and int8).
 # The reference is a 15-minute CPU run of the same command (--device cpu --max-minutes 15): see
 # docs/performance/training.md for its figure and how to compare.
 set -euo pipefail
@@ -57,6 +58,9 @@ minutes="$("$py" -c "print($budget / 60)")"
 "$py" -m ssi_cli eval --bundle "$work/wiki" --corpus "$data/docs.jsonl.gz" --pairs "$data/links.train.tsv.gz" \
     --eval-pairs "$data/links.valid.tsv.gz" --baselines bm25 --no-tune --out "$work/eval" 2>&1 \
     | tee "$out/eval.txt" || status=1
+echo "==> documents encoded on the GPU against the CPU (SSI_ENCODE_DEVICE; needs onnxruntime-gpu, else the CPU alone)"
+"$py" -m benchmarks.encode_device --corpus "$data/docs.jsonl.gz" --out "$out/encode_device.json" 2>&1 \
+    | tail -40 || status=1
 rm -rf "$work"
 echo "==> written to $out (status $status)"
 exit $status

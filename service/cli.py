@@ -75,6 +75,13 @@ def serve(
             "(env SSI_ENCODER_PRECISION)"
         ),
     ] = None,
+    encode_device: Annotated[
+        str | None,
+        typer.Option(
+            help="Where a first start encodes a hybrid bundle's documents: cpu, cuda (onnxruntime-gpu's CUDA "
+            "provider) or auto (cuda where there, else cpu) (env SSI_ENCODE_DEVICE, default auto)"
+        ),
+    ] = None,
 ) -> None:
     """Serve search over a bundle: exact SSI ranking, live document updates, cached FAISS index.
 
@@ -96,6 +103,7 @@ def serve(
             "insecure_writes": insecure_writes,
             "log_level": log_level,
             "encoder_precision": encoder_precision,
+            "encode_device": encode_device,
         }
     ).sized_for_this_machine()
     from service.server import preflight, run

@@ -15,6 +15,7 @@ one, so a text another bundle with the same encoder has seen is not encoded agai
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -29,11 +30,13 @@ from ssi.bundle import Bundle, BundleError
 from ssi.hybrid import join_documents, join_queries
 from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, at_avg_len
 from ssi.records import Document
-from ssi.sentence import Precision, SentenceEncoder, SentenceError
+from ssi.sentence import Device, Precision, SentenceEncoder, SentenceError, available_devices
 from ssi.tokenize import tokenize
 from ssi.vocab import TermCounts
 
 BULK_QUERY_CHARS = 4096  # texts at least this long in all are featurized with arrays (service.bulk_featurize)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,19 +245,29 @@ class Embedder:
             sentence = self.document_sentences(self._texts_of(texts, tfidf.shape[0]))
         return join_documents(embedded, sentence, self.sentence.spec.weight)
 
-    def start_up_encoder(self, threads: int) -> Callable[[list[str]], np.ndarray]:
-        """e(d) for the build of a collection's first load, with `threads` threads: no worker serves it yet and the
-        others wait for its snapshot, while the serving encoder has SSI_THREADS (one a worker where the workers fill
-        the cores). The serving encoder itself where it has as many; else another, loaded at its first call, so a
-        build that finds every e(d) in the sentence cache never loads it."""
+    def start_up_encoder(self, threads: int, device: Device = "cpu") -> Callable[[list[str]], np.ndarray]:
+        """e(d) for the build of a collection's first load, with `threads` threads on `device` (SSI_ENCODE_DEVICE): no
+        worker serves it yet and the others wait for its snapshot, while the serving encoder has SSI_THREADS (one a
+        worker where the workers fill the cores) on the CPU. The serving encoder itself where it has as many threads
+        and the device is the CPU; else another, loaded at its first call, so a build that finds every e(d) in the
+        sentence cache never loads it."""
         if self.sentence is None:
             raise RuntimeError("a bundle without a sentence encoder has no e(d)")
-        if threads <= self.threads:
+        device = "cpu" if device == "auto" and "cuda" not in available_devices() else device
+        if threads <= self.threads and device == "cpu":
             return self.sentence.encode
         load = functools.cache(
-            functools.partial(SentenceEncoder, self.bundle.sentence_path, threads, self.sentence.precision)
+            functools.partial(
+                SentenceEncoder, self.bundle.sentence_path, threads, self.sentence.precision, device=device
+            )
         )
-        return lambda texts: load().encode(texts)
+
+        def encode(texts: list[str]) -> np.ndarray:
+            encoder = load()
+            log.info("encoding %d documents' e(d) on the %s", len(texts), encoder.device)
+            return encoder.encode(texts)
+
+        return encode
 
     def document_sentences(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [texts, E]: e(d) of documents' texts, unscaled: the sentence cache's where it holds a text (and

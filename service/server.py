@@ -43,6 +43,7 @@ def preflight(settings: Settings) -> None:
     if "SSI_INDEX_KIND" in os.environ:
         log.warning("SSI_INDEX_KIND is deprecated: name the index type SSI_INDEX_TYPE (flat, hnsw or ivf)")
     from ssi.bundle import read_manifest
+    from ssi.sentence import providers_for
 
     for name, spec in settings.collection_specs().items():
         try:
@@ -51,6 +52,8 @@ def preflight(settings: Settings) -> None:
             raise ValueError(f"collection '{name}': {exc}") from None
         if spec.corpus is not None and not spec.corpus.is_file():
             raise ValueError(f"collection '{name}': corpus {spec.corpus} is not a file")
+    if settings.encode_device == "cuda":
+        providers_for("cuda")  # a SentenceError (a ValueError) naming what is missing
     for folder in (settings.cache_dir, settings.store_dir):
         try:
             folder.mkdir(parents=True, exist_ok=True)

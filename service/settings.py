@@ -196,6 +196,10 @@ class Settings(BaseSettings):
     # bundle records, `ssi train --encoder-precision`); int8 asked of a bundle without an int8 graph serves fp32, and
     # says so in the log. And how many query vectors each process keeps (service.query_vectors; 0: none).
     encoder_precision: Literal["fp32", "int8"] | None = None
+    # Where a collection's first build encodes its documents' e(d) (ssi.sentence.providers_for): auto takes a GPU where
+    # onnxruntime has its CUDA provider (onnxruntime-gpu), else the CPU; queries are always encoded on the CPU (one
+    # short text: a GPU's transfer would cost more than it saves).
+    encode_device: Literal["cpu", "cuda", "auto"] = "auto"
     query_cache_size: int = Field(default=10_000, ge=0, le=10_000_000)
 
     # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.

@@ -254,7 +254,8 @@ def computed(view: StoreView, settings: Settings, start_up_threads: int | None =
     kept = embedder.sentence_cache
     # A hybrid bundle's e(d): the sentence cache's where it holds a text, else encoded; its segment then holds exactly
     # this build's documents (service.sentence_cache).
-    encode = embedder.start_up_encoder(start_up_threads) if kept is not None and start_up_threads else None
+    device = settings.encode_device
+    encode = embedder.start_up_encoder(start_up_threads, device) if kept is not None and start_up_threads else None
     sentences: SentenceBuild | nullcontext[None] = kept.build(encode) if kept is not None else nullcontext()
     with sentences as build, progress(f"embedding documents ({bundle.manifest.form})", total) as advance:
         for batch, tfidf in featurized(featurizer, batches, _full_texts, workers):

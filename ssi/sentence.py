@@ -49,6 +49,11 @@ FILES = (MODEL_FILE, TOKENIZER_FILE, SPEC_FILE)
 Pooling = Literal["mean", "cls", "max"]
 Precision = Literal["fp32", "int8"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
+# Where documents are encoded (SSI_ENCODE_DEVICE): on the CPU, on a GPU through onnxruntime's CUDA execution provider
+# (the onnxruntime-gpu package), or on the GPU where that provider is there, else the CPU.
+Device = Literal["cpu", "cuda", "auto"]
+DEVICES: tuple[Device, ...] = ("cpu", "cuda", "auto")
+CUDA_PROVIDER = "CUDAExecutionProvider"
 # CPU flags (/proc/cpuinfo) of the instructions onnxruntime's int8 matrix products are fast with: without any, int8
 # may run no faster than fp32.
 INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp")
@@ -115,6 +120,25 @@ class SentenceError(ValueError):
     """The encoder folder cannot be used: which file, and why."""
 
 
+def available_devices() -> tuple[str, ...]:
+    """Where this onnxruntime can encode: ("cuda", "cpu") with its CUDA provider, else ("cpu",)."""
+    import onnxruntime as ort
+
+    return ("cuda", "cpu") if CUDA_PROVIDER in ort.get_available_providers() else ("cpu",)
+
+
+def providers_for(device: Device) -> list[str]:
+    """onnxruntime's execution providers for `device`, the CPU's last (onnxruntime runs there what the GPU's lacks);
+    SentenceError for `cuda` where this onnxruntime has no CUDA provider."""
+    has_cuda = "cuda" in available_devices()
+    if device == "cuda" and not has_cuda:
+        raise SentenceError(
+            "SSI_ENCODE_DEVICE=cuda: this onnxruntime has no CUDA execution provider (install onnxruntime-gpu in "
+            "place of onnxruntime, on a machine with an NVIDIA GPU and its driver), or use auto or cpu"
+        )
+    return [CUDA_PROVIDER, "CPUExecutionProvider"] if device != "cpu" and has_cuda else ["CPUExecutionProvider"]
+
+
 def read_spec(folder: Path) -> SentenceSpec:
     path = folder / SPEC_FILE
     try:
@@ -176,10 +200,17 @@ class SentenceEncoder:
 
     `precision`: the graph to run (None: the spec's); int8 asked of a folder without an int8 graph runs fp32, with a
     warning, and so does `self.precision` say. `graph`: a graph file run in place of the folder's, for checking one
-    before the spec records it (training.sentence_export.quantize_encoder)."""
+    before the spec records it (training.sentence_export.quantize_encoder). `device`: where it runs
+    (`providers_for`); `self.device` says where it does ("cuda" or "cpu")."""
 
     def __init__(
-        self, folder: Path | str, threads: int = 1, precision: Precision | None = None, *, graph: Path | None = None
+        self,
+        folder: Path | str,
+        threads: int = 1,
+        precision: Precision | None = None,
+        *,
+        graph: Path | None = None,
+        device: Device = "cpu",
     ) -> None:
         folder = Path(folder)
         try:
@@ -208,9 +239,12 @@ class SentenceEncoder:
         options.log_severity_level = 3
         graph = graph or folder / model_file(self.precision)
         try:
-            self.session = ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(str(graph), options, providers=providers_for(device))
+        except SentenceError:
+            raise
         except Exception as exc:  # onnxruntime's own errors for a corrupt graph
             raise SentenceError(f"{graph}: onnxruntime cannot load it ({exc})") from None
+        self.device = "cuda" if CUDA_PROVIDER in self.session.get_providers() else "cpu"
         names = [i.name for i in self.session.get_inputs()]
         if sorted(names) != sorted(self.spec.inputs):
             raise SentenceError(f"{graph}: inputs {names}, the spec says {self.spec.inputs}")

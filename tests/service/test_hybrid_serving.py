@@ -33,10 +33,19 @@ from service.catalog import Catalog
 from service.embedding import Embedder
 from service.metrics import Metrics
 from service.query_vectors import DEFAULT_SIZE, QueryCacheCollector, QueryVectorCache
+from service.server import preflight
 from service.settings import Settings
 from service.state_builder import index_config, keyed_precision
 from ssi.bundle import load_bundle
-from ssi.sentence import INT8_MODEL_FILE, PRECISIONS, SPEC_FILE, SentenceEncoder, read_spec
+from ssi.sentence import (
+    INT8_MODEL_FILE,
+    PRECISIONS,
+    SPEC_FILE,
+    SentenceEncoder,
+    SentenceError,
+    available_devices,
+    read_spec,
+)
 
 K = 10
 POOL = 16
@@ -243,3 +252,24 @@ def test_the_query_cache_gives_the_encoders_vectors_counts_and_keeps_its_bound(w
     metrics = Metrics()
     assert Catalog(Settings(**settings, query_cache_size=0), metrics).query_cache is None
     assert "ssi_query_cache" not in generate_latest(metrics.registry).decode()
+
+
+def test_documents_are_encoded_on_the_device_asked_and_cuda_without_its_provider_is_refused(world: dict) -> None:
+    """SSI_ENCODE_DEVICE: auto encodes a first build's e(d) on a GPU where onnxruntime has its CUDA provider, else on
+    the CPU, with the vectors the serving encoder gives; cuda asked where there is none is refused before the server
+    starts, naming what to install."""
+    bundle = load_bundle(world["bundle"])
+    embedder = Embedder(bundle, 1)
+    assert embedder.sentence is not None
+    texts = [d.full_text for d in world["docs"][:6]]
+    encode = embedder.start_up_encoder(2, "auto")
+    assert encode is not embedder.sentence.encode  # its own encoder, loaded at its first call
+    assert np.allclose(encode(texts), embedder.sentence.encode(texts), atol=1e-5)
+    auto = SentenceEncoder(bundle.sentence_path, 1, device="auto")
+    assert auto.device == ("cuda" if "cuda" in available_devices() else "cpu")
+    if "cuda" in available_devices():
+        pytest.skip("this onnxruntime has a CUDA provider: cuda is not refused here")
+    with pytest.raises(SentenceError, match="onnxruntime-gpu"):
+        SentenceEncoder(bundle.sentence_path, 1, device="cuda")
+    with pytest.raises(ValueError, match="SSI_ENCODE_DEVICE=cuda"):
+        preflight(Settings(bundle=world["bundle"], encode_device="cuda"))
