@@ -42,6 +42,7 @@ NODE_LABEL = "ssi.node"
 WRITES = {"put", "delete"}
 EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload", "drop_candidate"}
 NOT_PRIMARY = "is not the primary"
+MAP_READ_TIMEOUT = 2.0  # seconds the router waits for the map before it serves from the one it holds
 MAP_TIMEOUT = 10.0  # seconds a primary waits for the coordinator's confirmation of a write (then a 503)
 # Calls that do real work get longer than the failure timeout (a ping's): a write's apply on a backup (featurizing
 # a batch), a catch-up, a whole copy unpacked and loaded, a recovery (all of those, run by the primary).
@@ -366,15 +367,31 @@ class ReplicatedShards:
         self.read_timeout = read_timeout
         self._views: list[ShardView] = []
         self._read_at = 0.0
+        self._unanswered = False  # the last read of the map found no coordinator
         self._turn = itertools.count()
         self._slow: dict[str, float] = {}  # copy -> until when reads pass it over
         self._peers = RayPeers(group, timeout=0)
 
     async def views(self, refresh: bool = False) -> list[ShardView]:
-        if refresh or not self._views or time.monotonic() - self._read_at > self.refresh_seconds:
-            coordinator = self._peers.handle("coordinator")
-            self._views = await coordinator.views.remote()
+        """The coordinator's map, read again after `refresh_seconds` (or a failure). While the coordinator does not
+        answer (the head is away) the last map is kept and read again a `refresh_seconds` later; a map from an
+        older coordinator epoch than the one held (two heads overlapping) is refused."""
+        since = time.monotonic() - self._read_at
+        if self._unanswered and since < self.refresh_seconds and self._views:
+            return self._views  # asked less than a refresh ago, in vain: not again for every request
+        if refresh or not self._views or since > self.refresh_seconds:
             self._read_at = time.monotonic()
+            try:
+                coordinator = self._peers.handle("coordinator")
+                views = await asyncio.wait_for(coordinator.views.remote(), MAP_READ_TIMEOUT)
+            except (TimeoutError, RayActorError, ValueError):
+                self._unanswered = True
+                if not self._views:
+                    raise
+                return self._views
+            self._unanswered = False
+            if not self._views or views[0].epoch >= self._views[0].epoch:
+                self._views = views
         return self._views
 
     async def call(self, shard: int, method: str, *args: Any) -> Reply:

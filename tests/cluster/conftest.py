@@ -158,3 +158,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     corpus = write_corpus(root / "corpus.jsonl", docs)
     bundle = make_bundle(root / "bundle", docs)
     return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's redis-server on a free port, persistence on (cluster.redis_server), its files in a temporary folder."""
+    pytest.importorskip("redis", reason="needs the cluster extra: pip install -e .[cluster]")
+    from cluster.redis_server import RedisServer
+
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
