@@ -4,9 +4,11 @@
   `ssi cluster local` labels its worker nodes so), in `<node_dir>/n<r>/<copy>` on that node's own disk. Ray
   restarts a copy whose process died (`max_restarts=-1`) on the same node, so it finds its folder again; a copy
   whose node is gone waits until a node with its label joins, and catches up there.
-- The coordinator (cluster.replication.coordinator's round, every `tick_seconds`) runs in one actor on the head
-  node and keeps the shard map in `<node_dir>/coordinator/map.json` on the head's disk. The head node is Ray's own
-  single point of failure (its GCS, without an external Redis), so putting the map there adds none.
+- The coordinator (cluster.replication.coordinator's round, every `tick_seconds`) runs in one detached actor on the
+  head node (Ray starts it again, on a head that comes back too) and keeps the shard map in its store
+  (cluster.replication.map_store): Redis, beside the GCS's own tables, where `map_store` names one; otherwise
+  `<node_dir>/coordinator/map.json` on the head's disk. Every actor here is detached: none dies with the driver
+  that started it (on the head).
 - Every labelled node also keeps a copy of the router's traffic log (`EventCopyActor`, cluster.replication.events).
 - The router (`ReplicatedShards`, the `Shards` of cluster.fanout) reads the map every second or after a failure:
   writes go to each shard's primary, reads to its in-sync copies in turn, a reload's steps to every in-sync copy.
@@ -19,17 +21,18 @@ import itertools
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util import list_named_actors
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.manifest import ClusterIndexError
 from cluster.replication.coordinator import Coordinator
 from cluster.replication.events import EventCopy, Rows
+from cluster.replication.map_store import open_store
 from cluster.replication.replica import Position, Replica, ServerArgs, Unreachable
 from cluster.replication.shard_map import ShardMap, ShardView, replica_name
 from cluster.shard_server import Reply
@@ -123,8 +126,10 @@ class RemoteMap:
 class CoordinatorActor:
     """The shard map and the coordinator's round in one actor (threaded: primaries call it during a round)."""
 
-    def __init__(self, group: str, map_path: str, shards: int, replicas: int, timeout: float, every: float) -> None:
-        self.map = ShardMap(Path(map_path), shards, replicas)
+    def __init__(
+        self, group: str, map_store: str, map_key: str, shards: int, replicas: int, timeout: float, every: float
+    ) -> None:
+        self.map = ShardMap(open_store(map_store, map_key), shards, replicas)
         self.coordinator = Coordinator(self.map, RayPeers(group, timeout), background=True)
         self.every = every
         self.rounds = 0
@@ -154,10 +159,16 @@ class CoordinatorActor:
         return self.map.started(shard, replica)
 
     def describe(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "last": self.last_report, "shards": [v.__dict__ for v in self.views()]}
+        shards = [asdict(v) for v in self.views()]
+        return {"epoch": self.map.epoch, "rounds": self.rounds, "last": self.last_report, "shards": shards}
 
     def stop(self) -> None:
         self._stop.set()
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
 
 
 class ReplicaActor:
@@ -228,10 +239,11 @@ def start_replicas(
     timeout: float = 2.0,
     tick_seconds: float = 1.0,
     cpus: float = 0.0,
+    map_store: str | None = None,
 ) -> list[Any]:
-    """The coordinator and every copy of every shard (`args[i]` for shard i); returns their actor handles."""
+    """The coordinator and every copy of every shard (`args[i]` for shard i); returns their actor handles.
+    `map_store`: where the coordinator keeps the map (a `redis://` URL; default the file under `node_dir`)."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    head = next(n["NodeID"] for n in nodes if n["Resources"].get(HEAD_RESOURCE))
     labelled = {(n.get("Labels") or {}).get(NODE_LABEL) for n in nodes}
     missing = [node_label(r) for r in range(replicas) if node_label(r) not in labelled]
     if missing:
@@ -244,12 +256,21 @@ def start_replicas(
         .options(
             name=actor_name(group, "coordinator"),
             namespace=NAMESPACE,
+            lifetime="detached",
             max_restarts=-1,
             max_concurrency=32,
             num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False),
+            resources={HEAD_RESOURCE: 0.001},  # the head's resource, not its node id: a head started again has it
         )
-        .remote(group, str(node_dir / "coordinator" / "map.json"), len(args), replicas, timeout, tick_seconds)
+        .remote(
+            group,
+            map_store or str(node_dir / "coordinator" / "map.json"),
+            f"ssi:shard-map:{node_dir}",
+            len(args),
+            replicas,
+            timeout,
+            tick_seconds,
+        )
     )
     handles = [coordinator]
     ray.get(coordinator.views.remote())  # the map exists before the first copy says it started
@@ -259,6 +280,7 @@ def start_replicas(
             .options(
                 name=actor_name(group, event_copy_name(node_label(r))),
                 namespace=NAMESPACE,
+                lifetime="detached",
                 max_restarts=-1,
                 max_concurrency=8,
                 num_cpus=0,
@@ -273,6 +295,7 @@ def start_replicas(
             .options(
                 name=actor_name(group, name),
                 namespace=NAMESPACE,
+                lifetime="detached",
                 max_restarts=-1,
                 max_concurrency=16,
                 num_cpus=cpus,

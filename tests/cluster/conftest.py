@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import builtins
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,7 +74,16 @@ def shared_ray() -> SharedRay:
         from cluster.local import LocalCluster
         from service.settings import Settings
 
-        local = LocalCluster(workers=WORKER_NODES, cpus_per_node=CPUS_PER_NODE, object_store_mb=128, log_monitor=False)
+        # Ray's GCS fault tolerance on (its tables in a Redis the cluster starts): test_replication_ray kills the GCS
+        # and starts it again, and its coordinator keeps the shard map in the same Redis.
+        redis_dir = Path(tempfile.mkdtemp(prefix="ssi-shared-ray-redis-"))
+        local = LocalCluster(
+            workers=WORKER_NODES,
+            cpus_per_node=CPUS_PER_NODE,
+            object_store_mb=128,
+            log_monitor=False,
+            redis_dir=redis_dir,
+        )
         try:
             local.connect()
             port = free_port()
@@ -95,6 +107,8 @@ def release_shared_ray() -> None:
         serve.shutdown()
     finally:
         _shared.local.shutdown()
+        if _shared.local.redis is not None:
+            shutil.rmtree(_shared.local.redis.folder, ignore_errors=True)
         _shared = None
         builtins.print = saved
 
