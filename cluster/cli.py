@@ -211,6 +211,14 @@ def serve_command(
     router_on_head: Annotated[
         bool, typer.Option(help="Run the router on the head node, so that a lost worker node takes no router with it")
     ] = False,
+    router_on_workers: Annotated[
+        bool,
+        typer.Option(
+            help="Run the routers on the labelled worker nodes, one a node (with --replicas > 1): the head lost takes "
+            "none of them, and every node's HTTP proxy reaches one"
+        ),
+    ] = False,
+    router_replicas: Annotated[int, typer.Option(min=1, help="Replicas of the router")] = 1,
     map_store: Annotated[
         str | None,
         typer.Option(
@@ -228,6 +236,8 @@ def serve_command(
         node_dir=node_dir,
         min_copies=min_copies,
         router_on_head=router_on_head,
+        router_on_workers=router_on_workers,
+        router_replicas=router_replicas,
         map_store=map_store,
         replicas=replicas,
         shard_cpus=shard_cpus,

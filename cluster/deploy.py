@@ -181,6 +181,8 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
             f"--min-copies must be between 2 (so that losing one node loses no acknowledged write) and --replicas "
             f"({options.replicas}); got {options.min_copies}"
         )
+    if options.replicas > 1 and options.map_store is not None:
+        check_map_store(options.map_store)
     open_vocab = settings.open_vocab  # the router's, given to every shard
     statistics = statistics_of(settings, manifest)
     replicated = None
@@ -237,6 +239,19 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
         str(data_dir.resolve()),
         replicated,
     )
+
+
+def check_map_store(url: str) -> None:
+    """A `--map-store` that is a Redis URL and answers, refused with its reason before any actor starts."""
+    from cluster.replication.map_redis import RedisMapStore
+    from service.errors import Unavailable
+
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ClusterIndexError(f"--map-store must be a redis:// URL (got {url!r}); without it the map is a file")
+    try:
+        RedisMapStore(url).ping()
+    except Unavailable as exc:
+        raise ClusterIndexError(exc.message) from None
 
 
 # The actors of the replicated copies this process started (coordinator first), stopped by `stop`, and their groups.

@@ -118,6 +118,21 @@ class LocalCluster:
         """Start the GCS again, on the same port and the same Redis: it reads its tables back."""
         self.cluster.head_node.start_gcs_server()
 
+    def head_processes(self) -> list[Any]:
+        """Every process of the head node (its GCS, raylet, and the raylet's workers: the coordinator, Serve's
+        controller and proxy), as psutil processes; not this process, the driver."""
+        import psutil
+
+        found: list[psutil.Process] = []
+        for infos in self.cluster.head_node.all_processes.values():
+            for info in infos:
+                try:
+                    process = psutil.Process(info.process.pid)
+                    found += [process, *process.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    continue
+        return found
+
     def _set_environment(self, values: dict[str, str]) -> None:
         for name, value in values.items():
             self._environment.setdefault(name, os.environ.get(name))

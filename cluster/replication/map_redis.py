@@ -65,6 +65,10 @@ class RedisMapStore:
                 headers={"Retry-After": "2"},
             ) from None
 
+    def ping(self) -> None:
+        """StoreUnavailable if the Redis does not answer (checked before a deployment starts its coordinator)."""
+        self._call("ping", self.client.ping)
+
     def claim(self) -> int:
         return int(self._call("claim", lambda: self.client.incr(f"{self.key}:epoch")))
 

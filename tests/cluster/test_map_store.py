@@ -72,3 +72,16 @@ def test_the_redis_map_survives_a_kill_of_redis_and_writes_wait_for_it(redis_ser
     assert shard_map.commit(0, view.term, view.primary, ["shard-0000-r2"]) == view  # the client connects again
     again = ShardMap(open_store(redis_server.url, key=key), shards=1, replicas=3)
     assert (again.view(0).term, again.view(0).primary, again.view(0).in_sync) == (2, "shard-0000-r1", view.in_sync)
+
+
+def test_a_map_store_that_is_not_a_reachable_redis_is_refused_before_anything_starts(redis_server: Any) -> None:
+    pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[cluster]")
+    from cluster.deploy import check_map_store
+    from cluster.manifest import ClusterIndexError
+    from service.bench.server import free_port
+
+    with pytest.raises(ClusterIndexError, match="must be a redis:// URL"):
+        check_map_store("/var/lib/ssi/map.json")
+    with pytest.raises(ClusterIndexError, match="did not answer"):
+        check_map_store(f"redis://127.0.0.1:{free_port()}/0")
+    check_map_store(redis_server.url)
