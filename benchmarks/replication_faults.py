@@ -261,7 +261,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for thread in threads:
             thread.start()
         started = time.monotonic()
-        faults = ["kill-copy", "kill-gcs", "kill-node", "freeze-head", "freeze-primary", "restart-redis", "wipe-node"]
+        faults = args.faults.split(",")
         i = 0
         while time.monotonic() - started < args.minutes * 60:
             fault = faults[i % len(faults)]
@@ -280,8 +280,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             elif fault in ("kill-gcs", "freeze-head", "restart-redis"):
                 back = head_fault(local, fault, args.head_down if fault != "restart-redis" else args.redis_down)
                 head_windows.append((fault, at, back))
-                record["writes_acknowledged_after_return_s"] = after(log, {"put", "delete"}, back)
-                record["head_proxy_first_answer_after_return_s"] = after(log, {"search-head"}, back)
+                record["away_s"] = round(back - at, 2)
+                record["returned_at"] = back  # the times from its return are read from the log at the end
             else:
                 node = rng.randrange(3)
                 local.kill_worker(node)
@@ -301,15 +301,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 b.term <= a.term and (b.primary == a.primary or b.term < a.term)
                 for b, a in zip(before, now, strict=True)
             )
-            for key in ("writes_acknowledged_after_return_s", "head_proxy_first_answer_after_return_s"):
-                if key in record and record[key] is None:  # not yet when the fault ended: read again now
-                    record[key] = after(log, {"put", "delete"} if key.startswith("writes") else {"search-head"}, back)
             rounds.append(record)
             print(rounds[-1], flush=True)
             time.sleep(args.pause)
         stop.set()
         for thread in threads:
             thread.join(timeout=60)
+        for record in rounds:
+            if "returned_at" in record:
+                back = record.pop("returned_at")
+                record["writes_acknowledged_after_return_s"] = after(log, {"put", "delete"}, back)
+                record["worker_proxy_first_answer_after_return_s"] = after(log, {"search"}, back)
+                record["head_proxy_first_answer_after_return_s"] = after(log, {"search-head"}, back)
         with httpx.Client(base_url=url, timeout=30) as client:
             read = {d: client.get(f"/documents/{quote(d, safe='')}") for d in log.puts}
             lost = [d for d, r in read.items() if r.status_code != 200]
@@ -377,10 +380,18 @@ def main() -> None:
     parser.add_argument(
         "--head-down", type=float, default=10.0, help="seconds the head's GCS is killed, or the head frozen"
     )
+    parser.add_argument(
+        "--faults",
+        default="kill-copy,kill-gcs,kill-node,freeze-head,freeze-primary,restart-redis,wipe-node",
+        help="the faults, in turn (a comma-separated list of those above)",
+    )
     parser.add_argument("--redis-down", type=float, default=5.0, help="seconds Redis is down before it restarts")
     parser.add_argument("--work", default="/tmp/ssi-replication-faults")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    unknown = set(args.faults.split(",")) - set(parser.get_default("faults").split(","))
+    if unknown:
+        parser.error(f"--faults: unknown {sorted(unknown)}; known: {parser.get_default('faults')}")
     write_figures(run(args), args.out)
 
 
