@@ -157,11 +157,8 @@ def head_fault(local: Any, fault: str, seconds: float) -> float:
         local.redis.kill()
         time.sleep(seconds)
         local.redis.start()
-        if local.cluster.head_node.all_processes["gcs_server"][0].process.poll() is not None:
+        if not local.gcs_alive():  # the GCS exits when its Redis goes away: started again, as a supervisor would
             print("the GCS exited while Redis was away: started again", flush=True)
-            local.cluster.head_node.all_processes.pop("gcs_server")
-            local.cluster.head_node._gcs_address = None
-            local.cluster.head_node._gcs_client = None
             local.restart_gcs()
     return time.monotonic()
 

@@ -288,6 +288,7 @@ def local_command(
         typer.echo(f"local Ray cluster at {local.address}: {local.nodes()} nodes")
         if local.redis is not None:
             typer.echo(f"the GCS's tables and the shard map in Redis at {local.redis.address} ({head_dir})")
+            local.supervise_gcs()  # a GCS that exits (killed, its Redis restarted) is started again on its tables
         if not (out / MANIFEST_FILE).exists():
             index(
                 bundle=bundle,

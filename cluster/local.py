@@ -12,10 +12,14 @@ meanwhile, and the raylets wait for it (up to `RAY_gcs_rpc_server_reconnect_time
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 import uuid
 from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
 
 GCS_RECONNECT_SECONDS = "300"  # how long a raylet waits for a GCS that is away before it exits (Ray's default: 60)
 
@@ -38,6 +42,7 @@ class LocalCluster:
 
         self.redis: Any = None
         self._environment: dict[str, str | None] = {}
+        self._supervising = threading.Event()  # set: no GCS supervisor (supervise_gcs) starts the GCS again
         if redis_dir is not None:
             from cluster.redis_server import RedisServer
 
@@ -114,9 +119,37 @@ class LocalCluster:
         """kill -9 of the head's GCS process alone (its raylet, the workers and actors on every node live on)."""
         self.cluster.head_node.kill_gcs_server()
 
+    def gcs_alive(self) -> bool:
+        processes = self.cluster.head_node.all_processes.get("gcs_server")
+        return bool(processes) and processes[0].process.poll() is None
+
     def restart_gcs(self) -> None:
-        """Start the GCS again, on the same port and the same Redis: it reads its tables back."""
-        self.cluster.head_node.start_gcs_server()
+        """Start the GCS again, on the same port and the same Redis: it reads its tables back. One that exited by
+        itself (it does when its Redis goes away) is forgotten first, as `kill_gcs` forgets the one it kills."""
+        head = self.cluster.head_node
+        if head.all_processes.get("gcs_server"):
+            head.all_processes.pop("gcs_server")
+            head._gcs_address = None
+            head._gcs_client = None
+        head.start_gcs_server()
+
+    def supervise_gcs(self, every: float = 1.0) -> threading.Event:
+        """Start the GCS again whenever it has exited (what systemd or KubeRay does for a real head), in a thread,
+        until the returned event is set (`shutdown` sets it); a GCS that cannot start yet (Redis away) is tried
+        again."""
+        stop = self._supervising
+
+        def watch() -> None:
+            while not stop.wait(every):
+                if self.gcs_alive():
+                    continue
+                try:
+                    self.restart_gcs()
+                except Exception as exc:  # noqa: BLE001 — Redis not back yet: the next round tries again
+                    log.warning("the GCS could not start again: %r", exc)
+
+        threading.Thread(target=watch, name="gcs-supervisor", daemon=True).start()
+        return stop
 
     def head_processes(self) -> list[Any]:
         """Every process of the head node (its GCS, raylet, and the raylet's workers: the coordinator, Serve's
@@ -151,6 +184,7 @@ class LocalCluster:
     def shutdown(self) -> None:
         import ray
 
+        self._supervising.set()  # the GCS stopped below is not started again
         try:
             ray.shutdown()
             self.cluster.shutdown()

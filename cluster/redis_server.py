@@ -25,7 +25,7 @@ class RedisServer:
         if found is None:
             raise FileNotFoundError(f"{binary} not found: install Debian's redis-server (apt-get install redis-server)")
         self.binary = found
-        self.folder = folder
+        self.folder = folder.resolve()  # redis-server changes into --dir: a relative log path would move with it
         self.port = port or free_port()
         self.process: subprocess.Popen[bytes] | None = None
         folder.mkdir(parents=True, exist_ok=True)
