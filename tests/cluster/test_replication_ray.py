@@ -261,8 +261,10 @@ def test_a_killed_gcs_loses_no_acknowledged_write_and_the_map_outlives_the_coord
     coordinator's process killed, so that Ray starts it again and it reads the map back from Redis."""
     import ray
 
-    wait_all_in_sync()
     local = cluster["local"]
+    if local.redis is None:
+        pytest.skip("needs Debian's redis-server and the redis client (the cluster extra) for GCS fault tolerance")
+    wait_all_in_sync()
     handle = coordinator()  # resolved while the GCS is up: actor calls go to the actor directly
     before = ray.get(handle.describe.remote())
     docs = world["docs"]
