@@ -221,6 +221,22 @@ def serve_command(
     router_on_head: Annotated[
         bool, typer.Option(help="Run the router on the head node, so that a lost worker node takes no router with it")
     ] = False,
+    router_on_workers: Annotated[
+        bool,
+        typer.Option(
+            help="Run the routers on the labelled worker nodes, one a node (with --replicas > 1): the head lost takes "
+            "none of them, and every node's HTTP proxy reaches one"
+        ),
+    ] = False,
+    router_replicas: Annotated[int, typer.Option(min=1, help="Replicas of the router")] = 1,
+    map_store: Annotated[
+        str | None,
+        typer.Option(
+            help="With --replicas > 1: where the coordinator keeps the shard map, redis://HOST:PORT (a Redis with "
+            "appendonly yes and appendfsync always, such as the one of Ray's GCS fault tolerance) so that it outlives "
+            "the head; default: NODE_DIR/coordinator/map.json on the head's disk"
+        ),
+    ] = None,
 ) -> None:
     """Serve a sharded index on a running Ray cluster: one Serve deployment per shard and a router."""
     require_ray()
@@ -230,6 +246,9 @@ def serve_command(
         node_dir=node_dir,
         min_copies=min_copies,
         router_on_head=router_on_head,
+        router_on_workers=router_on_workers,
+        router_replicas=router_replicas,
+        map_store=map_store,
         replicas=replicas,
         shard_cpus=shard_cpus,
         threads=threads,
@@ -267,10 +286,19 @@ def local_command(
     open_vocab = settings.open_vocab
     if replicas > workers:
         raise fail(f"--replicas {replicas} needs as many worker nodes (--workers {workers}): each has its own node")
-    local = LocalCluster(workers=workers)
+    # Replicated shards: the head's tables (Ray's GCS) and the shard map in a Redis of their own, persistence on,
+    # beside the index folder (which `ssi index` wants empty): a GCS killed and started again reads them back.
+    head_dir = out.with_name(f"{out.name}-head") if replicas > 1 else None
+    try:
+        local = LocalCluster(workers=workers, redis_dir=None if head_dir is None else head_dir / "redis")
+    except FileNotFoundError as exc:
+        raise fail(str(exc)) from None
     try:
         local.connect()
         typer.echo(f"local Ray cluster at {local.address}: {local.nodes()} nodes")
+        if local.redis is not None:
+            typer.echo(f"the GCS's tables and the shard map in Redis at {local.redis.address} ({head_dir})")
+            local.supervise_gcs()  # a GCS that exits (killed, its Redis restarted) is started again on its tables
         if not (out / MANIFEST_FILE).exists():
             index(
                 bundle=bundle,
@@ -283,7 +311,14 @@ def local_command(
                 statistics=settings.open_vocab_statistics,
             )
         options = ClusterOptions(
-            shard_cpus=0, threads=threads, replicas=replicas, min_copies=min_copies, router_on_head=replicas > 1
+            shard_cpus=0,
+            threads=threads,
+            replicas=replicas,
+            min_copies=min_copies,
+            # one router a worker node, each node's HTTP proxy in front: the head lost takes none of them
+            router_on_workers=replicas > 1,
+            router_replicas=replicas if replicas > 1 else 1,
+            map_store=local.map_store,
         )
         _serve_forever(out, settings, options, local.address, None)
     finally:

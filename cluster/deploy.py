@@ -33,9 +33,11 @@ from cluster.manifest import ClusterIndexError, read_manifest
 from cluster.replication.events import ShippedTraffic
 from cluster.replication.ray_replicas import (
     HEAD_RESOURCE,
+    NODE_LABEL,
     EventPeers,
     NoCopy,
     ReplicatedShards,
+    node_label,
     start_replicas,
     stop_replicas,
 )
@@ -72,9 +74,15 @@ class ClusterOptions:
     node_dir: Path | None = None
     min_copies: int = 2
     failure_timeout_seconds: float = 2.0
-    # The router's replicas on the head node (Ray's own single point of failure, where the coordinator runs too):
-    # a worker node lost then takes no router, and no request in flight, with it.
+    # The router's replicas on the head node (where the coordinator runs too): a worker node lost then takes no
+    # router, and no request in flight, with it; but the head lost takes them all.
     router_on_head: bool = False
+    # The router's replicas on the labelled worker nodes instead, at most one a node (with replicas > 1): the head
+    # lost takes no router, and the HTTP proxy of every other node (proxy_location EveryNode) still reaches one.
+    router_on_workers: bool = False
+    # Where the coordinator keeps the shard map (with replicas > 1): a `redis://` URL (off the head's disk: the
+    # Redis of Ray's GCS fault tolerance), or None for `<node_dir>/coordinator/map.json` on the head's disk.
+    map_store: str | None = None
 
 
 class RayShards:
@@ -173,6 +181,8 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
             f"--min-copies must be between 2 (so that losing one node loses no acknowledged write) and --replicas "
             f"({options.replicas}); got {options.min_copies}"
         )
+    if options.replicas > 1 and options.map_store is not None:
+        check_map_store(options.map_store)
     open_vocab = settings.open_vocab  # the router's, given to every shard
     statistics = statistics_of(settings, manifest)
     replicated = None
@@ -205,13 +215,19 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
     )
     about = manifest.model_dump(exclude={"entries"}) | {"documents_per_shard": [e.documents for e in manifest.entries]}
     placement: dict[str, Any] = {"num_cpus": options.router_cpus}
+    spread: dict[str, Any] = {}
     if options.router_on_head:
         placement["resources"] = {HEAD_RESOURCE: 0.001}
+    elif options.router_on_workers and options.replicas > 1:
+        labels = ",".join(node_label(r) for r in range(options.replicas))
+        placement["label_selector"] = {NODE_LABEL: f"in({labels})"}
+        spread["max_replicas_per_node"] = 1
     router = serve.deployment(Router).options(
         name="router",
         num_replicas=options.router_replicas,
         ray_actor_options=placement,
         max_ongoing_requests=256,
+        **spread,
     )
     data_dir = options.router_data_dir or index / ROUTER_FOLDER
     return router.bind(
@@ -223,6 +239,19 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
         str(data_dir.resolve()),
         replicated,
     )
+
+
+def check_map_store(url: str) -> None:
+    """A `--map-store` that is a Redis URL and answers, refused with its reason before any actor starts."""
+    from cluster.replication.map_redis import RedisMapStore
+    from service.errors import Unavailable
+
+    if not url.startswith(("redis://", "rediss://", "unix://")):
+        raise ClusterIndexError(f"--map-store must be a redis:// URL (got {url!r}); without it the map is a file")
+    try:
+        RedisMapStore(url).ping()
+    except Unavailable as exc:
+        raise ClusterIndexError(exc.message) from None
 
 
 # The actors of the replicated copies this process started (coordinator first), stopped by `stop`, and their groups.
@@ -256,6 +285,7 @@ def start_copies(index: Path, settings: Settings, options: ClusterOptions, shard
             min_copies=options.min_copies,
             timeout=options.failure_timeout_seconds,
             cpus=options.shard_cpus,
+            map_store=options.map_store,
         )
     )
     return group

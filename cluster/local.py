@@ -3,27 +3,67 @@
 Each node is a real raylet with its own object store, started by Ray's own `ray.cluster_utils.Cluster`
 (what Ray's test suite uses for multi-node clusters on one host): tasks and replicas are scheduled
 across nodes exactly as on a real cluster, only the network is loopback.
+
+With `redis_dir`, the head's control store (Ray's GCS) keeps its tables in a Redis this cluster starts
+(cluster.redis_server, persistence on, its files in that folder): Ray's GCS fault tolerance. A GCS killed and
+started again (`restart_gcs`) reads them back; the actors, the Serve proxies and replicas on every node live on
+meanwhile, and the raylets wait for it (up to `RAY_gcs_rpc_server_reconnect_timeout_s`, GCS_RECONNECT here).
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
+import uuid
+from pathlib import Path
 from typing import Any
+
+log = logging.getLogger(__name__)
+
+GCS_RECONNECT_SECONDS = "300"  # how long a raylet waits for a GCS that is away before it exits (Ray's default: 60)
 
 
 class LocalCluster:
     def __init__(
-        self, workers: int = 2, cpus_per_node: int = 1, object_store_mb: int = 256, log_monitor: bool = True
+        self,
+        workers: int = 2,
+        cpus_per_node: int = 1,
+        object_store_mb: int = 256,
+        log_monitor: bool = True,
+        redis_dir: Path | None = None,
     ) -> None:
         """`log_monitor=False`: no process tails the workers' log files for the drivers (one that does not print them
-        saves its CPU: the tests' shared cluster)."""
+        saves its CPU: the tests' shared cluster). `redis_dir`: GCS fault tolerance, its Redis's files there."""
         from cluster.connect import widen_serve_start_bounds
 
         widen_serve_start_bounds()
         from ray.cluster_utils import Cluster
 
+        self.redis: Any = None
+        self._environment: dict[str, str | None] = {}
+        self._supervising = threading.Event()  # set: no GCS supervisor (supervise_gcs) starts the GCS again
+        if redis_dir is not None:
+            from cluster.redis_server import RedisServer
+
+            self.redis = RedisServer(redis_dir)
+            # Read by the head as it starts (the GCS's store), and by every raylet started after it (the wait).
+            self._set_environment(
+                {
+                    "RAY_REDIS_ADDRESS": self.redis.address,
+                    "RAY_external_storage_namespace": f"ssi-{uuid.uuid4().hex[:8]}",
+                    "RAY_gcs_rpc_server_reconnect_timeout_s": os.environ.get(
+                        "RAY_gcs_rpc_server_reconnect_timeout_s", GCS_RECONNECT_SECONDS
+                    ),
+                }
+            )
         node = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mb * 1024 * 1024}
         head = {**node, "include_dashboard": False, "include_log_monitor": log_monitor}
-        self.cluster: Any = Cluster(initialize_head=True, head_node_args=head)
+        try:
+            self.cluster: Any = Cluster(initialize_head=True, head_node_args=head)
+        except BaseException:
+            self._stop_redis()
+            raise
         self.node_args = node
         # Worker i is labelled ssi.node=n<i>: copy i of every replicated shard runs there (cluster.replication).
         self.workers: list[Any] = [self.add_worker(i) for i in range(workers)]
@@ -67,8 +107,86 @@ class LocalCluster:
 
         return sum(1 for node in ray.nodes() if node.get("Alive"))
 
+    @property
+    def map_store(self) -> str | None:
+        """Where the coordinator keeps the shard map on this cluster: its Redis, where it has one."""
+        return None if self.redis is None else self.redis.url
+
+    def gcs_pid(self) -> int:
+        return int(self.cluster.head_node.all_processes["gcs_server"][0].process.pid)
+
+    def kill_gcs(self) -> None:
+        """kill -9 of the head's GCS process alone (its raylet, the workers and actors on every node live on)."""
+        self.cluster.head_node.kill_gcs_server()
+
+    def gcs_alive(self) -> bool:
+        processes = self.cluster.head_node.all_processes.get("gcs_server")
+        return bool(processes) and processes[0].process.poll() is None
+
+    def restart_gcs(self) -> None:
+        """Start the GCS again, on the same port and the same Redis: it reads its tables back. One that exited by
+        itself (it does when its Redis goes away) is forgotten first, as `kill_gcs` forgets the one it kills."""
+        head = self.cluster.head_node
+        if head.all_processes.get("gcs_server"):
+            head.all_processes.pop("gcs_server")
+            head._gcs_address = None
+            head._gcs_client = None
+        head.start_gcs_server()
+
+    def supervise_gcs(self, every: float = 1.0) -> threading.Event:
+        """Start the GCS again whenever it has exited (what systemd or KubeRay does for a real head), in a thread,
+        until the returned event is set (`shutdown` sets it); a GCS that cannot start yet (Redis away) is tried
+        again."""
+        stop = self._supervising
+
+        def watch() -> None:
+            while not stop.wait(every):
+                if self.gcs_alive():
+                    continue
+                try:
+                    self.restart_gcs()
+                except Exception as exc:  # noqa: BLE001 — Redis not back yet: the next round tries again
+                    log.warning("the GCS could not start again: %r", exc)
+
+        threading.Thread(target=watch, name="gcs-supervisor", daemon=True).start()
+        return stop
+
+    def head_processes(self) -> list[Any]:
+        """Every process of the head node (its GCS, raylet, and the raylet's workers: the coordinator, Serve's
+        controller and proxy), as psutil processes; not this process, the driver."""
+        import psutil
+
+        found: list[psutil.Process] = []
+        for infos in self.cluster.head_node.all_processes.values():
+            for info in infos:
+                try:
+                    process = psutil.Process(info.process.pid)
+                    found += [process, *process.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    continue
+        return found
+
+    def _set_environment(self, values: dict[str, str]) -> None:
+        for name, value in values.items():
+            self._environment.setdefault(name, os.environ.get(name))
+            os.environ[name] = value
+
+    def _stop_redis(self) -> None:
+        for name, value in self._environment.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._environment.clear()
+        if self.redis is not None:
+            self.redis.stop()
+
     def shutdown(self) -> None:
         import ray
 
-        ray.shutdown()
-        self.cluster.shutdown()
+        self._supervising.set()  # the GCS stopped below is not started again
+        try:
+            ray.shutdown()
+            self.cluster.shutdown()
+        finally:
+            self._stop_redis()

@@ -3,7 +3,8 @@
 Elasticsearch's master does this for its shards; here one `tick` does it for every shard, every second on a
 cluster (cluster.replication.ray_replicas runs it in an actor) and step by step in the tests:
 
-1. ask every copy where its history ends (`Replica.position`, within the failure timeout on a cluster);
+1. ask every copy where its history ends (`Replica.position`, within the failure timeout on a cluster); a coordinator
+   that has just started first reconciles the map with what the copies that answered have seen (`ShardMap.reconcile`);
 2. a primary that did not answer is replaced by the in-sync copy furthest along, under a new term
    (`ShardMap.fail`); a backup that did not answer leaves the in-sync set;
 3. every copy that answered is told the shard's view (`Replica.assign`), so a new primary starts taking writes
@@ -44,6 +45,7 @@ class Coordinator:
         self.peers = peers
         self._pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="recover") if background else None
         self._recovering: dict[str, Future[None]] = {}
+        self._reconciled: set[int] = set()  # shards whose copies this coordinator has heard from since it started
 
     def tick(self, recover: bool = True) -> TickReport:
         report = TickReport()
@@ -62,6 +64,9 @@ class Coordinator:
                     log.warning("shard %d: %s answered its position with %r", shard, name, exc)
                 report.unreachable.setdefault(shard, []).append(name)
         ranks = {name: (p.last_term, p.last_seq) for name, p in positions.items() if p.last_seq >= 0}
+        if shard not in self._reconciled and positions:
+            view = self.map.reconcile(shard, {name: p.term for name, p in positions.items()}, ranks)
+            self._reconciled.add(shard)
         if view.primary not in positions:
             view = self.map.fail(shard, view.primary, ranks)
             if view.primary in positions:

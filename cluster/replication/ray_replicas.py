@@ -4,9 +4,11 @@
   `ssi cluster local` labels its worker nodes so), in `<node_dir>/n<r>/<copy>` on that node's own disk. Ray
   restarts a copy whose process died (`max_restarts=-1`) on the same node, so it finds its folder again; a copy
   whose node is gone waits until a node with its label joins, and catches up there.
-- The coordinator (cluster.replication.coordinator's round, every `tick_seconds`) runs in one actor on the head
-  node and keeps the shard map in `<node_dir>/coordinator/map.json` on the head's disk. The head node is Ray's own
-  single point of failure (its GCS, without an external Redis), so putting the map there adds none.
+- The coordinator (cluster.replication.coordinator's round, every `tick_seconds`) runs in one detached actor on the
+  head node (Ray starts it again, on a head that comes back too) and keeps the shard map in its store
+  (cluster.replication.map_store): Redis, beside the GCS's own tables, where `map_store` names one; otherwise
+  `<node_dir>/coordinator/map.json` on the head's disk. Every actor here is detached: none dies with the driver
+  that started it (on the head).
 - Every labelled node also keeps a copy of the router's traffic log (`EventCopyActor`, cluster.replication.events).
 - The router (`ReplicatedShards`, the `Shards` of cluster.fanout) reads the map every second or after a failure:
   writes go to each shard's primary, reads to its in-sync copies in turn, a reload's steps to every in-sync copy.
@@ -19,17 +21,18 @@ import itertools
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 from ray.util import list_named_actors
-from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from cluster.manifest import ClusterIndexError
 from cluster.replication.coordinator import Coordinator
 from cluster.replication.events import EventCopy, Rows
+from cluster.replication.map_store import open_store
 from cluster.replication.replica import Position, Replica, ServerArgs, Unreachable
 from cluster.replication.shard_map import ShardMap, ShardView, replica_name
 from cluster.shard_server import Reply
@@ -42,6 +45,7 @@ NODE_LABEL = "ssi.node"
 WRITES = {"put", "delete"}
 EVERY_COPY = {"prepare_reload", "commit_reload", "abort_reload", "drop_candidate"}
 NOT_PRIMARY = "is not the primary"
+MAP_READ_TIMEOUT = 2.0  # seconds the router waits for the map before it serves from the one it holds
 MAP_TIMEOUT = 10.0  # seconds a primary waits for the coordinator's confirmation of a write (then a 503)
 # Calls that do real work get longer than the failure timeout (a ping's): a write's apply on a backup (featurizing
 # a batch), a catch-up, a whole copy unpacked and loaded, a recovery (all of those, run by the primary).
@@ -122,8 +126,10 @@ class RemoteMap:
 class CoordinatorActor:
     """The shard map and the coordinator's round in one actor (threaded: primaries call it during a round)."""
 
-    def __init__(self, group: str, map_path: str, shards: int, replicas: int, timeout: float, every: float) -> None:
-        self.map = ShardMap(Path(map_path), shards, replicas)
+    def __init__(
+        self, group: str, map_store: str, map_key: str, shards: int, replicas: int, timeout: float, every: float
+    ) -> None:
+        self.map = ShardMap(open_store(map_store, map_key), shards, replicas)
         self.coordinator = Coordinator(self.map, RayPeers(group, timeout), background=True)
         self.every = every
         self.rounds = 0
@@ -153,10 +159,16 @@ class CoordinatorActor:
         return self.map.started(shard, replica)
 
     def describe(self) -> dict[str, Any]:
-        return {"rounds": self.rounds, "last": self.last_report, "shards": [v.__dict__ for v in self.views()]}
+        shards = [asdict(v) for v in self.views()]
+        return {"epoch": self.map.epoch, "rounds": self.rounds, "last": self.last_report, "shards": shards}
 
     def stop(self) -> None:
         self._stop.set()
+
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
 
 
 class ReplicaActor:
@@ -227,10 +239,11 @@ def start_replicas(
     timeout: float = 2.0,
     tick_seconds: float = 1.0,
     cpus: float = 0.0,
+    map_store: str | None = None,
 ) -> list[Any]:
-    """The coordinator and every copy of every shard (`args[i]` for shard i); returns their actor handles."""
+    """The coordinator and every copy of every shard (`args[i]` for shard i); returns their actor handles.
+    `map_store`: where the coordinator keeps the map (a `redis://` URL; default the file under `node_dir`)."""
     nodes = [n for n in ray.nodes() if n.get("Alive")]
-    head = next(n["NodeID"] for n in nodes if n["Resources"].get(HEAD_RESOURCE))
     labelled = {(n.get("Labels") or {}).get(NODE_LABEL) for n in nodes}
     missing = [node_label(r) for r in range(replicas) if node_label(r) not in labelled]
     if missing:
@@ -243,12 +256,21 @@ def start_replicas(
         .options(
             name=actor_name(group, "coordinator"),
             namespace=NAMESPACE,
+            lifetime="detached",
             max_restarts=-1,
             max_concurrency=32,
             num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False),
+            resources={HEAD_RESOURCE: 0.001},  # the head's resource, not its node id: a head started again has it
         )
-        .remote(group, str(node_dir / "coordinator" / "map.json"), len(args), replicas, timeout, tick_seconds)
+        .remote(
+            group,
+            map_store or str(node_dir / "coordinator" / "map.json"),
+            f"ssi:shard-map:{node_dir}",
+            len(args),
+            replicas,
+            timeout,
+            tick_seconds,
+        )
     )
     handles = [coordinator]
     ray.get(coordinator.views.remote())  # the map exists before the first copy says it started
@@ -258,6 +280,7 @@ def start_replicas(
             .options(
                 name=actor_name(group, event_copy_name(node_label(r))),
                 namespace=NAMESPACE,
+                lifetime="detached",
                 max_restarts=-1,
                 max_concurrency=8,
                 num_cpus=0,
@@ -272,6 +295,7 @@ def start_replicas(
             .options(
                 name=actor_name(group, name),
                 namespace=NAMESPACE,
+                lifetime="detached",
                 max_restarts=-1,
                 max_concurrency=16,
                 num_cpus=cpus,
@@ -366,15 +390,31 @@ class ReplicatedShards:
         self.read_timeout = read_timeout
         self._views: list[ShardView] = []
         self._read_at = 0.0
+        self._unanswered = False  # the last read of the map found no coordinator
         self._turn = itertools.count()
         self._slow: dict[str, float] = {}  # copy -> until when reads pass it over
         self._peers = RayPeers(group, timeout=0)
 
     async def views(self, refresh: bool = False) -> list[ShardView]:
-        if refresh or not self._views or time.monotonic() - self._read_at > self.refresh_seconds:
-            coordinator = self._peers.handle("coordinator")
-            self._views = await coordinator.views.remote()
+        """The coordinator's map, read again after `refresh_seconds` (or a failure). While the coordinator does not
+        answer (the head is away) the last map is kept and read again a `refresh_seconds` later; a map from an
+        older coordinator epoch than the one held (two heads overlapping) is refused."""
+        since = time.monotonic() - self._read_at
+        if self._unanswered and since < self.refresh_seconds and self._views:
+            return self._views  # asked less than a refresh ago, in vain: not again for every request
+        if refresh or not self._views or since > self.refresh_seconds:
             self._read_at = time.monotonic()
+            try:
+                coordinator = self._peers.handle("coordinator")
+                views = await asyncio.wait_for(coordinator.views.remote(), MAP_READ_TIMEOUT)
+            except (TimeoutError, RayActorError, ValueError):
+                self._unanswered = True
+                if not self._views:
+                    raise
+                return self._views
+            self._unanswered = False
+            if not self._views or views[0].epoch >= self._views[0].epoch:
+                self._views = views
         return self._views
 
     async def call(self, shard: int, method: str, *args: Any) -> Reply:

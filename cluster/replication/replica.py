@@ -36,6 +36,7 @@ from typing import Any, Protocol
 
 from cluster.manifest import read_manifest
 from cluster.replication.copy import pack, unpack
+from cluster.replication.map_store import StaleEpoch
 from cluster.replication.shard_map import ShardView, StaleTerm
 from cluster.shard_server import Reply, ShardServer, answer
 from cluster.shard_settings import shard_settings
@@ -227,7 +228,10 @@ class Replica:
             return view.last_seq, view.count, digest.hexdigest()
 
     def assign(self, view: ShardView) -> None:
-        """The coordinator's newer view of the shard (a new primary, a changed in-sync set)."""
+        """The coordinator's newer view of the shard (a new primary, a changed in-sync set); one from a coordinator
+        older than the one this copy last heard from is refused (StaleEpoch)."""
+        if view.epoch < self.view.epoch:
+            raise StaleEpoch(f"{self.name} has heard from coordinator epoch {self.view.epoch}, not {view.epoch}")
         with self._turn():
             if view.newer_than(self.view):
                 self._adopt(view)

@@ -7,22 +7,26 @@ A primary acknowledges a write only once every in-sync copy has it; to drop a co
 ask here first, naming its term, and a primary that has been replaced (an older term) is refused. That refusal is
 what keeps a cut-off or frozen primary from acknowledging anything after it was replaced.
 
-The record is written to a JSON file (temporary file, fsync, rename) before any change is acted on, so a
-coordinator that restarts carries on with the same terms.
+The record is written to its store (cluster.replication.map_store: a JSON file, or Redis off the head's disk) before
+any change is acted on, so a coordinator that restarts carries on with the same terms. Each coordinator that starts
+takes a new epoch from the store and writes only while it is the newest; every view it hands out carries its
+epoch, and a copy or router that has seen a newer epoch refuses an older one (two heads may overlap for seconds).
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
+import logging
 import threading
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from cluster.replication.map_store import MapStore, open_store
 from service.errors import Conflict
+
+log = logging.getLogger(__name__)
 
 
 class StaleTerm(Conflict):
@@ -41,9 +45,12 @@ class ShardView:
     replicas: tuple[str, ...]
     starts: dict[str, int] = field(default_factory=dict)
     version: int = 0  # grows with every change of the map's record of this shard: a copy never goes back to an older
+    epoch: int = 0  # the epoch of the coordinator that handed it out (map_store): an older one's views are refused
 
     def newer_than(self, other: ShardView) -> bool:
-        return (self.term, self.version) > (other.term, other.version)
+        """Within one coordinator's epoch the (term, version) order; a newer coordinator read every view an older
+        one saved, so its views never go back on one, and nothing from an older epoch is newer."""
+        return (self.epoch, self.term, self.version) > (other.epoch, other.term, other.version)
 
     def backups(self) -> tuple[str, ...]:
         return tuple(name for name in self.in_sync if name != self.primary)
@@ -68,13 +75,17 @@ def replica_name(shard: int, index: int) -> str:
 
 
 class ShardMap:
-    """Every shard's `ShardView`, persisted at `path` (None: in memory only, for tests)."""
+    """Every shard's `ShardView`, kept in `store` (a MapStore, or the path of a JSON file; None: in memory only, for
+    tests). Starting takes a new epoch: from then on a coordinator of an older epoch changes and confirms nothing."""
 
-    def __init__(self, path: Path | None, shards: int, replicas: int) -> None:
-        self.path = path
+    def __init__(self, store: MapStore | Path | None, shards: int, replicas: int) -> None:
+        self.store = open_store(store) if isinstance(store, Path) else store
         self.lock = threading.RLock()
-        if path is not None and path.is_file():
-            raw = json.loads(path.read_text(encoding="utf-8"))
+        # The epoch first, then the map: whatever an older coordinator saves after this is refused, so the map read
+        # is the last one any coordinator could act on.
+        self.epoch = 0 if self.store is None else self.store.claim()
+        raw = None if self.store is None else self.store.load()
+        if raw is not None:
             self.views = [
                 ShardView(
                     shard=v["shard"],
@@ -84,12 +95,13 @@ class ShardMap:
                     replicas=tuple(v["replicas"]),
                     starts=dict(v["starts"]),
                     version=v.get("version", 0),
+                    epoch=self.epoch,
                 )
-                for v in raw["shards"]
+                for v in raw
             ]
             if len(self.views) != shards or any(len(v.replicas) != replicas for v in self.views):
                 raise ValueError(
-                    f"{path}: records {len(self.views)} shards of {len(self.views[0].replicas)} replicas, "
+                    f"{self.store!r}: records {len(self.views)} shards of {len(self.views[0].replicas)} replicas, "
                     f"not {shards} of {replicas}: remove it to start the replication state afresh"
                 )
             return
@@ -97,22 +109,15 @@ class ShardMap:
         self.views = []
         for shard in range(shards):
             names = tuple(replica_name(shard, i) for i in range(replicas))
-            self.views.append(ShardView(shard, 1, names[0], names, names, {}))
+            self.views.append(ShardView(shard, 1, names[0], names, names, {}, epoch=self.epoch))
         self._save()
 
     def _save(self) -> None:
-        if self.path is None:
-            return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        partial = self.path.with_name(f".{self.path.name}.partial")
-        with partial.open("w", encoding="utf-8") as handle:
-            json.dump({"shards": [asdict(v) for v in self.views]}, handle, indent=1)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, self.path)
+        if self.store is not None:
+            self.store.save(self.epoch, [asdict(v) for v in self.views])
 
     def _set(self, view: ShardView) -> ShardView:
-        view = replace(view, version=self.views[view.shard].version + 1)
+        view = replace(view, version=self.views[view.shard].version + 1, epoch=self.epoch)
         views = list(self.views)
         views[view.shard] = view
         saved, self.views = self.views, views
@@ -142,7 +147,11 @@ class ShardMap:
         leaves the in-sync set, whatever the primary believed the set to be: every copy left in it holds the write."""
         view = self._check(shard, term, primary)
         keep = tuple(n for n in view.in_sync if n == primary or n in set(took))
-        return view if keep == view.in_sync else self._set(replace(view, in_sync=keep))
+        if keep != view.in_sync:
+            return self._set(replace(view, in_sync=keep))
+        if self.store is not None:  # nothing to change: still the newest coordinator, or the write is not confirmed
+            self.store.check(self.epoch)
+        return view
 
     @locked
     def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView:
@@ -183,3 +192,25 @@ class ShardMap:
         # no longer follows its last one, and it is dropped and caught up then.
         same = tuple(n for n in rest if n != chosen and chosen in known and known.get(n) == known[chosen])
         return self._set(replace(view, term=view.term + 1, primary=chosen, in_sync=(chosen, *same)))
+
+    @locked
+    def reconcile(self, shard: int, seen: dict[str, int], ranks: dict[str, tuple[int, int]]) -> ShardView:
+        """A starting coordinator's first look at the copies that answered (`seen`: name -> the highest term it has
+        seen; `ranks`: name -> (term of its last write, last seq)). A map behind them (a store restored from an older
+        copy of itself) is moved past every term a copy has seen, with the copy furthest along as primary: a
+        term that is reused would let a replaced primary's writes through."""
+        view = self.views[shard]
+        newest = max(seen.values(), default=0)
+        if newest <= view.term:
+            return view
+        chosen = max(ranks, key=lambda name: ranks[name]) if ranks else view.primary
+        same = tuple(n for n in ranks if n != chosen and ranks[n] == ranks[chosen])
+        log.warning(
+            "shard %d: the map is at term %d, a copy has seen %d: %s primary under %d",
+            shard,
+            view.term,
+            newest,
+            chosen,
+            newest + 1,
+        )
+        return self._set(replace(view, term=newest + 1, primary=chosen, in_sync=(chosen, *same)))

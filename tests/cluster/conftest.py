@@ -4,9 +4,13 @@ Ray cluster that the Serve modules share."""
 from __future__ import annotations
 
 import builtins
+import importlib.util
 import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -71,7 +75,18 @@ def shared_ray() -> SharedRay:
         from cluster.local import LocalCluster
         from service.settings import Settings
 
-        local = LocalCluster(workers=WORKER_NODES, cpus_per_node=CPUS_PER_NODE, object_store_mb=128, log_monitor=False)
+        # Ray's GCS fault tolerance on (its tables in a Redis the cluster starts): test_replication_ray kills the GCS
+        # and starts it again, and its coordinator keeps the shard map in the same Redis. Without Debian's
+        # redis-server (or the redis client) the cluster runs without it, and that test skips.
+        with_redis = shutil.which("redis-server") is not None and importlib.util.find_spec("redis") is not None
+        redis_dir = Path(tempfile.mkdtemp(prefix="ssi-shared-ray-redis-")) if with_redis else None
+        local = LocalCluster(
+            workers=WORKER_NODES,
+            cpus_per_node=CPUS_PER_NODE,
+            object_store_mb=128,
+            log_monitor=False,
+            redis_dir=redis_dir,
+        )
         try:
             local.connect()
             port = free_port()
@@ -95,6 +110,8 @@ def release_shared_ray() -> None:
         serve.shutdown()
     finally:
         _shared.local.shutdown()
+        if _shared.local.redis is not None:
+            shutil.rmtree(_shared.local.redis.folder, ignore_errors=True)
         _shared = None
         builtins.print = saved
 
@@ -158,3 +175,17 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     corpus = write_corpus(root / "corpus.jsonl", docs)
     bundle = make_bundle(root / "bundle", docs)
     return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "oracle": Oracle(bundle, docs)}
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """Debian's redis-server on a free port, persistence on (cluster.redis_server), its files in a temporary folder."""
+    pytest.importorskip("redis", reason="needs the cluster extra: pip install -e .[cluster]")
+    from cluster.redis_server import RedisServer
+
+    try:
+        server = RedisServer(tmp_path_factory.mktemp("redis"))
+    except FileNotFoundError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()

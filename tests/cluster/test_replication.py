@@ -237,17 +237,39 @@ def test_without_enough_copies_in_sync_a_write_is_refused_not_acknowledged_alone
 
 
 def test_the_map_keeps_terms_across_a_coordinator_restart_and_refuses_a_replaced_primary(tmp_path: Path) -> None:
+    from dataclasses import replace
+
     first = ShardMap(tmp_path / "map.json", shards=2, replicas=3)
     view = first.fail(1, "shard-0001-r0", {"shard-0001-r1": (0, 5), "shard-0001-r2": (0, 9)})
     assert (view.term, view.primary, view.in_sync) == (2, "shard-0001-r2", ("shard-0001-r2",))
     level = first.fail(0, "shard-0000-r0", {"shard-0000-r1": (1, 7), "shard-0000-r2": (1, 7)})
     assert level.term == 2 and set(level.in_sync) == {"shard-0000-r1", "shard-0000-r2"}
     again = ShardMap(tmp_path / "map.json", shards=2, replicas=3)
-    assert again.view(1) == view and again.view(0) == level
+    assert again.view(1) == replace(view, epoch=again.epoch) and again.view(0) == replace(level, epoch=again.epoch)
     with pytest.raises(Exception, match="term 2"):
         again.commit(1, 1, "shard-0001-r0", [])
     with pytest.raises(ValueError, match="remove it"):
         ShardMap(tmp_path / "map.json", shards=3, replicas=3)
+
+
+def test_a_second_coordinator_fences_the_first_its_views_and_confirmations_refused(shard: Shard) -> None:
+    """Two heads overlapping: a coordinator started over the same map (a new epoch) while the first still runs."""
+    from cluster.replication.map_store import StaleEpoch
+
+    first = shard.map
+    shard.put("before", "written under the first coordinator")
+    second = ShardMap(shard.root / "coordinator" / "map.json", shards=1, replicas=COPIES)
+    Coordinator(second, shard.peers).tick()  # it reconciles and tells every copy its epoch's view
+    assert {r.view.epoch for r in shard.peers.replicas.values()} == {second.epoch}
+    with pytest.raises(StaleEpoch):
+        shard.peers.replicas["shard-0000-r1"].assign(first.view(0))
+    late = shard.primary().put([{"id": "late", "title": "late", "text": "confirmed by the first coordinator"}])
+    assert late.status == 503  # the first one can no longer confirm a term: not acknowledged
+    for replica in shard.peers.replicas.values():
+        replica.coordinator = second
+    shard.map = second
+    shard.put("after", "written under the second coordinator")
+    assert {"before", "after"} <= set(assert_copies_agree(shard, "written"))
 
 
 class EventNodes:

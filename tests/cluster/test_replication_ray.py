@@ -47,6 +47,7 @@ def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
         retry_seconds=10.0,
         shard_timeout_seconds=8.0,
         router_on_head=True,
+        map_store=ray.local.map_store,  # the Redis of the cluster's GCS fault tolerance
     )
     settings = Settings(host="127.0.0.1", port=ray.port, insecure_writes=True)
     deploy.start(index, settings, options, address=ray.address)
@@ -251,3 +252,62 @@ def test_acknowledged_clicks_survive_a_lost_node_in_the_clusters_log(world: dict
     finally:
         cluster["local"].workers[0] = cluster["local"].add_worker(0)
     wait_all_in_sync(timeout=120)
+
+
+def test_a_killed_gcs_loses_no_acknowledged_write_and_the_map_outlives_the_coordinator(
+    world: dict, cluster: dict
+) -> None:
+    """Slow: the head's GCS killed (kill -9) under writes and searches, started again on its Redis; then the
+    coordinator's process killed, so that Ray starts it again and it reads the map back from Redis."""
+    import ray
+
+    local = cluster["local"]
+    if local.redis is None:
+        pytest.skip("needs Debian's redis-server and the redis client (the cluster extra) for GCS fault tolerance")
+    wait_all_in_sync()
+    handle = coordinator()  # resolved while the GCS is up: actor calls go to the actor directly
+    before = ray.get(handle.describe.remote())
+    docs = world["docs"]
+    traffic = Traffic(cluster["url"], [f"{needle_of(d)} head" for d in docs[:20]], [needle_of(d) for d in docs[40:60]])
+    try:
+        time.sleep(1)
+        local.kill_gcs()
+        gone = time.monotonic()
+        searched = traffic.searches.copy()
+        written = Counter(traffic.writes.values())
+        time.sleep(5)  # Serve's proxy, the router, the copies and the coordinator go on without the GCS
+        during = traffic.searches - searched
+        writes_during = Counter(traffic.writes.values()) - written
+        local.restart_gcs()
+        time.sleep(2)
+        pid = ray.get(handle.pid.remote(), timeout=30)
+        os.kill(pid, signal.SIGKILL)  # Ray restarts it (the GCS is back): a new epoch, the map read from Redis
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                after = ray.get(coordinator().describe.remote(), timeout=5)
+                if after["epoch"] > before["epoch"] and after["rounds"] > 0:
+                    break
+            except Exception:  # noqa: BLE001 — being restarted
+                pass
+            time.sleep(0.5)
+        else:
+            raise AssertionError("the coordinator did not come back")
+        resumed = Counter(traffic.writes.values())
+        time.sleep(3)
+        resumed = Counter(traffic.writes.values()) - resumed
+    finally:
+        traffic.finish()
+    print(f"\nGCS down {time.monotonic() - gone:.1f}s: searches {dict(during)}, writes {dict(writes_during)}")
+    assert during[200] > 0 and set(during) == {200}, during  # every search answered while the GCS was away
+    assert writes_during[200] > 0, writes_during  # writes acknowledged meanwhile: the coordinator still answers
+    assert resumed[200] > 0, resumed  # and after the coordinator's restart, under its new epoch
+    terms = [(v["shard"], v["term"], v["primary"]) for v in before["shards"]]
+    assert [(v["shard"], v["term"], v["primary"]) for v in after["shards"]] == terms  # the map outlived it
+    acknowledged = [doc_id for doc_id, status in traffic.writes.items() if status == 200]
+    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+        missing = [d for d in acknowledged if client.get(f"/documents/{quote(d, safe='')}").status_code != 200]
+    assert missing == []
+    wait_all_in_sync()
+    prints = fingerprints()
+    assert all(len(same) == 1 for same in prints.values()), prints

@@ -1,0 +1,58 @@
+"""Where the coordinator keeps the shard map: one interface, two stores.
+
+- `cluster.replication.map_file`: a JSON file (one machine, and the tests that need no Redis);
+- `cluster.replication.map_redis`: Redis, off the head's disk, so that a head that is lost and started again (or a
+  second head, while the first is not yet gone) reads the same terms.
+
+Every coordinator that starts takes a new **epoch** (`claim`, an atomic increment in the store) and writes the map
+only while its epoch is still the newest (`save`, a compare-and-set on the epoch). A coordinator whose epoch has
+passed can neither change the map nor confirm a primary's write (`check`): two coordinators that overlap for a while
+never both decide.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Protocol
+
+from service.errors import Unavailable
+
+Record = list[dict[str, Any]]  # the map as stored: one dict per shard (ShardView's fields)
+
+
+class StaleEpoch(Unavailable):
+    """A coordinator whose epoch has passed: a newer one has started, and only it may change or confirm anything."""
+
+
+class StoreUnavailable(Unavailable):
+    """The store did not answer (Redis down or restarting): nothing is changed, a write is not acknowledged."""
+
+
+class MapStore(Protocol):
+    def claim(self) -> int:
+        """A new epoch, higher than any handed out before (atomically)."""
+        ...
+
+    def load(self) -> Record | None:
+        """The map as last saved; None when there is none yet."""
+        ...
+
+    def save(self, epoch: int, shards: Record) -> None:
+        """Replace the map, only while `epoch` is still the newest (StaleEpoch otherwise)."""
+        ...
+
+    def check(self, epoch: int) -> None:
+        """StaleEpoch if a newer epoch has been claimed."""
+        ...
+
+
+def open_store(spec: str | Path, key: str = "ssi") -> MapStore:
+    """`redis://host:port[/db]`: the Redis store, its keys under `key`; anything else: the JSON file at that path."""
+    text = str(spec)
+    if text.startswith(("redis://", "rediss://", "unix://")):
+        from cluster.replication.map_redis import RedisMapStore
+
+        return RedisMapStore(text, key)
+    from cluster.replication.map_file import FileMapStore
+
+    return FileMapStore(Path(text))
