@@ -1,0 +1,219 @@
+"""The static encoder (training.static_distil) against the encoder it is distilled from, all-MiniLM-L6-v2.
+
+`quality`: the day-one hybrid (BM25 on stems + λ · cosine) on SciFact's 162 validation claims, in one process as
+benchmarks.hybrid_weight computes it (the day-one bundle's BM25 part, its rule λ = 1 and a few other weights beside),
+for static encoders distilled with each choice: the SIF weighting and its constant, then PCA's dimensions, then the
+tokens a text is cut at, each stage keeping the best of the one before by NDCG@10 at λ = 1. The choices are tuned on
+these validation claims only; the test split is never read. The vocabulary goes through the source encoder once.
+
+`speed`: MiniLM's fp32 and int8 graphs and a static encoder in one process: a query's encoding on one thread (5 and
+20 random words of Wikispeedia text, stop words included; the encoders taking turns query by query; p50 of CPU and
+wall time) and 60-word passages a second on two threads (the encoders taking turns over slices), repeated
+`--repeats` times; each figure's ratio to fp32 and to int8 per repetition, and their medians.
+
+    python -m benchmarks.static_encoder quality --out runs/static-quality.json
+    python -m benchmarks.static_encoder speed --dims 256 --out runs/static-speed.json
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Annotated
+
+import numpy as np
+import typer
+
+from benchmarks.hybrid_cost import _queries, _query_times
+from benchmarks.replication_faults import write_figures
+from benchmarks.snippet_cost import _passages
+from ssi.corpus import read_beir_queries, read_corpus, read_qrels
+from ssi.forms.diagonal import Diagonal
+from ssi.sentence import SentenceEncoder
+from ssi.vocab import Vocabulary
+from ssi.weighting import Bm25
+from training.evaluate.form_scorer import FormScorer
+from training.evaluate.metrics import NDCG10, quick_metrics
+from training.evaluate.tasks import beir_task
+from training.pretrained import NAME, checked_minilm_folder
+from training.sentence_export import prepare_encoder
+from training.sentence_vectors import encode_corpus
+from training.splits import split_by_query
+from training.static_distil import SIF, TokenTable, token_table, write_static
+
+app = typer.Typer(add_completion=False)
+WEIGHTS = (0.5, 1.0, 1.5, 2.0)
+SIFS = (1e-3, 1e-4, 1e-5)
+DIMS = (64, 128, 256, None)  # None: no PCA, the source's 384 as they came
+MAX_LENGTHS = (256, 512)
+SCIFACT = Path("../shared/data/scifact")
+WIKISPEEDIA = Path("../shared/data/wikispeedia/docs.jsonl.gz")
+
+
+def _minilm(scratch: Path) -> Path:
+    """all-MiniLM-L6-v2 exported and checked (fp32 and int8 graphs) into `scratch/minilm`."""
+    folder = scratch / "minilm"
+    prepare_encoder(checked_minilm_folder(), folder, name=NAME, threads=2)
+    return folder
+
+
+@app.command()
+def quality(
+    data: Annotated[Path, typer.Option(help="SciFact's folder (BEIR layout).")] = SCIFACT,
+    generic: Annotated[Path, typer.Option(help="Texts whose token counts give a corpus-free p.")] = WIKISPEEDIA,
+    out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
+) -> None:
+    docs = read_corpus(data / "corpus.jsonl.gz")
+    _, valid = split_by_query(read_qrels(data / "qrels" / "train.tsv"), 0.2, 0)
+    task = beir_task(docs, read_beir_queries(data / "queries.jsonl.gz"), valid, name="valid")
+    texts = [d.full_text for d in docs]
+    vocab = Vocabulary.build(texts, max_words=10_000_000, min_df=1, bm25=Bm25(), stemmer="english")
+    lexical = FormScorer(vocab, Diagonal({"w": np.ones(vocab.size, dtype=np.float32)}), docs).score(task.query_texts)
+    generic_texts = [d.full_text for d in read_corpus(generic)]
+
+    def ndcg(scores: np.ndarray) -> float:
+        return round(float(quick_metrics(scores, task.relevant_matrix, task.excluded_matrix)[NDCG10].mean()), 4)
+
+    with tempfile.TemporaryDirectory() as scratch:
+        started = time.perf_counter()
+        tokens = token_table(_minilm(Path(scratch)), threads=2)
+        figures: dict[str, object] = {
+            "claims": task.n_queries,
+            "bm25_on_stems": ndcg(lexical),
+            "vocabulary_through_minilm_seconds": round(time.perf_counter() - started, 1),
+        }
+
+        def measure(label: str, tokens: TokenTable, **options: object) -> dict[str, object]:
+            encoder_dir = Path(scratch) / "static"
+            spec = write_static(tokens, encoder_dir, **options)  # type: ignore[arg-type]
+            encoder = SentenceEncoder(encoder_dir, threads=2)
+            took = time.perf_counter()
+            cosine = encoder.encode(list(task.query_texts)) @ encode_corpus(encoder, texts).T
+            row: dict[str, object] = {
+                "variant": label,
+                "weighting": spec.static.weighting if spec.static else "",
+                "dims": spec.dims,
+                "max_length": spec.max_length,
+                "encode_seconds": round(time.perf_counter() - took, 2),
+                "alone": ndcg(cosine),
+                **{f"lambda_{w}": ndcg(lexical + np.float32(w) * cosine) for w in WEIGHTS},
+            }
+            typer.echo(row, err=True)
+            return row
+
+        def best(rows: list[dict[str, object]]) -> dict[str, object]:
+            return max(rows, key=lambda row: float(row["lambda_1.0"]))  # type: ignore[arg-type]
+
+        weighting_rows = [measure("none", tokens, dims=256, weighting="none")]
+        choice: dict[str, dict[str, object]] = {"none": {"weighting": "none"}}
+        for a in SIFS:
+            for name, options in (
+                (f"zipf a={a:g}", {"weighting": "zipf", "sif": a}),
+                (f"counts wikispeedia a={a:g}", {"weighting": "counts", "sif": a, "texts": generic_texts}),
+                (f"counts scifact corpus a={a:g}", {"weighting": "counts", "sif": a, "texts": texts}),
+            ):
+                choice[name] = options
+                weighting_rows.append(measure(name, tokens, dims=256, **options))
+        chosen = choice[str(best(weighting_rows)["variant"])]
+        dims_rows = [measure(f"dims {d}", tokens, dims=d, **chosen) for d in DIMS]
+        dims = best(dims_rows)["dims"] if best(dims_rows)["variant"] != "dims None" else None
+        length_rows = [measure(f"max_length {n}", tokens, dims=dims, max_length=n, **chosen) for n in MAX_LENGTHS]
+        figures |= {
+            "stage_1_weighting_at_256_dims": weighting_rows,
+            "stage_2_dims": dims_rows,
+            "stage_3_max_length": length_rows,
+            "chosen": {k: v for k, v in best(length_rows).items()},
+        }
+    write_figures(figures, out)
+
+
+def _passages_per_second(encoders: dict[str, SentenceEncoder], texts: list[str], rounds: int) -> dict[str, float]:
+    """Texts a second per encoder (its threads), the encoders taking turns over `rounds` slices; an encoder that
+    finishes a slice in under half a second encodes it again until half a second has passed."""
+    spent = {name: 0.0 for name in encoders}
+    done = {name: 0 for name in encoders}
+    size = max(1, len(texts) // rounds)
+    for r in range(rounds):
+        chunk = texts[r * size : (r + 1) * size]
+        for name in encoders if r % 2 == 0 else list(encoders)[::-1]:
+            started = time.perf_counter()
+            while True:
+                encoders[name].encode(chunk)
+                done[name] += len(chunk)
+                if time.perf_counter() - started >= 0.5 or name != "static":
+                    break
+            spent[name] += time.perf_counter() - started
+    return {name: done[name] / spent[name] for name in encoders}
+
+
+def _ratios(values: dict[str, float]) -> dict[str, float]:
+    return {f"static_over_{base}": values["static"] / values[base] for base in ("fp32", "int8")}
+
+
+@app.command()
+def speed(
+    dims: Annotated[int, typer.Option(help="The static encoder's dimensions (0: no PCA).")] = 256,
+    weighting: Annotated[str, typer.Option(help="Its weighting (training.static_distil).")] = "zipf",
+    sif: Annotated[float, typer.Option(help="Its SIF constant.")] = SIF,
+    max_length: Annotated[int, typer.Option(help="Its tokens a text (0: the source's).")] = 0,
+    corpus: Annotated[Path, typer.Option(help="Wikispeedia docs: the queries' and passages' text.")] = WIKISPEEDIA,
+    queries: Annotated[int, typer.Option(help="Queries timed one at a time, per length and repetition.")] = 200,
+    documents: Annotated[int, typer.Option(help="60-word passages a repetition.")] = 800,
+    repeats: Annotated[int, typer.Option(help="Repetitions; the ratios' medians are reported.")] = 5,
+    out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
+) -> None:
+    passages = _passages(corpus, documents * repeats)
+    with tempfile.TemporaryDirectory() as scratch:
+        minilm = _minilm(Path(scratch))
+        texts = [d.full_text for d in read_corpus(corpus)] if weighting == "counts" else []
+        static_dir = Path(scratch) / "static"
+        spec = write_static(
+            token_table(minilm), static_dir, dims=dims or None, weighting=weighting, sif=sif,  # type: ignore[arg-type]
+            texts=texts, max_length=max_length or None,
+        )  # fmt: skip
+        one = {
+            "fp32": SentenceEncoder(minilm, 1, "fp32"),
+            "int8": SentenceEncoder(minilm, 1, "int8"),
+            "static": SentenceEncoder(static_dir, 1),
+        }
+        two = {
+            "fp32": SentenceEncoder(minilm, 2, "fp32"),
+            "int8": SentenceEncoder(minilm, 2, "int8"),
+            "static": SentenceEncoder(static_dir, 2),
+        }
+        runs: list[dict[str, object]] = []
+        for r in range(repeats):
+            run: dict[str, object] = {}
+            for words in (5, 20):
+                asked = _queries(passages, queries, words, seed=100 * r + words)
+                _query_times(one, asked[:10])  # warm
+                timed = _query_times(one, asked)
+                cpu = {name: t["cpu_p50_ms"] for name, t in timed.items()}
+                run[f"query_{words}_words_cpu_p50_ms"] = cpu
+                run[f"query_{words}_words_wall_p50_ms"] = {name: t["p50_ms"] for name, t in timed.items()}
+                run[f"query_{words}_words_cpu_ratios"] = _ratios(cpu)
+            rates = _passages_per_second(two, passages[r * documents : (r + 1) * documents], rounds=4)
+            run["passages_per_second_two_threads"] = rates
+            run["passages_ratios"] = _ratios(rates)
+            runs.append(run)
+            typer.echo(run, err=True)
+
+    def median(key: str, inner: str) -> float:
+        return round(statistics.median(float(run[key][inner]) for run in runs), 4)  # type: ignore[index]
+
+    figures: dict[str, object] = {
+        "static": spec.model_dump(include={"name", "dims", "max_length", "static"}),
+        "repeats": repeats,
+        "medians": {
+            key: {inner: median(key, inner) for inner in runs[0][key]}  # type: ignore[union-attr]
+            for key in runs[0]
+        },
+        "runs": runs,
+    }
+    write_figures(figures, out)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,291 @@
+"""A static sentence encoder distilled from a transformer one (issue 64, "a static option, measured").
+
+Every token of the source tokenizer's vocabulary goes through the source encoder as a one-token text ("[CLS] t
+[SEP]", batched), and its sentence vector becomes the token's row of a table. The rows are centred and rotated onto
+their principal axes (PCA; fewer dimensions where asked), and each is scaled by a SIF weight a / (a + p(t)), so that
+frequent pieces count less in a text's mean (Arora et al. 2017). p(t) is Zipf's law over the vocabulary's order
+(`zipf`: BERT's word-piece vocabulary lists its words roughly by frequency) or counted over texts given (`counts`:
+a corpus), or every weight is 1 (`none`).
+
+The table is written as an ONNX graph with the exported encoder's inputs and output (training.sentence_export):
+input_ids, attention_mask[, token_type_ids] → token states [batch, tokens, dims] = table[input_ids] × mask. The
+tokenizer is the source's, and `SentenceEncoder` mean-pools and normalises the states as it does a transformer's, so
+a text's vector is the normalised mean of its tokens' rows, and a bundle, the service's sentence cache and hybrid
+fusion run it unchanged. [CLS] and [SEP] get zero rows: a text's mean reads its own tokens only (normalised, the
+count that divides it does not matter). The spec says `kind` static and what it came from (`StaticInfo`).
+
+    python -m training.static_distil --source M --out DIR [--dims 256] [--weighting zipf]
+
+writes DIR (model.onnx, tokenizer.json, sentence.json), which `ssi train --encoder DIR` takes as it is.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Literal
+
+import numpy as np
+
+from ssi.bundle import is_bundle
+from ssi.sentence import (
+    MODEL_FILE,
+    SPEC_FILE,
+    TOKENIZER_FILE,
+    SentenceEncoder,
+    SentenceError,
+    SentenceSpec,
+    StaticInfo,
+    read_spec,
+    write_spec,
+)
+from training.sentence_export import cosines, encoder_of_bundle, prepare_encoder
+
+Weighting = Literal["zipf", "counts", "none"]
+WEIGHTINGS: tuple[Weighting, ...] = ("zipf", "counts", "none")
+OUTPUT = "token_states"  # the exported transformer's output name (training.sentence_export.OUTPUT)
+TABLE = "token_table"
+# The SIF constant a of a / (a + p). Chosen on SciFact's validation claims among 1e-3, 1e-4 and 1e-5
+# (docs/results/static-encoder.md).
+SIF = 1e-4
+BATCH = 512  # one-token texts per run of the source encoder: all of one length, so no padding
+# The graph's vectors against the numpy reference (the table's rows, masked mean, normalised): float32 sums only.
+MIN_COSINE = 0.9999
+PROBES = (
+    "hello",
+    "Vitamin D deficiency raises the risk of multiple sclerosis in adults.",
+    "antidisestablishmentarianism?! 42 µg/ml",
+    "what causes tides",
+)
+
+
+@dataclass(frozen=True)
+class TokenTable:
+    """Each vocabulary token's vector as the source encoder gives its one-token text: what PCA and weighting start
+    from (computed once, `token_table`; the distillation's only costly step)."""
+
+    vectors: np.ndarray  # float32 [vocabulary, E]
+    special: np.ndarray  # int64: the ids the tokenizer puts around every text ([CLS], [SEP]): zero rows
+    spec: SentenceSpec  # the source's
+    tokenizer: str  # the source's tokenizer.json, its text
+
+
+def _source_folder(source: Path, scratch: Path, threads: int) -> Path:
+    """A folder SentenceEncoder runs: `source` itself (an encoder folder, as `ssi train --encoder` writes one into a
+    bundle), a hybrid bundle's encoder, or a sentence-transformers model folder exported and checked first."""
+    if (source / SPEC_FILE).is_file():
+        return source
+    out = scratch / "source"
+    if is_bundle(source):
+        encoder_of_bundle(source, out, "fp32")
+    else:
+        prepare_encoder(source, out, threads=threads, int8=False)
+    return out
+
+
+def _around(encoder: SentenceEncoder) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer adds before and after a text (its post-processor's template)."""
+    found = encoder.tokenizer.encode("hello", add_special_tokens=True)
+    marks = found.special_tokens_mask
+    first = marks.index(0) if 0 in marks else len(marks)
+    last = len(marks) - marks[::-1].index(0) if 0 in marks else len(marks)
+    return list(found.ids[:first]), list(found.ids[last:])
+
+
+def token_table(source: Path | str, threads: int = 2) -> TokenTable:
+    """Pass every token of `source`'s vocabulary through its fp32 graph as a one-token text."""
+    source = Path(source)
+    with tempfile.TemporaryDirectory(prefix="ssi-static-") as scratch:
+        folder = _source_folder(source, Path(scratch), threads)
+        encoder = SentenceEncoder(folder, threads, precision="fp32")
+        before, after = _around(encoder)
+        size = encoder.tokenizer.get_vocab_size(with_added_tokens=True)
+        vectors = encoder.encode_ids([[*before, token, *after] for token in range(size)], batch=BATCH)
+        tokenizer = (folder / TOKENIZER_FILE).read_text(encoding="utf-8")
+        return TokenTable(vectors, np.unique(np.asarray(before + after, dtype=np.int64)), encoder.spec, tokenizer)
+
+
+def principal_axes(vectors: np.ndarray, dims: int, skip: np.ndarray) -> np.ndarray:
+    """The rows centred and projected onto their `dims` principal axes (the rows in `skip` left out of the mean and
+    the covariance): float32 [rows, dims]."""
+    kept = np.ones(len(vectors), dtype=bool)
+    kept[skip] = False
+    data = vectors.astype(np.float64)
+    centre = data[kept].mean(axis=0)
+    centred = data - centre
+    values, axes = np.linalg.eigh(centred[kept].T @ centred[kept])
+    top = axes[:, np.argsort(values)[::-1][:dims]]
+    return (centred @ top).astype(np.float32)
+
+
+def zipf_probabilities(size: int) -> np.ndarray:
+    """p(t) ∝ 1/(rank + 1), the rank being the token's id: Zipf's law over a vocabulary listed by frequency."""
+    inverse = 1.0 / np.arange(2, size + 2, dtype=np.float64)
+    return inverse / inverse.sum()
+
+
+def counted_probabilities(tokenizer: str, texts: Sequence[str], size: int, max_length: int) -> np.ndarray:
+    """p(t): each token's share of the tokens of `texts` (cut as the encoder cuts them); 0 for one never seen."""
+    from tokenizers import Tokenizer
+
+    reader = Tokenizer.from_str(tokenizer)
+    reader.no_padding()
+    reader.enable_truncation(max_length)
+    counts = np.zeros(size, dtype=np.float64)
+    for start in range(0, len(texts), 1024):
+        for found in reader.encode_batch(list(texts[start : start + 1024]), add_special_tokens=False):
+            np.add.at(counts, np.asarray(found.ids, dtype=np.int64), 1.0)
+    return counts / max(counts.sum(), 1.0)
+
+
+def sif_weights(probabilities: np.ndarray, a: float = SIF) -> np.ndarray:
+    """a / (a + p(t)): near 1 for rare tokens, small for the most frequent."""
+    return (a / (a + probabilities)).astype(np.float32)
+
+
+def static_graph(table: np.ndarray, inputs: Sequence[str]) -> bytes:
+    """The serialized ONNX graph: `inputs` (input_ids and attention_mask first; token_type_ids, where listed, taken
+    and unused as a static table has no segments) → token states table[input_ids] × attention_mask."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    if "input_ids" not in inputs or "attention_mask" not in inputs:
+        raise SentenceError(f"a static graph needs input_ids and attention_mask among the inputs, not {list(inputs)}")
+    nodes = [
+        helper.make_node("Gather", [TABLE, "input_ids"], ["rows"], axis=0),  # [batch, tokens, dims]
+        helper.make_node("Cast", ["attention_mask"], ["mask_float"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask_float", "last_axis"], ["mask_3d"]),  # [batch, tokens, 1]
+        helper.make_node("Mul", ["rows", "mask_3d"], [OUTPUT]),
+    ]
+    graph = helper.make_graph(
+        nodes=nodes,
+        name="ssi_static_sentence_encoder",
+        inputs=[helper.make_tensor_value_info(name, TensorProto.INT64, ["batch", "tokens"]) for name in inputs],
+        outputs=[helper.make_tensor_value_info(OUTPUT, TensorProto.FLOAT, ["batch", "tokens", table.shape[1]])],
+        initializer=[
+            numpy_helper.from_array(np.ascontiguousarray(table, dtype=np.float32), name=TABLE),
+            numpy_helper.from_array(np.asarray([-1], dtype=np.int64), name="last_axis"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ssi-training")
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model.SerializeToString()
+
+
+def reference_vectors(encoder: SentenceEncoder, table: np.ndarray, texts: Sequence[str]) -> np.ndarray:
+    """What the static graph should give, in numpy: each text's rows of the table, averaged, to unit length."""
+    rows = np.stack([table[np.asarray(ids, dtype=np.int64)].mean(axis=0) for ids in encoder.token_ids(texts)])
+    return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
+
+
+def write_static(
+    tokens: TokenTable,
+    out: Path | str,
+    *,
+    dims: int | None = 256,
+    weighting: Weighting = "zipf",
+    sif: float = SIF,
+    texts: Sequence[str] = (),
+    max_length: int | None = None,
+    name: str | None = None,
+) -> SentenceSpec:
+    """Write `out/` (model.onnx, tokenizer.json, sentence.json) from the token table: PCA to `dims` (None: none, the
+    vectors as they came), each row times its SIF weight (`counts`: p counted over `texts`), texts cut at
+    `max_length` tokens (None: the source's). The graph is checked against the numpy reference on PROBES; λ unset."""
+    out = Path(out)
+    size, source_dims = tokens.vectors.shape
+    if dims is not None and not 1 <= dims <= source_dims:
+        raise SentenceError(f"--dims {dims}: between 1 and the source's {source_dims}")
+    if weighting == "counts" and not texts:
+        raise SentenceError("the counts weighting needs texts to count tokens over (a corpus)")
+    max_length = max_length or tokens.spec.max_length
+    table = tokens.vectors if dims is None else principal_axes(tokens.vectors, dims, tokens.special)
+    where = "none"
+    if weighting != "none":
+        counted = weighting == "counts"
+        p = counted_probabilities(tokens.tokenizer, texts, size, max_length) if counted else zipf_probabilities(size)
+        table = table * sif_weights(p, sif)[:, None]
+        where = f"{len(texts):,} texts' token counts" if counted else "Zipf's law over the vocabulary's order"
+        where = f"SIF a/(a + p(token)), a = {sif:g}, p: {where}"
+    table = np.array(table, dtype=np.float32)
+    table[tokens.special] = 0.0
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MODEL_FILE).write_bytes(static_graph(table, tokens.spec.inputs))
+    (out / TOKENIZER_FILE).write_text(tokens.tokenizer, encoding="utf-8")
+    spec = SentenceSpec(
+        name=name or f"static, distilled from {tokens.spec.name}",
+        pooling="mean",
+        normalize=True,
+        max_length=max_length,
+        dims=int(table.shape[1]),
+        weight=0.0,
+        weight_rule="unset",
+        license=tokens.spec.license,
+        source=tokens.spec.source,
+        inputs=list(tokens.spec.inputs),
+        kind="static",
+        static=StaticInfo(
+            source=tokens.spec.name, source_dims=source_dims, tokens=size, pca=dims is not None, weighting=where
+        ),
+    )
+    write_spec(out, spec)
+    encoder = SentenceEncoder(out, 1)
+    worst = float(cosines(encoder.encode(list(PROBES)), reference_vectors(encoder, table, PROBES)).min())
+    if worst < MIN_COSINE:
+        raise SentenceError(f"{out / MODEL_FILE}: its vectors differ from the table's own (cosine {worst:.6f})")
+    return read_spec(out)
+
+
+def distil_static(
+    source: Path | str,
+    out: Path | str,
+    *,
+    dims: int | None = 256,
+    weighting: Weighting = "zipf",
+    sif: float = SIF,
+    texts: Sequence[str] = (),
+    max_length: int | None = None,
+    threads: int = 2,
+) -> SentenceSpec:
+    """`token_table` then `write_static`: a static encoder folder from a model folder, an encoder folder or a
+    hybrid bundle."""
+    tokens = token_table(source, threads)
+    return write_static(tokens, out, dims=dims, weighting=weighting, sif=sif, texts=texts, max_length=max_length)
+
+
+def main(
+    source: Annotated[Path, "a sentence-transformers model folder, an encoder folder or a hybrid bundle"],
+    out: Path,
+    dims: int = 256,
+    no_pca: bool = False,
+    weighting: str = "zipf",
+    sif: float = SIF,
+    corpus: Path | None = None,
+    max_length: int | None = None,
+    threads: int = 2,
+) -> None:
+    """Distil `source` into the static encoder folder `out`."""
+    import typer
+
+    from ssi.corpus import read_corpus
+
+    if weighting not in WEIGHTINGS:
+        raise typer.BadParameter(f"--weighting: one of {', '.join(WEIGHTINGS)}")
+    texts = [d.full_text for d in read_corpus(corpus)] if corpus is not None else []
+    try:
+        spec = distil_static(
+            source, out, dims=None if no_pca else dims, weighting=weighting, sif=sif,  # type: ignore[arg-type]
+            texts=texts, max_length=max_length, threads=threads,
+        )  # fmt: skip
+    except SentenceError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    typer.echo(f"{out}: {spec.name}, {spec.dims} dimensions, {spec.static.tokens if spec.static else 0:,} tokens")
+
+
+if __name__ == "__main__":
+    import typer
+
+    typer.run(main)
