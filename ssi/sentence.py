@@ -74,6 +74,7 @@ class StaticInfo(BaseModel):
     source: str  # the encoder whose vectors of one-token texts the table holds (its spec's name)
     source_dims: int = Field(ge=1)  # the source's E, before PCA
     tokens: int = Field(ge=1)  # rows of the table: the source tokenizer's vocabulary
+    rows: str  # each token's row: its own output state in the one-token text ("token"), or the text's mean ("mean")
     pca: bool  # centred and rotated onto its principal axes (dims ≤ source_dims kept), or the vectors as they came
     weighting: str  # how each token's row was scaled (a SIF weight a/(a + p(token)) and where p came from, or none)
 

@@ -1,9 +1,10 @@
 """A static sentence encoder distilled from a transformer one (issue 64, "a static option, measured").
 
 Every token of the source tokenizer's vocabulary goes through the source encoder as a one-token text ("[CLS] t
-[SEP]", batched), and its sentence vector becomes the token's row of a table. The rows are centred and rotated onto
-their principal axes (PCA; fewer dimensions where asked), and each is scaled by a SIF weight a / (a + p(t)), so that
-frequent pieces count less in a text's mean (Arora et al. 2017). p(t) is Zipf's law over the vocabulary's order
+[SEP]", batched), and the token's own output state (`token`), or the mean of the text's three states, the source's
+pooling before its normalisation (`mean`), becomes the token's row of a table. Where asked, the rows are centred and
+rotated onto their principal axes (PCA, to fewer dimensions), and each is scaled by a SIF weight a / (a + p(t)), so
+that frequent pieces count less in a text's mean (Arora et al. 2017). p(t) is Zipf's law over the vocabulary's order
 (`zipf`: BERT's word-piece vocabulary lists its words roughly by frequency) or counted over texts given (`counts`:
 a corpus), or every weight is 1 (`none`).
 
@@ -14,7 +15,7 @@ a text's vector is the normalised mean of its tokens' rows, and a bundle, the se
 fusion run it unchanged. [CLS] and [SEP] get zero rows: a text's mean reads its own tokens only (normalised, the
 count that divides it does not matter). The spec says `kind` static and what it came from (`StaticInfo`).
 
-    python -m training.static_distil --source M --out DIR [--dims 256] [--weighting zipf]
+    python -m training.static_distil M DIR [--rows token] [--dims 0] [--weighting zipf] [--sif 1e-5]
 
 writes DIR (model.onnx, tokenizer.json, sentence.json), which `ssi train --encoder DIR` takes as it is.
 """
@@ -28,6 +29,7 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import numpy as np
+import typer
 
 from ssi.bundle import is_bundle
 from ssi.sentence import (
@@ -45,11 +47,13 @@ from training.sentence_export import cosines, encoder_of_bundle, prepare_encoder
 
 Weighting = Literal["zipf", "counts", "none"]
 WEIGHTINGS: tuple[Weighting, ...] = ("zipf", "counts", "none")
+Rows = Literal["token", "mean"]
+ROWS: tuple[Rows, ...] = ("token", "mean")
 OUTPUT = "token_states"  # the exported transformer's output name (training.sentence_export.OUTPUT)
 TABLE = "token_table"
-# The SIF constant a of a / (a + p). Chosen on SciFact's validation claims among 1e-3, 1e-4 and 1e-5
-# (docs/results/static-encoder.md).
-SIF = 1e-4
+# The SIF constant a of a / (a + p), and the other defaults of `write_static`: the best on SciFact's validation claims
+# in the day-one hybrid (docs/results/static-encoder.md).
+SIF = 1e-5
 BATCH = 512  # one-token texts per run of the source encoder: all of one length, so no padding
 # The graph's vectors against the numpy reference (the table's rows, masked mean, normalised): float32 sums only.
 MIN_COSINE = 0.9999
@@ -63,10 +67,11 @@ PROBES = (
 
 @dataclass(frozen=True)
 class TokenTable:
-    """Each vocabulary token's vector as the source encoder gives its one-token text: what PCA and weighting start
+    """Each vocabulary token's vectors as the source encoder gives its one-token text: what PCA and weighting start
     from (computed once, `token_table`; the distillation's only costly step)."""
 
-    vectors: np.ndarray  # float32 [vocabulary, E]
+    token: np.ndarray  # float32 [vocabulary, E]: the token's own output state
+    mean: np.ndarray  # float32 [vocabulary, E]: the mean of the one-token text's states ([CLS] and [SEP] with it)
     special: np.ndarray  # int64: the ids the tokenizer puts around every text ([CLS], [SEP]): zero rows
     spec: SentenceSpec  # the source's
     tokenizer: str  # the source's tokenizer.json, its text
@@ -102,9 +107,19 @@ def token_table(source: Path | str, threads: int = 2) -> TokenTable:
         encoder = SentenceEncoder(folder, threads, precision="fp32")
         before, after = _around(encoder)
         size = encoder.tokenizer.get_vocab_size(with_added_tokens=True)
-        vectors = encoder.encode_ids([[*before, token, *after] for token in range(size)], batch=BATCH)
+        dims = encoder.spec.dims
+        token, mean = np.zeros((size, dims), dtype=np.float32), np.zeros((size, dims), dtype=np.float32)
+        for start in range(0, size, BATCH):
+            ids = np.asarray([[*before, t, *after] for t in range(start, min(size, start + BATCH))], dtype=np.int64)
+            feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+            if "token_type_ids" in encoder.spec.inputs:
+                feed["token_type_ids"] = np.zeros_like(ids)
+            (states,) = encoder.session.run([encoder.output], feed)  # [batch, tokens, E]
+            token[start : start + len(ids)] = states[:, len(before)]
+            mean[start : start + len(ids)] = states.mean(axis=1)
         tokenizer = (folder / TOKENIZER_FILE).read_text(encoding="utf-8")
-        return TokenTable(vectors, np.unique(np.asarray(before + after, dtype=np.int64)), encoder.spec, tokenizer)
+        special = np.unique(np.asarray(before + after, dtype=np.int64))
+        return TokenTable(token, mean, special, encoder.spec, tokenizer)
 
 
 def principal_axes(vectors: np.ndarray, dims: int, skip: np.ndarray) -> np.ndarray:
@@ -185,24 +200,26 @@ def write_static(
     tokens: TokenTable,
     out: Path | str,
     *,
-    dims: int | None = 256,
+    rows: Rows = "token",
+    dims: int | None = None,
     weighting: Weighting = "zipf",
     sif: float = SIF,
     texts: Sequence[str] = (),
     max_length: int | None = None,
     name: str | None = None,
 ) -> SentenceSpec:
-    """Write `out/` (model.onnx, tokenizer.json, sentence.json) from the token table: PCA to `dims` (None: none, the
-    vectors as they came), each row times its SIF weight (`counts`: p counted over `texts`), texts cut at
+    """Write `out/` (model.onnx, tokenizer.json, sentence.json) from the token table's `rows`: PCA to `dims` (None:
+    none, the vectors as they came), each row times its SIF weight (`counts`: p counted over `texts`), texts cut at
     `max_length` tokens (None: the source's). The graph is checked against the numpy reference on PROBES; λ unset."""
     out = Path(out)
-    size, source_dims = tokens.vectors.shape
+    vectors = tokens.token if rows == "token" else tokens.mean
+    size, source_dims = vectors.shape
     if dims is not None and not 1 <= dims <= source_dims:
         raise SentenceError(f"--dims {dims}: between 1 and the source's {source_dims}")
     if weighting == "counts" and not texts:
         raise SentenceError("the counts weighting needs texts to count tokens over (a corpus)")
     max_length = max_length or tokens.spec.max_length
-    table = tokens.vectors if dims is None else principal_axes(tokens.vectors, dims, tokens.special)
+    table = vectors if dims is None else principal_axes(vectors, dims, tokens.special)
     where = "none"
     if weighting != "none":
         counted = weighting == "counts"
@@ -215,6 +232,9 @@ def write_static(
     out.mkdir(parents=True, exist_ok=True)
     (out / MODEL_FILE).write_bytes(static_graph(table, tokens.spec.inputs))
     (out / TOKENIZER_FILE).write_text(tokens.tokenizer, encoding="utf-8")
+    info = StaticInfo(
+        source=tokens.spec.name, source_dims=source_dims, tokens=size, rows=rows, pca=dims is not None, weighting=where
+    )
     spec = SentenceSpec(
         name=name or f"static, distilled from {tokens.spec.name}",
         pooling="mean",
@@ -227,9 +247,7 @@ def write_static(
         source=tokens.spec.source,
         inputs=list(tokens.spec.inputs),
         kind="static",
-        static=StaticInfo(
-            source=tokens.spec.name, source_dims=source_dims, tokens=size, pca=dims is not None, weighting=where
-        ),
+        static=info,
     )
     write_spec(out, spec)
     encoder = SentenceEncoder(out, 1)
@@ -239,46 +257,29 @@ def write_static(
     return read_spec(out)
 
 
-def distil_static(
-    source: Path | str,
-    out: Path | str,
-    *,
-    dims: int | None = 256,
-    weighting: Weighting = "zipf",
-    sif: float = SIF,
-    texts: Sequence[str] = (),
-    max_length: int | None = None,
-    threads: int = 2,
-) -> SentenceSpec:
-    """`token_table` then `write_static`: a static encoder folder from a model folder, an encoder folder or a
-    hybrid bundle."""
-    tokens = token_table(source, threads)
-    return write_static(tokens, out, dims=dims, weighting=weighting, sif=sif, texts=texts, max_length=max_length)
-
-
 def main(
-    source: Annotated[Path, "a sentence-transformers model folder, an encoder folder or a hybrid bundle"],
-    out: Path,
-    dims: int = 256,
-    no_pca: bool = False,
-    weighting: str = "zipf",
-    sif: float = SIF,
-    corpus: Path | None = None,
-    max_length: int | None = None,
-    threads: int = 2,
+    source: Annotated[
+        Path, typer.Argument(help="A sentence-transformers model folder, encoder folder or hybrid bundle.")
+    ],
+    out: Annotated[Path, typer.Argument(help="The static encoder folder to write.")],
+    rows: Annotated[str, typer.Option(help="token (the token's own state) or mean (the one-token text's).")] = "token",
+    dims: Annotated[int, typer.Option(help="PCA to this many dimensions (0: no PCA).")] = 0,
+    weighting: Annotated[str, typer.Option(help="zipf, counts (over --corpus) or none.")] = "zipf",
+    sif: Annotated[float, typer.Option(help="The SIF constant a of a / (a + p).")] = SIF,
+    corpus: Annotated[Path | None, typer.Option(help="Corpus JSONL whose token counts give p (counts).")] = None,
+    max_length: Annotated[int, typer.Option(help="Tokens a text is cut at (0: the source's).")] = 0,
+    threads: Annotated[int, typer.Option(help="Threads of the source encoder.")] = 2,
 ) -> None:
-    """Distil `source` into the static encoder folder `out`."""
-    import typer
-
+    """Distil SOURCE into the static encoder folder OUT, which `ssi train --encoder OUT` takes as it is."""
     from ssi.corpus import read_corpus
 
-    if weighting not in WEIGHTINGS:
-        raise typer.BadParameter(f"--weighting: one of {', '.join(WEIGHTINGS)}")
+    if weighting not in WEIGHTINGS or rows not in ROWS:
+        raise typer.BadParameter(f"--weighting: one of {', '.join(WEIGHTINGS)}; --rows: one of {', '.join(ROWS)}")
     texts = [d.full_text for d in read_corpus(corpus)] if corpus is not None else []
     try:
-        spec = distil_static(
-            source, out, dims=None if no_pca else dims, weighting=weighting, sif=sif,  # type: ignore[arg-type]
-            texts=texts, max_length=max_length, threads=threads,
+        spec = write_static(
+            token_table(source, threads), out, rows=rows, dims=dims or None, weighting=weighting,  # type: ignore[arg-type]
+            sif=sif, texts=texts, max_length=max_length or None,
         )  # fmt: skip
     except SentenceError as exc:
         raise typer.BadParameter(str(exc)) from None
@@ -286,6 +287,4 @@ def main(
 
 
 if __name__ == "__main__":
-    import typer
-
     typer.run(main)

@@ -22,6 +22,7 @@ from tests.service.service_testing import (
 )
 from tests.training.sentence_testing import WORDS, exported_tiny_encoder
 from training.sentence_export import cosines
+from training.sentence_vectors import _key
 from training.static_distil import (
     TokenTable,
     principal_axes,
@@ -45,14 +46,11 @@ def tokens(source: Path) -> TokenTable:
 
 
 def test_the_graph_gives_the_tables_gather_and_mean(tokens: TokenTable, source: Path, tmp_path: Path) -> None:
-    spec = write_static(tokens, tmp_path / "static", dims=16, weighting="zipf")
+    spec = write_static(tokens, tmp_path / "static", rows="mean", dims=16, weighting="zipf")
     assert (spec.kind, spec.dims, spec.pooling, spec.normalize) == ("static", 16, "mean", True)
     assert spec.static is not None and spec.static.source == read_spec(source).name and spec.static.pca
-    assert spec.static.tokens == len(tokens.vectors) and spec.inputs == read_spec(source).inputs
-    table = (
-        principal_axes(tokens.vectors, 16, tokens.special)
-        * sif_weights(zipf_probabilities(len(tokens.vectors)))[:, None]
-    )
+    assert spec.static.tokens == len(tokens.mean) and spec.inputs == read_spec(source).inputs
+    table = principal_axes(tokens.mean, 16, tokens.special) * sif_weights(zipf_probabilities(len(tokens.mean)))[:, None]
     table[tokens.special] = 0.0
     encoder = SentenceEncoder(tmp_path / "static")
     got = encoder.encode(list(TEXTS))
@@ -68,11 +66,15 @@ def test_the_graph_gives_the_tables_gather_and_mean(tokens: TokenTable, source: 
 
 
 def test_without_pca_or_weights_a_one_token_text_keeps_the_sources_vector(tokens: TokenTable, source: Path, tmp_path):
-    write_static(tokens, tmp_path / "static", dims=None, weighting="none")
+    write_static(tokens, tmp_path / "static", rows="mean", weighting="none")
     words = list(WORDS[10:20])
     assert cosines(SentenceEncoder(tmp_path / "static").encode(words), SentenceEncoder(source).encode(words)).min() > (
         0.9999
     )
+    # Two tables of one source are two encoders to the corpus's vector cache, and neither is the source.
+    write_static(tokens, tmp_path / "pca", rows="mean", dims=32, weighting="none")
+    keys = {_key(SentenceEncoder(folder), words) for folder in (tmp_path / "static", tmp_path / "pca", source)}
+    assert len(keys) == 3
     with pytest.raises(SentenceError, match="counts weighting needs texts"):
         write_static(tokens, tmp_path / "other", dims=16, weighting="counts")
     with pytest.raises(SentenceError, match="--dims 64"):
@@ -84,7 +86,7 @@ def test_a_static_hybrid_bundle_says_what_it_is_and_serves_exactly(
 ) -> None:
     """The sentence part must change some top k against the same bundle without it, or the test would not test it."""
     root = tmp_path_factory.mktemp("static-hybrid")
-    write_static(tokens, root / "static", dims=16, weighting="zipf")
+    write_static(tokens, root / "static")  # the defaults: the token's own state, no PCA, Zipf's SIF weights
     write_spec(root / "static", read_spec(root / "static").with_weight(3.0, "test"))
     docs = make_corpus(120, seed=5, vocab_words=300)
     bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=root / "static")
@@ -96,7 +98,7 @@ def test_a_static_hybrid_bundle_says_what_it_is_and_serves_exactly(
     assert any(oracle.top(q, 10)[0] != plain.top(q, 10)[0] for q in queries)
     corpus = write_corpus(root / "corpus.jsonl", docs)
     with ThreadServer(bundle=bundle, corpus=corpus, cache_dir=root / "cache") as server:
-        assert server.client.get("/model").json()["index_dims"] == 8 + 16
+        assert server.client.get("/model").json()["index_dims"] == 8 + 32
         for query in queries:
             response = server.client.post("/search", json={"query": query, "k": 10})
             assert response.status_code == 200, response.text
