@@ -26,6 +26,7 @@ from typing import Annotated
 
 import numpy as np
 import typer
+from tokenizers import Tokenizer
 
 from benchmarks.hybrid_cost import _queries, _query_times
 from benchmarks.replication_faults import write_figures
@@ -40,9 +41,16 @@ from training.evaluate.metrics import NDCG10, quick_metrics
 from training.evaluate.tasks import beir_task
 from training.pretrained import NAME, checked_minilm_folder
 from training.sentence_export import prepare_encoder
-from training.sentence_vectors import encode_corpus
 from training.splits import split_by_query
-from training.static_distil import ROWS, SIF, TokenTable, token_table, write_static
+from training.static_distil import (
+    ROWS,
+    SIF,
+    counted_probabilities,
+    static_table,
+    token_table,
+    write_static,
+    zipf_probabilities,
+)
 
 app = typer.Typer(add_completion=False)
 WEIGHTS = (0.5, 1.0, 1.5, 2.0)
@@ -60,10 +68,18 @@ def _minilm(scratch: Path) -> Path:
     return folder
 
 
+def _pooled(table: np.ndarray, rows: list[list[int]]) -> np.ndarray:
+    """What the static graph and SentenceEncoder give (training.static_distil.reference_vectors): each text's rows of
+    the table averaged, to unit length."""
+    out = np.stack([table[np.asarray(ids, dtype=np.int64)].mean(axis=0) for ids in rows])
+    return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+
+
 @app.command()
 def quality(
     data: Annotated[Path, typer.Option(help="SciFact's folder (BEIR layout).")] = SCIFACT,
     generic: Annotated[Path, typer.Option(help="Texts whose token counts give a corpus-free p.")] = WIKISPEEDIA,
+    source: Annotated[Path | None, typer.Option(help="all-MiniLM-L6-v2 already exported (an encoder folder).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
 ) -> None:
     docs = read_corpus(data / "corpus.jsonl.gz")
@@ -79,59 +95,70 @@ def quality(
 
     with tempfile.TemporaryDirectory() as scratch:
         started = time.perf_counter()
-        tokens = token_table(_minilm(Path(scratch)), threads=2)
+        tokens = token_table(source or _minilm(Path(scratch)), threads=2)
         figures: dict[str, object] = {
             "claims": task.n_queries,
             "bm25_on_stems": ndcg(lexical),
             "vocabulary_through_minilm_seconds": round(time.perf_counter() - started, 1),
         }
+        # The texts tokenized once a length, as the static encoder's tokenizer (SentenceEncoder.token_ids) cuts them;
+        # tests check that the graph gives `_pooled`'s vectors.
+        reader = Tokenizer.from_str(tokens.tokenizer)
+        reader.no_padding()
+        ids: dict[int, tuple[list[list[int]], list[list[int]]]] = {}
+        for length in MAX_LENGTHS:
+            reader.enable_truncation(length)
+            ids[length] = tuple(  # type: ignore[assignment]
+                [found.ids for found in reader.encode_batch(list(some), add_special_tokens=True)]
+                for some in (task.query_texts, texts)
+            )
+        size = len(tokens.token)
+        counted: dict[tuple[str, int], np.ndarray] = {}
 
-        def measure(label: str, tokens: TokenTable, **options: object) -> dict[str, object]:
-            encoder_dir = Path(scratch) / "static"
-            spec = write_static(tokens, encoder_dir, **options)  # type: ignore[arg-type]
-            encoder = SentenceEncoder(encoder_dir, threads=2)
-            took = time.perf_counter()
-            cosine = encoder.encode(list(task.query_texts)) @ encode_corpus(encoder, texts).T
+        def probabilities(weighting: str, corpus: str, length: int) -> np.ndarray | None:
+            if weighting == "none":
+                return None
+            if weighting == "zipf":
+                return zipf_probabilities(size)
+            if (corpus, length) not in counted:
+                given = generic_texts if corpus == "wikispeedia" else texts
+                counted[corpus, length] = counted_probabilities(tokens.tokenizer, given, size, length)
+            return counted[corpus, length]
+
+        def measure(label: str, rows: str, weighting: str, corpus: str = "", a: float = SIF, dims: int | None = None,
+                    length: int = 256) -> dict[str, object]:  # fmt: skip
+            vectors = tokens.token if rows == "token" else tokens.mean
+            table = static_table(vectors, tokens.special, dims, probabilities(weighting, corpus, length), a)
+            queries, documents = ids[length]
+            cosine = _pooled(table, queries) @ _pooled(table, documents).T
             row: dict[str, object] = {
-                "variant": label,
-                "rows": spec.static.rows if spec.static else "",
-                "pca": spec.static.pca if spec.static else False,
-                "weighting": spec.static.weighting if spec.static else "",
-                "dims": spec.dims,
-                "max_length": spec.max_length,
-                "encode_seconds": round(time.perf_counter() - took, 2),
-                "alone": ndcg(cosine),
+                "variant": label, "rows": rows, "weighting": weighting, "counted_over": corpus, "a": a,
+                "dims": dims, "max_length": length, "alone": ndcg(cosine),
                 **{f"lambda_{w}": ndcg(lexical + np.float32(w) * cosine) for w in WEIGHTS},
-            }
+            }  # fmt: skip
             typer.echo(row, err=True)
             return row
 
         def best(rows: list[dict[str, object]]) -> dict[str, object]:
             return max(rows, key=lambda row: float(row["lambda_1.0"]))  # type: ignore[arg-type]
 
-        weighting_rows = []
-        choice: dict[str, dict[str, object]] = {}
+        stage_1 = []
         for rows in ROWS:
-            options_of: list[tuple[str, dict[str, object]]] = [(f"{rows}, none", {"weighting": "none"})]
+            stage_1.append(measure(f"{rows}, none", rows, "none"))
             for a in SIFS:
-                options_of += [
-                    (f"{rows}, zipf a={a:g}", {"weighting": "zipf", "sif": a}),
-                    (f"{rows}, counts wikispeedia a={a:g}", {"weighting": "counts", "sif": a, "texts": generic_texts}),
-                    (f"{rows}, counts scifact corpus a={a:g}", {"weighting": "counts", "sif": a, "texts": texts}),
-                ]
-            for name, options in options_of:
-                choice[name] = {"rows": rows, **options}
-                weighting_rows.append(measure(name, tokens, **choice[name]))
-        chosen = choice[str(best(weighting_rows)["variant"])]
-        dims_rows = [measure(f"dims {d}", tokens, dims=d, **chosen) for d in DIMS]
-        won = best(dims_rows)
-        dims = int(won["dims"]) if won["pca"] else None  # type: ignore[call-overload]
-        length_rows = [measure(f"max_length {n}", tokens, dims=dims, max_length=n, **chosen) for n in MAX_LENGTHS]
+                stage_1.append(measure(f"{rows}, zipf a={a:g}", rows, "zipf", a=a))
+                for corpus in ("wikispeedia", "scifact"):
+                    stage_1.append(measure(f"{rows}, counts {corpus} a={a:g}", rows, "counts", corpus, a))
+        won = best(stage_1)
+        chosen = {key: won[key] for key in ("rows", "weighting")} | {"corpus": won["counted_over"], "a": won["a"]}
+        stage_2 = [measure(f"dims {d}", dims=d, **chosen) for d in DIMS]  # type: ignore[arg-type]
+        chosen["dims"] = best(stage_2)["dims"]
+        stage_3 = [measure(f"max_length {n}", length=n, **chosen) for n in MAX_LENGTHS]  # type: ignore[arg-type]
         figures |= {
-            "stage_1_rows_and_weighting_no_pca": weighting_rows,
-            "stage_2_dims": dims_rows,
-            "stage_3_max_length": length_rows,
-            "chosen": {k: v for k, v in best(length_rows).items()},
+            "stage_1_rows_and_weighting_no_pca": stage_1,
+            "stage_2_dims": stage_2,
+            "stage_3_max_length": stage_3,
+            "chosen": best(stage_3),
         }
     write_figures(figures, out)
 

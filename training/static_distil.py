@@ -196,6 +196,19 @@ def reference_vectors(encoder: SentenceEncoder, table: np.ndarray, texts: Sequen
     return rows / np.maximum(np.linalg.norm(rows, axis=1, keepdims=True), 1e-12)
 
 
+def static_table(
+    vectors: np.ndarray, special: np.ndarray, dims: int | None, probabilities: np.ndarray | None, sif: float = SIF
+) -> np.ndarray:
+    """The table: `vectors` through PCA to `dims` (None: as they came), each row times a / (a + p) where
+    `probabilities` are given, the `special` rows zero; float32 [rows, dims]."""
+    table = vectors if dims is None else principal_axes(vectors, dims, special)
+    if probabilities is not None:
+        table = table * sif_weights(probabilities, sif)[:, None]
+    table = np.array(table, dtype=np.float32)
+    table[special] = 0.0
+    return table
+
+
 def write_static(
     tokens: TokenTable,
     out: Path | str,
@@ -219,16 +232,14 @@ def write_static(
     if weighting == "counts" and not texts:
         raise SentenceError("the counts weighting needs texts to count tokens over (a corpus)")
     max_length = max_length or tokens.spec.max_length
-    table = vectors if dims is None else principal_axes(vectors, dims, tokens.special)
+    p = None
     where = "none"
     if weighting != "none":
         counted = weighting == "counts"
         p = counted_probabilities(tokens.tokenizer, texts, size, max_length) if counted else zipf_probabilities(size)
-        table = table * sif_weights(p, sif)[:, None]
         where = f"{len(texts):,} texts' token counts" if counted else "Zipf's law over the vocabulary's order"
         where = f"SIF a/(a + p(token)), a = {sif:g}, p: {where}"
-    table = np.array(table, dtype=np.float32)
-    table[tokens.special] = 0.0
+    table = static_table(vectors, tokens.special, dims, p, sif)
     out.mkdir(parents=True, exist_ok=True)
     (out / MODEL_FILE).write_bytes(static_graph(table, tokens.spec.inputs))
     (out / TOKENIZER_FILE).write_text(tokens.tokenizer, encoding="utf-8")

@@ -1,6 +1,6 @@
 """A static encoder distilled from the run's tiny exported encoder (training.static_distil): its graph gives what
-numpy's Gather and mean of the table give, a one-token text keeps the source's own vector, and the folder goes into a
-bundle, says what it is there, and is served by a real server exactly as the brute force ranks."""
+numpy's Gather and mean of the table give, a one-token text keeps the source's own vector, and `ssi train --encoder`
+puts the folder into a bundle, which says what it is and is served by a real server exactly as the brute force ranks."""
 
 from __future__ import annotations
 
@@ -8,19 +8,21 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from typer.testing import CliRunner
 
 from ssi.bundle import load_bundle
-from ssi.sentence import SentenceEncoder, SentenceError, read_spec, write_spec
+from ssi.sentence import SentenceEncoder, SentenceError, read_spec
+from ssi_cli.main import build_app
 from tests.service.service_testing import (
     Oracle,
     ThreadServer,
     assert_same_ranking,
-    make_bundle,
     make_corpus,
     probe_queries,
     write_corpus,
 )
 from tests.training.sentence_testing import WORDS, exported_tiny_encoder
+from training.evaluate.form_scorer import FormScorer
 from training.sentence_export import cosines
 from training.sentence_vectors import _key
 from training.static_distil import (
@@ -84,21 +86,26 @@ def test_without_pca_or_weights_a_one_token_text_keeps_the_sources_vector(tokens
 def test_a_static_hybrid_bundle_says_what_it_is_and_serves_exactly(
     tokens: TokenTable, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """The sentence part must change some top k against the same bundle without it, or the test would not test it."""
+    """`ssi train --encoder DIR` takes the static folder as it is (day one: BM25 + 1 · cosine); a real server ranks as
+    the brute force does, and the sentence part changes some top 10 of BM25 alone, or the test would not test it."""
     root = tmp_path_factory.mktemp("static-hybrid")
-    write_static(tokens, root / "static")  # the defaults: the token's own state, no PCA, Zipf's SIF weights
-    write_spec(root / "static", read_spec(root / "static").with_weight(3.0, "test"))
+    static = root / "static"
+    write_static(tokens, static)  # the defaults: the token's own state, no PCA, Zipf's SIF weights
     docs = make_corpus(120, seed=5, vocab_words=300)
-    bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=root / "static")
-    loaded = load_bundle(bundle)
-    assert loaded.sentence is not None and loaded.sentence.kind == "static" and loaded.sentence.static is not None
-    oracle = Oracle(bundle, docs)
-    plain = Oracle(make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25"), docs)
-    queries = probe_queries(docs, 6, seed=4)
-    assert any(oracle.top(q, 10)[0] != plain.top(q, 10)[0] for q in queries)
     corpus = write_corpus(root / "corpus.jsonl", docs)
-    with ThreadServer(bundle=bundle, corpus=corpus, cache_dir=root / "cache") as server:
-        assert server.client.get("/model").json()["index_dims"] == 8 + 32
+    args = ["train", "--corpus", str(corpus), "--encoder", str(static), "--out", str(root / "b"), "--no-progress"]
+    result = CliRunner().invoke(build_app(), args)
+    assert result.exit_code == 0, result.output
+    bundle = load_bundle(root / "b")
+    assert bundle.sentence is not None and bundle.sentence.kind == "static" and bundle.sentence.weight == 1.0
+    assert bundle.sentence.static == read_spec(static).static and bundle.manifest.sentence["kind"] == "static"
+    oracle = Oracle(root / "b", docs)
+    queries = probe_queries(docs, 6, seed=4)
+    lexical = FormScorer(bundle.vocab, bundle.form, docs).score(queries)
+    alone = [[docs[i].id for i in np.argsort(-row, kind="stable")[:10]] for row in lexical]
+    assert any(oracle.top(q, 10)[0] != ids for q, ids in zip(queries, alone, strict=True))
+    with ThreadServer(bundle=root / "b", corpus=corpus, cache_dir=root / "cache") as server:
+        assert server.client.get("/model").json()["index_dims"] == 1 + 32
         for query in queries:
             response = server.client.post("/search", json={"query": query, "k": 10})
             assert response.status_code == 200, response.text
