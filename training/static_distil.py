@@ -220,10 +220,12 @@ def write_static(
     texts: Sequence[str] = (),
     max_length: int | None = None,
     name: str | None = None,
+    texts_from: str = "",
 ) -> SentenceSpec:
     """Write `out/` (model.onnx, tokenizer.json, sentence.json) from the token table's `rows`: PCA to `dims` (None:
     none, the vectors as they came), each row times its SIF weight (`counts`: p counted over `texts`), texts cut at
-    `max_length` tokens (None: the source's). The graph is checked against the numpy reference on PROBES; λ unset."""
+    `max_length` tokens (None: the source's); `texts_from` names the texts in the spec. The graph is checked against
+    the numpy reference on PROBES; λ unset."""
     out = Path(out)
     vectors = tokens.token if rows == "token" else tokens.mean
     size, source_dims = vectors.shape
@@ -237,7 +239,8 @@ def write_static(
     if weighting != "none":
         counted = weighting == "counts"
         p = counted_probabilities(tokens.tokenizer, texts, size, max_length) if counted else zipf_probabilities(size)
-        where = f"{len(texts):,} texts' token counts" if counted else "Zipf's law over the vocabulary's order"
+        where = f"token counts over {len(texts):,} texts" if counted else "Zipf's law over the vocabulary's order"
+        where += f" ({texts_from})" if counted and texts_from else ""
         where = f"SIF a/(a + p(token)), a = {sif:g}, p: {where}"
     table = static_table(vectors, tokens.special, dims, p, sif)
     out.mkdir(parents=True, exist_ok=True)
@@ -290,7 +293,7 @@ def main(
     try:
         spec = write_static(
             token_table(source, threads), out, rows=rows, dims=dims or None, weighting=weighting,  # type: ignore[arg-type]
-            sif=sif, texts=texts, max_length=max_length or None,
+            sif=sif, texts=texts, max_length=max_length or None, texts_from=corpus.name if corpus else "",
         )  # fmt: skip
     except SentenceError as exc:
         raise typer.BadParameter(str(exc)) from None
