@@ -4,7 +4,9 @@ A hybrid bundle (ssi.hybrid) adds λ e(q)·e(d) to the form's score. Its `senten
 running e needs and nothing from PyTorch:
 
     model.onnx      the transformer: input_ids, attention_mask (and token_type_ids where the model has
-                    them) → the last hidden state [batch, tokens, E]
+                    them) → the last hidden state [batch, tokens, E]; or, for a static encoder (spec `kind`
+                    static, training.static_distil), one Gather from a table of token vectors distilled from a
+                    transformer, with the same inputs and output
     model.int8.onnx the same graph with int8 weights (onnxruntime's dynamic quantization, per channel), where
                     `ssi train` wrote one and it passed its check against model.onnx (spec `int8`); bundles
                     written before it existed have none and serve fp32
@@ -71,6 +73,18 @@ class Int8Check(BaseModel):
     bound: float  # the least cosine a text was allowed (training.sentence_export.MIN_INT8_COSINE)
 
 
+class StaticInfo(BaseModel):
+    """What a static encoder was distilled from and how (training.static_distil): its graph is a table of token vectors,
+    one Gather, no transformer."""
+
+    source: str  # the encoder whose vectors of one-token texts the table holds (its spec's name)
+    source_dims: int = Field(ge=1)  # the source's E, before PCA
+    tokens: int = Field(ge=1)  # rows of the table: the source tokenizer's vocabulary
+    rows: str  # each token's row: its own output state in the one-token text ("token"), or the text's mean ("mean")
+    pca: bool  # centred and rotated onto its principal axes (dims ≤ source_dims kept), or the vectors as they came
+    weighting: str  # how each token's row was scaled (a SIF weight a/(a + p(token)) and where p came from, or none)
+
+
 class SentenceSpec(BaseModel):
     """How to run and weigh the encoder: what `sentence.json` holds, copied into the manifest."""
 
@@ -88,6 +102,10 @@ class SentenceSpec(BaseModel):
     # written before there was a choice.
     precision: Precision = "fp32"
     int8: Int8Check | None = None  # the int8 graph's check, where the folder holds one (INT8_MODEL_FILE)
+    # "transformer": the model's own graph; "static": a token table distilled from one (`static` says how). Both run
+    # alike: the graph gives token states, pooled here.
+    kind: Literal["transformer", "static"] = "transformer"
+    static: StaticInfo | None = None
 
     def with_weight(self, weight: float, rule: str) -> SentenceSpec:
         return self.model_copy(update={"weight": float(weight), "weight_rule": rule})

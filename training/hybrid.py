@@ -26,7 +26,7 @@ import torch
 from ssi.bundle import is_bundle
 from ssi.sentence import Precision, SentenceEncoder, write_spec
 from training.data import TrainingData
-from training.sentence_export import encoder_of_bundle, prepare_encoder
+from training.sentence_export import encoder_of_bundle, encoder_of_folder, is_encoder_folder, prepare_encoder
 from training.sentence_vectors import encode_corpus
 
 SENTENCE_WEIGHT = "sentence_weight"  # λ, beside the validation metrics of each step (training.trainer)
@@ -46,11 +46,14 @@ class PreparedEncoder:
         self.threads = threads
         self.precision = precision
         self.folder = self._scratch / "sentence"
-        self.spec = (  # a hybrid bundle's encoder as it is (no weights to fine-tune), or a model folder's, exported
-            encoder_of_bundle(folder, self.folder, precision)
-            if is_bundle(folder)
-            else prepare_encoder(folder, self.folder, threads=threads, precision=precision)
-        )
+        # A hybrid bundle's encoder or an encoder folder (a static one, training.static_distil) as it is (no weights
+        # to fine-tune), or a model folder's, exported.
+        if is_bundle(folder):
+            self.spec = encoder_of_bundle(folder, self.folder, precision)
+        elif is_encoder_folder(folder):
+            self.spec = encoder_of_folder(folder, self.folder, precision)
+        else:
+            self.spec = prepare_encoder(folder, self.folder, threads=threads, precision=precision)
         self.encoder = SentenceEncoder(self.folder, threads)
 
     def finetune(self, data: TrainingData, epochs: int, seed: int, device: str = "cpu") -> None:

@@ -31,6 +31,7 @@ from ssi.bundle import load_bundle, sha256_file
 from ssi.sentence import (
     INT8_MODEL_FILE,
     MODEL_FILE,
+    SPEC_FILE,
     TOKENIZER_FILE,
     Int8Check,
     Precision,
@@ -331,10 +332,27 @@ def encoder_of_bundle(bundle_dir: Path | str, out: Path | str, precision: Precis
     bundle = load_bundle(Path(bundle_dir))
     if bundle.sentence is None:
         raise SentenceError(f"{bundle_dir}: a bundle without a sentence encoder (not a hybrid bundle)")
-    out = Path(out)
+    return encoder_of_folder(bundle.sentence_path, out, precision)
+
+
+def is_encoder_folder(folder: Path) -> bool:
+    """Whether `folder` is an encoder folder as a bundle's `sentence/` holds one (its spec, sentence.json), such as
+    training.static_distil writes, rather than a model folder."""
+    return (folder / SPEC_FILE).is_file()
+
+
+def encoder_of_folder(folder: Path | str, out: Path | str, precision: Precision | None = None) -> SentenceSpec:
+    """Copy an encoder folder (`is_encoder_folder`) to `out/` as it is, λ unset; `precision` as `encoder_of_bundle`.
+    Its graph is run once on PROBES, so one onnxruntime cannot load, or whose inputs differ from its spec's, is refused
+    here rather than after training."""
+    folder, out = Path(folder), Path(out)
+    spec = read_spec(folder)
     out.mkdir(parents=True, exist_ok=True)
-    for name in files_of(bundle.sentence.int8 is not None):
-        shutil.copyfile(bundle.sentence_path / name, out / name)
-    spec = read_spec(out).model_copy(update={"weight": 0.0, "weight_rule": "unset"})
-    write_spec(out, spec)
-    return served_as(out, precision or spec.precision)
+    for name in files_of(spec.int8 is not None):
+        if not (folder / name).is_file():
+            raise SentenceError(f"{folder}: no {name} beside its {SPEC_FILE}")
+        shutil.copyfile(folder / name, out / name)
+    write_spec(out, spec.model_copy(update={"weight": 0.0, "weight_rule": "unset"}))
+    spec = served_as(out, precision or spec.precision)
+    SentenceEncoder(out).encode(list(PROBES[:2]))
+    return spec

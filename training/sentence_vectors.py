@@ -3,8 +3,9 @@
 Encoding SciFact's 5,183 abstracts with all-MiniLM-L6-v2 took 279 s on this 2-core machine; `ssi eval`,
 `ssi train --encoder` and the benchmarks ask for the same vectors again and again. The cache key is the
 encoder's spec (pooling, length, E; λ left out: it does not change e), the sha256 of the files it was made from
-(the spec's `source`: weights, tokenizer, configuration; an export's graph bytes may differ run to run) and
-every text, so a changed text or model is a miss, never a stale hit. SSI_SENTENCE_CACHE names the folder
+(the spec's `source`: weights, tokenizer, configuration; an export's graph bytes may differ run to run; for a static
+encoder, training.static_distil, its own graph and tokenizer: its source's files are those of every table distilled
+from them) and every text, so a changed text or model is a miss, never a stale hit. SSI_SENTENCE_CACHE names the folder
 (default ~/.cache/ssi/sentence); an empty value turns the cache off.
 """
 
@@ -34,7 +35,9 @@ def cache_folder() -> Path | None:
 def _key(encoder: SentenceEncoder, texts: Sequence[str]) -> str:
     digest = hashlib.sha256()
     spec = encoder.spec
-    named = sorted(spec.source.items()) or [(n, sha256_file(encoder.folder / n)) for n in (MODEL_FILE, TOKENIZER_FILE)]
+    named = sorted(spec.source.items())
+    if not named or spec.kind == "static":  # a static graph is its table, its bytes the same every time it is written
+        named = [(n, sha256_file(encoder.folder / n)) for n in (MODEL_FILE, TOKENIZER_FILE)]
     for name, sha in named:
         digest.update(f"{name}:{sha}|".encode())
     digest.update(f"{spec.pooling}|{spec.normalize}|{spec.max_length}|{spec.dims}|{len(texts)}".encode())

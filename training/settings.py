@@ -9,6 +9,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ssi.bundle import is_bundle
+from ssi.sentence import SPEC_FILE
 from ssi.stemming import NO_STEMMER, check_stemmer
 from ssi.weighting import DEFAULT_B, DEFAULT_K1
 from training.device import check_device
@@ -224,4 +225,9 @@ class TrainSettings(BaseSettings):
             raise ValueError(
                 f"--finetune-encoder trains the model's weights, and --encoder {self.encoder} is a bundle, which holds "
                 "only its encoder's graph: give the sentence-transformers model folder"
+            )
+        if self.finetune_encoder and (self.encoder / SPEC_FILE).is_file():
+            raise ValueError(
+                f"--finetune-encoder trains the model's weights, and --encoder {self.encoder} is an encoder folder, "
+                "which holds only a graph: give the sentence-transformers model folder"
             )

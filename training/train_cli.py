@@ -223,7 +223,8 @@ def train_command(
         Path | None,
         _opt(
             "encoder",
-            "A pre-trained sentence encoder (a sentence-transformers model folder, or a hybrid bundle: its encoder): "
+            "A pre-trained sentence encoder (a sentence-transformers model folder, an encoder folder such as "
+            "`python -m training.static_distil` writes, or a hybrid bundle: its encoder): "
             "a hybrid bundle, whose score adds λ e(q)·e(d). Without pairs, BM25 + the encoder at λ = 1; with pairs, "
             "λ is learned with U and V (training/hybrid.py). Needs the `encoder` and `encoder-export` extras.",
             MODEL,
