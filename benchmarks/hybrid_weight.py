@@ -36,7 +36,7 @@ from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
 from training.evaluate.form_scorer import FormScorer
 from training.evaluate.metrics import NDCG10, quick_metrics
-from training.evaluate.tasks import beir_task
+from training.evaluate.tasks import RetrievalTask, beir_task
 from training.pretrained import NAME, checked_minilm_folder
 from training.sentence_export import prepare_encoder
 from training.sentence_vectors import encode_corpus
@@ -97,6 +97,19 @@ def _window_cosines(encoder: SentenceEncoder, docs: list[Document], queries: np.
     return {"windows_best": _best_per_document(queries @ vectors.T, owner, len(docs)), "windows_mean": queries @ mean.T}
 
 
+def scifact_validation(data: Path) -> tuple[list[Document], RetrievalTask, np.ndarray]:
+    """SciFact's documents, its validation claims (a fifth of the train split's, seed 0: `ssi eval --split valid
+    --valid-share 0.2`) and BM25's scores on stems for them, [claims, documents]: what a hybrid's lexical part is."""
+    docs = read_corpus(data / "corpus.jsonl.gz")
+    _, valid = split_by_query(read_qrels(data / "qrels" / "train.tsv"), 0.2, 0)
+    task = beir_task(docs, read_beir_queries(data / "queries.jsonl.gz"), valid, name="valid")
+    vocab = Vocabulary.build(
+        [d.full_text for d in docs], max_words=10_000_000, min_df=1, bm25=Bm25(), stemmer="english"
+    )
+    lexical = FormScorer(vocab, Diagonal({"w": np.ones(vocab.size, dtype=np.float32)}), docs).score(task.query_texts)
+    return docs, task, lexical
+
+
 def main(
     data: Annotated[Path, typer.Option(help="SciFact's folder (BEIR layout).")] = Path("../shared/data/scifact"),
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
@@ -104,12 +117,8 @@ def main(
     variants: Annotated[bool, typer.Option(help="Other label-free fusions and document vectors (above).")] = False,
     titles_epochs: Annotated[int, typer.Option(help="Fine-tune on the corpus's titles this many epochs.")] = 0,
 ) -> None:
-    docs = read_corpus(data / "corpus.jsonl.gz")
-    _, valid = split_by_query(read_qrels(data / "qrels" / "train.tsv"), 0.2, 0)
-    task = beir_task(docs, read_beir_queries(data / "queries.jsonl.gz"), valid, name="valid")
+    docs, task, lexical = scifact_validation(data)
     texts = [d.full_text for d in docs]
-    vocab = Vocabulary.build(texts, max_words=10_000_000, min_df=1, bm25=Bm25(), stemmer="english")
-    lexical = FormScorer(vocab, Diagonal({"w": np.ones(vocab.size, dtype=np.float32)}), docs).score(task.query_texts)
     with tempfile.TemporaryDirectory() as scratch:
         spec = prepare_encoder(checked_minilm_folder(), Path(scratch) / "sentence", name=NAME, threads=2)
         encoder = SentenceEncoder(Path(scratch) / "sentence", threads=2)

@@ -29,19 +29,14 @@ import typer
 from tokenizers import Tokenizer
 
 from benchmarks.hybrid_cost import _queries, _query_times
+from benchmarks.hybrid_weight import scifact_validation
 from benchmarks.replication_faults import write_figures
 from benchmarks.snippet_cost import _passages
-from ssi.corpus import read_beir_queries, read_corpus, read_qrels
-from ssi.forms.diagonal import Diagonal
+from ssi.corpus import read_corpus
 from ssi.sentence import SentenceEncoder
-from ssi.vocab import Vocabulary
-from ssi.weighting import Bm25
-from training.evaluate.form_scorer import FormScorer
 from training.evaluate.metrics import NDCG10, quick_metrics
-from training.evaluate.tasks import beir_task
 from training.pretrained import NAME, checked_minilm_folder
 from training.sentence_export import prepare_encoder
-from training.splits import split_by_query
 from training.static_distil import (
     ROWS,
     SIF,
@@ -82,12 +77,8 @@ def quality(
     source: Annotated[Path | None, typer.Option(help="all-MiniLM-L6-v2 already exported (an encoder folder).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
 ) -> None:
-    docs = read_corpus(data / "corpus.jsonl.gz")
-    _, valid = split_by_query(read_qrels(data / "qrels" / "train.tsv"), 0.2, 0)
-    task = beir_task(docs, read_beir_queries(data / "queries.jsonl.gz"), valid, name="valid")
+    docs, task, lexical = scifact_validation(data)
     texts = [d.full_text for d in docs]
-    vocab = Vocabulary.build(texts, max_words=10_000_000, min_df=1, bm25=Bm25(), stemmer="english")
-    lexical = FormScorer(vocab, Diagonal({"w": np.ones(vocab.size, dtype=np.float32)}), docs).score(task.query_texts)
     generic_texts = [d.full_text for d in read_corpus(generic)]
 
     def ndcg(scores: np.ndarray) -> float:
