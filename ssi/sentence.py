@@ -54,7 +54,6 @@ PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 # Where documents are encoded (SSI_ENCODE_DEVICE): on the CPU, on a GPU through onnxruntime's CUDA execution provider
 # (the onnxruntime-gpu package), or on the GPU where that provider is there, else the CPU.
 Device = Literal["cpu", "cuda", "auto"]
-DEVICES: tuple[Device, ...] = ("cpu", "cuda", "auto")
 CUDA_PROVIDER = "CUDAExecutionProvider"
 # CPU flags (/proc/cpuinfo) of the instructions onnxruntime's int8 matrix products are fast with: without any, int8
 # may run no faster than fp32.
@@ -172,7 +171,7 @@ def write_spec(folder: Path, spec: SentenceSpec) -> None:
 def served_precision(folder: Path, spec: SentenceSpec, asked: Precision | None) -> Precision:
     """The precision that serves: `asked`, else the spec's; int8 only where the folder has its checked graph (else fp32,
     logged). The spec's int8 on a CPU without INT8_FLAGS serves fp32, logged: there onnxruntime's int8 products run
-    about as slow as fp32 (AVX2 alone: a query's encoding 0.87-0.94 of fp32's CPU, docs/results/hybrid.md) while its
+    about as slow as fp32 (AVX2 alone: a query's encoding 0.79-0.92 of fp32's CPU, docs/results/hybrid.md) while its
     vectors move from fp32's (cosine 0.98). Int8 asked (SSI_ENCODER_PRECISION) is served there too, with a warning."""
     wanted = asked or spec.precision
     if wanted == "fp32":
