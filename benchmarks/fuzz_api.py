@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from benchmarks.api_world import REPO, Server, write_world
@@ -180,6 +181,9 @@ def fuzz(
     world = write_world(out / "world", n_docs=300, seed=seed, fields=True)  # filters, facets and fields fuzzed too
     tally = Tally()
     with Server(world, {"SSI_API_KEY": KEY}, repo) as server:
+        # The server builds its OpenAPI document at the first request for it, which took over 10 s on a loaded
+        # 2-core machine, and schemathesis gives up loading a schema after 10 s: built here first, unhurried.
+        httpx.get(f"{server.url}/openapi.json", timeout=300.0).raise_for_status()
         round_ = 0
         while sum(tally.requests.values()) < requests:
             for mode in MODES:
