@@ -22,11 +22,22 @@ os.environ.setdefault("NUMBA_CACHE_DIR", str(Path(__file__).resolve().parents[1]
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Fill that cache once, before pytest-xdist starts its workers (in its own sessionstart, which runs last),
-    instead of in every worker at once: ranx's and the service's kernels (tests/numba_warmup.py)."""
+    instead of in every worker at once: ranx's and the service's kernels (tests/numba_warmup.py); and pytest's
+    rewritten test modules (tests/assert_cache.py) beside it, in a thread while the warm-up's subprocesses run."""
     if session.config.pluginmanager.has_plugin("dsession"):  # the controller of a run spread over workers
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tests import assert_cache
         from tests.numba_warmup import run_parts
 
-        session.config.pluginmanager.get_plugin("terminalreporter").write_line(run_parts())
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            rewritten = None
+            if session.config.getoption("assertmode") == "rewrite":
+                rewritten = pool.submit(assert_cache.fill, session.config, Path(__file__).parent)
+            line = run_parts()
+            if rewritten is not None:
+                line += f"; test modules rewritten for the workers: {rewritten.result()}"
+        session.config.pluginmanager.get_plugin("terminalreporter").write_line(line)
 
 
 # A test's call phase may take this long; one that takes longer says why in its docstring, in a sentence that
