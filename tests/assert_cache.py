@@ -1,7 +1,7 @@
 """Fill pytest's cache of rewritten test modules once, in the controller, before pytest-xdist starts its workers.
 
 pytest rewrites the asserts of every test module and conftest it imports, and keeps the result beside the source
-(`__pycache__/*-pytest-*.pyc`), except where PYTHONDONTWRITEBYTECODE is set, as it is on CI's machines: there
+(`__pycache__/*-pytest-*.pyc`), except where PYTHONDONTWRITEBYTECODE is set, as it is on these 2-core machines: there
 each of the run's workers rewrote all ~120 modules again when it collected them, some 7 s of CPU each on two cores.
 Written here, the workers read them instead (pytest reads its cache whatever that variable says). The files are
 pytest's own, written by its own functions; where a pytest version has moved them, nothing is written and each
