@@ -48,9 +48,10 @@ if [[ "${DOCS:-1}" != 0 ]]; then
 fi
 
 # The project's own bytecode, compiled once: an editable install leaves its modules uncompiled, and where
-# PYTHONDONTWRITEBYTECODE is set (as on these 2-core machines) every process the suite starts (some 240: servers and their
-# workers, Serve replicas, trainers, CLI calls) compiled them again, 0.3-0.5 s of CPU each (docs/contributing.md).
-# Python reads these files whatever that variable says, and recompiles any whose source has changed since.
+# PYTHONDONTWRITEBYTECODE is set (as on these 2-core machines) every process the suite starts (some 240: servers
+# and their workers, Serve replicas, trainers, CLI calls) compiled them again, 0.3-0.5 s of CPU each
+# (docs/contributing.md). Python reads these files whatever that variable says, and recompiles any whose source
+# has changed since.
 "$py" -m compileall -q -j 0 ssi service training cluster ssi_cli benchmarks tests >/dev/null
 
 echo "==> pytest"
