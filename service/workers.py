@@ -8,7 +8,10 @@ How it stays one server:
 
 - This process, the supervisor, takes the data folders' locks (service.instance_lock), so a second
   `ssi serve` on them is still refused, checks that the port is free and starts the workers. Workers
-  are spawned (fresh interpreters: no FAISS or OpenMP thread state crosses a fork).
+  are forked from a fork server (multiprocessing's forkserver): a fresh interpreter that has only imported
+  the server's modules (PRELOAD), never loaded a model, run a search or started FAISS's or OpenMP's threads,
+  so none of that state crosses a fork, and a worker starts without importing them again (2-3 s of CPU
+  each on two cores, at every start and every replacement).
 - Each worker listens on the port with its own SO_REUSEPORT socket, and the kernel spreads new
   connections over them by a hash of the client's address. One listening socket shared by all the
   workers did not spread them: the worker that woke first accepted the whole burst, and 32 keep-alive
@@ -26,8 +29,8 @@ How it stays one server:
   MAX_RESTARTS deaths within RESTART_WINDOW seconds stop the server instead of looping.
 - SIGTERM or SIGINT: every worker shuts down gracefully (requests in flight finish; the upkeep worker
   saves a snapshot), then the supervisor releases the folders. If the supervisor itself is killed,
-  the kernel kills its workers too (PR_SET_PDEATHSIG): the folder locks die with the supervisor, and
-  orphaned workers writing on would be a second server over the same folders.
+  the kernel kills its fork server and its workers too (service.parent_death): the folder locks die with the
+  supervisor, and orphaned workers writing on would be a second server over the same folders.
 
 What is per worker: /metrics counts the answering worker's requests. A reload reaches every worker: the one
 that takes it publishes the new bundle, the others load it within a second or so, and the answer waits for
@@ -52,16 +55,18 @@ from typing import Any
 from service.busy import Board, new_slots
 from service.group_reload import GroupBundle
 from service.instance_lock import FolderInUse, FolderLock
+from service.parent_death import die_with_parent
 from service.settings import Settings
-from service.threads import libc
 
 log = logging.getLogger("service")
 
 LOAD_FAILED = 3  # a worker's exit code when its collections cannot load: fatal for the whole server
 MAX_RESTARTS = 5
 RESTART_WINDOW = 60.0
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
 STOP_GRACE = 90.0  # seconds a worker gets to finish its requests and final snapshot after SIGTERM
+# What the fork server imports once for every worker: service.fork_server first (it dies with the supervisor), then
+# worker_main's own imports. Module imports only: a module that started a thread on import would lose it in a fork.
+PRELOAD = ["service.fork_server", "service.app", "service.server", "uvicorn"]
 
 
 def _socket(settings: Settings, share_port: bool) -> socket.socket:
@@ -86,18 +91,6 @@ def listen(settings: Settings) -> socket.socket:
     sock.bind((settings.host, settings.port))
     sock.listen(2048)
     return sock
-
-
-def die_with_parent(parent: int) -> None:
-    """Be SIGKILLed when the supervisor dies (Linux prctl PR_SET_PDEATHSIG); exit now if it already has."""
-    lib = libc()
-    try:
-        if lib is not None:
-            lib.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    except AttributeError:  # not Linux: the supervisor's own stop still reaches the workers
-        pass
-    if os.getppid() != parent:
-        os._exit(1)
 
 
 def worker_main(settings: Settings, number: int, parent: int, searching: Any) -> None:
@@ -129,7 +122,8 @@ def worker_main(settings: Settings, number: int, parent: int, searching: Any) ->
 class Supervisor:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self._context = multiprocessing.get_context("spawn")
+        self._context = multiprocessing.get_context("forkserver")
+        self._context.set_forkserver_preload(PRELOAD)
         self._stop = threading.Event()
         self._deaths: deque[float] = deque()
         self._searching = new_slots(settings.workers)  # each worker's searches in flight (service.busy)
