@@ -41,6 +41,9 @@ QUIET_RAY = {
     "RAY_prestart_worker_first_driver": "0",
     "RAY_task_events_report_interval_ms": "0",
     "RAY_event_stats": "0",
+    # Idle workers kept for the next task instead of killed a second after their last (a raylet kills idle ones while
+    # its workers, actors included, outnumber this limit, its CPUs by default: one here, below its Serve replicas).
+    "RAY_num_workers_soft_limit": "16",
 }
 
 

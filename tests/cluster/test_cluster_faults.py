@@ -29,7 +29,7 @@ from cluster.index_job import build_index  # noqa: E402
 from cluster.sharding import shard_of  # noqa: E402
 from tests.service.service_testing import needle_of, probe_queries, wait_ready  # noqa: E402
 
-SHARDS = 3
+SHARDS = 2  # each shard a Serve replica (a process, two with replicas=2); the victim is shard 1
 VICTIM = 1
 # The router's bounds, short so that the test sees the 503s of a restart (Serve takes ~3 s to replace a replica).
 RETRY_SECONDS = 2.0

@@ -2,7 +2,7 @@
 
 The same adverts (the cluster world's 300 documents, each given a category, an advertiser, a budget flag and, for
 some, a pause) and the same bundle are served by a real single node (`ssi serve` with an adverts collection) and by
-3 shards behind the router on the local Ray cluster the Serve modules share (tests/cluster/conftest.py; the index
+2 shards behind the router on the local Ray cluster the Serve modules share (tests/cluster/conftest.py; the index
 built in process): every page, a 1,000+ word one and filtered ones included, gets the same adverts with the same
 scores, score split and explanations; a malformed request the same 4xx; and after a reload through the router both
 serve the new bundle alike. The router's errors that need no Ray (a shard down, a documents index, `page_id`) are
@@ -30,7 +30,7 @@ from tests.cluster.conftest import jsonl_block
 from tests.cluster.router_testing import Router, call
 from tests.service.service_testing import API_KEY, ThreadServer, make_bundle, probe_queries, wait_ready
 
-SHARDS = 3
+SHARDS = 2  # each shard a Serve replica (a process); the merge is the same from two
 COLLECTION = "ads"
 KEY = {"X-API-Key": API_KEY}
 FILTERS = [{"category": ["cat1"]}, {"advertiser": ["adv0", "adv3"], "budget": False}]
@@ -93,14 +93,14 @@ def single(world: dict, ad_world: dict, tmp_path_factory: pytest.TempPathFactory
 
 
 def adverts_index(world: dict, ad_world: dict, out: Path) -> Path:
-    """`ssi index --type adverts --shards 3` without --ray (the Ray Data job's tasks: test_the_ray_data_tasks_...)."""
+    """`ssi index --type adverts --shards 2` without --ray (the Ray Data job's tasks: test_the_ray_data_tasks_...)."""
     build_index(ad_world["corpus"], world["bundle"], out, SHARDS, batch_size=64, collection_type="adverts")
     return out
 
 
 @pytest.fixture(scope="module")
 def ray_router(world: dict, ad_world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    """The adverts index served by Ray Serve on a local cluster: 3 shards and the router. Built in process: the
+    """The adverts index served by Ray Serve on a local cluster: 2 shards and the router. Built in process: the
     Ray Data job would add ~10 s, and its two tasks are checked on their own (test_the_ray_data_tasks_...)."""
     pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[cluster]")
     from ray import serve
@@ -269,8 +269,8 @@ def test_a_shard_down_a_documents_index_and_page_id_get_clear_errors(
             raise ConnectionError("replica died")
 
         async def one_down(shard: int, method: str, *args: object) -> object:
-            if shard == 2:
-                return await retrying(dead, 2, 0.2, (ConnectionError,))
+            if shard == 1:
+                return await retrying(dead, shard, 0.2, (ConnectionError,))
             return await real(shard, method, *args)
 
         shards.call = one_down
@@ -279,7 +279,7 @@ def test_a_shard_down_a_documents_index_and_page_id_get_clear_errors(
         finally:
             shards.call = real
         assert down.status_code == 503
-        assert "shard 2 did not answer" in down.json()["detail"] and "no partial ranking" in down.json()["detail"]
+        assert "shard 1 did not answer" in down.json()["detail"] and "no partial ranking" in down.json()["detail"]
     finally:
         router.close()
     documents = tmp_path / "documents"

@@ -1,7 +1,8 @@
 """The sharded service on a local Ray cluster (a head and a worker node on loopback): index, search, writes, failures.
 
-One Ray Data index build and one Serve application for the whole module, on the cluster the Serve modules share
-(tests/cluster/conftest.py: starting it is most of their time). Skipped with a message when Ray is not installed
+One Ray Data index build and one Serve application for the whole module, and a second of each (`open_app`) for the
+open vocabulary and the collection's statistics, on the cluster the Serve modules share (tests/cluster/conftest.py:
+starting it is most of their time). Skipped with a message when Ray is not installed
 (the `cluster` extra).
 """
 
@@ -36,7 +37,7 @@ from tests.service.service_testing import (  # noqa: E402
     write_corpus,
 )
 
-SHARDS = 3
+SHARDS = 2  # more shards start more replica processes; the merge is the same from two
 
 
 @pytest.fixture(scope="module")
@@ -259,74 +260,92 @@ def test_the_serve_router_logs_its_answers_and_clicks_under_the_index(world: dic
     assert [(r.position, r.doc) for r in rows if r.impression == impression and r.clicked] == [(2, ids[1])]
 
 
-def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: dict, tmp_path: Path) -> None:
-    """SSI_OPEN_VOCAB on the router (a second Serve application on the module's cluster: a BM25 bundle's two shards,
-    built with their open postings): a document written after training is the first hit for a word only it holds,
-    over HTTP and through the Python API (ssi.Client); with a new word on both shards, in different numbers, the
-    ranking is one node's; deleting the documents takes the words out.
-
-    Slow: a second Serve application (a local build of its index) on the module's cluster."""
+@pytest.fixture(scope="module")
+def open_app(cluster: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    """A second Serve application on the module's cluster, for the open vocabulary and the collection's statistics
+    (SSI_OPEN_VOCAB_STATISTICS=collection): a BM25 bundle trained on 60 documents, two shards over 90 documents (30
+    of them bring words it never saw) that the Ray Data job built from a Parquet corpus, and the local build of the
+    same documents from JSONL. One application for both tests: each replica costs a process and its imports. `live`:
+    the documents it serves, kept by the tests that write."""
     from ray import serve
 
     from cluster.deploy import ClusterOptions, application
     from service.settings import Settings
-    from ssi.api.client import Client
 
-    docs = make_corpus(120, seed=9, vocab_words=300)
-    bundle = make_bundle(tmp_path / "bundle", docs, n_dims=16, seed=3, lexical="bm25")
-    index = tmp_path / "index"
-    build_index(write_corpus(tmp_path / "corpus.jsonl", docs), bundle, index, 2, open_vocab=True)
-    settings = Settings(insecure_writes=True, open_vocab=True)
+    root = tmp_path_factory.mktemp("ray-open")
+    docs = with_fields(make_corpus(120, seed=9, vocab_words=300))
+    bundle = make_bundle(root / "bundle", docs[:60], n_dims=16, seed=3, lexical="bm25")
+    here = build_index(
+        write_corpus(root / "corpus.jsonl", docs[30:]),
+        bundle,
+        root / "here",
+        2,
+        open_vocab=True,
+        statistics="collection",
+    )
+    parquet = write_parquet(root / "corpus.parquet", docs[30:], row_group_size=25)
+    index = root / "index"
+    built = build_index(
+        parquet, bundle, index, 2, ray_address=cluster["local"].address, batch_size=25, open_vocab=True,
+        statistics="collection",
+    )  # fmt: skip
+    settings = Settings(insecure_writes=True, open_vocab=True, open_vocab_statistics="collection")
     serve.run(application(index, settings, ClusterOptions(shard_cpus=0)), name="open", route_prefix="/open")
-    http = cluster["client"]
-    url = str(http.base_url).rstrip("/") + "/open"
-    new = Document("written-later", "Quuxblarg notes", "quuxblarg fermentation of quuxblarg in barley")
-    away = [f"twin-{i}" for i in range(200) if shard_of(f"twin-{i}", 2) != shard_of(new.id, 2)][:3]
-    twins = [Document(doc_id, "", f"zymurgical quuxblarg {docs[i].text}") for i, doc_id in enumerate(away)]
+    url = str(cluster["client"].base_url).rstrip("/") + "/open"
     try:
         wait_ready(url, timeout=120)
-        with Client(url, timeout=60) as api:
-            assert api.search("quuxblarg", k=5).hits == []
-            api.put_document(new.id, title=new.title, text=new.text)
-            assert api.search("quuxblarg", k=5).hits[0].id == new.id
-            for twin in twins:
-                api.put_document(twin.id, title=twin.title, text=twin.text)
-            oracle = Oracle(bundle, [*docs, new, *twins], open_vocab=True)
-            for query in ("quuxblarg", "fermentation zymurgical quuxblarg", f"quuxblarg {docs[5].title}"):
-                hits = http.post("/open/search", json={"query": query, "k": 8}).json()["hits"]
-                assert_same_ranking(hits, oracle, query, 8)
-            assert http.post("/open/search", json={"query": "barley quuxblarg"}).json()["hits"][0]["id"] == new.id
-            for doc in [new, *twins]:
-                api.delete_document(doc.id)
-            assert api.search("quuxblarg", k=5).hits == [] and api.search("zymurgical", k=5).hits == []
-            per_shard = http.get("/open/model").json()["index"]["per_shard"]
-            assert [s["open_vocab"]["words"] for s in per_shard] == [0, 0]
+        yield {"docs": docs, "live": list(docs[30:]), "bundle": bundle, "here": here, "built": built, "url": url}
     finally:
         serve.delete("open")
 
 
-def test_the_collections_statistics_are_served_through_the_ray_router(cluster: dict, tmp_path: Path) -> None:
+def test_a_word_written_after_training_is_found_through_the_ray_router(cluster: dict, open_app: dict) -> None:
+    """SSI_OPEN_VOCAB on the router (the module's second Serve application, `open_app`: a BM25 bundle's two shards,
+    built with their open postings): a document written after training is the first hit for a word only it holds,
+    over HTTP and through the Python API (ssi.Client); with a new word on both shards, in different numbers, the
+    ranking is one node's (the collection's statistics, the application's); deleting the documents takes the words
+    out.
+
+    Slow: a second Serve application (a Ray Data build of its index) on the module's cluster."""
+    from ssi.api.client import Client
+
+    docs, bundle, avg_len = open_app["docs"], open_app["bundle"], open_app["built"].avg_len
+    http = cluster["client"]
+    new = Document("open-written-later", "Glorptwizzle notes", "glorptwizzle fermentation of glorptwizzle in barley")
+    away = [f"twin-{i}" for i in range(200) if shard_of(f"twin-{i}", 2) != shard_of(new.id, 2)][:3]
+    twins = [Document(doc_id, "", f"zymurgical glorptwizzle {docs[30 + i].text}") for i, doc_id in enumerate(away)]
+    with Client(open_app["url"], timeout=60) as api:
+        words_before = [s["open_vocab"]["words"] for s in http.get("/open/model").json()["index"]["per_shard"]]
+        assert api.search("glorptwizzle", k=5).hits == []
+        api.put_document(new.id, title=new.title, text=new.text)
+        try:
+            assert api.search("glorptwizzle", k=5).hits[0].id == new.id
+            for twin in twins:
+                api.put_document(twin.id, title=twin.title, text=twin.text)
+            live = [*open_app["live"], new, *twins]
+            oracle = Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=avg_len)
+            for query in ("glorptwizzle", "fermentation zymurgical glorptwizzle", f"glorptwizzle {docs[35].title}"):
+                hits = http.post("/open/search", json={"query": query, "k": 8}).json()["hits"]
+                assert_same_ranking(hits, oracle, query, 8)
+            barley = http.post("/open/search", json={"query": "barley glorptwizzle"}).json()["hits"]
+            assert barley[0]["id"] == new.id
+        finally:
+            for doc in [new, *twins]:
+                api.delete_document(doc.id)
+        assert api.search("glorptwizzle", k=5).hits == [] and api.search("zymurgical", k=5).hits == []
+        per_shard = http.get("/open/model").json()["index"]["per_shard"]
+        assert [s["open_vocab"]["words"] for s in per_shard] == words_before
+
+
+def test_the_collections_statistics_are_served_through_the_ray_router(cluster: dict, open_app: dict) -> None:
     """SSI_OPEN_VOCAB_STATISTICS=collection on the router starts (it was refused before) over an index the Ray Data
-    job built with them from a Parquet corpus: its shards and avg_len are the local build's from JSONL, and the
-    ranking is the brute force over every document with the collection's statistics at that avg_len, through a write
-    and a delete. (The Ray Data job's Parquet reader is tested here: the same documents land in the same shards.)
+    job built with them from a Parquet corpus (`open_app`): its shards and avg_len are the local build's from JSONL,
+    and the ranking is the brute force over every document with the collection's statistics at that avg_len, through
+    a write and a delete. (The Ray Data job's Parquet reader is tested here: the same documents land in the same
+    shards.)
 
-    Slow: a Ray Data index build and a second Serve application on the module's cluster."""
-    from ray import serve
-
-    from cluster.deploy import ClusterOptions, application
-    from service.settings import Settings
-
-    docs = with_fields(make_corpus(120, seed=9, vocab_words=300))
-    bundle = make_bundle(tmp_path / "bundle", docs[:60], n_dims=16, seed=3, lexical="bm25")
-    corpus = write_corpus(tmp_path / "corpus.jsonl", docs[30:])
-    here = build_index(corpus, bundle, tmp_path / "here", 2, open_vocab=True, statistics="collection")
-    index = tmp_path / "index"
-    address = cluster["local"].address
-    parquet = write_parquet(tmp_path / "corpus.parquet", docs[30:], row_group_size=25)
-    built = build_index(
-        parquet, bundle, index, 2, ray_address=address, batch_size=25, open_vocab=True, statistics="collection"
-    )
+    Slow: a Ray Data index build and a second Serve application on the module's cluster (`open_app`)."""
+    docs, bundle, built, here = open_app["docs"], open_app["bundle"], open_app["built"], open_app["here"]
     # `ssi index --ray` reads Parquet as well as JSONL: the same documents in the same shards as the local build's
     assert built.engine == "ray" and built.documents == len(docs[30:])
     assert [(e.documents, e.ids_sha256) for e in built.entries] == [(e.documents, e.ids_sha256) for e in here.entries]
@@ -335,28 +354,22 @@ def test_the_collections_statistics_are_served_through_the_ray_router(cluster: d
     assert [e.fields for e in built.entries] == [e.fields for e in here.entries] and built.entries[0].fields[
         "day"
     ] == "date"
-    settings = Settings(insecure_writes=True, open_vocab=True, open_vocab_statistics="collection")
-    serve.run(application(index, settings, ClusterOptions(shard_cpus=0)), name="stats", route_prefix="/stats")
     http = cluster["client"]
     new = Document("written-later", "Quuxblarg notes", f"quuxblarg {docs[40].text}")
-    try:
-        wait_ready(str(http.base_url).rstrip("/") + "/stats", timeout=120)
-        live = list(docs[30:])
-        for step in ("built", "written", "deleted"):
-            if step == "written":
-                assert http.put(f"/stats/documents/{new.id}", json={"title": new.title, "text": new.text}).is_success
-                live.append(new)
-            if step == "deleted":
-                assert http.delete(f"/stats/documents/{docs[40].id}").is_success
-                live = [d for d in live if d.id != docs[40].id]
-            oracle = Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=built.avg_len)
-            for query in (docs[35].title, " ".join(docs[40].text.split()[:4]), f"quuxblarg {docs[50].title}"):
-                hits = http.post("/stats/search", json={"query": query, "k": 8}).json()["hits"]
-                assert_same_ranking(hits, oracle, query, 8)
-        per_shard = http.get("/stats/model").json()["index"]["per_shard"]
-        assert [s["open_vocab"]["avg_len"] for s in per_shard] == [built.avg_len] * 2
-        assert [http.get(f"/stats/documents/{d.id}").json()["fields"] for d in docs[30:36]] == [
-            d.fields or {} for d in docs[30:36]
-        ]
-    finally:
-        serve.delete("stats")
+    live = open_app["live"]
+    for step in ("built", "written", "deleted"):
+        if step == "written":
+            assert http.put(f"/open/documents/{new.id}", json={"title": new.title, "text": new.text}).is_success
+            live.append(new)
+        if step == "deleted":
+            assert http.delete(f"/open/documents/{docs[40].id}").is_success
+            live[:] = [d for d in live if d.id != docs[40].id]
+        oracle = Oracle(bundle, live, open_vocab=True, statistics="collection", avg_len=built.avg_len)
+        for query in (docs[35].title, " ".join(docs[40].text.split()[:4]), f"quuxblarg {docs[50].title}"):
+            hits = http.post("/open/search", json={"query": query, "k": 8}).json()["hits"]
+            assert_same_ranking(hits, oracle, query, 8)
+    per_shard = http.get("/open/model").json()["index"]["per_shard"]
+    assert [s["open_vocab"]["avg_len"] for s in per_shard] == [built.avg_len] * 2
+    assert [http.get(f"/open/documents/{d.id}").json()["fields"] for d in docs[30:36]] == [
+        d.fields or {} for d in docs[30:36]
+    ]
