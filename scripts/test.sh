@@ -52,7 +52,7 @@ fi
 # and their workers, Serve replicas, trainers, CLI calls) compiled them again, 0.3-0.5 s of CPU each
 # (docs/contributing.md). Python reads these files whatever that variable says, and recompiles any whose source
 # has changed since.
-"$py" -m compileall -q -j 0 ssi service training cluster ssi_cli benchmarks tests >/dev/null
+"$py" -m compileall -q -j 0 service training cluster ssi_cli benchmarks tests ssi >/dev/null
 
 echo "==> pytest"
 args=()

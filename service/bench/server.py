@@ -58,6 +58,13 @@ def _cmdline(process: psutil.Process) -> list[str]:
         return []
 
 
+def _parent(process: psutil.Process) -> int | None:
+    try:
+        return process.ppid()
+    except psutil.Error:
+        return None
+
+
 class ServedProcess:
     def __init__(self, bundle: Path, corpus: Path, work_dir: Path, settings: dict[str, str]) -> None:
         self.port = free_port()
@@ -107,8 +114,10 @@ class ServedProcess:
         holds), `pss_anon` (its private heap), `pss_file` (its share of mapped files: bundle, snapshot) and
         `rss`. The workers only, with SSI_WORKERS > 1 (the supervisor holds no collection); [] off Linux."""
         processes = self._processes()
-        # Spawned workers run multiprocessing's spawn_main (the resource tracker, also a child, does not).
-        workers = [p for p in processes[1:] if any("spawn_main" in part for part in _cmdline(p))]
+        # The workers are the children of the supervisor's fork server (service.workers), whose command line they
+        # share; the fork server and the resource tracker, the supervisor's own children, hold no collection.
+        forkservers = {p.pid for p in processes[1:] if _parent(p) == processes[0].pid}
+        workers = [p for p in processes[1:] if _parent(p) in forkservers]
         out = []
         for process in workers or processes[:1]:
             fields = smaps_rollup(process.pid)
