@@ -232,7 +232,7 @@ def test_trainer_image_runs_the_train_script_with_pinned_cpu_torch() -> None:
     instructions = dockerfile_instructions(REPO / "docker" / "trainer.Dockerfile")
     runs = " ".join(args for kw, args in instructions if kw == "RUN")
     assert re.search(r"install\.sh .*--extras train\b", runs)
-    assert 'pip[@]}" install ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$torch_version"' in (
+    assert '"${install[@]}" ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"} "torch==$torch_version"' in (
         REPO / "scripts" / "install.sh"
     ).read_text(encoding="utf-8")
     assert 'torch_version="2.13.0"' in (REPO / "scripts" / "install.sh").read_text(encoding="utf-8")
