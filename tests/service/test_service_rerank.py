@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -22,6 +24,13 @@ from service.rows import RowTable
 
 
 def random_collection(seed: int, n_docs: int = 600, n_words: int = 300, n_dims: int = 12):
+    """Copies of one drawing per arguments: tests change theirs in place, and scipy's sampler is slow."""
+    X, E = _drawn_collection(seed, n_docs, n_words, n_dims)
+    return X.copy(), E.copy()
+
+
+@functools.cache
+def _drawn_collection(seed: int, n_docs: int, n_words: int, n_dims: int):
     rng = np.random.default_rng(seed)
     X = sp.random(n_docs, n_words, density=0.04, random_state=seed, format="csr", dtype=np.float32)
     X.data = np.abs(X.data) + 0.05
@@ -45,16 +54,37 @@ def brute(E, X, w, uq, ids, vals, live):
     return f
 
 
+# The indexes of the arrays a test queries, built once for all its queries as the service builds them once for all
+# its requests (the arrays kept with them, so that their ids stay theirs); emptied around every test, whose
+# fixtures may change how they are built (`heads`).
+_BUILT: dict[tuple[int, ...], tuple] = {}
+
+
+@pytest.fixture(autouse=True)
+def _indexes_of_this_test() -> Iterator[None]:
+    _BUILT.clear()
+    yield
+    _BUILT.clear()
+
+
+def indexes(E, X, w, live):
+    """A real flat index over E and a lexical index over X, its last quarter appended as a delta."""
+    key = (id(E), id(X), id(w), id(live))
+    if key not in _BUILT:
+        index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E)
+        split = E.shape[0] * 3 // 4  # rows in both the base matrix and the appended delta
+        lexical = LexicalIndex(w, X[:split]).appended(X[split:])
+        bits = RowTable([str(i) for i in range(E.shape[0])], live).live_bits()
+        _BUILT[key] = (E, X, w, live, index, lexical, bits)
+    return _BUILT[key][4:]
+
+
 def run(E, X, w, uq, ids, vals, want, pool, live=None, scan=True, dense=None, wrap=None):
     """exact_top with a real flat index; `scan=False` applies the widening rule of an HNSW index, `dense`
     picks the lexical route of a scanning one (None: by cost); `wrap` replaces the query's lexical term (the
     open vocabulary's term around it)."""
     live = np.ones(E.shape[0], dtype=bool) if live is None else live
-    index = VectorIndex.build(IndexConfig("flat"), E.shape[1], E)
-    split = E.shape[0] * 3 // 4  # rows in both the base matrix and the appended delta
-    lexical = LexicalIndex(w, X[:split]).appended(X[split:])
-    table = RowTable([str(i) for i in range(E.shape[0])], live)
-    bits = table.live_bits()
+    index, lexical, bits = indexes(E, X, w, live)
 
     def search(k):
         scores, rows = index.search(uq[None, :].astype(np.float32), k, live_bits=bits)
