@@ -26,6 +26,7 @@ from service_testing import (
     assert_same_ranking,
     make_bundle,
     make_corpus,
+    polling_client,
     probe_queries,
     write_corpus,
 )
@@ -200,15 +201,16 @@ def test_a_bundled_form_not_served_exactly_gets_a_clear_refusal(form: str, corpu
     server.thread.start()
     try:
         deadline = time.monotonic() + 60
-        while True:
-            try:
-                ready = httpx.get(f"{server.url}/readyz", timeout=5)
-            except httpx.TransportError:
-                ready = None
-            if ready is not None and ready.json()["status"] != "loading":
-                break
-            assert time.monotonic() < deadline, "the server neither failed nor became ready"
-            time.sleep(0.1)
+        with polling_client(timeout=5) as client:
+            while True:
+                try:
+                    ready = client.get(f"{server.url}/readyz")
+                except httpx.TransportError:
+                    ready = None
+                if ready is not None and ready.json()["status"] != "loading":
+                    break
+                assert time.monotonic() < deadline, "the server neither failed nor became ready"
+                time.sleep(0.1)
         assert ready.status_code == 503 and ready.json()["status"] == "failed"
         (collection,) = ready.json()["collections"].values()
         assert f"form '{form}' cannot be ranked from an inner-product index" in collection["error"]

@@ -6,9 +6,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import httpx
 import pytest
-from service_testing import Oracle, ProcessServer, ThreadServer, make_bundle, needle_of
+from service_testing import Oracle, ProcessServer, ThreadServer, make_bundle, needle_of, polling_client
 
 from ssi.interleaving import CANDIDATE, SERVED
 from ssi.records import Document
@@ -229,29 +228,29 @@ def test_the_comparison_reaches_every_worker_of_a_group(small_world: dict, candi
     args = ["--bundle", str(small_world["bundle"]), "--corpus", str(small_world["corpus"])]
     server = ProcessServer(tmp_path, env, args).start()
     try:
-        started = httpx.post(
+        client = polling_client()  # every request on a new connection, so that either worker may take it
+        started = client.post(
             f"{server.url}/admin/interleave", json={"bundle": str(candidate), "share": 1.0}, headers=ADMIN, timeout=60
         )
         assert started.status_code == 200, started.text
         # the other worker loads the candidate at its next look at the record (once a second): wait until twenty
-        # answers in a row, each on a new connection (either worker may take it), come from a worker that holds it
+        # answers in a row come from a worker that holds it
         deadline, in_a_row = time.monotonic() + 60, 0
         while in_a_row < 20 and time.monotonic() < deadline:
-            seen = httpx.get(f"{server.url}/admin/interleave", headers=ADMIN, timeout=30).json()
+            seen = client.get(f"{server.url}/admin/interleave", headers=ADMIN).json()
             in_a_row = in_a_row + 1 if seen["loaded"] else 0
         assert in_a_row == 20
         answered = set()
-        for doc in small_world["docs"][200:240]:  # each on a new connection, so that either worker may take it
-            answer = httpx.post(f"{server.url}/search", json={"query": doc.title, "k": 6}, timeout=30)
+        for doc in small_world["docs"][200:240]:
+            answer = client.post(f"{server.url}/search", json={"query": doc.title, "k": 6})
             assert answer.status_code == 200
-            answered.add(httpx.get(f"{server.url}/readyz", timeout=30).json()["pid"])
+            answered.add(client.get(f"{server.url}/readyz").json()["pid"])
         # counted from the shared log, where each worker's writer commits its impressions every 0.1 s
         deadline, counted = time.monotonic() + 20, 0
         while counted < 40 and time.monotonic() < deadline:
-            counted = httpx.get(f"{server.url}/admin/interleave", headers=ADMIN, timeout=30).json()["tally"][
-                "impressions"
-            ]
+            counted = client.get(f"{server.url}/admin/interleave", headers=ADMIN).json()["tally"]["impressions"]
             time.sleep(0.2)
         assert len(answered) == 2 and counted == 40
     finally:
+        client.close()
         server.stop()
