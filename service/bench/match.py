@@ -135,7 +135,9 @@ def _in_process(config: MatchBenchConfig, ads: Path, cache: Path, pages: dict[in
             embedded = state.embedder.embed_queries(rows, cut)
             out[str(kb)] = {
                 "match": summarize(latencies, 1, 0, float(sum(latencies))).as_dict(),
-                "scan_floor": scan_floor(vectors, embedded, config.k, config.threads * config.workers),
+                "scan_floor": scan_floor(
+                    vectors, embedded, config.k, config.threads * config.workers, min(config.seconds, 3.0)
+                ),
                 "page_words_mean": round(float(np.diff(rows.indptr).mean()), 1),
             }
     finally:

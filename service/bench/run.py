@@ -139,7 +139,9 @@ def in_process(config: BenchConfig, corpus: Path, queries: list[str]) -> tuple[d
         state = collection.ready_state()
         embedded = state.embedder.embed_queries(state.embedder.featurize_queries(queries), queries)
         # The scan on as many threads as the service may use: SSI_THREADS in each of SSI_WORKERS processes.
-        floor = scan_floor(state.index.all_vectors(), embedded, config.k, config.threads * config.workers)
+        floor = scan_floor(
+            state.index.all_vectors(), embedded, config.k, config.threads * config.workers, min(config.seconds, 3.0)
+        )
     finally:
         collection.close()
     return summarize(latencies, 1, 0, float(sum(latencies))).as_dict(), floor
