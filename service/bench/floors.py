@@ -3,7 +3,8 @@
 The service's flat search cannot beat a scan of every document's vector, so `ssi bench` reports
 its latency and throughput as ratios of this scan (one query per call, as a lone request makes
 it): p50 on one thread, and queries/s with `threads` threads scanning at once (FAISS releases the
-GIL), for as long as a load level runs, at most 3 s. HTTP's own floor is GET /healthz under the same client counts (service.bench.load).
+GIL), for as long as a load level runs, at most 3 s. HTTP's own floor is GET /healthz under the same
+client counts (service.bench.load).
 """
 
 from __future__ import annotations
