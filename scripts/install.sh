@@ -62,8 +62,8 @@ fi
 
 pip=("$py" -m pip --disable-pip-version-check)
 # The installer: uv (Astral's, from PyPI) where pip can install it, else pip itself. uv resolves, downloads and unpacks
-# in parallel and compiles the bytecode on every core: CI's extras in about 65 s instead of pip's 240 s on two cores
-# (docs/contributing.md). uv reads no pip.conf, so pip's find-links (where a machine keeps its CPU-only torch wheel)
+# in parallel and compiles the bytecode on every core: a fresh environment with CI's extras in 96 s instead of pip's
+# 263 s on two cores (docs/contributing.md). uv reads no pip.conf, so pip's find-links (where a machine keeps its CPU-only torch wheel)
 # are passed on. SSI_INSTALLER=pip keeps pip.
 install=("${pip[@]}" install)
 if [[ "${SSI_INSTALLER:-uv}" == uv ]] && "${pip[@]}" install --quiet uv >/dev/null 2>&1; then
