@@ -234,7 +234,8 @@ def serve_command(
         typer.Option(
             help="With --replicas > 1: where the coordinator keeps the shard map, redis://HOST:PORT (a Redis with "
             "appendonly yes and appendfsync always, such as the one of Ray's GCS fault tolerance) so that it outlives "
-            "the head; default: NODE_DIR/coordinator/map.json on the head's disk"
+            "the head; or redis+sentinel://SENTINEL[,SENTINEL...]/NAME[/DB] for a Redis behind Sentinel; ?replicas=N: "
+            "a change counts once N Redis replicas hold it; default: NODE_DIR/coordinator/map.json on the head's disk"
         ),
     ] = None,
 ) -> None:

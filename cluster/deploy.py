@@ -244,12 +244,17 @@ def application(index: Path, settings: Settings, options: ClusterOptions) -> Any
 def check_map_store(url: str) -> None:
     """A `--map-store` that is a Redis URL and answers, refused with its reason before any actor starts."""
     from cluster.replication.map_redis import RedisMapStore
+    from cluster.replication.map_store import is_redis_url
     from service.errors import Unavailable
 
-    if not url.startswith(("redis://", "rediss://", "unix://")):
-        raise ClusterIndexError(f"--map-store must be a redis:// URL (got {url!r}); without it the map is a file")
+    if not is_redis_url(url):
+        raise ClusterIndexError(
+            f"--map-store must be a redis:// or redis+sentinel:// URL (got {url!r}); without it the map is a file"
+        )
     try:
         RedisMapStore(url).ping()
+    except ValueError as exc:
+        raise ClusterIndexError(f"--map-store: {exc}") from None
     except Unavailable as exc:
         raise ClusterIndexError(exc.message) from None
 

@@ -18,6 +18,13 @@ from typing import Any, Protocol
 from service.errors import Unavailable
 
 Record = list[dict[str, Any]]  # the map as stored: one dict per shard (ShardView's fields)
+SENTINEL_SCHEME = "redis+sentinel"  # redis+sentinel://HOST:PORT[,HOST:PORT…]/NAME[/DB] (cluster.replication.map_redis)
+REDIS_SCHEMES = (
+    "redis",
+    "rediss",
+    "unix",
+    SENTINEL_SCHEME,
+)  # a `--map-store` URL starting with one of these and :// names a Redis
 
 
 class StaleEpoch(Unavailable):
@@ -47,12 +54,19 @@ class MapStore(Protocol):
 
 
 def open_store(spec: str | Path, key: str = "ssi") -> MapStore:
-    """`redis://host:port[/db]`: the Redis store, its keys under `key`; anything else: the JSON file at that path."""
+    """A Redis URL (`redis://host:port[/db]`, `redis+sentinel://…`: REDIS_SCHEMES): the Redis store, its keys under
+    `key`; anything else: the JSON file at that path."""
     text = str(spec)
-    if text.startswith(("redis://", "rediss://", "unix://")):
+    if is_redis_url(text):
         from cluster.replication.map_redis import RedisMapStore
 
         return RedisMapStore(text, key)
     from cluster.replication.map_file import FileMapStore
 
     return FileMapStore(Path(text))
+
+
+def is_redis_url(text: str) -> bool:
+    """Whether a `--map-store` names a Redis (REDIS_SCHEMES) rather than a file."""
+    scheme, separator, _ = text.partition("://")
+    return bool(separator) and scheme in REDIS_SCHEMES

@@ -34,7 +34,7 @@ from cluster.replication.coordinator import Coordinator
 from cluster.replication.events import EventCopy, Rows
 from cluster.replication.map_store import open_store
 from cluster.replication.replica import Position, Replica, ServerArgs, Unreachable
-from cluster.replication.shard_map import ShardMap, ShardView, replica_name
+from cluster.replication.shard_map import ShardMap, ShardView, map_to_keep, replica_name
 from cluster.shard_server import Reply
 from service.errors import Unavailable
 from ssi.traffic import EVENTS_FILE
@@ -413,8 +413,7 @@ class ReplicatedShards:
                     raise
                 return self._views
             self._unanswered = False
-            if not self._views or views[0].epoch >= self._views[0].epoch:
-                self._views = views
+            self._views = list(map_to_keep(self._views, views))
         return self._views
 
     async def call(self, shard: int, method: str, *args: Any) -> Reply:

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from cluster.replication.map_store import MapStore, open_store
+from cluster.replication.map_store import MapStore, Record, StaleEpoch, open_store
 from service.errors import Conflict
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,13 @@ class ShardView:
 F = TypeVar("F", bound=Any)
 
 
+def map_to_keep(held: Sequence[ShardView], offered: Sequence[ShardView]) -> Sequence[ShardView]:
+    """What a router keeps when a coordinator hands it `offered`: that map, unless it comes from an older coordinator
+    epoch than the one `held` (two heads overlapping for a while: the older one's map would send writes to primaries
+    it no longer decides for)."""
+    return offered if not held or offered[0].epoch >= held[0].epoch else held
+
+
 def locked(method: F) -> F:
     """One change of the map at a time: the coordinator's round and the primaries' calls come from several threads."""
 
@@ -84,21 +91,12 @@ class ShardMap:
         # The epoch first, then the map: whatever an older coordinator saves after this is refused, so the map read
         # is the last one any coordinator could act on.
         self.epoch = 0 if self.store is None else self.store.claim()
+        # Set when a save failed without an answer: the store may hold the change or not; settled (`_settle`) before
+        # anything else is decided.
+        self._unsettled = False
         raw = None if self.store is None else self.store.load()
         if raw is not None:
-            self.views = [
-                ShardView(
-                    shard=v["shard"],
-                    term=v["term"],
-                    primary=v["primary"],
-                    in_sync=tuple(v["in_sync"]),
-                    replicas=tuple(v["replicas"]),
-                    starts=dict(v["starts"]),
-                    version=v.get("version", 0),
-                    epoch=self.epoch,
-                )
-                for v in raw
-            ]
+            self.views = self._read(raw)
             if len(self.views) != shards or any(len(v.replicas) != replicas for v in self.views):
                 raise ValueError(
                     f"{self.store!r}: records {len(self.views)} shards of {len(self.views[0].replicas)} replicas, "
@@ -112,21 +110,54 @@ class ShardMap:
             self.views.append(ShardView(shard, 1, names[0], names, names, {}, epoch=self.epoch))
         self._save()
 
+    def _read(self, raw: Record) -> list[ShardView]:
+        return [
+            ShardView(
+                shard=v["shard"],
+                term=v["term"],
+                primary=v["primary"],
+                in_sync=tuple(v["in_sync"]),
+                replicas=tuple(v["replicas"]),
+                starts=dict(v["starts"]),
+                version=v.get("version", 0),
+                epoch=self.epoch,
+            )
+            for v in raw
+        ]
+
     def _save(self) -> None:
         if self.store is not None:
             self.store.save(self.epoch, [asdict(v) for v in self.views])
 
     def _set(self, view: ShardView) -> ShardView:
+        self._settle()
         view = replace(view, version=self.views[view.shard].version + 1, epoch=self.epoch)
         views = list(self.views)
         views[view.shard] = view
         saved, self.views = self.views, views
         try:
             self._save()
-        except BaseException:
+        except StaleEpoch:
             self.views = saved
             raise
+        except BaseException:
+            # No answer (a timeout; Redis's replicas not acknowledging in time): the store may have taken it.
+            self.views, self._unsettled = saved, True
+            raise
         return view
+
+    def _settle(self) -> None:
+        """After a save that went unanswered, the map as the store holds it is taken as this coordinator's (only this
+        epoch writes there: it is either the map before that save or the one it sent) and saved again, so that the
+        store has answered for it (and, behind Sentinel with replicas=N, its replicas hold it) before anything else
+        is decided or confirmed on it. StoreUnavailable (nothing decided) while the store does not answer."""
+        if not self._unsettled or self.store is None:
+            return
+        raw = self.store.load()
+        if raw is not None:
+            self.views = self._read(raw)
+        self._save()
+        self._unsettled = False
 
     @locked
     def view(self, shard: int) -> ShardView:
@@ -145,6 +176,7 @@ class ShardMap:
         """Before it acknowledges a write, the primary of `term` has its term confirmed (StaleTerm if it was replaced:
         the write is then not acknowledged) and every copy that did not take the write (`took`: the backups that did)
         leaves the in-sync set, whatever the primary believed the set to be: every copy left in it holds the write."""
+        self._settle()
         view = self._check(shard, term, primary)
         keep = tuple(n for n in view.in_sync if n == primary or n in set(took))
         if keep != view.in_sync:
@@ -156,6 +188,7 @@ class ShardMap:
     @locked
     def add(self, shard: int, term: int, primary: str, replica: str) -> ShardView:
         """The primary of `term` adds a copy it has brought up to date (under its write lock) to the in-sync set."""
+        self._settle()
         view = self._check(shard, term, primary)
         if replica in view.in_sync:
             return view
@@ -165,6 +198,7 @@ class ShardMap:
     def started(self, shard: int, replica: str) -> ShardView:
         """A copy (re)started: after its first start it may have missed writes, so it leaves the in-sync set until
         it has caught up; a primary that restarted is replaced (`fail`)."""
+        self._settle()
         view = self.views[shard]
         starts = dict(view.starts)
         starts[replica] = starts.get(replica, 0) + 1
@@ -179,6 +213,7 @@ class ShardMap:
         the primary, the in-sync copy furthest along (`positions`: name -> (term of its last write, last seq)) is
         promoted under a new term, with the copies at the same position. With no in-sync copy left, the shard keeps
         its primary and waits for it."""
+        self._settle()
         view = self.views[shard]
         rest = tuple(n for n in view.in_sync if n != replica)
         if replica != view.primary:
@@ -199,6 +234,7 @@ class ShardMap:
         seen; `ranks`: name -> (term of its last write, last seq)). A map behind them (a store restored from an older
         copy of itself) is moved past every term a copy has seen, with the copy furthest along as primary: a
         term that is reused would let a replaced primary's writes through."""
+        self._settle()
         view = self.views[shard]
         newest = max(seen.values(), default=0)
         if newest <= view.term:
