@@ -9,11 +9,14 @@ cluster.local), the coordinator keeps the shard map in that Redis, one router ru
 node has Serve's HTTP proxy: the clients call the worker nodes' proxies (RAY_SERVE_WORKER_PROXY_HTTP_PORT: on one
 machine they share a port of their own), and a probe searches through the head's proxy too. Two writers put new
 documents and delete acknowledged ones, two searchers search, all the time. The injector repeats, in turn: kill -9
-of a random copy; kill -9 of the head's GCS, started again after --head-down seconds; every process of one node
-killed, the node started again after --down seconds; every process of the head frozen (SIGSTOP) for --head-down
-seconds, past the failure timeout; a primary frozen past the failure timeout, then let go; Redis killed (kill -9) and
-started again on its files (and the GCS, should it have exited meanwhile); one node killed and its folder deleted
-before it comes back. After each fault it waits until every copy is in sync again (the round's recovery).
+of a random copy; kill -9 of the head's GCS, started again after --head-down seconds; every process of the head
+killed (kill -9: the whole head node, as a lost machine) and a new head started after --head-down seconds on the same
+GCS address and Redis (this process, a Ray driver attached to the head's raylet, leaves the cluster first and joins
+again after); every process of one node killed, the node started again after --down seconds; every process of the
+head frozen (SIGSTOP) for --head-down seconds, past the failure timeout; a primary frozen past the failure timeout,
+then let go; Redis killed (kill -9) and started again on its files (and the GCS, should it have exited meanwhile);
+one node killed and its folder deleted before it comes back. After each fault it waits until every copy is in sync
+again (the round's recovery).
 
 Figures: the answers by kind and status; among the answers sent while a node was down (after the failure timeout),
 and while the head was away, the share of 200s; each round's recovery seconds, and for the head's faults the time
@@ -47,6 +50,7 @@ from ssi.bundle import load_bundle
 
 FAILURE_TIMEOUT = 2.0
 K = 10
+HEAD_FAULTS = ("kill-gcs", "kill-head", "freeze-head", "restart-redis")
 
 
 @dataclass
@@ -59,7 +63,13 @@ class Log:
     uncertain: set[str] = field(default_factory=set)
     missing: list[str] = field(default_factory=list)  # acknowledged puts a later delete did not find (404)
     partial: int = 0
+    failures: Counter[str] = field(default_factory=Counter)  # "kind status: the answer's message" of every non-200
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def failed(self, kind: str, status: int, response: httpx.Response | None) -> None:
+        """Count a non-200 answer by its message (under the lock)."""
+        message = "no answer" if response is None else response.text[:160]
+        self.failures[f"{kind} {status}: {message}"] += 1
 
 
 def fields_of(doc_id: str) -> dict[str, Any]:
@@ -80,16 +90,20 @@ def writer(url: str, worker: int, texts: list[str], log: Log, stop: threading.Ev
             kind = "delete" if n % 4 == 0 and mine else "put"
             doc_id = rng.choice(mine) if kind == "delete" else f"w{worker}-{n}"
             path = f"/documents/{quote(doc_id, safe='')}"
+            response = None
             try:
                 if kind == "delete":
-                    status = client.delete(path).status_code
+                    response = client.delete(path)
                 else:
                     body = {"title": doc_id, "text": rng.choice(texts), "fields": fields_of(doc_id)}
-                    status = client.put(path, json=body).status_code
+                    response = client.put(path, json=body)
+                status = response.status_code
             except httpx.HTTPError:
                 status = 0
             with log.lock:
                 log.answers.append((sent, kind, status, time.monotonic()))
+                if status not in (200, 404):
+                    log.failed(kind, status, response)
                 if status == 200 and kind == "put":
                     log.puts.add(doc_id)
                 elif status == 200:
@@ -111,6 +125,7 @@ def searcher(
         while not stop.is_set():
             n += 1
             sent = time.monotonic()
+            response = None
             try:
                 response = client.post("/search", json={"query": queries[n % len(queries)], "k": K})
                 status = response.status_code
@@ -120,6 +135,8 @@ def searcher(
             with log.lock:
                 log.answers.append((sent, kind, status, time.monotonic()))
                 log.partial += not whole
+                if status != 200:
+                    log.failed(kind, status, response)
             time.sleep(pause)
 
 
@@ -141,7 +158,14 @@ def views(timeout: float = 60.0) -> list[Any]:
 
 
 def head_fault(local: Any, fault: str, seconds: float) -> float:
-    """The head's fault (`kill-gcs`, `freeze-head`, `restart-redis`), over when it returns; the time it returned."""
+    """The head's fault (HEAD_FAULTS), over when it returns; the time it returned."""
+    if fault == "kill-head":
+        local.kill_head()
+        time.sleep(seconds)
+        local.start_head()
+        back = time.monotonic()
+        local.connect()
+        return back
     if fault == "kill-gcs":
         local.kill_gcs()
         time.sleep(seconds)
@@ -274,11 +298,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 os.kill(pid, signal.SIGSTOP)
                 time.sleep(3 * FAILURE_TIMEOUT)
                 os.kill(pid, signal.SIGCONT)
-            elif fault in ("kill-gcs", "freeze-head", "restart-redis"):
+            elif fault in HEAD_FAULTS:
                 back = head_fault(local, fault, args.head_down if fault != "restart-redis" else args.redis_down)
                 head_windows.append((fault, at, back))
                 record["away_s"] = round(back - at, 2)
                 record["returned_at"] = back  # the times from its return are read from the log at the end
+                record["started_at"] = at
             else:
                 node = rng.randrange(3)
                 local.kill_worker(node)
@@ -287,7 +312,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     shutil.rmtree(work / "nodes" / f"n{node}", ignore_errors=True)
                 down.append((at + FAILURE_TIMEOUT, time.monotonic()))
                 local.workers[node] = local.add_worker(node)
-            if fault not in ("kill-gcs", "freeze-head", "restart-redis"):
+            if fault not in HEAD_FAULTS:
                 wait_changed(before)
             wait_in_sync(3)
             now = views()
@@ -306,7 +331,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             thread.join(timeout=60)
         for record in rounds:
             if "returned_at" in record:
-                back = record.pop("returned_at")
+                back, at = record.pop("returned_at"), record.pop("started_at")
+                with log.lock:  # when the searches through the worker nodes' proxies that failed were sent
+                    record["worker_proxy_failures_sent_at_s"] = [
+                        round(t - at, 1) for t, k, s, _ in log.answers if k == "search" and s != 200 and at <= t <= back
+                    ]
                 record["writes_acknowledged_after_return_s"] = after(log, {"put", "delete"}, back)
                 record["worker_proxy_first_answer_after_return_s"] = after(log, {"search"}, back)
                 record["head_proxy_first_answer_after_return_s"] = after(log, {"search-head"}, back)
@@ -329,10 +358,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     def share(kind: str, windows: list[tuple[float, float]]) -> dict[str, Any]:
         inside = [s for t, k, s, _ in log.answers if k in kind.split() and any(a <= t <= b for a, b in windows)]
-        return {"answers": len(inside), "ok_share": round(sum(s == 200 for s in inside) / max(len(inside), 1), 4)}
+        return {
+            "answers": len(inside),
+            "ok_share": round(sum(s == 200 for s in inside) / max(len(inside), 1), 4),
+            "statuses": dict(sorted(Counter(str(s) for s in inside).items())),
+        }
 
     head_away = [(a, b) for _, a, b in head_windows]
-    head_rounds = {f: [r for r in rounds if r["fault"] == f] for f in ("kill-gcs", "freeze-head", "restart-redis")}
+    head_rounds = {f: [r for r in rounds if r["fault"] == f] for f in HEAD_FAULTS}
     return {
         "minutes": args.minutes,
         "documents": args.docs,
@@ -351,7 +384,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "searches_head_proxy": share("search-head", [(a, b) for f, a, b in head_windows if f == fault]),
                     "writes": share("put delete", [(a, b) for f, a, b in head_windows if f == fault]),
                 }
-                for fault in ("kill-gcs", "freeze-head", "restart-redis")
+                for fault in HEAD_FAULTS
             },
         },
         "head_rounds": head_rounds,
@@ -362,6 +395,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "acknowledged_puts_missing_at_delete": log.missing,
         "acknowledged_deletes_back": len(back_),
         "partial_rankings": log.partial,
+        "failures": dict(log.failures.most_common()),
         "copies_agree": all(len(p) == 1 for p in prints.values()),
         "fingerprints": {str(k): [list(f) for f in v] for k, v in prints.items()},
     }
@@ -375,11 +409,11 @@ def main() -> None:
     parser.add_argument("--down", type=float, default=15.0, help="seconds a killed node stays down")
     parser.add_argument("--pause", type=float, default=3.0, help="seconds between a recovery and the next fault")
     parser.add_argument(
-        "--head-down", type=float, default=10.0, help="seconds the head's GCS is killed, or the head frozen"
+        "--head-down", type=float, default=10.0, help="seconds the head's GCS or the whole head is killed, or it frozen"
     )
     parser.add_argument(
         "--faults",
-        default="kill-copy,kill-gcs,kill-node,freeze-head,freeze-primary,restart-redis,wipe-node",
+        default="kill-copy,kill-gcs,kill-head,kill-node,freeze-head,freeze-primary,restart-redis,wipe-node",
         help="the faults, in turn (a comma-separated list of those above)",
     )
     parser.add_argument("--redis-down", type=float, default=5.0, help="seconds Redis is down before it restarts")

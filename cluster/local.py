@@ -7,7 +7,10 @@ across nodes exactly as on a real cluster, only the network is loopback.
 With `redis_dir`, the head's control store (Ray's GCS) keeps its tables in a Redis this cluster starts
 (cluster.redis_server, persistence on, its files in that folder): Ray's GCS fault tolerance. A GCS killed and
 started again (`restart_gcs`) reads them back; the actors, the Serve proxies and replicas on every node live on
-meanwhile, and the raylets wait for it (up to `RAY_gcs_rpc_server_reconnect_timeout_s`, GCS_RECONNECT here).
+meanwhile, and the raylets wait for it (up to `RAY_gcs_rpc_server_reconnect_timeout_s`, GCS_RECONNECT here). The
+whole head can go too (`kill_head`: every process of it, as a lost machine) and a new head start in its place
+(`start_head`: on the GCS's address and the same Redis, as a supervisor or KubeRay starts a head pod again): the
+actors on the worker nodes live on, those that were on the head are started again there.
 """
 
 from __future__ import annotations
@@ -59,12 +62,14 @@ class LocalCluster:
             )
         node = {"num_cpus": cpus_per_node, "object_store_memory": object_store_mb * 1024 * 1024}
         head = {**node, "include_dashboard": False, "include_log_monitor": log_monitor}
+        self._head_down = threading.Event()  # set between kill_head and start_head: no GCS to supervise
         try:
             self.cluster: Any = Cluster(initialize_head=True, head_node_args=head)
         except BaseException:
             self._stop_redis()
             raise
         self.node_args = node
+        self.head_args = head
         # Worker i is labelled ssi.node=n<i>: copy i of every replicated shard runs there (cluster.replication).
         self.workers: list[Any] = [self.add_worker(i) for i in range(workers)]
         self.address: str = self.cluster.address
@@ -141,7 +146,7 @@ class LocalCluster:
 
         def watch() -> None:
             while not stop.wait(every):
-                if self.gcs_alive():
+                if self._head_down.is_set() or self.gcs_alive():
                     continue
                 try:
                     self.restart_gcs()
@@ -150,6 +155,33 @@ class LocalCluster:
 
         threading.Thread(target=watch, name="gcs-supervisor", daemon=True).start()
         return stop
+
+    def kill_head(self) -> None:
+        """kill -9 of every process of the head node (`head_processes`), as a machine that is lost; the Redis, a
+        machine of its own in a deployment, stays. This process leaves the cluster first: its driver is attached to
+        the head's raylet and would die with it (call `connect` again after `start_head`)."""
+        import psutil
+        import ray
+
+        ray.shutdown()
+        self._head_down.set()
+        processes = self.head_processes()
+        for process in processes:
+            try:
+                process.kill()
+            except psutil.NoSuchProcess:
+                continue
+        psutil.wait_procs(processes, timeout=10)
+
+    def start_head(self) -> None:
+        """A new head node in place of the one `kill_head` killed, on the same GCS address and the same Redis: its GCS
+        reads the cluster's tables back, the worker nodes' raylets (waiting for it) reconnect, and the detached actors
+        that lived on the old head (the coordinator, Serve's controller) are started again on this one."""
+        old = self.cluster.head_node
+        host, _, port = old.gcs_address.rpartition(":")
+        self.cluster.head_node = None  # not remove_node: that would tidy away what the new head must read back
+        self.cluster.add_node(**self.head_args, node_ip_address=host, gcs_server_port=int(port))
+        self._head_down.clear()
 
     def head_processes(self) -> list[Any]:
         """Every process of the head node (its GCS, raylet, and the raylet's workers: the coordinator, Serve's
