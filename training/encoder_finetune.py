@@ -12,6 +12,7 @@ from __future__ import annotations
 import shutil
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -46,16 +47,7 @@ def finetune_encoder(
     rng = np.random.default_rng(seed)
 
     def embed(texts: list[str]) -> torch.Tensor:
-        batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
-        states = model(**batch).last_hidden_state
-        mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
-        if pooling == "cls":
-            pooled = states[:, 0]
-        elif pooling == "max":
-            pooled = states.masked_fill(mask == 0, -1e9).max(dim=1).values
-        else:
-            pooled = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
-        return torch.nn.functional.normalize(pooled, dim=-1)
+        return embed_texts(model, tokenizer, texts, pooling=pooling, max_length=max_length, device=device)
 
     model.train()
     for _ in range(epochs):
@@ -74,10 +66,31 @@ def finetune_encoder(
     model.eval()
     out.mkdir(parents=True, exist_ok=True)
     model.to("cpu").save_pretrained(str(out))
+    copy_model_files(folder, out)
+    return out
+
+
+def embed_texts(model: Any, tokenizer: Any, texts: list[str], *, pooling: str, max_length: int, device: str) -> Any:
+    """The texts' unit vectors by the model in PyTorch (gradients kept), pooled as the folder's Pooling module says."""
+    import torch
+
+    batch = tokenizer(texts, padding=True, truncation=True, max_length=max_length, return_tensors="pt").to(device)
+    states = model(**batch).last_hidden_state
+    mask = batch["attention_mask"].unsqueeze(-1).to(states.dtype)
+    if pooling == "cls":
+        pooled = states[:, 0]
+    elif pooling == "max":
+        pooled = states.masked_fill(mask == 0, -1e9).max(dim=1).values
+    else:
+        pooled = (states * mask).sum(dim=1) / mask.sum(dim=1).clamp(min=1e-9)
+    return torch.nn.functional.normalize(pooled, dim=-1)
+
+
+def copy_model_files(folder: Path, out: Path) -> None:
+    """COPIED from `folder` to `out` where there: what makes weights saved by `save_pretrained` a model folder."""
     for name in COPIED:
         source = folder / name
         if source.is_dir():
             shutil.copytree(source, out / name, dirs_exist_ok=True)
         elif source.is_file():
             shutil.copyfile(source, out / name)
-    return out
