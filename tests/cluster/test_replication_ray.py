@@ -113,6 +113,7 @@ class Traffic:
         self.url, self.texts, self.queries = url, texts, queries
         self.stop = threading.Event()
         self.writes: dict[str, int] = {}
+        self.refusals: Counter[str] = Counter()  # a write's non-200 answers, by message: what an assertion shows
         self.searches: Counter[int] = Counter()
         self.partial = 0
         self.threads = [threading.Thread(target=self._write, args=(w,), daemon=True) for w in range(2)]
@@ -127,9 +128,13 @@ class Traffic:
                 doc_id = f"w{worker}-{n}"
                 body = {"title": doc_id, "text": self.texts[n % len(self.texts)]}
                 try:
-                    status = client.put(f"/documents/{quote(doc_id, safe='')}", json=body).status_code
-                except httpx.HTTPError:
+                    response = client.put(f"/documents/{quote(doc_id, safe='')}", json=body)
+                    status = response.status_code
+                    if status != 200:
+                        self.refusals[f"{status}: {response.text[:160]}"] += 1
+                except httpx.HTTPError as exc:
                     status = 0
+                    self.refusals[f"0: {type(exc).__name__}"] += 1
                 self.writes[doc_id] = status
                 n += 1
 
@@ -276,6 +281,11 @@ def test_a_killed_gcs_loses_no_acknowledged_write_and_the_map_outlives_the_coord
         searched = traffic.searches.copy()
         written = Counter(traffic.writes.values())
         time.sleep(5)  # Serve's proxy, the router, the copies and the coordinator go on without the GCS
+        # A write held up on the loaded machine (CI's 2 cores at their busiest) is given up to 15 s more to be
+        # acknowledged, the GCS still away.
+        deadline = time.monotonic() + 15
+        while Counter(traffic.writes.values())[200] <= written[200] and time.monotonic() < deadline:
+            time.sleep(0.25)
         during = traffic.searches - searched
         writes_during = Counter(traffic.writes.values()) - written
         local.restart_gcs()
@@ -300,7 +310,8 @@ def test_a_killed_gcs_loses_no_acknowledged_write_and_the_map_outlives_the_coord
         traffic.finish()
     print(f"\nGCS down {time.monotonic() - gone:.1f}s: searches {dict(during)}, writes {dict(writes_during)}")
     assert during[200] > 0 and set(during) == {200}, during  # every search answered while the GCS was away
-    assert writes_during[200] > 0, writes_during  # writes acknowledged meanwhile: the coordinator still answers
+    # writes acknowledged meanwhile: the coordinator still answers
+    assert writes_during[200] > 0, (writes_during, traffic.refusals)
     assert resumed[200] > 0, resumed  # and after the coordinator's restart, under its new epoch
     terms = [(v["shard"], v["term"], v["primary"]) for v in before["shards"]]
     assert [(v["shard"], v["term"], v["primary"]) for v in after["shards"]] == terms  # the map outlived it
