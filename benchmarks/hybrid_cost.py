@@ -13,6 +13,11 @@ is also taken as CPU time (time.process_time: the one-thread session runs on the
 given with its ratio int8 / fp32 from the same run, documents' per round too (their spread says how noisy it was).
 
     python -m benchmarks.hybrid_cost --out runs/hybrid-cost.json
+
+With --query-model DIR (a model folder distilled towards MiniLM, `python -m training.shallow_encoder`): its graph as
+the bundle's query graph (`ssi train --query-model`) beside the two in the query timings, its vectors' cosine to
+MiniLM's fp32 ones, and over HTTP the hybrid bundle with it, served with it (the default) and with MiniLM's graph
+encoding the queries (SSI_QUERY_GRAPH=document), both without the query cache.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from benchmarks.snippet_cost import _passages
 from service.query_vectors import DEFAULT_SIZE, QueryVectorCache
 from ssi.sentence import PRECISIONS, SentenceEncoder, int8_instructions
 from training.pretrained import NAME, checked_minilm_folder
-from training.sentence_export import cosines, prepare_encoder
+from training.sentence_export import add_query_graph, cosines, prepare_encoder
 
 DOC_ROUNDS = 4  # interleaved rounds of documents per graph
 ZIPF_DISTINCT = 1000  # distinct queries the repeated stream draws from
@@ -168,14 +173,21 @@ def main(
     zipf_queries: Annotated[int, typer.Option(help="Queries of the repeated (Zipf) stream for the cache.")] = 3000,
     http_passages: Annotated[int, typer.Option(help="/search with and without the encoder on this many passages.")] = 0,
     seconds: Annotated[float, typer.Option(help="Seconds of load per client count (--http-passages).")] = 10.0,
+    query_model: Annotated[
+        Path | None, typer.Option(help="A model folder distilled towards MiniLM: the bundle's query graph.")
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
 ) -> None:
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "sentence"
         spec = prepare_encoder(checked_minilm_folder(), folder, name=NAME, threads=2)
+        if query_model is not None:
+            spec = add_query_graph(folder, query_model, threads=2)
         one: dict[str, SentenceEncoder] = {}
         for precision in PRECISIONS:
             one[precision] = SentenceEncoder(folder, threads=1, precision=precision)
+        if spec.query is not None:  # the query graph's fp32 graph (the one a CPU without int8 instructions serves)
+            one["query_fp32"] = SentenceEncoder(folder, threads=1, precision="fp32", part="query")
         two = {precision: SentenceEncoder(folder, threads=2, precision=precision) for precision in PRECISIONS}
         passages = _passages(corpus, documents)
         figures: dict[str, object] = {
@@ -192,15 +204,23 @@ def main(
             timed = _query_times(one, asked)
             figures[f"query_{words}_words_one_core"] = {
                 **timed,
-                "int8_over_fp32_p50": round(timed["int8"]["p50_ms"] / timed["fp32"]["p50_ms"], 3),
-                "int8_over_fp32_cpu_p50": round(timed["int8"]["cpu_p50_ms"] / timed["fp32"]["cpu_p50_ms"], 3),
+                **{
+                    f"{name}_over_fp32_{k}": round(timed[name][k] / timed["fp32"][k], 3)
+                    for name in one
+                    if name != "fp32"
+                    for k in ("p50_ms", "cpu_p50_ms")
+                },
             }
             vectors = {name: encoder.encode(asked) for name, encoder in one.items()}
-            found = cosines(vectors["int8"], vectors["fp32"])
-            figures[f"query_{words}_words_int8_cosine_min_mean"] = [
-                round(float(found.min()), 4),
-                round(float(found.mean()), 4),
-            ]
+            for name in one:
+                if name != "fp32":
+                    found = cosines(vectors[name], vectors["fp32"])
+                    figures[f"query_{words}_words_{name}_cosine_min_mean"] = [
+                        round(float(found.min()), 4),
+                        round(float(found.mean()), 4),
+                    ]
+        if spec.query is not None:
+            figures["query_graph"] = spec.query.model_dump()
         rates = _docs_per_second(two, passages)
         figures["passages_60_words_per_second_two_cores"] = rates
         for name in PRECISIONS:
@@ -216,7 +236,7 @@ def main(
         }
     if http_passages:
         with tempfile.TemporaryDirectory() as scratch:
-            figures["search"] = http_cost(corpus, http_passages, Path(scratch), seconds)
+            figures["search"] = http_cost(corpus, http_passages, Path(scratch), seconds, query_model)
     write_figures(figures, out)
 
 
@@ -231,9 +251,20 @@ HTTP_RUNS: tuple[tuple[str, bool, dict[str, str]], ...] = (
 )
 
 
-def http_cost(corpus: Path, passages: int, work: Path, seconds: float) -> dict[str, object]:
+# With a query graph: the bundle's default (queries by the query graph) against MiniLM encoding its queries.
+QUERY_GRAPH_RUNS: tuple[tuple[str, bool, dict[str, str]], ...] = (
+    ("bm25", False, {}),
+    ("hybrid", True, {"SSI_QUERY_CACHE_SIZE": "0"}),
+    ("hybrid_document_graph", True, {"SSI_QUERY_CACHE_SIZE": "0", "SSI_QUERY_GRAPH": "document"}),
+)
+
+
+def http_cost(
+    corpus: Path, passages: int, work: Path, seconds: float, query_model: Path | None = None
+) -> dict[str, object]:
     """`ssi bench` (flat, 1 and 32 clients) on the day-one hybrid bundle (int8, its default; fp32 asked of the same
-    bundle; int8 with the query cache) and on its twin without the encoder, one after the other (HTTP_RUNS)."""
+    bundle; int8 with the query cache) and on its twin without the encoder, one after the other (HTTP_RUNS); with a
+    `query_model`, the bundle with its query graph instead (QUERY_GRAPH_RUNS)."""
     from service.bench.queries import passage_corpus
     from service.bench.run import BenchConfig, run_bench
     from ssi.bundle import ENCODER_FILE, load_bundle, write_bundle
@@ -242,11 +273,13 @@ def http_cost(corpus: Path, passages: int, work: Path, seconds: float) -> dict[s
 
     texts = passage_corpus(corpus, work / "passages.jsonl", limit=passages)
     hybrid, plain = work / "hybrid", work / "bm25"
-    run_training(TrainSettings(corpus=texts, out=hybrid, encoder=checked_minilm_folder()), show_progress=False)
+    trained = TrainSettings(corpus=texts, out=hybrid, encoder=checked_minilm_folder(), query_model=query_model)
+    run_training(trained, show_progress=False)
+    runs = HTTP_RUNS if query_model is None else QUERY_GRAPH_RUNS
     made = load_bundle(hybrid, mmap=False)
     write_bundle(plain, form=made.form, vocab=made.vocab, encoder_onnx=(hybrid / ENCODER_FILE).read_bytes())
     found: dict[str, dict[str, object]] = {}
-    for name, with_encoder, settings in HTTP_RUNS:
+    for name, with_encoder, settings in runs:
         config = BenchConfig(
             bundle=hybrid if with_encoder else plain, corpus=texts, out=work / f"{name}.json",
             # The hybrid servers share a store and snapshots (each precision its own): a later one may start from them.
@@ -265,7 +298,7 @@ def http_cost(corpus: Path, passages: int, work: Path, seconds: float) -> dict[s
         }
     ratios = {
         f"{c}_clients_{k}_{name}_over_bm25": round(found[name][f"{c}_clients"][k] / found["bm25"][f"{c}_clients"][k], 2)  # type: ignore[index]
-        for name, with_encoder, _ in HTTP_RUNS
+        for name, with_encoder, _ in runs
         if with_encoder
         for c in ("1", "32")
         for k in ("p50_ms", "throughput_qps")

@@ -6,7 +6,8 @@ benchmarks.hybrid_weight computes it: BM25's part alone, the whole MiniLM, MiniL
 model folder given with `--folder` (a distilled one: `python -m training.shallow_encoder … --seconds S`), every encoder
 exported and checked by training.sentence_export and run as its fp32 graph. For each: the cosine alone, the hybrid at a
 few weights, the gain at the day-one rule λ = 1 over BM25 with its paired standard error over the claims, and its share
-of MiniLM's gain. The test split is never read.
+of MiniLM's gain; and for each cut and folder the same as a query graph (`ssi train --query-model`: its e(q) against the
+whole MiniLM's e(d)), with its claims' cosine to MiniLM's. The test split is never read.
 
 `speed`: the whole MiniLM and each cut (fp32 graphs) in one process: a query's encoding on one thread (5 and 20 random
 words of Wikispeedia text, the encoders taking turns query by query, p50 of CPU time) and 60-word passages a second on
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import statistics
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated
 
@@ -52,6 +54,19 @@ def _cut(layers: int, scratch: Path) -> Path:
     return folder
 
 
+def _row(
+    per_claim: Callable[[np.ndarray], np.ndarray], lexical: np.ndarray, base: np.ndarray, cosine: np.ndarray
+) -> dict[str, object]:
+    """An encoder's cosine alone, the hybrid at WEIGHTS, and its gain at the day-one λ over BM25 alone (`base`)."""
+    gain = per_claim(lexical + np.float32(DAY_ONE) * cosine) - base
+    return {
+        "alone": round(float(per_claim(cosine).mean()), 4),
+        **{f"lambda_{w}": round(float(per_claim(lexical + np.float32(w) * cosine).mean()), 4) for w in WEIGHTS},
+        "gain_at_lambda_1": round(float(gain.mean()), 4),
+        "gain_se": round(float(gain.std(ddof=1) / np.sqrt(gain.size)), 4),
+    }
+
+
 @app.command()
 def quality(
     layers: Annotated[list[int], typer.Option(help="Cut MiniLM to this many layers (repeat for several).")] = [2, 3],  # noqa: B006
@@ -75,18 +90,22 @@ def quality(
         for i, given in enumerate(folder or []):
             prepare_encoder(given, Path(scratch) / f"given-{i}", threads=2)
             encoders[f"{read_name(given)} ({given})"] = Path(scratch) / f"given-{i}"
+        whole = SentenceEncoder(encoders[NAME], threads=2, precision="fp32")
+        whole_docs, whole_queries = encode_corpus(whole, texts), whole.encode(list(task.query_texts))
         for name, path in encoders.items():
             encoder = SentenceEncoder(path, threads=2, precision="fp32")
-            cosine = encoder.encode(list(task.query_texts)) @ encode_corpus(encoder, texts).T
-            hybrid = per_claim(lexical + np.float32(DAY_ONE) * cosine)
-            gain = hybrid - base
-            rows[name] = {
-                "alone": round(float(per_claim(cosine).mean()), 4),
-                **{f"lambda_{w}": round(float(per_claim(lexical + np.float32(w) * cosine).mean()), 4) for w in WEIGHTS},
-                "gain_at_lambda_1": round(float(gain.mean()), 4),
-                "gain_se": round(float(gain.std(ddof=1) / np.sqrt(gain.size)), 4),
-            }
+            queries = encoder.encode(list(task.query_texts))
+            rows[name] = _row(per_claim, lexical, base, queries @ encode_corpus(encoder, texts).T)
             typer.echo(f"{name}: {rows[name]}", err=True)
+            if path != encoders[NAME]:  # as a query graph: its e(q) against the whole model's e(d)
+                asymmetric = f"{name}, queries only (documents: {NAME})"
+                rows[asymmetric] = _row(per_claim, lexical, base, queries @ whole_docs.T)
+                agreement = (queries * whole_queries).sum(axis=1)
+                rows[asymmetric] |= {
+                    "claims_cosine_to_whole_mean": round(float(agreement.mean()), 4),
+                    "claims_cosine_to_whole_min": round(float(agreement.min()), 4),
+                }
+                typer.echo(f"{asymmetric}: {rows[asymmetric]}", err=True)
     whole = float(rows[NAME]["gain_at_lambda_1"])  # type: ignore[arg-type]
     for row in rows.values():
         row["share_of_minilm_gain"] = round(float(row["gain_at_lambda_1"]) / whole, 3) if whole else None  # type: ignore[arg-type]

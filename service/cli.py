@@ -75,6 +75,13 @@ def serve(
             "(env SSI_ENCODER_PRECISION)"
         ),
     ] = None,
+    query_graph: Annotated[
+        str | None,
+        typer.Option(
+            help="query (default): a hybrid bundle's query graph encodes queries where it has one (`ssi train "
+            "--query-model`); document: its encoder does, as for documents (env SSI_QUERY_GRAPH)"
+        ),
+    ] = None,
     encode_device: Annotated[
         str | None,
         typer.Option(
@@ -104,6 +111,7 @@ def serve(
             "log_level": log_level,
             "encoder_precision": encoder_precision,
             "encode_device": encode_device,
+            "query_graph": query_graph,
         }
     ).sized_for_this_machine()
     from service.server import preflight, run

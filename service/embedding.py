@@ -30,7 +30,7 @@ from ssi.bundle import Bundle, BundleError
 from ssi.hybrid import join_documents, join_queries
 from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, at_avg_len
 from ssi.records import Document
-from ssi.sentence import Device, Precision, SentenceEncoder, SentenceError, available_devices
+from ssi.sentence import Device, Part, Precision, SentenceEncoder, SentenceError, available_devices
 from ssi.tokenize import tokenize
 from ssi.vocab import TermCounts
 
@@ -82,9 +82,11 @@ class Embedder:
         statistics: Statistics = "bundle",
         precision: Precision | None = None,
         query_cache: QueryVectorCache | None = None,
+        query_graph: Part = "query",
     ) -> None:
         """`precision`: the sentence encoder's graph (SSI_ENCODER_PRECISION; None: the bundle's). `query_cache`: where
-        e(q) of repeated queries is kept (service.query_vectors; None: every query encoded)."""
+        e(q) of repeated queries is kept (service.query_vectors; None: every query encoded). `query_graph`: "query"
+        encodes queries by the bundle's query graph where it has one (SSI_QUERY_GRAPH), "document" by the encoder."""
         if not bundle.form.served_exactly:
             raise BundleError(
                 f"{bundle.path}: form '{bundle.form.name}' cannot be ranked from an inner-product index "
@@ -96,16 +98,23 @@ class Embedder:
         self.index_dims = bundle.manifest.index_dims
         form_dims = self.index_dims - bundle.manifest.sentence_dims
         self.encoder = QueryEncoder(bundle.encoder_path, bundle.manifest.vocab_size, form_dims, threads)
-        # A hybrid bundle's e (ssi.sentence); None: the form's parts alone.
+        # A hybrid bundle's e (ssi.sentence); None: the form's parts alone. `query_sentence` encodes the queries: the
+        # bundle's query graph, or `sentence` itself.
         self.sentence: SentenceEncoder | None = None
+        self.query_sentence: SentenceEncoder | None = None
         self.query_cache = query_cache
         self.sentence_key = ""  # the encoder's key (service.sentence_cache.encoder_key), for a hybrid bundle
+        self.query_key = ""  # the query encoder's
         if bundle.sentence is not None:
             try:
                 self.sentence = SentenceEncoder(bundle.sentence_path, threads, precision)
+                self.query_sentence = self.sentence
+                if bundle.sentence.query is not None and query_graph == "query":
+                    self.query_sentence = SentenceEncoder(bundle.sentence_path, threads, precision, part="query")
             except SentenceError as exc:
                 raise BundleError(str(exc)) from None
             self.sentence_key = encoder_key(bundle, self.sentence.precision)
+            self.query_key = encoder_key(bundle, self.query_sentence.precision, self.query_sentence.part)
         # Documents' e(d) kept across bundles with this encoder (service.sentence_cache), set by the state builder;
         # None: every document's text is encoded (a bundle without an encoder, or an embedder without a collection).
         self.sentence_cache: SentenceCache | None = None
@@ -215,12 +224,12 @@ class Embedder:
         """float32 [queries, M]: (query map) q by the exported ONNX graph (to unit length for a cosine form); for
         a hybrid bundle [A q, e(q)], e from the query `texts` (one encoder call for them all)."""
         embedded = self.encoder.encode(tfidf)
-        if self.sentence is None:
+        if self.query_sentence is None:
             return embedded
         texts = self._texts_of(texts, tfidf.shape[0])
         if self.query_cache is not None:
-            return join_queries(embedded, self.query_cache.vectors(self.sentence_key, self.sentence, texts))
-        return join_queries(embedded, self.sentence.encode(texts))
+            return join_queries(embedded, self.query_cache.vectors(self.query_key, self.query_sentence, texts))
+        return join_queries(embedded, self.query_sentence.encode(texts))
 
     def embed_documents(
         self,

@@ -49,7 +49,7 @@ import numpy as np
 
 from service.snapshot import SENTENCE_CACHE_DIR, fsync_dir, fsync_file
 from ssi.bundle import Bundle
-from ssi.sentence import SENTENCE_DIR, TOKENIZER_FILE, Precision, model_file
+from ssi.sentence import SENTENCE_DIR, TOKENIZER_FILE, Part, Precision, model_file
 
 log = logging.getLogger(__name__)
 
@@ -72,10 +72,10 @@ class CacheFileError(ValueError):
     """A segment that cannot be used: which check failed."""
 
 
-def encoder_key(bundle: Bundle, precision: Precision | None = None) -> str:
+def encoder_key(bundle: Bundle, precision: Precision | None = None, part: Part = "document") -> str:
     """sha256 hex naming the function e of a hybrid bundle's encoder run at `precision` (its fp32 or int8 graph; None:
     the one the bundle records, which a CPU without fast int8 does not serve: ssi.sentence.served_precision), λ left
-    out (see the module's docstring)."""
+    out (see the module's docstring); `part` "query": its query graph's (service.query_vectors' key)."""
     spec = bundle.sentence
     if spec is None:
         raise ValueError(f"{bundle.path}: not a hybrid bundle (no sentence encoder)")
@@ -83,7 +83,7 @@ def encoder_key(bundle: Bundle, precision: Precision | None = None) -> str:
     files = bundle.manifest.files
     identity = {
         "format": FORMAT_VERSION,
-        "graph": files[f"{SENTENCE_DIR}/{model_file(precision)}"],
+        "graph": files[f"{SENTENCE_DIR}/{model_file(precision, part)}"],
         "tokenizer": files[f"{SENTENCE_DIR}/{TOKENIZER_FILE}"],
         "spec": spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"}),
         "runtime": {name: _version(name) for name in ("onnxruntime", "tokenizers")},

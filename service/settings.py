@@ -201,6 +201,9 @@ class Settings(BaseSettings):
     # short text: a GPU's transfer would cost more than it saves).
     encode_device: Literal["cpu", "cuda", "auto"] = "auto"
     query_cache_size: int = Field(default=10_000, ge=0, le=10_000_000)
+    # Which graph encodes a query where the bundle has a query graph (ssi.sentence, `ssi train --query-model`): its own
+    # ("query", smaller, distilled towards the encoder) or the documents' ("document", as a bundle without one does).
+    query_graph: Literal["query", "document"] = "query"
 
     # Threads of FAISS/OpenMP and of the onnxruntime session; bounded so requests do not oversubscribe cores.
     threads: int = Field(default_factory=default_threads, ge=1, le=256)

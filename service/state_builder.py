@@ -93,7 +93,7 @@ def open_state(
     started = time.perf_counter()
     embedder = Embedder(
         bundle, settings.threads, open_vocab=settings.open_vocab, statistics=settings.open_vocab_statistics,
-        precision=settings.encoder_precision, query_cache=query_cache,
+        precision=settings.encoder_precision, query_cache=query_cache, query_graph=settings.query_graph,
     )  # fmt: skip
     if embedder.sentence is not None:
         embedder.sentence_cache = SentenceCache.of(

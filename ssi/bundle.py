@@ -93,7 +93,7 @@ class Manifest(BaseModel):
         encoder = [ENCODER_FILE] if self.index_dims else []
         keys = [DOCUMENTS] if self.documents is not None else []
         keys += list(HASHING_FILES) if self.hashing is not None else []
-        keys += sentence_files(self.sentence.get("int8") is not None) if self.sentence is not None else []
+        keys += sentence_files(SentenceSpec.model_validate(self.sentence)) if self.sentence is not None else []
         return [VOCAB, *encoder, *keys, *(array_file(name) for name in self.arrays)]
 
     @property
@@ -106,9 +106,10 @@ class Manifest(BaseModel):
         return self.model_dump_json(indent=2, exclude={"sentence"} if self.sentence is None else None)
 
 
-def sentence_files(int8: bool) -> list[str]:
-    """The sentence folder's files as the manifest lists them (the int8 graph only where the spec records one)."""
-    return [f"{SENTENCE_DIR}/{name}" for name in files_of(int8)]
+def sentence_files(spec: SentenceSpec) -> list[str]:
+    """The sentence folder's files as the manifest lists them (int8 and query graphs only where the spec records
+    them)."""
+    return [f"{SENTENCE_DIR}/{name}" for name in files_of(spec)]
 
 
 @dataclass
@@ -244,7 +245,7 @@ def write_bundle(
         arrays = {name: list(array.shape) for name, array in form.values.items()}
         encoder = [ENCODER_FILE] if encoder_onnx is not None else []
         names = [VOCAB, *encoder, *([DOCUMENTS] if keys is not None else []), *hashing]
-        names += sentence_files(spec.int8 is not None) if spec is not None else []
+        names += sentence_files(spec) if spec is not None else []
         names += [array_file(name) for name in arrays]
         files = {name: sha256_file(tmp / name) for name in names}
         lexical = vocab.bm25.manifest_entry() if vocab.bm25 is not None else None
@@ -293,7 +294,7 @@ def _copy_sentence(folder: Path, into: Path, form: Form) -> SentenceSpec:
     except SentenceError as exc:
         raise ValueError(str(exc)) from None
     (into / SENTENCE_DIR).mkdir()
-    for name in files_of(spec.int8 is not None):
+    for name in files_of(spec):
         shutil.copyfile(folder / name, into / SENTENCE_DIR / name)
     return spec
 

@@ -15,6 +15,10 @@ running e needs and nothing from PyTorch:
                     (sentence-transformers' 1_Pooling/config.json and modules.json), the maximum length
                     in tokens, E, the weight λ, and where the weights came from (sha256 of each source
                     file, license)
+    query.onnx      optional (spec `query`): a smaller graph that encodes queries into the same space, such as
+    query.int8.onnx the model cut to its first layers and distilled towards it (training.shallow_encoder); documents
+                    are encoded once by model.onnx, each query by this one (`part`), so a query costs what the
+                    small graph costs while every document keeps the whole model's vector
 
 Which graph serves (`precision`, `served_precision`): the spec's, unless the server asks (SSI_ENCODER_PRECISION); int8
 asked of a folder without the int8 graph serves fp32 and logs why, and so does the spec's int8 on a CPU without the
@@ -47,9 +51,13 @@ INT8_MODEL_FILE = "model.int8.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 SPEC_FILE = "sentence.json"
 FILES = (MODEL_FILE, TOKENIZER_FILE, SPEC_FILE)
+QUERY_MODEL_FILE = "query.onnx"
+QUERY_INT8_MODEL_FILE = "query.int8.onnx"
 
 Pooling = Literal["mean", "cls", "max"]
 Precision = Literal["fp32", "int8"]
+# Which texts a graph encodes: documents (and queries, where the folder has no query graph) or queries.
+Part = Literal["document", "query"]
 PRECISIONS: tuple[Precision, ...] = ("fp32", "int8")
 # Where documents are encoded (SSI_ENCODE_DEVICE): on the CPU, on a GPU through onnxruntime's CUDA execution provider
 # (the onnxruntime-gpu package), or on the GPU where that provider is there, else the CPU.
@@ -84,6 +92,25 @@ class StaticInfo(BaseModel):
     weighting: str  # how each token's row was scaled (a SIF weight a/(a + p(token)) and where p came from, or none)
 
 
+class QueryAgreement(BaseModel):
+    """How close the query graph's vectors are to the document graph's for the same texts (training.sentence_export):
+    its queries are scored against the document graph's vectors, so this is what the query graph keeps."""
+
+    texts: int = Field(ge=1)  # query-length texts compared (training.sentence_export.QUERY_PROBES)
+    min_cosine: float
+    mean_cosine: float
+    bound: float  # the least mean cosine allowed (training.sentence_export.MIN_QUERY_AGREEMENT)
+
+
+class QueryGraph(BaseModel):
+    """A query graph beside the document graph (QUERY_MODEL_FILE): same tokenizer, inputs, pooling and E."""
+
+    name: str  # its model folder's name (training.sentence_export.read_name), e.g. "…, first 2 of 6 layers, distilled"
+    source: dict[str, str] = Field(default_factory=dict)  # its folder's files -> sha256
+    agreement: QueryAgreement
+    int8: Int8Check | None = None  # its int8 graph's check against its fp32 one (QUERY_INT8_MODEL_FILE)
+
+
 class SentenceSpec(BaseModel):
     """How to run and weigh the encoder: what `sentence.json` holds, copied into the manifest."""
 
@@ -105,17 +132,23 @@ class SentenceSpec(BaseModel):
     # alike: the graph gives token states, pooled here.
     kind: Literal["transformer", "static"] = "transformer"
     static: StaticInfo | None = None
+    query: QueryGraph | None = None  # a smaller graph for queries (QUERY_MODEL_FILE), None: model.onnx encodes both
 
     def with_weight(self, weight: float, rule: str) -> SentenceSpec:
         return self.model_copy(update={"weight": float(weight), "weight_rule": rule})
 
 
-def files_of(int8: bool) -> tuple[str, ...]:
-    """The folder's files: FILES, and the int8 graph where the spec records one (`int8`)."""
-    return (*FILES, INT8_MODEL_FILE) if int8 else FILES
+def files_of(spec: SentenceSpec) -> tuple[str, ...]:
+    """The folder's files: FILES, and the int8 graph and the query graphs where the spec records them."""
+    files = (*FILES, INT8_MODEL_FILE) if spec.int8 is not None else FILES
+    if spec.query is not None:
+        files += (QUERY_MODEL_FILE, QUERY_INT8_MODEL_FILE) if spec.query.int8 is not None else (QUERY_MODEL_FILE,)
+    return files
 
 
-def model_file(precision: Precision) -> str:
+def model_file(precision: Precision, part: Part = "document") -> str:
+    if part == "query":
+        return QUERY_INT8_MODEL_FILE if precision == "int8" else QUERY_MODEL_FILE
     return INT8_MODEL_FILE if precision == "int8" else MODEL_FILE
 
 
@@ -201,6 +234,15 @@ def served_precision(folder: Path, spec: SentenceSpec, asked: Precision | None) 
     return "int8"
 
 
+def served_query_precision(folder: Path, spec: SentenceSpec, document: Precision) -> Precision:
+    """The query graph's precision where the document graph serves at `document`: the same, but fp32 (logged) where
+    the query graph has no int8 graph that passed its check."""
+    if document == "int8" and (spec.query is None or spec.query.int8 is None):
+        log.warning("%s: the query graph has no int8 graph: queries are encoded by its fp32 graph", folder)
+        return "fp32"
+    return document
+
+
 def pool(states: np.ndarray, mask: np.ndarray, how: Pooling) -> np.ndarray:
     """float32 [batch, E] from token states [batch, tokens, E] and the attention mask [batch, tokens]."""
     if how == "cls":
@@ -218,7 +260,8 @@ class SentenceEncoder:
     `precision`: the graph to run (None: the spec's); int8 asked of a folder without an int8 graph runs fp32, with a
     warning, and so does `self.precision` say. `graph`: a graph file run in place of the folder's, for checking one
     before the spec records it (training.sentence_export.quantize_encoder). `device`: where it runs
-    (`providers_for`); `self.device` says where it does ("cuda" or "cpu")."""
+    (`providers_for`); `self.device` says where it does ("cuda" or "cpu"). `part`: "query" runs the folder's query
+    graph (spec `query`; SentenceError where it has none) at the precision the document graph would serve at."""
 
     def __init__(
         self,
@@ -228,6 +271,7 @@ class SentenceEncoder:
         *,
         graph: Path | None = None,
         device: Device = "cpu",
+        part: Part = "document",
     ) -> None:
         folder = Path(folder)
         try:
@@ -239,7 +283,12 @@ class SentenceEncoder:
             ) from None
         self.folder = folder
         self.spec = read_spec(folder)
+        self.part = part
         self.precision = served_precision(folder, self.spec, precision)
+        if part == "query":
+            if self.spec.query is None:
+                raise SentenceError(f"{folder}: no query graph ({QUERY_MODEL_FILE}) in this encoder")
+            self.precision = served_query_precision(folder, self.spec, self.precision)
         try:
             self.tokenizer = Tokenizer.from_file(str(folder / TOKENIZER_FILE))
         except Exception as exc:  # tokenizers raises its own exception type
@@ -254,7 +303,7 @@ class SentenceEncoder:
         # that built the index, benchmarks/hybrid_cost.py), where a query needs a few MB.
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3
-        graph = graph or folder / model_file(self.precision)
+        graph = graph or folder / model_file(self.precision, part)
         try:
             self.session = ort.InferenceSession(str(graph), options, providers=providers_for(device))
         except SentenceError:
@@ -271,8 +320,8 @@ class SentenceEncoder:
 
     @property
     def graph_file(self) -> str:
-        """The file name of the graph this encoder runs (MODEL_FILE or INT8_MODEL_FILE)."""
-        return model_file(self.precision)
+        """The file name of the graph this encoder runs (MODEL_FILE, INT8_MODEL_FILE or their query graphs')."""
+        return model_file(self.precision, self.part)
 
     def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
         """Each text's token ids, cut to the maximum length ([CLS] … [SEP] kept)."""

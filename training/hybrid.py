@@ -16,6 +16,7 @@ The score is ssi.hybrid's f(q, d) + λ e(q)·e(d). How λ is set:
 
 from __future__ import annotations
 
+import functools
 import shutil
 import tempfile
 from pathlib import Path
@@ -26,7 +27,13 @@ import torch
 from ssi.bundle import is_bundle
 from ssi.sentence import Precision, SentenceEncoder, write_spec
 from training.data import TrainingData
-from training.sentence_export import encoder_of_bundle, encoder_of_folder, is_encoder_folder, prepare_encoder
+from training.sentence_export import (
+    add_query_graph,
+    encoder_of_bundle,
+    encoder_of_folder,
+    is_encoder_folder,
+    prepare_encoder,
+)
 from training.sentence_vectors import encode_corpus
 
 SENTENCE_WEIGHT = "sentence_weight"  # λ, beside the validation metrics of each step (training.trainer)
@@ -38,9 +45,12 @@ LEARNED_RULE = "learned with U and V by the margin ranking loss (the validation-
 class PreparedEncoder:
     """A model folder made ready for a bundle (training.sentence_export) in a scratch folder, and its encoder."""
 
-    def __init__(self, folder: Path, threads: int, precision: Precision | None = None) -> None:
+    def __init__(
+        self, folder: Path, threads: int, precision: Precision | None = None, query: Path | None = None
+    ) -> None:
         """`precision`: the graph the bundle serves and training encodes with (None: int8 where its graph passed its
-        check, else fp32; or a bundle's own)."""
+        check, else fp32; or a bundle's own). `query`: a model folder distilled towards the encoder, whose graph encodes
+        the queries (training.sentence_export.add_query_graph; an encoder or bundle that has a query graph keeps it)."""
         self._scratch = Path(tempfile.mkdtemp(prefix="ssi-sentence-"))
         self.source = folder
         self.threads = threads
@@ -54,7 +64,16 @@ class PreparedEncoder:
             self.spec = encoder_of_folder(folder, self.folder, precision)
         else:
             self.spec = prepare_encoder(folder, self.folder, threads=threads, precision=precision)
+        if query is not None:
+            self.spec = add_query_graph(self.folder, query, threads=threads)
         self.encoder = SentenceEncoder(self.folder, threads)
+
+    @functools.cached_property
+    def for_queries(self) -> SentenceEncoder:
+        """What encodes queries: the query graph where the folder has one, else the encoder itself."""
+        if self.spec.query is None:
+            return self.encoder
+        return SentenceEncoder(self.folder, self.threads, part="query")
 
     def finetune(self, data: TrainingData, epochs: int, seed: int, device: str = "cpu") -> None:
         """Train the encoder's own weights on the training pairs (training.encoder_finetune), then export and check
@@ -109,9 +128,11 @@ class SentenceTraining:
 
     @classmethod
     def of(cls, prepared: PreparedEncoder, data: TrainingData, lr: float) -> SentenceTraining:
-        encoder = prepared.encoder
-        docs = encode_corpus(encoder, [d.full_text for d in data.docs])
-        queries = docs if data.doc_doc else encode_corpus(encoder, training_query_texts(data))
+        docs = encode_corpus(prepared.encoder, [d.full_text for d in data.docs])
+        if data.doc_doc and prepared.spec.query is None:
+            queries = docs
+        else:  # a query graph encodes what is asked, documents' texts too where documents are the queries
+            queries = encode_corpus(prepared.for_queries, training_query_texts(data))
         return cls(queries, docs, DAY_ONE_WEIGHT, lr)
 
     def block(self, query_rows: np.ndarray, doc_rows: np.ndarray) -> torch.Tensor:

@@ -246,7 +246,9 @@ def run_training(
     init = load_bundle(settings.init_from) if settings.init_from is not None else None
     settings = resolve_recipe(resolve_lexical(settings, init))
     if settings.encoder is not None:
-        with PreparedEncoder(settings.encoder, settings.threads, settings.encoder_precision) as prepared:
+        with PreparedEncoder(
+            settings.encoder, settings.threads, settings.encoder_precision, settings.query_model
+        ) as prepared:
             if not has_pairs(settings):
                 from training.day_one import train_day_one
 
@@ -307,7 +309,7 @@ def _run(
         )
         if sentence is not None and trainer.validator is not None and prepared is not None:
             # The validation queries' e through the cache: the same texts come back run after run.
-            queries = encode_corpus(prepared.encoder, trainer.validator.texts)
+            queries = encode_corpus(prepared.for_queries, trainer.validator.texts)
             trainer.validator.sentence = (queries, sentence.doc_vectors)
         ready = time.perf_counter()
         result = trainer.run(show_progress=show_progress)

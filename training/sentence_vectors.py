@@ -43,6 +43,9 @@ def _key(encoder: SentenceEncoder, texts: Sequence[str]) -> str:
     digest.update(f"{spec.pooling}|{spec.normalize}|{spec.max_length}|{spec.dims}|{len(texts)}".encode())
     if encoder.precision != "fp32":  # fp32 keeps the key it had before int8 graphs
         digest.update(f"|{encoder.precision}".encode())
+    if encoder.part == "query" and spec.query is not None:  # the query graph: its own weights name it
+        named = sorted(spec.query.source.items()) or [("graph", sha256_file(encoder.folder / encoder.graph_file))]
+        digest.update(f"|query|{named}".encode())
     for text in texts:
         digest.update(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest())
     return digest.hexdigest()

@@ -58,6 +58,9 @@ class TrainSettings(BaseSettings):
     # ask for the other (SSI_ENCODER_PRECISION). None: int8 where its graph passed its check against fp32 (else fp32),
     # or an --encoder bundle's own choice.
     encoder_precision: Literal["fp32", "int8"] | None = None
+    # A model folder distilled towards the --encoder (training.shallow_encoder): its graph encodes each query, while
+    # documents keep the encoder's vectors (training.sentence_export.add_query_graph).
+    query_model: Path | None = None
     workers: int = Field(2, ge=1)
 
     # Model
@@ -197,6 +200,8 @@ class TrainSettings(BaseSettings):
             raise ValueError("--finetune-encoder trains the --encoder: give it")
         elif self.encoder_precision is not None:
             raise ValueError("--encoder-precision chooses the --encoder's graph: give it")
+        elif self.query_model is not None:
+            raise ValueError("--query-model encodes queries beside an --encoder: give it")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
             # A default, not the user's: the click recipe replaces it with a number of epochs
@@ -221,6 +226,11 @@ class TrainSettings(BaseSettings):
         given = [flag for flag, on in clashes.items() if on]
         if given:
             raise ValueError(f"--encoder does not go with {', '.join(given)} yet")
+        if self.finetune_encoder and self.query_model is not None:
+            raise ValueError(
+                "--query-model was distilled towards the --encoder as it is, and --finetune-encoder changes it: "
+                "give one of them"
+            )
         if self.finetune_encoder and is_bundle(self.encoder):
             raise ValueError(
                 f"--finetune-encoder trains the model's weights, and --encoder {self.encoder} is a bundle, which holds "

@@ -14,6 +14,9 @@ texts given: no queries, no labels (`distil_texts`: sentences of a corpus's docu
     python -m training.shallow_encoder "$M" bundles/minilm-l2 --layers 2
     python -m training.shallow_encoder "$M" bundles/minilm-l2-distilled --layers 2 --seconds 600 \\
         --texts ../shared/data/wikispeedia/docs.jsonl.gz
+
+A cut distilled on query-length texts (`--max-words 40 --max-length 64`) is what `ssi train --encoder "$M"
+--query-model DIR` takes: its graph encodes the queries, the whole model the documents.
 """
 
 from __future__ import annotations
@@ -40,9 +43,10 @@ RUN = 4  # sentences in a run of consecutive sentences (`distil_texts`): texts o
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9(])")
 
 
-def distil_texts(corpora: Sequence[Path], *, limit: int = 200_000, seed: int = 0) -> list[str]:
+def distil_texts(corpora: Sequence[Path], *, limit: int = 200_000, seed: int = 0, max_words: int = 0) -> list[str]:
     """Unlabelled texts of query and passage length from the documents of `corpora` (ssi.corpus's formats): each
-    document's sentences, and runs of RUN consecutive sentences; shuffled, at most `limit`."""
+    document's sentences, and runs of RUN consecutive sentences; shuffled, at most `limit`; with `max_words` > 0 only
+    texts of at most that many words (a model that will encode queries only: `ssi train --query-model`)."""
     texts: list[str] = []
     for path in corpora:
         for doc in read_corpus(path):
@@ -51,6 +55,8 @@ def distil_texts(corpora: Sequence[Path], *, limit: int = 200_000, seed: int = 0
             texts.extend(" ".join(sentences[i : i + RUN]) for i in range(0, max(0, len(sentences) - 1), RUN))
             if doc.title:
                 texts.append(doc.title)
+    if max_words > 0:
+        texts = [t for t in texts if len(t.split()) <= max_words]
     random.Random(seed).shuffle(texts)
     return texts[:limit]
 
@@ -160,9 +166,12 @@ def main(
     texts: Annotated[list[Path] | None, typer.Option(help="Corpora whose texts it is distilled on.")] = None,
     lr: Annotated[float, typer.Option(help="AdamW's learning rate.")] = LR,
     max_length: Annotated[int, typer.Option(help="Tokens a text is cut at while distilled (0: the source's).")] = 0,
+    max_words: Annotated[
+        int, typer.Option(help="Distil on texts of at most this many words (0: all): for a query model.")
+    ] = 0,
     threads: Annotated[int, typer.Option(help="PyTorch's threads.")] = 2,
 ) -> None:
-    given = distil_texts(texts or []) if seconds > 0 else []
+    given = distil_texts(texts or [], max_words=max_words) if seconds > 0 else []
     info = shallow_encoder(
         folder, out, layers, texts=given, seconds=seconds, lr=lr, max_length=max_length or None, threads=threads
     )

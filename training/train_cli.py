@@ -249,6 +249,16 @@ def train_command(
             MODEL,
         ),
     ] = None,
+    query_model: Annotated[
+        Path | None,
+        _opt(
+            "query_model",
+            "A model folder distilled towards the --encoder (`python -m training.shallow_encoder`: its first layers): "
+            "its graph encodes each query while documents keep the --encoder's vectors, so a query costs what the "
+            "smaller model costs. Checked against the --encoder on sample queries; same tokenizer.",
+            MODEL,
+        ),
+    ] = None,
     init_from: Annotated[
         Path | None,
         _opt(
@@ -488,6 +498,7 @@ def train_command(
         "self_pair_valid_among": self_pair_valid_among, "kind": kind,
         "init_from": init_from, "encoder": encoder, "finetune_encoder": finetune_encoder,
         "encoder_precision": encoder_precision,
+        "query_model": query_model,
         "lexical": lexical, "bm25_k1": bm25_k1, "bm25_b": bm25_b, "stemmer": stemmer,
         "warm_lr_scale": warm_lr_scale, "hash_size": hash_size, "gamma": gamma, "n_dims": dims,
         "vocab_size": vocab_size, "query_vocab_size": query_vocab_size, "min_df": min_df,

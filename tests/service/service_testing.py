@@ -216,6 +216,7 @@ class Oracle:
     # `avg_len`, the service's (the documents' its index was computed from), or these documents' own where None.
     statistics: str = "bundle"
     avg_len: float | None = None
+    query_graph: str = "query"
 
     def __post_init__(self) -> None:
         self.bundle = load_bundle(self.bundle_dir, mmap=False)
@@ -240,9 +241,13 @@ class Oracle:
         if self.open_rule is not None:
             self.open = build_postings(self.open_rule, [tokenize(d.full_text) for d in self.docs])
         self._embedded: np.ndarray | None = None
-        # A hybrid bundle's third part (ssi.hybrid): its encoder and every document's e(d).
+        # A hybrid bundle's third part (ssi.hybrid): its encoder and every document's e(d), and what encodes a query:
+        # its query graph where it has one and `query_graph` (as SSI_QUERY_GRAPH) says so, else the encoder.
         self.sentence = SentenceEncoder(self.bundle.sentence_path) if self.bundle.sentence is not None else None
         self.doc_sentences = self.sentence.encode(texts) if self.sentence is not None else None
+        self.query_sentence = self.sentence
+        if self.bundle.sentence is not None and self.bundle.sentence.query is not None and self.query_graph == "query":
+            self.query_sentence = SentenceEncoder(self.bundle.sentence_path, part="query")
 
     def featurize(self, query: str) -> sp.csr_matrix:
         return self.bundle.vocab.featurize_queries([query])
@@ -259,9 +264,9 @@ class Oracle:
             extra = open_scores(self.open_rule, self.open, [tokenize(query)], len(self.docs), len(self.docs))
             if extra is not None:
                 f = f + extra[0]
-        if self.sentence is not None and self.bundle.sentence is not None:
+        if self.query_sentence is not None and self.bundle.sentence is not None:
             weight = self.bundle.sentence.weight
-            f = f + sentence_scores(self.sentence.encode([query]), self.doc_sentences, weight)[0]
+            f = f + sentence_scores(self.query_sentence.encode([query]), self.doc_sentences, weight)[0]
         return f
 
     def top(

@@ -23,6 +23,7 @@ from service_testing import (
     assert_same_ranking,
     hybrid_world,
     make_bundle,
+    make_sentence_encoder,
     probe_queries,
     write_adverts,
     write_corpus,
@@ -128,6 +129,33 @@ def test_a_bundle_without_an_encoder_answers_as_before(world: dict, tmp_path: Pa
     manifest = (world["plain"] / "manifest.json").read_text(encoding="utf-8")
     assert '"sentence"' not in manifest and not (world["plain"] / "sentence").exists()
     assert np.isfinite([hit["score"] for hit in hits]).all()
+
+
+def test_a_query_graph_encodes_the_queries_and_the_encoder_the_documents(
+    world: dict, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """A bundle with a query graph (`ssi train --query-model`): /search is the brute force's with e(q) by the query
+    graph and e(d) by the encoder, each hit's third part λ e_query(q)·e(d); SSI_QUERY_GRAPH=document serves the
+    encoder's e(q) from the same bundle and index."""
+    from tests.training.sentence_testing import exported_tiny_encoder, make_query_model
+    from training.sentence_export import add_query_graph
+
+    folder = make_sentence_encoder(tmp_path_factory, tmp_path, "sentence", WEIGHT)
+    add_query_graph(folder, make_query_model(exported_tiny_encoder(tmp_path_factory).model, tmp_path / "query-model"))
+    bundle = make_bundle(tmp_path / "bundle", world["docs"], n_dims=8, seed=2, lexical="bm25", sentence=folder)
+    by_query = Oracle(bundle, world["docs"])
+    by_document = Oracle(bundle, world["docs"], query_graph="document")
+    queries = probe_queries(world["docs"], 6, seed=7)
+    assert any(not np.allclose(by_query.scores(q), by_document.scores(q), atol=1e-4) for q in queries)
+    settings = {"bundle": bundle, "corpus": world["corpus"], "cache_dir": tmp_path / "cache"}
+    for graph, oracle in (("query", by_query), ("document", by_document)):
+        with ThreadServer(**settings, query_graph=graph) as server:
+            for query in queries:
+                response = server.client.post("/search", json={"query": query, "k": K})
+                assert response.status_code == 200, response.text
+                assert_same_ranking(response.json()["hits"], oracle, query, K)
+            loaded = server.client.get("/readyz").json()["collections"]["documents"]
+            assert loaded["embedded_on_load"] == (len(world["docs"]) if graph == "query" else 0)  # one index for both
 
 
 def test_match_on_a_hybrid_adverts_collection_is_exact_with_its_third_part_apart(world: dict, tmp_path: Path):

@@ -108,3 +108,24 @@ def exported_tiny_encoder(factory: pytest.TempPathFactory, *, seed: int = 0) -> 
                     path.chmod(0o444)
             scratch.rename(final)  # whole or not there: a build that failed leaves only its scratch folder
     return ExportedEncoder(final / "model", final / "sentence")
+
+
+def make_query_model(source: Path, out: Path, *, noise: float = 2.0, seed: int = 0) -> Path:
+    """A query model for `source` (`ssi train --query-model`): its first layer (training.shallow_encoder's cut) with
+    noise added to its word-piece embeddings, so that its vectors are near the whole model's (a mean cosine of 0.91 on
+    training.sentence_export.QUERY_PROBES) but not the same: a random model's cut alone gives the whole model's vectors
+    to a cosine of 0.9998, which would let a test pass whichever graph encoded its queries."""
+    import torch
+    from transformers import AutoModel
+
+    from training.shallow_encoder import shallow_encoder
+
+    shallow_encoder(source, out, 1)
+    model = AutoModel.from_pretrained(str(out))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if name == "embeddings.word_embeddings.weight":
+                weight.add_(noise * weight.std() * torch.randn(weight.shape, generator=generator))
+    model.save_pretrained(str(out))
+    return out

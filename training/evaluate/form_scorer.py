@@ -46,12 +46,20 @@ class SentencePart:
     """
 
     def __init__(
-        self, encoder: SentenceEncoder, doc_vectors: np.ndarray, weight: float, *, cache_queries: bool = False
+        self,
+        encoder: SentenceEncoder,
+        doc_vectors: np.ndarray,
+        weight: float,
+        *,
+        cache_queries: bool = False,
+        queries: SentenceEncoder | None = None,
     ) -> None:
+        """`queries`: what encodes the queries (the bundle's query graph, ssi.sentence), None: `encoder`."""
         self.encoder = encoder
         self.doc_vectors = doc_vectors
         self.weight = weight
         self.cache_queries = cache_queries
+        self.queries = queries or encoder
 
     @classmethod
     def of(
@@ -61,18 +69,19 @@ class SentencePart:
         if bundle.sentence is None:
             return None
         encoder = SentenceEncoder(bundle.sentence_path, threads)
+        queries = SentenceEncoder(bundle.sentence_path, threads, part="query") if bundle.sentence.query else None
         texts = [d.full_text for d in docs]
         vectors = encode_corpus(encoder, texts) if texts else encoder.encode(texts)
-        return cls(encoder, vectors, bundle.sentence.weight, cache_queries=cache_queries)
+        return cls(encoder, vectors, bundle.sentence.weight, cache_queries=cache_queries, queries=queries)
 
     def over(self, texts: Sequence[str]) -> SentencePart:
         """The same encoder and λ over other documents (`texts`, encoded here, not cached)."""
-        return SentencePart(self.encoder, self.encoder.encode(texts), self.weight)
+        return SentencePart(self.encoder, self.encoder.encode(texts), self.weight, queries=self.queries)
 
     def add_to(self, scores: np.ndarray, query_texts: Sequence[str]) -> np.ndarray:
         """`scores` (the form's, queries × documents) + λ e(q)·e(d)."""
         texts = list(query_texts)
-        queries = encode_corpus(self.encoder, texts) if self.cache_queries else self.encoder.encode(texts)
+        queries = encode_corpus(self.queries, texts) if self.cache_queries else self.queries.encode(texts)
         return hybrid_scores(scores, queries, self.doc_vectors, self.weight)
 
 

@@ -1,0 +1,109 @@
+"""`ssi train --encoder M --query-model Q`: a smaller graph, distilled towards M, encodes the queries while M encodes
+the documents (ssi.sentence's query graph). The bundle carries and checks both graphs, scores queries by the query
+graph against the documents' M vectors, a next model keeps it, and a model that does not match M is refused with a
+clear error and nothing written."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+import ssi
+from ssi.bundle import load_bundle
+from ssi.corpus import read_corpus
+from ssi.hybrid import hybrid_scores
+from ssi.sentence import QUERY_MODEL_FILE, SentenceEncoder
+from ssi_cli.main import build_app
+from tests.training.sentence_testing import (
+    WORDS,
+    ExportedEncoder,
+    exported_tiny_encoder,
+    make_query_model,
+)
+from training.evaluate.form_scorer import FormScorer
+from training.sentence_export import MIN_COSINE, MIN_QUERY_AGREEMENT, _reference_model, cosines, reference_vectors
+from training.sentence_vectors import encode_corpus
+
+QUERIES = ["star planet", "oven bread music", "violin", "the dna of a cell in the sea"]
+
+
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> ExportedEncoder:
+    return exported_tiny_encoder(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def world(shared: ExportedEncoder, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A corpus, a query model for the tiny encoder, and the day-one bundle trained with both."""
+    root = tmp_path_factory.mktemp("query-graph")
+    rng = np.random.default_rng(3)
+    lines = [{"id": f"d{i}", "title": "", "text": " ".join(rng.choice(WORDS, size=12))} for i in range(40)]
+    corpus = root / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    query_model = make_query_model(shared.model, root / "query-model")
+    args = ["train", "--corpus", str(corpus), "--encoder", str(shared.model), "--query-model", str(query_model)]
+    result = CliRunner().invoke(build_app(), [*args, "--out", str(root / "bundle"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    return {"root": root, "corpus": corpus, "query_model": query_model, "bundle": root / "bundle"}
+
+
+def test_queries_are_encoded_by_the_query_graph_and_documents_by_the_encoder(world: dict[str, Path]) -> None:
+    bundle = load_bundle(world["bundle"])  # every file checked against the manifest's sha256, the query graph's too
+    spec = bundle.sentence
+    assert spec is not None and spec.query is not None
+    assert f"sentence/{QUERY_MODEL_FILE}" in bundle.manifest.files
+    assert spec.query.name.endswith("first 1 of 2 layers") and spec.query.source
+    assert MIN_QUERY_AGREEMENT <= spec.query.agreement.mean_cosine < 0.99  # near the encoder, not the same
+    documents = SentenceEncoder(bundle.sentence_path)
+    queries = SentenceEncoder(bundle.sentence_path, part="query")
+    # The query graph is the query model's own forward pass, exported and checked.
+    want = reference_vectors(_reference_model(world["query_model"]), queries, QUERIES)
+    assert cosines(queries.encode(QUERIES), want).min() >= MIN_COSINE
+    docs = read_corpus(world["corpus"])
+    texts = [d.full_text for d in docs]
+    lexical = FormScorer(bundle.vocab, bundle.form, docs).score(QUERIES)
+    expected = hybrid_scores(lexical, queries.encode(QUERIES), documents.encode(texts), spec.weight)
+    by_documents_graph = hybrid_scores(lexical, documents.encode(QUERIES), documents.encode(texts), spec.weight)
+    assert not np.allclose(expected, by_documents_graph, atol=1e-4)  # the test tells the two graphs apart
+    assert np.allclose(FormScorer.from_bundle(bundle, docs).score(QUERIES), expected, atol=1e-5)
+    assert np.allclose(ssi.load(world["bundle"], corpus=world["corpus"]).scores(QUERIES), expected, atol=1e-5)
+    # The sentence-vector cache tells the two graphs apart for the same texts.
+    assert not np.allclose(encode_corpus(queries, QUERIES), encode_corpus(documents, QUERIES), atol=1e-4)
+
+
+def test_a_next_model_trained_on_the_bundles_encoder_keeps_its_query_graph(world: dict[str, Path]) -> None:
+    out = world["root"] / "next"
+    args = ["train", "--corpus", str(world["corpus"]), "--encoder", str(world["bundle"]), "--out", str(out)]
+    result = CliRunner().invoke(build_app(), [*args, "--no-progress"])
+    assert result.exit_code == 0, result.output
+    before, after = load_bundle(world["bundle"]), load_bundle(out)
+    assert after.sentence is not None and before.sentence is not None
+    assert after.sentence.query == before.sentence.query
+    for name in (QUERY_MODEL_FILE, "model.onnx"):
+        assert (after.sentence_path / name).read_bytes() == (before.sentence_path / name).read_bytes()
+
+
+def test_a_query_model_that_does_not_match_the_encoder_is_refused(
+    world: dict[str, Path], shared: ExportedEncoder, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    other = exported_tiny_encoder(tmp_path_factory, seed=1).model  # same tokenizer, other weights: far from the encoder
+    retokenized = shutil.copytree(world["query_model"], tmp_path / "retokenized")
+    tokenizer = json.loads((retokenized / "tokenizer.json").read_text())
+    tokenizer["normalizer"]["lowercase"] = False
+    (retokenized / "tokenizer.json").write_text(json.dumps(tokenizer))
+    base = ["train", "--corpus", str(world["corpus"]), "--no-progress"]
+    cases = {
+        "far from those of the encoder": ["--encoder", str(shared.model), "--query-model", str(other)],
+        "its tokenizer is not the encoder's": ["--encoder", str(shared.model), "--query-model", str(retokenized)],
+        "--query-model encodes queries beside an --encoder": ["--self-pairs", "title", "--query-model", str(other)],
+    }
+    for i, (message, flags) in enumerate(cases.items()):
+        result = CliRunner().invoke(build_app(), [*base, *flags, "--out", str(tmp_path / f"b{i}")])
+        said = " ".join(result.output.replace("│", " ").split())  # unwrapped from the error panel's lines
+        assert result.exit_code == 2 and message in said and "Traceback" not in said, result.output
+        assert not (tmp_path / f"b{i}").exists()
