@@ -111,6 +111,7 @@ class Embedder:
                 self.query_sentence = self.sentence
                 if bundle.sentence.query is not None and query_graph == "query":
                     self.query_sentence = SentenceEncoder(bundle.sentence_path, threads, precision, part="query")
+                    log.info("queries are encoded by the bundle's query graph (%s)", bundle.sentence.query.name)
             except SentenceError as exc:
                 raise BundleError(str(exc)) from None
             self.sentence_key = encoder_key(bundle, self.sentence.precision)

@@ -50,7 +50,12 @@ def train_day_one(settings: TrainSettings, prepared: PreparedEncoder, started: f
         "content_hash": manifest.content_hash,
         "form": manifest.form,
         "D": vocab.size,
-        "sentence": {"name": prepared.spec.name, "dims": prepared.spec.dims, "weight": DAY_ONE_WEIGHT},
+        "sentence": {
+            "name": prepared.spec.name,
+            "dims": prepared.spec.dims,
+            "weight": DAY_ONE_WEIGHT,
+            **({"query_graph": prepared.spec.query.name} if prepared.spec.query is not None else {}),
+        },
         "seconds": {"total": round(time.perf_counter() - started, 1)},
         "notes": [
             f"no pairs: {vocab.lexical.upper()} + {prepared.spec.name} at λ = {DAY_ONE_WEIGHT:g} "
