@@ -358,6 +358,12 @@ def add_query_graph(out: Path | str, folder: Path | str, *, threads: int = 1) ->
         raise SentenceError(f"{folder}: no {TOKENIZER_FILE} (a sentence-transformers model folder has one)")
     if sha256_file(folder / TOKENIZER_FILE) != sha256_file(out / TOKENIZER_FILE):
         raise SentenceError(f"{folder}: its tokenizer is not the encoder's ({spec.name}): a query graph shares it")
+    encoder = SentenceEncoder(out, threads, precision="fp32")
+    document = encoder.encode(list(QUERY_PROBES))
+    # First by the folder's own forward pass, before the export (tens of seconds) is paid for.
+    _check_agreement(
+        folder, spec, cosines(reference_vectors(_reference_model(folder), encoder, QUERY_PROBES), document)
+    )
     with tempfile.TemporaryDirectory() as scratch:
         made = prepare_encoder(folder, Path(scratch), threads=threads, precision="fp32")
         mine = spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"})
@@ -365,15 +371,8 @@ def add_query_graph(out: Path | str, folder: Path | str, *, threads: int = 1) ->
         if mine != theirs:
             differ = ", ".join(f"{k} {theirs[k]} against {mine[k]}" for k in mine if mine[k] != theirs[k])
             raise SentenceError(f"{folder}: a query graph must encode as the encoder does ({differ})")
-        document = SentenceEncoder(out, threads, precision="fp32").encode(list(QUERY_PROBES))
         query = SentenceEncoder(Path(scratch), threads, precision="fp32").encode(list(QUERY_PROBES))
-        found = cosines(query, document)
-        if float(found.mean()) < MIN_QUERY_AGREEMENT:
-            raise SentenceError(
-                f"{folder}: its query vectors are far from those of the encoder, {spec.name} (mean cosine "
-                f"{found.mean():.3f} < {MIN_QUERY_AGREEMENT} on {len(found)} queries): distil it towards that "
-                "encoder first (python -m training.shallow_encoder)"
-            )
+        found = _check_agreement(folder, spec, cosines(query, document))
         shutil.copyfile(Path(scratch) / MODEL_FILE, out / QUERY_MODEL_FILE)
         if made.int8 is not None:
             shutil.copyfile(Path(scratch) / INT8_MODEL_FILE, out / QUERY_INT8_MODEL_FILE)
@@ -389,6 +388,18 @@ def add_query_graph(out: Path | str, folder: Path | str, *, threads: int = 1) ->
     spec = spec.model_copy(update={"query": graph})
     write_spec(out, spec)
     return spec
+
+
+def _check_agreement(folder: Path, spec: SentenceSpec, found: np.ndarray) -> np.ndarray:
+    """`found` (each probe's cosine to the encoder's vector) as it is; SentenceError where its mean is below
+    MIN_QUERY_AGREEMENT."""
+    if float(found.mean()) < MIN_QUERY_AGREEMENT:
+        raise SentenceError(
+            f"{folder}: its query vectors are far from those of the encoder, {spec.name} (mean cosine "
+            f"{found.mean():.3f} < {MIN_QUERY_AGREEMENT} on {len(found)} queries): distil it towards that "
+            "encoder first (python -m training.shallow_encoder)"
+        )
+    return found
 
 
 def encoder_of_bundle(bundle_dir: Path | str, out: Path | str, precision: Precision | None = None) -> SentenceSpec:

@@ -129,3 +129,24 @@ def make_query_model(source: Path, out: Path, *, noise: float = 2.0, seed: int =
                 weight.add_(noise * weight.std() * torch.randn(weight.shape, generator=generator))
     model.save_pretrained(str(out))
     return out
+
+
+def exported_query_model(factory: pytest.TempPathFactory) -> Path:
+    """`make_query_model` of the run's tiny encoder, made once per run for every worker as `exported_tiny_encoder` is,
+    with its checked graph beside its weights (onnx/model.onnx), so that `--query-model` takes that graph after the
+    check instead of exporting it again (read only)."""
+    root = run_temp(factory)
+    final = root / "tiny-query-model"
+    with (root / "tiny-query-model.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not final.is_dir():
+            scratch = Path(tempfile.mkdtemp(prefix=f"{final.name}-", dir=root))
+            model = make_query_model(exported_tiny_encoder(factory).model, scratch / "model")
+            prepare_encoder(model, scratch / "sentence", int8=False)
+            (model / "onnx").mkdir()
+            shutil.copyfile(scratch / "sentence" / MODEL_FILE, model / "onnx" / MODEL_FILE)
+            for path in scratch.rglob("*"):
+                if path.is_file():
+                    path.chmod(0o444)
+            scratch.rename(final)
+    return final / "model"

@@ -22,8 +22,9 @@ from ssi_cli.main import build_app
 from tests.training.sentence_testing import (
     WORDS,
     ExportedEncoder,
+    exported_query_model,
     exported_tiny_encoder,
-    make_query_model,
+    make_tiny_encoder,
 )
 from training.evaluate.form_scorer import FormScorer
 from training.sentence_export import MIN_COSINE, MIN_QUERY_AGREEMENT, _reference_model, cosines, reference_vectors
@@ -45,7 +46,7 @@ def world(shared: ExportedEncoder, tmp_path_factory: pytest.TempPathFactory) -> 
     lines = [{"id": f"d{i}", "title": "", "text": " ".join(rng.choice(WORDS, size=12))} for i in range(40)]
     corpus = root / "corpus.jsonl"
     corpus.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
-    query_model = make_query_model(shared.model, root / "query-model")
+    query_model = exported_query_model(tmp_path_factory)
     args = ["train", "--corpus", str(corpus), "--encoder", str(shared.model), "--query-model", str(query_model)]
     result = CliRunner().invoke(build_app(), [*args, "--out", str(root / "bundle"), "--no-progress"])
     assert result.exit_code == 0, result.output
@@ -89,10 +90,10 @@ def test_a_next_model_trained_on_the_bundles_encoder_keeps_its_query_graph(world
 
 
 def test_a_query_model_that_does_not_match_the_encoder_is_refused(
-    world: dict[str, Path], shared: ExportedEncoder, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    world: dict[str, Path], shared: ExportedEncoder, tmp_path: Path
 ) -> None:
-    other = exported_tiny_encoder(tmp_path_factory, seed=1).model  # same tokenizer, other weights: far from the encoder
-    retokenized = shutil.copytree(world["query_model"], tmp_path / "retokenized")
+    other = make_tiny_encoder(tmp_path / "other", seed=1)  # same tokenizer, other weights: far from the encoder
+    retokenized = shutil.copytree(world["query_model"], tmp_path / "retokenized", copy_function=shutil.copyfile)
     tokenizer = json.loads((retokenized / "tokenizer.json").read_text())
     tokenizer["normalizer"]["lowercase"] = False
     (retokenized / "tokenizer.json").write_text(json.dumps(tokenizer))
