@@ -90,8 +90,8 @@ def quality(
         for i, given in enumerate(folder or []):
             prepare_encoder(given, Path(scratch) / f"given-{i}", threads=2)
             encoders[f"{read_name(given)} ({given})"] = Path(scratch) / f"given-{i}"
-        whole = SentenceEncoder(encoders[NAME], threads=2, precision="fp32")
-        whole_docs, whole_queries = encode_corpus(whole, texts), whole.encode(list(task.query_texts))
+        minilm = SentenceEncoder(encoders[NAME], threads=2, precision="fp32")
+        whole_docs, whole_queries = encode_corpus(minilm, texts), minilm.encode(list(task.query_texts))
         for name, path in encoders.items():
             encoder = SentenceEncoder(path, threads=2, precision="fp32")
             queries = encoder.encode(list(task.query_texts))

@@ -55,9 +55,9 @@ def distil_texts(corpora: Sequence[Path], *, limit: int = 200_000, seed: int = 0
             texts.extend(" ".join(sentences[i : i + RUN]) for i in range(0, max(0, len(sentences) - 1), RUN))
             if doc.title:
                 texts.append(doc.title)
+    random.Random(seed).shuffle(texts)
     if max_words > 0:
         texts = [t for t in texts if len(t.split()) <= max_words]
-    random.Random(seed).shuffle(texts)
     return texts[:limit]
 
 
