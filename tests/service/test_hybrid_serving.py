@@ -131,17 +131,24 @@ def test_a_bundle_without_an_encoder_answers_as_before(world: dict, tmp_path: Pa
     assert np.isfinite([hit["score"] for hit in hits]).all()
 
 
+@pytest.fixture(scope="module")
+def query_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The run's query model for the tiny encoder (made and exported once per run, shared with the training tests)."""
+    from tests.training.sentence_testing import exported_query_model
+
+    return exported_query_model(tmp_path_factory)
+
+
 def test_a_query_graph_encodes_the_queries_and_the_encoder_the_documents(
-    world: dict, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    world: dict, query_model: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """A bundle with a query graph (`ssi train --query-model`): /search is the brute force's with e(q) by the query
     graph and e(d) by the encoder, each hit's third part λ e_query(q)·e(d); SSI_QUERY_GRAPH=document serves the
     encoder's e(q) from the same bundle and index."""
-    from tests.training.sentence_testing import exported_query_model
     from training.sentence_export import add_query_graph
 
     folder = make_sentence_encoder(tmp_path_factory, tmp_path, "sentence", WEIGHT)
-    add_query_graph(folder, exported_query_model(tmp_path_factory))
+    add_query_graph(folder, query_model)
     bundle = make_bundle(tmp_path / "bundle", world["docs"], n_dims=8, seed=2, lexical="bm25", sentence=folder)
     by_query = Oracle(bundle, world["docs"])
     by_document = Oracle(bundle, world["docs"], query_graph="document")
