@@ -118,6 +118,12 @@ def tool_errors(output: str) -> list[str]:
     return [line.strip() for line in block.group(1).splitlines()] if block else []
 
 
+# schemathesis gives up loading the schema after 10 s, and on a loaded 2-core machine the served /openapi.json (already
+# built) once took longer (clean-clone run c14): such a round is run again, at most this many times in all.
+SCHEMA_ATTEMPTS = 3
+SCHEMA_NOT_LOADED = "Failed to load specification"
+
+
 def run_schemathesis(
     url: str,
     mode: str,
@@ -190,11 +196,16 @@ def fuzz(
                 report_dir = out / f"round-{round_:03d}-{mode}"
                 report_dir.mkdir(parents=True, exist_ok=True)
                 arguments = [*(extra or []), *(extra_by_mode or {}).get(mode, [])]
-                command, status, seconds = run_schemathesis(
-                    server.url, mode, seed + round_, examples, workers, report_dir, arguments, config
-                )
-                sent = sum(read_report(report, mode, tally) for report in report_dir.glob("*.ndjson"))
-                errors = tool_errors((report_dir / "output.txt").read_text(encoding="utf-8", errors="replace"))
+                for _attempt in range(SCHEMA_ATTEMPTS):
+                    command, status, seconds = run_schemathesis(
+                        server.url, mode, seed + round_, examples, workers, report_dir, arguments, config
+                    )
+                    sent = sum(read_report(report, mode, tally) for report in report_dir.glob("*.ndjson"))
+                    output = (report_dir / "output.txt").read_text(encoding="utf-8", errors="replace")
+                    if sent or SCHEMA_NOT_LOADED not in output:
+                        break
+                    print(f"round {round_} {mode}: schemathesis could not load the schema in time; again", flush=True)
+                errors = tool_errors(output)
                 tally.tool_errors += [f"{mode} seed {seed + round_}: {error}" for error in errors]
                 shown = " ".join("X-API-Key: [key]" if part.startswith("X-API-Key") else part for part in command)
                 tally.runs.append(
