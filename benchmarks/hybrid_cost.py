@@ -18,6 +18,14 @@ With --query-model DIR (a model folder distilled towards MiniLM, `python -m trai
 the bundle's query graph (`ssi train --query-model`) beside the two in the query timings, its vectors' cosine to
 MiniLM's fp32 ones, and over HTTP the hybrid bundle with it, served with it (the default) and with MiniLM's graph
 encoding the queries (SSI_QUERY_GRAPH=document), both without the query cache.
+
+With --sentence-dims N: over HTTP, the day-one bundle whole and with its vectors cut to N (`ssi train --sentence-dims`;
+both with the query graph where --query-model is given), both without the query cache. --http-only leaves the
+encoder's timings out; --work DIR keeps the bundles and the servers' folders there, so a run again serves the same
+bundles from their saved index instead of encoding the passages again:
+
+    python -m benchmarks.hybrid_cost --http-only --http-passages 20000 --query-model $Q --sentence-dims 128 \
+        --work bench-results/hybrid-cost --out runs/hybrid-cost-cut.json
 """
 
 from __future__ import annotations
@@ -177,7 +185,31 @@ def main(
         Path | None, typer.Option(help="A model folder distilled towards MiniLM: the bundle's query graph.")
     ] = None,
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
+    http_only: Annotated[bool, typer.Option(help="Only the /search runs of --http-passages.")] = False,
+    sentence_dims: Annotated[
+        int | None, typer.Option(help="/search also with the bundle's vectors cut to this many (--http-passages).")
+    ] = None,
+    work: Annotated[
+        Path | None,
+        typer.Option(help="Keep the /search runs' folder here (a run again reuses its encoded passages and index)."),
+    ] = None,
 ) -> None:
+    figures: dict[str, object] = {}
+    if not http_only:
+        figures = encoder_cost(corpus, scifact, queries, documents, zipf_queries, query_model)
+    if http_passages and work is not None:
+        work.mkdir(parents=True, exist_ok=True)
+        figures["search"] = http_cost(corpus, http_passages, work, seconds, query_model, sentence_dims)
+    elif http_passages:
+        with tempfile.TemporaryDirectory() as scratch:
+            figures["search"] = http_cost(corpus, http_passages, Path(scratch), seconds, query_model, sentence_dims)
+    write_figures(figures, out)
+
+
+def encoder_cost(
+    corpus: Path, scifact: Path | None, queries: int, documents: int, zipf_queries: int, query_model: Path | None
+) -> dict[str, object]:
+    """The encoder's figures (the module's first part): queries, documents, memory, the query cache."""
     with tempfile.TemporaryDirectory() as scratch:
         folder = Path(scratch) / "sentence"
         spec = prepare_encoder(checked_minilm_folder(), folder, name=NAME, threads=2)
@@ -234,56 +266,89 @@ def main(
         figures["query_cache_zipf_int8"] = {
             size: _cache_effect(one["int8"], stream, size) for size in (DEFAULT_SIZE, ZIPF_DISTINCT // 10)
         }
-    if http_passages:
-        with tempfile.TemporaryDirectory() as scratch:
-            figures["search"] = http_cost(corpus, http_passages, Path(scratch), seconds, query_model)
-    write_figures(figures, out)
+    return figures
 
 
-# The servers of --http-passages: (name, the hybrid bundle or not, settings). Every hybrid one runs without the query
-# cache but the last: `ssi bench` asks its 500 queries again and again, so with the cache on nearly every query after
-# the first 500 is a hit, a bound on what the cache can do rather than what traffic gets (the Zipf figures are that).
-HTTP_RUNS: tuple[tuple[str, bool, dict[str, str]], ...] = (
-    ("bm25", False, {}),
-    ("hybrid", True, {"SSI_QUERY_CACHE_SIZE": "0"}),
-    ("hybrid_fp32", True, {"SSI_QUERY_CACHE_SIZE": "0", "SSI_ENCODER_PRECISION": "fp32"}),
-    ("hybrid_cached", True, {}),
+# The servers of --http-passages: (name, which bundle, settings). Every hybrid one runs without the query cache but
+# the last: `ssi bench` asks its 500 queries again and again, so with the cache on nearly every query after the first
+# 500 is a hit, a bound on what the cache can do rather than what traffic gets (the Zipf figures are that).
+HTTP_RUNS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("bm25", "bm25", {}),
+    ("hybrid", "hybrid", {"SSI_QUERY_CACHE_SIZE": "0"}),
+    ("hybrid_fp32", "hybrid", {"SSI_QUERY_CACHE_SIZE": "0", "SSI_ENCODER_PRECISION": "fp32"}),
+    ("hybrid_cached", "hybrid", {}),
 )
 
 
 # With a query graph: the bundle's default (queries by the query graph) against MiniLM encoding its queries.
-QUERY_GRAPH_RUNS: tuple[tuple[str, bool, dict[str, str]], ...] = (
-    ("bm25", False, {}),
-    ("hybrid", True, {"SSI_QUERY_CACHE_SIZE": "0"}),
-    ("hybrid_document_graph", True, {"SSI_QUERY_CACHE_SIZE": "0", "SSI_QUERY_GRAPH": "document"}),
+QUERY_GRAPH_RUNS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("bm25", "bm25", {}),
+    ("hybrid", "hybrid", {"SSI_QUERY_CACHE_SIZE": "0"}),
+    ("hybrid_document_graph", "hybrid", {"SSI_QUERY_CACHE_SIZE": "0", "SSI_QUERY_GRAPH": "document"}),
+)
+
+# With --sentence-dims: the day-one bundle with its vectors cut (`ssi train --sentence-dims`) against it whole.
+CUT_RUNS: tuple[tuple[str, str, dict[str, str]], ...] = (
+    ("bm25", "bm25", {}),
+    ("hybrid", "hybrid", {"SSI_QUERY_CACHE_SIZE": "0"}),
+    ("hybrid_cut", "cut", {"SSI_QUERY_CACHE_SIZE": "0"}),
 )
 
 
-def http_cost(
-    corpus: Path, passages: int, work: Path, seconds: float, query_model: Path | None = None
-) -> dict[str, object]:
-    """`ssi bench` (flat, 1 and 32 clients) on the day-one hybrid bundle (int8, its default; fp32 asked of the same
-    bundle; int8 with the query cache) and on its twin without the encoder, one after the other (HTTP_RUNS); with a
-    `query_model`, the bundle with its query graph instead (QUERY_GRAPH_RUNS)."""
-    from service.bench.queries import passage_corpus
-    from service.bench.run import BenchConfig, run_bench
+def day_one_twins(
+    texts: Path, work: Path, query_model: Path | None = None, sentence_dims: int | None = None
+) -> dict[str, Path]:
+    """The day-one hybrid bundle over `texts` (`ssi train --corpus texts --encoder MiniLM`, with `query_model` as its
+    query graph) in work/hybrid, its twin without the encoder in work/bm25 (the same vocabulary and form: BM25 alone)
+    and, with `sentence_dims`, the hybrid with its vectors cut in work/cut-N. A folder that holds them already keeps
+    them (its servers' index is read back)."""
     from ssi.bundle import ENCODER_FILE, load_bundle, write_bundle
     from training.run import run_training
     from training.settings import TrainSettings
 
+    made = {"hybrid": work / "hybrid", "bm25": work / "bm25"}
+    if sentence_dims is not None:
+        made["cut"] = work / f"cut-{sentence_dims}"
+    for name, dims in (("hybrid", None), ("cut", sentence_dims)):
+        if name in made and not (made[name] / "manifest.json").is_file():
+            trained = TrainSettings(
+                corpus=texts, out=made[name], encoder=checked_minilm_folder(), query_model=query_model,
+                sentence_dims=dims,
+            )  # fmt: skip
+            run_training(trained, show_progress=False)
+    if not (made["bm25"] / "manifest.json").is_file():
+        hybrid = load_bundle(made["hybrid"], mmap=False)
+        write_bundle(
+            made["bm25"], form=hybrid.form, vocab=hybrid.vocab,
+            encoder_onnx=(made["hybrid"] / ENCODER_FILE).read_bytes(),
+        )  # fmt: skip
+    return made
+
+
+def http_cost(
+    corpus: Path,
+    passages: int,
+    work: Path,
+    seconds: float,
+    query_model: Path | None = None,
+    sentence_dims: int | None = None,
+) -> dict[str, object]:
+    """`ssi bench` (flat, 1 and 32 clients) on the day-one hybrid bundle (int8, its default; fp32 asked of the same
+    bundle; int8 with the query cache) and on its twin without the encoder, one after the other (HTTP_RUNS); with a
+    `query_model`, the bundle with its query graph instead (QUERY_GRAPH_RUNS); with `sentence_dims`, the bundle whole
+    and with its vectors cut (CUT_RUNS; both with the query graph where given)."""
+    from service.bench.queries import passage_corpus
+    from service.bench.run import BenchConfig, run_bench
+
     texts = passage_corpus(corpus, work / "passages.jsonl", limit=passages)
-    hybrid, plain = work / "hybrid", work / "bm25"
-    trained = TrainSettings(corpus=texts, out=hybrid, encoder=checked_minilm_folder(), query_model=query_model)
-    run_training(trained, show_progress=False)
-    runs = HTTP_RUNS if query_model is None else QUERY_GRAPH_RUNS
-    made = load_bundle(hybrid, mmap=False)
-    write_bundle(plain, form=made.form, vocab=made.vocab, encoder_onnx=(hybrid / ENCODER_FILE).read_bytes())
+    bundles = day_one_twins(texts, work, query_model, sentence_dims)
+    runs = CUT_RUNS if sentence_dims is not None else HTTP_RUNS if query_model is None else QUERY_GRAPH_RUNS
     found: dict[str, dict[str, object]] = {}
-    for name, with_encoder, settings in runs:
+    for name, bundle, settings in runs:
         config = BenchConfig(
-            bundle=hybrid if with_encoder else plain, corpus=texts, out=work / f"{name}.json",
-            # The hybrid servers share a store and snapshots (each precision its own): a later one may start from them.
-            work_dir=work / ("run-hybrid" if with_encoder else "run-bm25"), extra_settings=settings,
+            bundle=bundles[bundle], corpus=texts, out=work / f"{name}.json",
+            # A bundle's servers share a store and snapshots (each precision its own): a later one may start from them.
+            work_dir=work / f"run-{bundle}", extra_settings=settings,
             query_sampler="positions", clients=[1, 32], seconds=seconds, index_types=["flat"], measure_restart=False,
         )  # fmt: skip
         report = run_bench(config, log=lambda line: None)
@@ -298,8 +363,8 @@ def http_cost(
         }
     ratios = {
         f"{c}_clients_{k}_{name}_over_bm25": round(found[name][f"{c}_clients"][k] / found["bm25"][f"{c}_clients"][k], 2)  # type: ignore[index]
-        for name, with_encoder, _ in runs
-        if with_encoder
+        for name, bundle, _ in runs
+        if bundle != "bm25"
         for c in ("1", "32")
         for k in ("p50_ms", "throughput_qps")
     }

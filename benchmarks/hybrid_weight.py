@@ -15,6 +15,11 @@ and min-max per query (each part scaled to [0, 1] over the collection, then adde
 windows of 100 words behind their title, scored by the best window (MaxP) or by the windows' mean as one vector;
 the titles encoded apart, scored by the better of title and text. `--titles-epochs N` fine-tunes the encoder N
 epochs on the corpus's own (title, abstract) pairs (training.encoder_finetune, no labels) and fuses that.
+
+`--pca 64,128,192` adds the encoder's vectors cut to fewer dimensions (a flat index's scan reads every document's
+sentence part: a third of the dimensions, a third of the bytes): both sides projected onto the leading principal
+axes of the documents' vectors (fitted on the corpus alone, no labels, after taking their mean away) and scaled back
+to unit length, alone and at the same weights as the whole vectors.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from benchmarks.replication_faults import write_figures
 from ssi.corpus import read_beir_queries, read_corpus, read_qrels
 from ssi.forms.diagonal import Diagonal
 from ssi.records import Document
-from ssi.sentence import SentenceEncoder, SentenceSpec
+from ssi.sentence import SentenceEncoder, SentenceSpec, project
 from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
 from training.evaluate.form_scorer import FormScorer
@@ -39,6 +44,7 @@ from training.evaluate.metrics import NDCG10, quick_metrics
 from training.evaluate.tasks import RetrievalTask, beir_task
 from training.pretrained import NAME, checked_minilm_folder
 from training.sentence_export import prepare_encoder
+from training.sentence_projection import fitted_projection
 from training.sentence_vectors import encode_corpus
 from training.splits import split_by_query
 
@@ -97,6 +103,13 @@ def _window_cosines(encoder: SentenceEncoder, docs: list[Document], queries: np.
     return {"windows_best": _best_per_document(queries @ vectors.T, owner, len(docs)), "windows_mean": queries @ mean.T}
 
 
+def _cut(queries: np.ndarray, documents: np.ndarray, dims: int) -> np.ndarray:
+    """Cosines [queries, documents] of both sides' vectors cut to `dims` as `ssi train --sentence-dims` cuts them
+    (training.sentence_projection), fitted on every document here (`--pca`)."""
+    projection, _ = fitted_projection(documents, dims)
+    return project(projection, queries) @ project(projection, documents).T
+
+
 def scifact_validation(data: Path) -> tuple[list[Document], RetrievalTask, np.ndarray]:
     """SciFact's documents, its validation claims (a fifth of the train split's, seed 0: `ssi eval --split valid
     --valid-share 0.2`) and BM25's scores on stems for them, [claims, documents]: what a hybrid's lexical part is."""
@@ -116,6 +129,7 @@ def main(
     learned: Annotated[Path | None, typer.Option(help="A label-free bundle to fuse in BM25's place.")] = None,
     variants: Annotated[bool, typer.Option(help="Other label-free fusions and document vectors (above).")] = False,
     titles_epochs: Annotated[int, typer.Option(help="Fine-tune on the corpus's titles this many epochs.")] = 0,
+    pca: Annotated[str, typer.Option(help="Comma-separated dimensions to cut the vectors to (above).")] = "",
 ) -> None:
     docs, task, lexical = scifact_validation(data)
     texts = [d.full_text for d in docs]
@@ -123,8 +137,11 @@ def main(
         spec = prepare_encoder(checked_minilm_folder(), Path(scratch) / "sentence", name=NAME, threads=2)
         encoder = SentenceEncoder(Path(scratch) / "sentence", threads=2)
         queries = encoder.encode(list(task.query_texts))
-        cosine = queries @ encode_corpus(encoder, texts).T
+        documents = encode_corpus(encoder, texts)
+        cosine = queries @ documents.T
         others: dict[str, np.ndarray] = {}
+        for dims in [int(d) for d in pca.split(",") if d]:
+            others[f"pca_{dims}_dimensions"] = _cut(queries, documents, dims)
         if variants:
             others = _window_cosines(encoder, docs, queries)
             titles = encode_corpus(encoder, [d.title or d.text for d in docs])

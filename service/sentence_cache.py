@@ -49,7 +49,7 @@ import numpy as np
 
 from service.snapshot import SENTENCE_CACHE_DIR, fsync_dir, fsync_file
 from ssi.bundle import Bundle
-from ssi.sentence import SENTENCE_DIR, TOKENIZER_FILE, Part, Precision, model_file
+from ssi.sentence import PROJECTION_FILE, SENTENCE_DIR, TOKENIZER_FILE, Part, Precision, model_file
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,8 @@ def encoder_key(bundle: Bundle, precision: Precision | None = None, part: Part =
         "spec": spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"}),
         "runtime": {name: _version(name) for name in ("onnxruntime", "tokenizers")},
     }
+    if spec.projection is not None:  # the vectors cut (ssi.sentence.Projection); a bundle without one keeps its key
+        identity["projection"] = files[f"{SENTENCE_DIR}/{PROJECTION_FILE}"]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
 

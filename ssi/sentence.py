@@ -19,6 +19,10 @@ running e needs and nothing from PyTorch:
     query.int8.onnx the model cut to its first layers and distilled towards it (training.shallow_encoder); documents
                     are encoded once by model.onnx, each query by this one (`part`), so a query costs what the
                     small graph costs while every document keeps the whole model's vector
+    projection.npy  optional (spec `projection`): the graph's pooled vectors cut to fewer dimensions, both sides
+                    alike: their corpus mean taken away, projected onto the corpus's leading principal axes and
+                    scaled to unit length (`Projection`; `ssi train --sentence-dims`, training.sentence_projection).
+                    [E₀ + 1, E] float32: the axes' rows, then minus the mean's projection; E is then the spec's dims
 
 Which graph serves (`precision`, `served_precision`): the spec's, unless the server asks (SSI_ENCODER_PRECISION); int8
 asked of a folder without the int8 graph serves fp32 and logs why, and so does the spec's int8 on a CPU without the
@@ -50,6 +54,7 @@ MODEL_FILE = "model.onnx"
 INT8_MODEL_FILE = "model.int8.onnx"
 TOKENIZER_FILE = "tokenizer.json"
 SPEC_FILE = "sentence.json"
+PROJECTION_FILE = "projection.npy"
 FILES = (MODEL_FILE, TOKENIZER_FILE, SPEC_FILE)
 QUERY_MODEL_FILE = "query.onnx"
 QUERY_INT8_MODEL_FILE = "query.int8.onnx"
@@ -90,6 +95,15 @@ class StaticInfo(BaseModel):
     rows: str  # each token's row: its own output state in the one-token text ("token"), or the text's mean ("mean")
     pca: bool  # centred and rotated onto its principal axes (dims ≤ source_dims kept), or the vectors as they came
     weighting: str  # how each token's row was scaled (a SIF weight a/(a + p(token)) and where p came from, or none)
+
+
+class Projection(BaseModel):
+    """The pooled vectors cut to the spec's `dims` (PROJECTION_FILE): why and how in training.sentence_projection."""
+
+    source_dims: int = Field(ge=2)  # the graph's own E, before the cut
+    documents: int = Field(ge=1)  # corpus documents the mean and axes were fitted on
+    kept_variance: float  # the share of those documents' variance (about their mean) the kept axes hold
+    sha256: str  # PROJECTION_FILE's
 
 
 class QueryAgreement(BaseModel):
@@ -133,6 +147,7 @@ class SentenceSpec(BaseModel):
     kind: Literal["transformer", "static"] = "transformer"
     static: StaticInfo | None = None
     query: QueryGraph | None = None  # a smaller graph for queries (QUERY_MODEL_FILE), None: model.onnx encodes both
+    projection: Projection | None = None  # the vectors cut to `dims` (PROJECTION_FILE), None: the graph's own E
 
     def with_weight(self, weight: float, rule: str) -> SentenceSpec:
         return self.model_copy(update={"weight": float(weight), "weight_rule": rule})
@@ -143,6 +158,8 @@ def files_of(spec: SentenceSpec) -> tuple[str, ...]:
     files = (*FILES, INT8_MODEL_FILE) if spec.int8 is not None else FILES
     if spec.query is not None:
         files += (QUERY_MODEL_FILE, QUERY_INT8_MODEL_FILE) if spec.query.int8 is not None else (QUERY_MODEL_FILE,)
+    if spec.projection is not None:
+        files += (PROJECTION_FILE,)
     return files
 
 
@@ -317,6 +334,7 @@ class SentenceEncoder:
         (output,) = self.session.get_outputs()[:1]
         self.output = output.name
         self.dims = self.spec.dims
+        self.projection = read_projection(folder, self.spec)
 
     @property
     def graph_file(self) -> str:
@@ -327,22 +345,28 @@ class SentenceEncoder:
         """Each text's token ids, cut to the maximum length ([CLS] … [SEP] kept)."""
         return [enc.ids for enc in self.tokenizer.encode_batch(list(texts), add_special_tokens=True)]
 
-    def encode(self, texts: Sequence[str], batch: int = BATCH) -> np.ndarray:
-        """float32 [len(texts), E], in the texts' order."""
-        return self.encode_ids(self.token_ids(texts), batch)
+    @property
+    def pooled_dims(self) -> int:
+        """E of the pooled vectors before the projection (`encode(..., cut=False)`): the graph's own."""
+        return self.spec.dims if self.spec.projection is None else self.spec.projection.source_dims
 
-    def encode_ids(self, ids: Sequence[list[int]], batch: int = BATCH) -> np.ndarray:
-        """float32 [len(ids), E] of texts already tokenized (`token_ids`), in their order."""
-        out = np.zeros((len(ids), self.dims), dtype=np.float32)
+    def encode(self, texts: Sequence[str], batch: int = BATCH, cut: bool = True) -> np.ndarray:
+        """float32 [len(texts), E], in the texts' order; `cut=False`: before the projection (`pooled_dims`), which
+        `project(encoder.projection, ...)` then gives the same vectors of."""
+        return self.encode_ids(self.token_ids(texts), batch, cut)
+
+    def encode_ids(self, ids: Sequence[list[int]], batch: int = BATCH, cut: bool = True) -> np.ndarray:
+        """float32 [len(ids), E] of texts already tokenized (`token_ids`), in their order (`cut`: as `encode`)."""
+        out = np.zeros((len(ids), self.dims if cut else self.pooled_dims), dtype=np.float32)
         if not ids:
             return out
         order = np.argsort([len(row) for row in ids], kind="stable")
         for start in range(0, len(order), batch):
             chosen = order[start : start + batch]
-            out[chosen] = self._run([ids[i] for i in chosen])
+            out[chosen] = self._run([ids[i] for i in chosen], cut)
         return out
 
-    def _run(self, rows: list[list[int]]) -> np.ndarray:
+    def _run(self, rows: list[list[int]], cut: bool = True) -> np.ndarray:
         width = max(len(row) for row in rows)
         input_ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -354,4 +378,26 @@ class SentenceEncoder:
             feed["token_type_ids"] = np.zeros_like(input_ids)
         (states,) = self.session.run([self.output], feed)
         pooled = pool(np.asarray(states, dtype=np.float32), mask, self.spec.pooling)
-        return unit_length(pooled) if self.spec.normalize else pooled
+        pooled = unit_length(pooled) if self.spec.normalize else pooled
+        return pooled if self.projection is None or not cut else project(self.projection, pooled)
+
+
+def project(projection: np.ndarray, vectors: np.ndarray) -> np.ndarray:
+    """Pooled vectors [n, E₀] cut to [n, E] by a PROJECTION_FILE's array: (x − mean) · axes, to unit length."""
+    cut = vectors @ projection[:-1] + projection[-1]
+    return unit_length(cut).astype(np.float32)
+
+
+def read_projection(folder: Path, spec: SentenceSpec) -> np.ndarray | None:
+    """The folder's PROJECTION_FILE where the spec records one (None otherwise), checked against it."""
+    if spec.projection is None:
+        return None
+    path = folder / PROJECTION_FILE
+    try:
+        array = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise SentenceError(f"{path}: not a readable projection ({exc})") from None
+    shape = (spec.projection.source_dims + 1, spec.dims)
+    if array.shape != shape or array.dtype != np.float32:
+        raise SentenceError(f"{path}: {array.dtype} {array.shape}, the spec says float32 {shape}")
+    return array

@@ -35,6 +35,7 @@ def train_day_one(settings: TrainSettings, prepared: PreparedEncoder, started: f
         stemmer=settings.stemmer,
     )
     form = Diagonal({"w": np.ones(vocab.size, dtype=np.float32)})
+    prepared.cut([d.full_text for d in docs], settings.sentence_dims)
     folder = prepared.weighted(DAY_ONE_WEIGHT, DAY_ONE_RULE)
     manifest = export_bundle(
         settings.out,
@@ -55,6 +56,7 @@ def train_day_one(settings: TrainSettings, prepared: PreparedEncoder, started: f
             "dims": prepared.spec.dims,
             "weight": DAY_ONE_WEIGHT,
             **({"query_graph": prepared.spec.query.name} if prepared.spec.query is not None else {}),
+            **({"projection": prepared.spec.projection.model_dump()} if prepared.spec.projection is not None else {}),
         },
         "seconds": {"total": round(time.perf_counter() - started, 1)},
         "notes": [

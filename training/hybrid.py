@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import shutil
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +35,7 @@ from training.sentence_export import (
     is_encoder_folder,
     prepare_encoder,
 )
+from training.sentence_projection import add_projection
 from training.sentence_vectors import encode_corpus
 
 SENTENCE_WEIGHT = "sentence_weight"  # λ, beside the validation metrics of each step (training.trainer)
@@ -90,6 +92,15 @@ class PreparedEncoder:
         shutil.rmtree(self.folder)
         self.spec = prepare_encoder(tuned, self.folder, threads=self.threads, name=name, precision=self.precision)
         self.encoder = SentenceEncoder(self.folder, self.threads)
+
+    def cut(self, texts: Sequence[str], dims: int | None) -> None:
+        """Cut the vectors to `dims` dimensions, fitted on the corpus `texts` (training.sentence_projection; None: as
+        they are): after `finetune`, which exports the encoder afresh, and before anything is encoded for training."""
+        if dims is None:
+            return
+        self.spec = add_projection(self.folder, texts, dims, self.threads)
+        self.encoder = SentenceEncoder(self.folder, self.threads)
+        self.__dict__.pop("for_queries", None)  # its cached encoder was made before the cut
 
     def weighted(self, weight: float, rule: str) -> Path:
         """The folder with λ written into its spec, for `write_bundle(sentence=...)`."""

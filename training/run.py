@@ -302,6 +302,8 @@ def _run(
         if prepared is not None and settings.finetune_encoder:
             device = str(resolve_device(settings.device))
             prepared.finetune(data, settings.finetune_encoder, settings.seed, device)
+        if prepared is not None:
+            prepared.cut([d.full_text for d in data.docs], settings.sentence_dims)
         sentence = SentenceTraining.of(prepared, data, settings.lr) if prepared is not None else None
         trainer = Trainer(data, settings, docs=docs, init=init.form if init is not None else None, sentence=sentence)
         trainer.validator = build_validator(

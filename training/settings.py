@@ -61,6 +61,8 @@ class TrainSettings(BaseSettings):
     # A model folder distilled towards the --encoder (training.shallow_encoder): its graph encodes each query, while
     # documents keep the encoder's vectors (training.sentence_export.add_query_graph).
     query_model: Path | None = None
+    # The --encoder's vectors cut to this many dimensions (training.sentence_projection); None: its own.
+    sentence_dims: int | None = Field(None, ge=2)
     workers: int = Field(2, ge=1)
 
     # Model
@@ -202,6 +204,8 @@ class TrainSettings(BaseSettings):
             raise ValueError("--encoder-precision chooses the --encoder's graph: give it")
         elif self.query_model is not None:
             raise ValueError("--query-model encodes queries beside an --encoder: give it")
+        elif self.sentence_dims is not None:
+            raise ValueError("--sentence-dims cuts the --encoder's vectors: give it")
         if self.epochs is None and self.max_minutes is None:
             self.max_minutes = 10.0
             # A default, not the user's: the click recipe replaces it with a number of epochs

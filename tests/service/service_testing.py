@@ -39,8 +39,10 @@ from ssi.vocab import Vocabulary
 from ssi.weighting import Bm25
 from training.dice import HashingPlan
 from training.encoder import form_encoder
+from training.sentence_projection import add_projection
 
 API_KEY = "test-key-0123456789abcdef"
+CUT_DIMS = 8  # the `cut` bundle of `hybrid_world`: the tiny encoder's 32 dimensions cut to these
 REPO = Path(__file__).resolve().parents[2]
 
 # Ids that break naive routing: reserved URL characters, a slash, spaces, non-ASCII.
@@ -194,14 +196,18 @@ def make_sentence_encoder(factory: pytest.TempPathFactory, root: Path, name: str
 
 def hybrid_world(factory: pytest.TempPathFactory, name: str, n_docs: int, weight: float) -> dict:
     """A new folder `name` with a generated corpus file, a hybrid BM25 bundle over it (the run's tiny encoder at
-    λ = `weight`) and its `plain` twin without the encoder (the same vocabulary and random form)."""
+    λ = `weight`), its `plain` twin without the encoder (the same vocabulary and random form) and its `cut` twin with
+    the encoder's vectors cut to CUT_DIMS (`ssi train --sentence-dims`, fitted on the corpus)."""
     root = factory.mktemp(name)
     docs = make_corpus(n_docs, seed=5, vocab_words=300)
     encoder = make_sentence_encoder(factory, root, "sentence", weight)
     bundle = make_bundle(root / "bundle", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
     plain = make_bundle(root / "plain", docs, n_dims=8, seed=2, lexical="bm25")
+    cut = shutil.copytree(encoder, root / "sentence-cut", copy_function=shutil.copyfile)
+    add_projection(cut, [d.full_text for d in docs], CUT_DIMS)
+    cut_bundle = make_bundle(root / "cut", docs, n_dims=8, seed=2, lexical="bm25", sentence=cut)
     corpus = write_corpus(root / "corpus.jsonl", docs)
-    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "plain": plain}
+    return {"root": root, "docs": docs, "corpus": corpus, "bundle": bundle, "plain": plain, "cut": cut_bundle}
 
 
 @dataclass

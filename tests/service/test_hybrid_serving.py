@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from service_testing import (
+    CUT_DIMS,
     Oracle,
     ThreadServer,
     assert_same_ranking,
@@ -92,6 +93,25 @@ def test_a_hybrid_bundle_is_served_exactly_with_its_third_part_apart(world: dict
             response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
             assert response.status_code == 200, response.text
             assert_same_ranking(response.json()["hits"], oracle, doc.full_text, K, exclude=doc.id)
+
+
+def test_a_bundle_with_its_vectors_cut_is_served_exactly_by_them(world: dict, tmp_path: Path) -> None:
+    """`ssi train --sentence-dims` (ssi.sentence.Projection): the index holds the cut vectors (8 of the tiny encoder's
+    32), queries are cut alike, and /search and /similar are the brute force of the bundle's score, which differs
+    from the whole vectors'."""
+    cut, whole = Oracle(world["cut"], world["docs"]), Oracle(world["bundle"], world["docs"])
+    queries = probe_queries(world["docs"], 8, seed=11)
+    assert any(cut.top(q, K)[0] != whole.top(q, K)[0] for q in queries)
+    with ThreadServer(bundle=world["cut"], corpus=world["corpus"], cache_dir=tmp_path / "cache") as server:
+        assert server.client.get("/model").json()["index_dims"] == 8 + CUT_DIMS
+        for query in queries:
+            response = server.client.post("/search", json={"query": query, "k": K})
+            assert response.status_code == 200, response.text
+            assert_same_ranking(response.json()["hits"], cut, query, K)
+        for doc in world["docs"][::60]:
+            response = server.client.get("/documents/" + quote(doc.id, safe="") + "/similar", params={"k": K})
+            assert response.status_code == 200, response.text
+            assert_same_ranking(response.json()["hits"], cut, doc.full_text, K, exclude=doc.id)
 
 
 def test_a_written_document_is_encoded_on_write_and_a_restart_reuses_the_index(world: dict, tmp_path: Path):
