@@ -98,7 +98,7 @@ def profile(collection: Any, settings: Any, queries: list[str], k: int, rerank: 
         t1 = CLOCK()
         tfidf = state.embedder.featurize_queries([request.query])
         t2 = CLOCK()
-        embedded = state.embedder.embed_queries(tfidf)
+        embedded = state.embedder.embed_queries(tfidf, [request.query])
         t3 = CLOCK()
         bits = state.table.live_bits()
         n_live = state.table.n_live
