@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from ssi.sentence import MODEL_FILE
@@ -150,3 +151,11 @@ def exported_query_model(factory: pytest.TempPathFactory) -> Path:
                     path.chmod(0o444)
             scratch.rename(final)
     return final / "model"
+
+
+def write_word_corpus(path: Path, *, seed: int = 3, documents: int = 40) -> Path:
+    """A JSONL corpus of `documents` texts of 12 words drawn from WORDS (the tiny encoder's vocabulary)."""
+    rng = np.random.default_rng(seed)
+    lines = [{"id": f"d{i}", "title": "", "text": " ".join(rng.choice(WORDS, size=12))} for i in range(documents)]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    return path

@@ -20,11 +20,11 @@ from ssi.hybrid import hybrid_scores
 from ssi.sentence import QUERY_MODEL_FILE, SentenceEncoder
 from ssi_cli.main import build_app
 from tests.training.sentence_testing import (
-    WORDS,
     ExportedEncoder,
     exported_query_model,
     exported_tiny_encoder,
     make_tiny_encoder,
+    write_word_corpus,
 )
 from training.evaluate.form_scorer import FormScorer
 from training.sentence_export import MIN_COSINE, MIN_QUERY_AGREEMENT, _reference_model, cosines, reference_vectors
@@ -42,10 +42,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> ExportedEncoder:
 def world(shared: ExportedEncoder, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A corpus, a query model for the tiny encoder, and the day-one bundle trained with both."""
     root = tmp_path_factory.mktemp("query-graph")
-    rng = np.random.default_rng(3)
-    lines = [{"id": f"d{i}", "title": "", "text": " ".join(rng.choice(WORDS, size=12))} for i in range(40)]
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    corpus = write_word_corpus(root / "corpus.jsonl", seed=3)
     query_model = exported_query_model(tmp_path_factory)
     args = ["train", "--corpus", str(corpus), "--encoder", str(shared.model), "--query-model", str(query_model)]
     result = CliRunner().invoke(build_app(), [*args, "--out", str(root / "bundle"), "--no-progress"])

@@ -6,7 +6,6 @@ is refused with a clear error and nothing written."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -19,7 +18,7 @@ from ssi.corpus import read_corpus
 from ssi.hybrid import hybrid_scores
 from ssi.sentence import PROJECTION_FILE, SentenceEncoder
 from ssi_cli.main import build_app
-from tests.training.sentence_testing import WORDS, ExportedEncoder, exported_tiny_encoder
+from tests.training.sentence_testing import ExportedEncoder, exported_tiny_encoder, write_word_corpus
 from tests.training.synonyms import SynonymCorpus, train
 from training.evaluate.form_scorer import FormScorer
 from training.sentence_vectors import encode_corpus
@@ -37,10 +36,7 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> ExportedEncoder:
 def world(shared: ExportedEncoder, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """A corpus and the day-one bundle trained on it with the tiny encoder cut to DIMS."""
     root = tmp_path_factory.mktemp("projection")
-    rng = np.random.default_rng(5)
-    lines = [{"id": f"d{i}", "title": "", "text": " ".join(rng.choice(WORDS, size=12))} for i in range(40)]
-    corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps(line) + "\n" for line in lines), encoding="utf-8")
+    corpus = write_word_corpus(root / "corpus.jsonl", seed=5)
     args = ["train", "--corpus", str(corpus), "--encoder", str(shared.model), "--sentence-dims", str(DIMS)]
     result = CliRunner().invoke(build_app(), [*args, "--out", str(root / "bundle"), "--no-progress"])
     assert result.exit_code == 0, result.output
