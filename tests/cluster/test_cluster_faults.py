@@ -27,7 +27,7 @@ pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[clu
 
 from cluster.index_job import build_index  # noqa: E402
 from cluster.sharding import shard_of  # noqa: E402
-from tests.service.service_testing import needle_of, probe_queries, wait_ready  # noqa: E402
+from tests.service.service_testing import TLS, needle_of, probe_queries, wait_ready  # noqa: E402
 
 SHARDS = 2  # each shard a Serve replica (a process, two with replicas=2); the victim is shard 1
 VICTIM = 1
@@ -82,7 +82,7 @@ class Workload:
         return time.monotonic() - self.started
 
     def _loop(self, step: Callable[[httpx.Client, int, int], Outcome], worker: int) -> None:
-        with httpx.Client(base_url=self.url, timeout=ANSWER_BOUND) as client:
+        with httpx.Client(base_url=self.url, timeout=ANSWER_BOUND, verify=TLS) as client:
             n = 0
             while not self.stop.is_set():
                 self.outcomes.append(step(client, worker, n))
@@ -195,7 +195,7 @@ def test_a_killed_shard_answers_503s_naming_it_and_loses_no_acknowledged_write(w
     url = deployed(cluster, replicas=1)
     docs = world["docs"]
     texts = [f"{needle_of(docs[i])} {needle_of(docs[i + 1])}" for i in range(0, 40, 2)]
-    with httpx.Client(base_url=url, timeout=30) as client:
+    with httpx.Client(base_url=url, timeout=30, verify=TLS) as client:
         work = Workload(url, probe_queries(docs, 4, seed=5), texts, write=True).start()
         time.sleep(1.5)
         victim = shard_replicas(client, VICTIM)
@@ -249,7 +249,7 @@ def test_a_shard_that_cannot_come_back_is_a_bounded_503_naming_it(world: dict, c
     url = deployed(cluster, replicas=1)
     folder = cluster["index"] / read_manifest(cluster["index"]).entries[VICTIM].folder
     query = probe_queries(world["docs"], 1, seed=8)[0]
-    with httpx.Client(base_url=url, timeout=ANSWER_BOUND) as client:
+    with httpx.Client(base_url=url, timeout=ANSWER_BOUND, verify=TLS) as client:
         expected = client.post("/search", json={"query": query, "k": 10}).json()["hits"]
         victim = shard_replicas(client, VICTIM)
         folder.rename(tmp_path / "away")
@@ -279,7 +279,7 @@ def test_with_two_replicas_searches_keep_answering_while_one_is_killed(world: di
 
     Slow: a second Serve application with two replicas a shard, one killed under a live workload and replaced."""
     url = deployed(cluster, replicas=2)
-    with httpx.Client(base_url=url, timeout=30) as client:
+    with httpx.Client(base_url=url, timeout=30, verify=TLS) as client:
         pids = replica_pids(client, VICTIM, 2)
         work = Workload(url, probe_queries(world["docs"], 4, seed=6), [], write=False).start(searchers=3)
         time.sleep(1.0)

@@ -28,7 +28,7 @@ from service.store import DocumentStore
 from ssi.records import Document
 from tests.cluster.conftest import jsonl_block
 from tests.cluster.router_testing import Router, call
-from tests.service.service_testing import API_KEY, ThreadServer, make_bundle, probe_queries, wait_ready
+from tests.service.service_testing import API_KEY, TLS, ThreadServer, make_bundle, probe_queries, wait_ready
 
 SHARDS = 2  # each shard a Serve replica (a process); the merge is the same from two
 COLLECTION = "ads"
@@ -117,7 +117,7 @@ def ray_router(world: dict, ad_world: dict, tmp_path_factory: pytest.TempPathFac
     url = f"{ray.url}/adverts"
     try:
         wait_ready(url, timeout=60)
-        with httpx.Client(base_url=url, timeout=60) as client:
+        with httpx.Client(base_url=url, timeout=60, verify=TLS) as client:
             yield {"index": index, "client": client}
     finally:
         serve.delete("adverts")

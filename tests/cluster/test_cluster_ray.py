@@ -26,6 +26,7 @@ from cluster.sharding import shard_of  # noqa: E402
 from ssi.records import Document  # noqa: E402
 from tests.cluster.conftest import with_fields  # noqa: E402
 from tests.service.service_testing import (  # noqa: E402
+    TLS,
     Oracle,
     ThreadServer,
     assert_same_ranking,
@@ -53,7 +54,7 @@ def cluster(world: dict, tmp_path_factory: pytest.TempPathFactory) -> Iterator[d
     deploy.start(index, settings, deploy.ClusterOptions(shard_cpus=0, retry_seconds=30), address=ray.address)
     wait_ready(ray.url, timeout=60)
     try:
-        with httpx.Client(base_url=ray.url, timeout=60) as client:
+        with httpx.Client(base_url=ray.url, timeout=60, verify=TLS) as client:
             yield {"index": index, "manifest": manifest, "client": client, "local": ray.local}
     finally:
         deploy.stop()
@@ -156,7 +157,7 @@ def test_a_replica_killed_during_queries_never_gives_a_wrong_ranking(world: dict
     stop = threading.Event()
 
     def searcher() -> None:
-        with httpx.Client(base_url=str(client.base_url), timeout=60) as own:
+        with httpx.Client(base_url=str(client.base_url), timeout=60, verify=TLS) as own:
             while not stop.is_set():
                 response = own.post("/search", json={"query": query, "k": 10})
                 body = response.json()

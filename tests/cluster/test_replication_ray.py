@@ -21,7 +21,7 @@ pytest.importorskip("ray", reason="needs the cluster extra: pip install -e .[clu
 
 from cluster.index_job import build_index  # noqa: E402
 from cluster.sharding import shard_of  # noqa: E402
-from tests.service.service_testing import needle_of, wait_ready  # noqa: E402
+from tests.service.service_testing import TLS, needle_of, wait_ready  # noqa: E402
 
 SHARDS = 2
 COPIES = 3
@@ -122,7 +122,7 @@ class Traffic:
             thread.start()
 
     def _write(self, worker: int) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
+        with httpx.Client(base_url=self.url, timeout=30, verify=TLS) as client:
             n = 0
             while not self.stop.is_set():
                 doc_id = f"w{worker}-{n}"
@@ -139,7 +139,7 @@ class Traffic:
                 n += 1
 
     def _search(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
+        with httpx.Client(base_url=self.url, timeout=30, verify=TLS) as client:
             n = 0
             while not self.stop.is_set():
                 try:
@@ -188,7 +188,7 @@ def test_a_killed_primary_and_a_lost_node_lose_no_acknowledged_write(world: dict
     assert len(acknowledged) > 20, Counter(traffic.writes.values())
     assert set(traffic.writes.values()) <= {0, 200, 503}, Counter(traffic.writes.values())
     assert set(traffic.searches) <= {200, 503} and traffic.partial == 0, traffic.searches
-    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+    with httpx.Client(base_url=cluster["url"], timeout=30, verify=TLS) as client:
         missing = [d for d in acknowledged if client.get(f"/documents/{quote(d, safe='')}").status_code != 200]
     assert missing == []
     prints = fingerprints()
@@ -207,7 +207,7 @@ def test_a_frozen_primary_acknowledges_no_write_after_its_replacement(world: dic
     doc_id = next(f"frozen-{i}" for i in range(1000) if shard_of(f"frozen-{i}", SHARDS) == shard)
     os.kill(pid, signal.SIGSTOP)
     try:
-        with httpx.Client(base_url=cluster["url"], timeout=60) as client:
+        with httpx.Client(base_url=cluster["url"], timeout=60, verify=TLS) as client:
             first = client.put(f"/documents/{doc_id}", json={"title": "t", "text": "sent while frozen"})
             assert first.status_code == 503, first.text  # the frozen primary never answered: not acknowledged
             wait_new_primary(shard, old)
@@ -220,7 +220,7 @@ def test_a_frozen_primary_acknowledges_no_write_after_its_replacement(world: dic
     late = ray.get(copy_handle(old).put.remote([{"id": f"{doc_id}-late", "title": "t", "text": "late"}]))
     assert late.status == 503
     wait_all_in_sync()
-    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+    with httpx.Client(base_url=cluster["url"], timeout=30, verify=TLS) as client:
         assert client.get(f"/documents/{doc_id}").status_code == 404
         assert client.get(f"/documents/{doc_id}-late").status_code == 404
         assert client.get(f"/documents/{later}").status_code == 200
@@ -238,7 +238,7 @@ def test_acknowledged_clicks_survive_a_lost_node_in_the_clusters_log(world: dict
 
     wait_all_in_sync()
     clicked: set[tuple[str, str]] = set()
-    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+    with httpx.Client(base_url=cluster["url"], timeout=30, verify=TLS) as client:
         for doc in world["docs"][60:80]:
             answer = client.post("/search", json={"query": needle_of(doc), "k": 5}).json()
             pick = answer["hits"][-1]["id"]
@@ -319,7 +319,7 @@ def test_a_killed_gcs_loses_no_acknowledged_write_and_the_map_outlives_the_coord
     terms = [(v["shard"], v["term"], v["primary"]) for v in before["shards"]]
     assert [(v["shard"], v["term"], v["primary"]) for v in after["shards"]] == terms  # the map outlived it
     acknowledged = [doc_id for doc_id, status in traffic.writes.items() if status == 200]
-    with httpx.Client(base_url=cluster["url"], timeout=30) as client:
+    with httpx.Client(base_url=cluster["url"], timeout=30, verify=TLS) as client:
         missing = [d for d in acknowledged if client.get(f"/documents/{quote(d, safe='')}").status_code != 200]
     assert missing == []
     wait_all_in_sync()

@@ -45,6 +45,11 @@ API_KEY = "test-key-0123456789abcdef"
 CUT_DIMS = 8  # the `cut` bundle of `hybrid_world`: the tiny encoder's 32 dimensions cut to these
 REPO = Path(__file__).resolve().parents[2]
 
+# The one TLS context of every client the tests make (`verify=TLS`): httpx builds one per client otherwise, loading
+# certifi's CA bundle each time (~60 ms of CPU), though every URL here is plain HTTP on loopback: two clients a server
+# start (its readiness poll and a ThreadServer's own), and some tests open a client per request.
+TLS = httpx.create_ssl_context()
+
 # Ids that break naive routing: reserved URL characters, a slash, spaces, non-ASCII.
 ODD_IDS = ["C++", "Football_(soccer)", "Áedán_mac_Gabráin", "a/b", "x y", "100%", "?q=1#frag", "東京", "semi;colon"]
 
@@ -323,7 +328,7 @@ def polling_client(timeout: float = 30.0) -> httpx.Client:
     """One client for a loop of requests to a server: `httpx.get` builds a client (and its TLS context) per call,
     ~40 ms of CPU each, taken from the server a test waits on. No keep-alive: each request opens a connection of
     its own, as a new client does, so any worker of a group may take it."""
-    return httpx.Client(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0))
+    return httpx.Client(timeout=timeout, limits=httpx.Limits(max_keepalive_connections=0), verify=TLS)
 
 
 def wait_ready(base_url: str, timeout: float = 60.0, process: subprocess.Popen | None = None) -> dict:
@@ -391,7 +396,7 @@ class ThreadServer:
     def __enter__(self) -> ThreadServer:
         self.thread.start()
         self.ready = wait_ready(self.url)
-        self.client = httpx.Client(base_url=self.url, timeout=30)
+        self.client = httpx.Client(base_url=self.url, timeout=30, verify=TLS)
         return self
 
     def __exit__(self, *exc: object) -> None:

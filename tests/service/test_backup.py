@@ -12,7 +12,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from service_testing import API_KEY, Oracle, ProcessServer, assert_same_ranking, probe_queries, process_world
+from service_testing import API_KEY, TLS, Oracle, ProcessServer, assert_same_ranking, probe_queries, process_world
 from typer.testing import CliRunner
 
 from service.backup import MANIFEST, BackupError, backup, restore
@@ -47,7 +47,7 @@ class Writer(threading.Thread):
         self.url, self.stop, self.acknowledged = url, threading.Event(), []
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
+        with httpx.Client(base_url=self.url, timeout=30, verify=TLS) as client:
             n = 0
             while not self.stop.is_set():
                 doc = {"id": f"during-{n:04d}", "title": "Written during the backup", "text": f"zebu quokka {n}"}
@@ -65,7 +65,7 @@ def test_a_backup_taken_during_writes_restores_to_the_same_answers(world: dict, 
     docs: list[Document] = world["docs"]
     server = ProcessServer(tmp_path, env, args).start()
     try:
-        with httpx.Client(base_url=server.url, timeout=30) as client:
+        with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as client:
             before = [{"id": f"before-{i}", "title": f"Before {i}", "text": f"ocelot tapir {i}"} for i in range(25)]
             assert client.post("/documents", json={"documents": before}, headers=KEY).status_code == 200
             deleted = [d.id for d in docs[10:15]]
@@ -98,7 +98,7 @@ def test_a_backup_taken_during_writes_restores_to_the_same_answers(world: dict, 
 
     again = ProcessServer(tmp_path, {**env, "SSI_CACHE_DIR": str(restored)}, args).start()
     try:
-        with httpx.Client(base_url=again.url, timeout=30) as client:
+        with httpx.Client(base_url=again.url, timeout=30, verify=TLS) as client:
             for doc_id in sorted(ids):  # every backed-up document, and no other one written meanwhile
                 assert client.get("/documents/" + quote(doc_id, safe="")).status_code == 200, doc_id
             for doc_id in set(writer.acknowledged) - ids:

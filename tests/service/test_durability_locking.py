@@ -9,7 +9,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from service_testing import API_KEY, ProcessServer, make_bundle, make_corpus, write_corpus
+from service_testing import API_KEY, TLS, ProcessServer, make_bundle, make_corpus, write_corpus
 
 KEY = {"X-API-Key": API_KEY}
 
@@ -46,7 +46,7 @@ def test_a_write_and_single_searches_do_not_wait_for_long_batches(tmp_path: Path
     stop = threading.Event()
 
     def batches() -> None:
-        with httpx.Client(base_url=server.url, timeout=120) as client:
+        with httpx.Client(base_url=server.url, timeout=120, verify=TLS) as client:
             while not stop.is_set():
                 started = time.perf_counter()
                 response = client.post("/search/batch", json={"queries": queries, "k": 1})
@@ -61,7 +61,7 @@ def test_a_write_and_single_searches_do_not_wait_for_long_batches(tmp_path: Path
         time.sleep(0.5)
         put_seconds: list[float] = []
         search_seconds: list[float] = []
-        with httpx.Client(base_url=server.url, timeout=120) as client:
+        with httpx.Client(base_url=server.url, timeout=120, verify=TLS) as client:
             for i in range(12):
                 started = time.perf_counter()
                 put = client.put(f"/documents/w-{i}", json={"text": docs[i].text}, headers=KEY)

@@ -13,6 +13,7 @@ import yaml
 from service_testing import (
     API_KEY,
     REPO,
+    TLS,
     Oracle,
     ProcessServer,
     ThreadServer,
@@ -75,7 +76,7 @@ def test_a_bundle_overwritten_in_place_does_not_crash_the_server(small_world: di
         # What `cp -r new/ served/` does to a served file: truncate, then write. Caught between the two:
         for array in bundle.glob("*.npy"):
             array.open("r+b").truncate(0)
-        with httpx.Client(base_url=server.url, timeout=30) as client:
+        with httpx.Client(base_url=server.url, timeout=30, verify=TLS) as client:
             for doc in small_world["docs"][:5]:
                 assert client.post("/search", json={"query": doc.text[:60], "k": 10}).status_code == 200
             put = client.put("/documents/" + quote("after-copy"), json={"text": "words after the copy"}, headers=KEY)

@@ -9,7 +9,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from service_testing import API_KEY, Oracle, ProcessServer, ThreadServer, assert_same_ranking, write_corpus
+from service_testing import API_KEY, TLS, Oracle, ProcessServer, ThreadServer, assert_same_ranking, write_corpus
 
 from service.collection import Collection
 from service.metrics import Metrics
@@ -129,9 +129,9 @@ def test_a_second_process_on_the_same_data_folder_is_refused(small_world: dict, 
         assert second.process.wait(timeout=30) == 1
         assert "is already served by another process" in second.log(), second.log()
         # The first one is undisturbed.
-        put = httpx.put(first.url + url_of("after"), json={"text": "still writable"}, headers=KEY)
+        put = httpx.put(first.url + url_of("after"), json={"text": "still writable"}, headers=KEY, verify=TLS)
         assert put.status_code == 200
-        assert httpx.get(f"{first.url}/readyz").json()["status"] == "ready"
+        assert httpx.get(f"{first.url}/readyz", verify=TLS).json()["status"] == "ready"
     finally:
         second.stop()
         first.stop()

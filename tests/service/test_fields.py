@@ -22,6 +22,7 @@ import pytest
 from hypothesis import strategies as st
 from service_testing import (
     API_KEY,
+    TLS,
     Oracle,
     ThreadServer,
     assert_same_ranking,
@@ -162,7 +163,7 @@ def test_concurrent_filtered_searches_are_each_the_brute_force(server: dict) -> 
     asked = [(query, names[i % len(names)]) for i, query in enumerate(probe_queries(docs, 20, seed=11))]
 
     def ask(pair: tuple[str, str]) -> dict:
-        with httpx.Client(base_url=s.url, timeout=60) as client:
+        with httpx.Client(base_url=s.url, timeout=60, verify=TLS) as client:
             response = client.post("/search", json={"query": pair[0], "k": 10, "filter": FILTERS[pair[1]][0]})
             assert response.status_code == 200, response.text
             return response.json()

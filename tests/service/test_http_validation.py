@@ -13,7 +13,7 @@ import urllib.request
 
 import httpx
 import pytest
-from service_testing import API_KEY, ThreadServer
+from service_testing import API_KEY, TLS, ThreadServer
 
 KEY = {"X-API-Key": API_KEY}
 JSON = {"content-type": "application/json"}
@@ -38,7 +38,7 @@ def _post_while_polling(server: ThreadServer, path: str, body: bytes) -> tuple[h
     worst = [0.0]
 
     def poll() -> None:
-        with httpx.Client(base_url=server.url, timeout=60) as client:
+        with httpx.Client(base_url=server.url, timeout=60, verify=TLS) as client:
             while not stop.is_set():
                 started = time.perf_counter()
                 assert client.get("/healthz").status_code == 200
@@ -49,7 +49,7 @@ def _post_while_polling(server: ThreadServer, path: str, body: bytes) -> tuple[h
     thread.start()
     try:
         started = time.perf_counter()
-        response = httpx.post(f"{server.url}{path}", content=body, headers={**KEY, **JSON}, timeout=120)
+        response = httpx.post(f"{server.url}{path}", content=body, headers={**KEY, **JSON}, timeout=120, verify=TLS)
         took = time.perf_counter() - started
     finally:
         stop.set()

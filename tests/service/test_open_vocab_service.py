@@ -286,7 +286,11 @@ def test_a_snapshot_loads_or_is_rebuilt_across_the_switch(world: World, tmp_path
 def test_match_ranks_adverts_with_the_open_term_as_search_does(world: World, tmp_path: Path) -> None:
     """/match (adverts) with SSI_OPEN_VOCAB on: an advert written after training is the first match for a page
     holding a word only it has, explained by that word, ranked as the brute force of reference + open term (also
-    when a filter makes the match search again wider); with the switch off the new word finds nothing."""
+    when a filter makes the match search again wider); with the switch off the new word finds nothing.
+
+    Slow: three in-process servers one after another (the switch on, a long page cut to its heaviest words, the
+    switch off), each loading two collections, the documents and the adverts (3 s alone on two cores, 21 s in a
+    full run)."""
     known, later, corpus, bundle = world
     ads = write_corpus(tmp_path / "ads.jsonl", known)
     twin = Document("twin-ad", "Plain", later[0].text)  # written after training too, without NEW's new words

@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import numpy as np
-from service_testing import ThreadServer, assert_same_ranking, probe_queries
+from service_testing import TLS, ThreadServer, assert_same_ranking, probe_queries
 from test_service_rerank import brute, query_vector, random_collection, run
 
 from service.batching import QueryBatcher
@@ -115,7 +115,7 @@ def test_concurrent_searches_over_http_equal_brute_force(small_world: dict, tmp_
     with ThreadServer(**world, cache_dir=tmp_path, scan_pool=32) as s:
 
         def ask(query: str) -> list[dict]:
-            with httpx.Client(base_url=s.url, timeout=30) as client:
+            with httpx.Client(base_url=s.url, timeout=30, verify=TLS) as client:
                 response = client.post("/search", json={"query": query, "k": 10})
                 assert response.status_code == 200, response.text
                 return response.json()["hits"]

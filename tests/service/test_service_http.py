@@ -8,7 +8,7 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from service_testing import API_KEY, ODD_IDS, Oracle, ThreadServer, assert_same_ranking, needle_of, probe_queries
+from service_testing import API_KEY, ODD_IDS, TLS, Oracle, ThreadServer, assert_same_ranking, needle_of, probe_queries
 
 from ssi.records import Document
 
@@ -283,7 +283,7 @@ def test_overload_answers_429_or_503_and_the_server_keeps_serving(small_world: d
         barrier = threading.Barrier(8)
 
         def call() -> None:
-            with httpx.Client(base_url=s.url, timeout=60) as client:
+            with httpx.Client(base_url=s.url, timeout=60, verify=TLS) as client:
                 barrier.wait()
                 response = client.post("/search/batch", json=slow)
                 statuses.append(response.status_code)

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from service_testing import (
     API_KEY,
+    TLS,
     Oracle,
     ThreadServer,
     assert_same_ranking,
@@ -50,7 +51,7 @@ class Traffic(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=60) as client:
+        with httpx.Client(base_url=self.url, timeout=60, verify=TLS) as client:
             i = 0
             while not self.stop.is_set():
                 i += 1

@@ -16,6 +16,7 @@ import pytest
 from service_testing import (
     API_KEY,
     REPO,
+    TLS,
     Oracle,
     ProcessServer,
     assert_same_ranking,
@@ -39,11 +40,11 @@ def server_for(world: dict, cache: Path, **env: str) -> ProcessServer:
 
 
 def load_info(server: ProcessServer) -> dict:
-    return httpx.get(f"{server.url}/readyz").json()["collections"]["documents"]
+    return httpx.get(f"{server.url}/readyz", verify=TLS).json()["collections"]["documents"]
 
 
 def search_ids(url: str, queries: list[str], k: int = 10) -> list[list[str]]:
-    with httpx.Client(timeout=30) as client:
+    with httpx.Client(timeout=30, verify=TLS) as client:
         responses = [client.post(f"{url}/search", json={"query": query, "k": k}) for query in queries]
     for response in responses:
         assert response.status_code == 200, response.text
@@ -60,7 +61,7 @@ def test_restart_loads_the_cache_and_survives_a_damaged_snapshot(world: dict, tm
         info = load_info(first)
         assert info["loaded_from"] == "computed" and info["embedded_on_load"] == len(docs)
         before = search_ids(first.url, queries)
-        added = httpx.put(f"{first.url}/documents/late", json={"text": docs[5].text}, headers=KEY)
+        added = httpx.put(f"{first.url}/documents/late", json={"text": docs[5].text}, headers=KEY, verify=TLS)
         assert added.status_code == 200
     finally:
         # A graceful stop (uvicorn re-raises the SIGTERM after it) snapshots the unsaved write.
@@ -74,9 +75,12 @@ def test_restart_loads_the_cache_and_survives_a_damaged_snapshot(world: dict, tm
         assert info2["embedded_on_load"] == 0 and info2["replayed_on_load"] == 0
         assert info2["documents"] == len(docs) + 1
         assert search_ids(second.url, queries) == before
-        assert httpx.get(f"{second.url}/documents/late").status_code == 200
+        assert httpx.get(f"{second.url}/documents/late", verify=TLS).status_code == 200
         extra = {"id": "extra", "title": "Extra", "text": docs[9].text}
-        assert httpx.post(f"{second.url}/documents", json={"documents": [extra]}, headers=KEY).status_code == 200
+        assert (
+            httpx.post(f"{second.url}/documents", json={"documents": [extra]}, headers=KEY, verify=TLS).status_code
+            == 200
+        )
     finally:
         assert second.stop() in (0, -15)
 
@@ -92,7 +96,7 @@ def test_restart_loads_the_cache_and_survives_a_damaged_snapshot(world: dict, tm
         assert "ignoring snapshot" in third.log()
         current = [*docs, Document("late", "", docs[5].text), Document("extra", "Extra", docs[9].text)]
         oracle = Oracle(world["bundle"], current)
-        with httpx.Client(base_url=third.url, timeout=30) as client:
+        with httpx.Client(base_url=third.url, timeout=30, verify=TLS) as client:
             for doc in docs[:10]:
                 hits = client.post("/search", json={"query": doc.title, "k": 10}).json()["hits"]
                 assert_same_ranking(hits, oracle, doc.title, 10)
@@ -112,7 +116,7 @@ class Writer(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        with httpx.Client(base_url=self.url, timeout=30) as client:
+        with httpx.Client(base_url=self.url, timeout=30, verify=TLS) as client:
             while not self.stop.is_set():
                 self.i += 1
                 a, b = self.docs[self.i % len(self.docs)], self.docs[(7 * self.i) % len(self.docs)]
@@ -184,7 +188,7 @@ def test_sigkill_during_writes_loses_no_acknowledged_write(world: dict, tmp_path
 
     server = server_for(world, cache, **env).start()
     try:
-        client = httpx.Client(base_url=server.url, timeout=30)
+        client = httpx.Client(base_url=server.url, timeout=30, verify=TLS)
         for doc_id, doc in acked.items():
             got = client.get("/documents/" + quote(doc_id, safe=""))
             assert got.status_code == 200, f"acknowledged write of {doc_id!r} lost"
