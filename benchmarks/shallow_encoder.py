@@ -34,10 +34,10 @@ from benchmarks.hybrid_weight import scifact_validation
 from benchmarks.replication_faults import write_figures
 from benchmarks.snippet_cost import _passages
 from benchmarks.static_encoder import SCIFACT, WIKISPEEDIA, _minilm, _passages_per_second
-from ssi.sentence import SentenceEncoder
+from ssi.sentence import SentenceEncoder, read_spec
 from training.evaluate.metrics import NDCG10, quick_metrics
 from training.pretrained import NAME, checked_minilm_folder
-from training.sentence_export import prepare_encoder, read_name
+from training.sentence_export import is_encoder_folder, prepare_encoder, read_name
 from training.sentence_vectors import encode_corpus
 from training.shallow_encoder import shallow_encoder
 
@@ -70,7 +70,10 @@ def _row(
 @app.command()
 def quality(
     layers: Annotated[list[int], typer.Option(help="Cut MiniLM to this many layers (repeat for several).")] = [2, 3],  # noqa: B006
-    folder: Annotated[list[Path] | None, typer.Option(help="A model folder to measure too (a distilled cut).")] = None,
+    folder: Annotated[
+        list[Path] | None,
+        typer.Option(help="A model folder to measure too (a distilled cut), or a static encoder folder (a table)."),
+    ] = None,
     data: Annotated[Path, typer.Option(help="SciFact's folder (BEIR layout).")] = SCIFACT,
     source: Annotated[Path | None, typer.Option(help="all-MiniLM-L6-v2 already exported (an encoder folder).")] = None,
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
@@ -88,6 +91,9 @@ def quality(
         encoders = {NAME: source or _minilm(Path(scratch))}
         encoders |= {f"{NAME}, first {k} layers": _cut(k, Path(scratch)) for k in layers}
         for i, given in enumerate(folder or []):
+            if is_encoder_folder(given):  # a static one (training.static_query, training.static_distil) as it is
+                encoders[f"{read_spec(given).name} ({given})"] = given
+                continue
             prepare_encoder(given, Path(scratch) / f"given-{i}", threads=2)
             encoders[f"{read_name(given)} ({given})"] = Path(scratch) / f"given-{i}"
         minilm = SentenceEncoder(encoders[NAME], threads=2, precision="fp32")

@@ -16,9 +16,10 @@ running e needs and nothing from PyTorch:
                     in tokens, E, the weight λ, and where the weights came from (sha256 of each source
                     file, license)
     query.onnx      optional (spec `query`): a smaller graph that encodes queries into the same space, such as
-    query.int8.onnx the model cut to its first layers and distilled towards it (training.shallow_encoder); documents
-                    are encoded once by model.onnx, each query by this one (`part`), so a query costs what the
-                    small graph costs while every document keeps the whole model's vector
+    query.int8.onnx the model cut to its first layers and distilled towards it (training.shallow_encoder), or a
+                    static table distilled towards it (training.static_query; no int8 graph); documents are encoded
+                    once by model.onnx, each query by this one (`part`), so a query costs what the small graph costs
+                    while every document keeps the whole model's vector
     projection.npy  optional (spec `projection`): the graph's pooled vectors cut to fewer dimensions, both sides
                     alike: their corpus mean taken away, projected onto the corpus's leading principal axes and
                     scaled to unit length (`Projection`; `ssi train --sentence-dims`, training.sentence_projection).
@@ -95,6 +96,9 @@ class StaticInfo(BaseModel):
     rows: str  # each token's row: its own output state in the one-token text ("token"), or the text's mean ("mean")
     pca: bool  # centred and rotated onto its principal axes (dims ≤ source_dims kept), or the vectors as they came
     weighting: str  # how each token's row was scaled (a SIF weight a/(a + p(token)) and where p came from, or none)
+    # Distilled further towards the source's vectors of whole texts (training.static_query, a query graph): how; None
+    # for a table of one-token texts as it came.
+    distilled: str | None = None
 
 
 class Projection(BaseModel):
@@ -123,6 +127,9 @@ class QueryGraph(BaseModel):
     source: dict[str, str] = Field(default_factory=dict)  # its folder's files -> sha256
     agreement: QueryAgreement
     int8: Int8Check | None = None  # its int8 graph's check against its fp32 one (QUERY_INT8_MODEL_FILE)
+    # "static": a token table (training.static_query), one Gather: nothing to quantize, so no int8 graph, and its
+    # fp32 graph serves queries whatever the document graph's precision.
+    kind: Literal["transformer", "static"] = "transformer"
 
 
 class SentenceSpec(BaseModel):
@@ -254,6 +261,8 @@ def served_precision(folder: Path, spec: SentenceSpec, asked: Precision | None) 
 def served_query_precision(folder: Path, spec: SentenceSpec, document: Precision) -> Precision:
     """The query graph's precision where the document graph serves at `document`: the same, but fp32 (logged) where
     the query graph has no int8 graph that passed its check."""
+    if document == "int8" and spec.query is not None and spec.query.kind == "static":
+        return "fp32"
     if document == "int8" and (spec.query is None or spec.query.int8 is None):
         log.warning("%s: the query graph has no int8 graph: queries are encoded by its fp32 graph", folder)
         return "fp32"

@@ -359,14 +359,19 @@ def add_query_graph(out: Path | str, folder: Path | str, *, threads: int = 1) ->
     if sha256_file(folder / TOKENIZER_FILE) != sha256_file(out / TOKENIZER_FILE):
         raise SentenceError(f"{folder}: its tokenizer is not the encoder's ({spec.name}): a query graph shares it")
     encoder = SentenceEncoder(out, threads, precision="fp32")
-    document = encoder.encode(list(QUERY_PROBES))
+    # Before any cut (`ssi train --sentence-dims`): a bundle's projection is applied to either graph's pooled vectors.
+    document = encoder.encode(list(QUERY_PROBES), cut=False)
+    if is_encoder_folder(folder):
+        return _add_static_query_graph(out, folder, spec, document, encoder.pooled_dims, threads)
     # First by the folder's own forward pass, before the export (tens of seconds) is paid for.
     _check_agreement(
         folder, spec, cosines(reference_vectors(_reference_model(folder), encoder, QUERY_PROBES), document)
     )
     with tempfile.TemporaryDirectory() as scratch:
         made = prepare_encoder(folder, Path(scratch), threads=threads, precision="fp32")
-        mine = spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"})
+        mine = spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"}) | {
+            "dims": encoder.pooled_dims
+        }
         theirs = made.model_dump(include=set(mine))
         if mine != theirs:
             differ = ", ".join(f"{k} {theirs[k]} against {mine[k]}" for k in mine if mine[k] != theirs[k])
@@ -385,6 +390,38 @@ def add_query_graph(out: Path | str, folder: Path | str, *, threads: int = 1) ->
     names = (*WEIGHT_FILES, "config.json")
     source = {name: sha256_file(folder / name) for name in names if (folder / name).is_file()}
     graph = QueryGraph(name=made.name, source=source, agreement=agreement, int8=made.int8)
+    spec = spec.model_copy(update={"query": graph})
+    write_spec(out, spec)
+    return spec
+
+
+def _add_static_query_graph(
+    out: Path, folder: Path, spec: SentenceSpec, document: np.ndarray, dims: int, threads: int
+) -> SentenceSpec:
+    """add_query_graph for a static encoder folder (training.static_query): its one-Gather graph copied as it is (it
+    has no weights to export, nothing to quantize), refused unless it encodes as the encoder does and agrees with it."""
+    theirs = read_spec(folder)
+    if theirs.kind != "static":
+        raise SentenceError(
+            f"{folder}: an encoder folder of kind {theirs.kind}; a query graph is a model folder to export, or a "
+            "static one (python -m training.static_query)"
+        )
+    mine = spec.model_dump(include={"pooling", "normalize", "dims", "inputs"}) | {"dims": dims}
+    found_spec = theirs.model_dump(include=set(mine))
+    if mine != found_spec:
+        differ = ", ".join(f"{k} {found_spec[k]} against {mine[k]}" for k in mine if mine[k] != found_spec[k])
+        raise SentenceError(f"{folder}: a query graph must encode as the encoder does ({differ})")
+    query = SentenceEncoder(folder, threads, precision="fp32").encode(list(QUERY_PROBES))
+    found = _check_agreement(folder, spec, cosines(query, document))
+    shutil.copyfile(folder / MODEL_FILE, out / QUERY_MODEL_FILE)
+    agreement = QueryAgreement(
+        texts=len(found),
+        min_cosine=round(float(found.min()), 6),
+        mean_cosine=round(float(found.mean()), 6),
+        bound=MIN_QUERY_AGREEMENT,
+    )
+    source = {name: sha256_file(folder / name) for name in (MODEL_FILE, SPEC_FILE)}
+    graph = QueryGraph(name=theirs.name, source=source, agreement=agreement, kind="static")
     spec = spec.model_copy(update={"query": graph})
     write_spec(out, spec)
     return spec

@@ -77,7 +77,7 @@ class TokenTable:
     tokenizer: str  # the source's tokenizer.json, its text
 
 
-def _source_folder(source: Path, scratch: Path, threads: int) -> Path:
+def source_encoder_folder(source: Path, scratch: Path, threads: int) -> Path:
     """A folder SentenceEncoder runs: `source` itself (an encoder folder, as `ssi train --encoder` writes one into a
     bundle), a hybrid bundle's encoder, or a sentence-transformers model folder exported and checked first."""
     if (source / SPEC_FILE).is_file():
@@ -103,7 +103,7 @@ def token_table(source: Path | str, threads: int = 2) -> TokenTable:
     """Pass every token of `source`'s vocabulary through its fp32 graph as a one-token text."""
     source = Path(source)
     with tempfile.TemporaryDirectory(prefix="ssi-static-") as scratch:
-        folder = _source_folder(source, Path(scratch), threads)
+        folder = source_encoder_folder(source, Path(scratch), threads)
         encoder = SentenceEncoder(folder, threads, precision="fp32")
         before, after = _around(encoder)
         size = encoder.tokenizer.get_vocab_size(with_added_tokens=True)
@@ -243,12 +243,21 @@ def write_static(
         where += f" ({texts_from})" if counted and texts_from else ""
         where = f"SIF a/(a + p(token)), a = {sif:g}, p: {where}"
     table = static_table(vectors, tokens.special, dims, p, sif)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MODEL_FILE).write_bytes(static_graph(table, tokens.spec.inputs))
-    (out / TOKENIZER_FILE).write_text(tokens.tokenizer, encoding="utf-8")
     info = StaticInfo(
         source=tokens.spec.name, source_dims=source_dims, tokens=size, rows=rows, pca=dims is not None, weighting=where
     )
+    return write_table(out, table, tokens, info, max_length=max_length, name=name)
+
+
+def write_table(
+    out: Path | str, table: np.ndarray, tokens: TokenTable, info: StaticInfo, *, max_length: int, name: str | None
+) -> SentenceSpec:
+    """Write `out/` (model.onnx, tokenizer.json, sentence.json): `table` as the static graph with `tokens`' tokenizer
+    and inputs, checked against the numpy reference on PROBES; λ unset."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / MODEL_FILE).write_bytes(static_graph(table, tokens.spec.inputs))
+    (out / TOKENIZER_FILE).write_text(tokens.tokenizer, encoding="utf-8")
     spec = SentenceSpec(
         name=name or f"static, distilled from {tokens.spec.name}",
         pooling="mean",

@@ -159,16 +159,31 @@ def query_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return exported_query_model(tmp_path_factory)
 
 
+@pytest.fixture(scope="module")
+def static_query_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A static query graph for the tiny encoder (training.static_query), distilled on texts of its words."""
+    from tests.training.sentence_testing import WORDS, exported_tiny_encoder
+    from training.static_query import static_query_model as distil
+
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 9)))) for _ in range(300)]
+    out = tmp_path_factory.mktemp("static-queries") / "model"
+    distil(exported_tiny_encoder(tmp_path_factory).model, out, texts, epochs=3, threads=1)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["first layer", "static"])
 def test_a_query_graph_encodes_the_queries_and_the_encoder_the_documents(
-    world: dict, query_model: Path, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
+    world: dict, kind: str, request: pytest.FixtureRequest, tmp_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    """A bundle with a query graph (`ssi train --query-model`): /search is the brute force's with e(q) by the query
-    graph and e(d) by the encoder, each hit's third part λ e_query(q)·e(d); SSI_QUERY_GRAPH=document serves the
-    encoder's e(q) from the same bundle and index."""
+    """A bundle with a query graph (`ssi train --query-model`: the encoder's first layer, or a static table,
+    training.static_query): /search is the brute force's with e(q) by the query graph and e(d) by the encoder, each
+    hit's third part λ e_query(q)·e(d); SSI_QUERY_GRAPH=document serves the encoder's e(q) from the same bundle and
+    index."""
     from training.sentence_export import add_query_graph
 
     folder = make_sentence_encoder(tmp_path_factory, tmp_path, "sentence", WEIGHT)
-    add_query_graph(folder, query_model)
+    add_query_graph(folder, request.getfixturevalue("query_model" if kind == "first layer" else "static_query_model"))
     bundle = make_bundle(tmp_path / "bundle", world["docs"], n_dims=8, seed=2, lexical="bm25", sentence=folder)
     by_query = Oracle(bundle, world["docs"])
     by_document = Oracle(bundle, world["docs"], query_graph="document")

@@ -17,9 +17,10 @@ import ssi
 from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus
 from ssi.hybrid import hybrid_scores
-from ssi.sentence import QUERY_MODEL_FILE, SentenceEncoder
+from ssi.sentence import QUERY_INT8_MODEL_FILE, QUERY_MODEL_FILE, SentenceEncoder
 from ssi_cli.main import build_app
 from tests.training.sentence_testing import (
+    WORDS,
     ExportedEncoder,
     exported_query_model,
     exported_tiny_encoder,
@@ -29,6 +30,7 @@ from tests.training.sentence_testing import (
 from training.evaluate.form_scorer import FormScorer
 from training.sentence_export import MIN_COSINE, MIN_QUERY_AGREEMENT, _reference_model, cosines, reference_vectors
 from training.sentence_vectors import encode_corpus
+from training.static_query import distil_table, static_query_model
 
 QUERIES = ["star planet", "oven bread music", "violin", "the dna of a cell in the sea"]
 
@@ -99,9 +101,60 @@ def test_a_query_model_that_does_not_match_the_encoder_is_refused(
         "far from those of the encoder": ["--encoder", str(shared.model), "--query-model", str(other)],
         "its tokenizer is not the encoder's": ["--encoder", str(shared.model), "--query-model", str(retokenized)],
         "--query-model encodes queries beside an --encoder": ["--self-pairs", "title", "--query-model", str(other)],
+        # An encoder folder, but a transformer's, not a table.
+        "or a static one (python": ["--encoder", str(shared.model), "--query-model", str(shared.sentence)],
     }
     for i, (message, flags) in enumerate(cases.items()):
         result = CliRunner().invoke(build_app(), [*base, *flags, "--out", str(tmp_path / f"b{i}")])
         said = " ".join(result.output.replace("│", " ").split())  # unwrapped from the error panel's lines
         assert result.exit_code == 2 and message in said and "Traceback" not in said, result.output
         assert not (tmp_path / f"b{i}").exists()
+
+
+def test_distillation_fits_a_table_whose_mean_rows_land_on_the_targets() -> None:
+    """distil_table on a problem with a known answer: targets made by a hidden table from random bags of its tokens.
+    From a random start, the held-out texts' cosine must rise to near 1 (a table can give them exactly)."""
+    rng = np.random.default_rng(0)
+    hidden = rng.normal(size=(60, 8)).astype(np.float32)
+    special = np.asarray([0, 1])
+    hidden[special] = 0.0
+    bags = [[0, *rng.integers(2, 60, size=int(rng.integers(1, 6))).tolist(), 1] for _ in range(2000)]
+    target = np.stack([hidden[[t for t in bag if t > 1]].mean(axis=0) for bag in bags])
+    target /= np.linalg.norm(target, axis=1, keepdims=True)
+    start = rng.normal(size=hidden.shape).astype(np.float32)
+    table, info = distil_table(start, special, bags, target, epochs=20, lr=3e-2, batch=128, threads=1)
+    assert info["held_out_cosine_before"] < 0.5 and info["held_out_cosine_after"] > 0.97, info
+    assert info["loss_by_epoch"][-1] < info["loss_by_epoch"][0] and not table[special].any()
+
+
+def test_a_static_query_graph_encodes_the_queries_of_a_bundle_and_serves_without_int8(
+    world: dict[str, Path], shared: ExportedEncoder, tmp_path: Path
+) -> None:
+    """`python -m training.static_query` writes a static folder distilled towards the encoder, which `--query-model`
+    takes as it is: the bundle's query graph is its one-Gather graph, queries are scored by it against the documents'
+    encoder vectors, and it serves fp32 queries whatever the document graph's precision (nothing to quantize)."""
+    rng = np.random.default_rng(1)
+    texts = [" ".join(rng.choice(WORDS, size=int(rng.integers(2, 9)))) for _ in range(400)]
+    static = tmp_path / "static-queries"
+    spec, info = static_query_model(shared.model, static, texts, epochs=4, threads=1)
+    assert spec.kind == "static" and spec.static is not None and spec.static.distilled
+    assert info["held_out_cosine_after"] > info["held_out_cosine_before"]
+    args = ["train", "--corpus", str(world["corpus"]), "--encoder", str(shared.model), "--query-model", str(static)]
+    result = CliRunner().invoke(build_app(), [*args, "--out", str(tmp_path / "bundle"), "--no-progress"])
+    assert result.exit_code == 0, result.output
+    bundle = load_bundle(tmp_path / "bundle")
+    assert bundle.sentence is not None and bundle.sentence.query is not None
+    assert bundle.sentence.query.kind == "static" and bundle.sentence.query.int8 is None
+    assert MIN_QUERY_AGREEMENT <= bundle.sentence.query.agreement.mean_cosine
+    assert (bundle.sentence_path / QUERY_MODEL_FILE).read_bytes() == (static / "model.onnx").read_bytes()
+    assert not (bundle.sentence_path / QUERY_INT8_MODEL_FILE).exists()
+    queries = SentenceEncoder(bundle.sentence_path, part="query", precision="int8")
+    assert queries.precision == "fp32"
+    documents = SentenceEncoder(bundle.sentence_path)
+    docs = read_corpus(world["corpus"])
+    lexical = FormScorer(bundle.vocab, bundle.form, docs).score(QUERIES)
+    doc_vectors = documents.encode([d.full_text for d in docs])
+    expected = hybrid_scores(lexical, SentenceEncoder(static).encode(QUERIES), doc_vectors, bundle.sentence.weight)
+    by_documents_graph = hybrid_scores(lexical, documents.encode(QUERIES), doc_vectors, bundle.sentence.weight)
+    assert not np.allclose(expected, by_documents_graph, atol=1e-4)
+    assert np.allclose(ssi.load(tmp_path / "bundle", corpus=world["corpus"]).scores(QUERIES), expected, atol=1e-5)
