@@ -38,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
@@ -193,16 +194,25 @@ def main(
         Path | None,
         typer.Option(help="Keep the /search runs' folder here (a run again reuses its encoded passages and index)."),
     ] = None,
+    only: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="Only these /search runs (repeat; bm25 always runs): e.g. hybrid_cut, to skip encoding the "
+            "passages for the whole vectors too."
+        ),
+    ] = None,
 ) -> None:
     figures: dict[str, object] = {}
     if not http_only:
         figures = encoder_cost(corpus, scifact, queries, documents, zipf_queries, query_model)
     if http_passages and work is not None:
         work.mkdir(parents=True, exist_ok=True)
-        figures["search"] = http_cost(corpus, http_passages, work, seconds, query_model, sentence_dims)
+        figures["search"] = http_cost(corpus, http_passages, work, seconds, query_model, sentence_dims, only)
     elif http_passages:
         with tempfile.TemporaryDirectory() as scratch:
-            figures["search"] = http_cost(corpus, http_passages, Path(scratch), seconds, query_model, sentence_dims)
+            figures["search"] = http_cost(
+                corpus, http_passages, Path(scratch), seconds, query_model, sentence_dims, only
+            )
     write_figures(figures, out)
 
 
@@ -332,17 +342,24 @@ def http_cost(
     seconds: float,
     query_model: Path | None = None,
     sentence_dims: int | None = None,
+    only: Sequence[str] | None = None,
 ) -> dict[str, object]:
     """`ssi bench` (flat, 1 and 32 clients) on the day-one hybrid bundle (int8, its default; fp32 asked of the same
     bundle; int8 with the query cache) and on its twin without the encoder, one after the other (HTTP_RUNS); with a
     `query_model`, the bundle with its query graph instead (QUERY_GRAPH_RUNS); with `sentence_dims`, the bundle whole
-    and with its vectors cut (CUT_RUNS; both with the query graph where given)."""
+    and with its vectors cut (CUT_RUNS; both with the query graph where given). `only`: these runs alone, by name, and
+    BM25's (every ratio is to it)."""
     from service.bench.queries import passage_corpus
     from service.bench.run import BenchConfig, run_bench
 
     texts = passage_corpus(corpus, work / "passages.jsonl", limit=passages)
     bundles = day_one_twins(texts, work, query_model, sentence_dims)
     runs = CUT_RUNS if sentence_dims is not None else HTTP_RUNS if query_model is None else QUERY_GRAPH_RUNS
+    if only:
+        unknown = sorted(set(only) - {name for name, _, _ in runs})
+        if unknown:
+            raise typer.BadParameter(f"no such run: {', '.join(unknown)} (these: {', '.join(n for n, _, _ in runs)})")
+        runs = tuple(run for run in runs if run[0] == "bm25" or run[0] in only)
     found: dict[str, dict[str, object]] = {}
     for name, bundle, settings in runs:
         config = BenchConfig(
