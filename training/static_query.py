@@ -18,8 +18,8 @@ distilled transformer, checked against M by the same agreement bound.
 
     python -m training.static_query "$M" models/minilm-static-queries --texts ../shared/data/scifact/corpus.jsonl.gz
 
-The cost is the encoder's pass over the texts (18 minutes for SciFact's 47,722 on two cores); the training itself
-takes about 25 s an epoch.
+The cost is mostly the encoder's pass over the texts: SciFact's 47,722 took 17 minutes in all on two cores, the ten
+epochs about 4 of them.
 """
 
 from __future__ import annotations
