@@ -158,3 +158,20 @@ def test_a_static_query_graph_encodes_the_queries_of_a_bundle_and_serves_without
     by_documents_graph = hybrid_scores(lexical, documents.encode(QUERIES), doc_vectors, bundle.sentence.weight)
     assert not np.allclose(expected, by_documents_graph, atol=1e-4)
     assert np.allclose(ssi.load(tmp_path / "bundle", corpus=world["corpus"]).scores(QUERIES), expected, atol=1e-5)
+
+
+def test_the_static_distillation_names_a_missing_corpus_and_writes_nothing(
+    shared: ExportedEncoder, tmp_path: Path
+) -> None:
+    import typer
+
+    from training.static_query import main
+
+    app = typer.Typer()
+    app.command()(main)
+    out = tmp_path / "static"
+    result = CliRunner().invoke(app, [str(shared.model), str(out), "--texts", str(tmp_path / "nowhere.jsonl")])
+    said = " ".join(result.output.replace("│", " ").split())
+    assert result.exit_code == 2 and "nowhere" in said and "no such corpus file" in said, said
+    assert "Traceback" not in said
+    assert not out.exists()
