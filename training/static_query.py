@@ -5,7 +5,8 @@ Why a table can do here what it cannot as a whole encoder: a static encoder buil
 MiniLM's day-one hybrid gain on SciFact (docs/results/static-encoder.md), since a document's meaning lies in its
 context; a query graph only has to land where the encoder lands for a short text (`ssi train --query-model`), and a
 bag of token rows trained for exactly that learns it. The two-layer query graph (training.shallow_encoder) does the
-same at ~2.9 ms a query on the AVX2 CPU, about BM25's whole search; a table costs a few microseconds.
+same at ~2.9 ms a query on the AVX2 CPU, about BM25's whole search; through a table a query took 0.4–0.5 ms, most
+of it the tokenizer and the onnxruntime call (docs/results/static-encoder.md#as-a-query-graph).
 
 The model: v(text) = W · mean(T[t] for t in its tokens), normalised, [CLS] and [SEP] left out (zero rows). T starts
 from training.static_distil's table (each token's own state in its one-token text, SIF-weighted by its counts over the
