@@ -381,12 +381,7 @@ def add_query_graph(out: Path | str, folder: Path | str, *, threads: int = 1) ->
         shutil.copyfile(Path(scratch) / MODEL_FILE, out / QUERY_MODEL_FILE)
         if made.int8 is not None:
             shutil.copyfile(Path(scratch) / INT8_MODEL_FILE, out / QUERY_INT8_MODEL_FILE)
-    agreement = QueryAgreement(
-        texts=len(found),
-        min_cosine=round(float(found.min()), 6),
-        mean_cosine=round(float(found.mean()), 6),
-        bound=MIN_QUERY_AGREEMENT,
-    )
+    agreement = _agreement(found)
     names = (*WEIGHT_FILES, "config.json")
     source = {name: sha256_file(folder / name) for name in names if (folder / name).is_file()}
     graph = QueryGraph(name=made.name, source=source, agreement=agreement, int8=made.int8)
@@ -414,17 +409,22 @@ def _add_static_query_graph(
     query = SentenceEncoder(folder, threads, precision="fp32").encode(list(QUERY_PROBES))
     found = _check_agreement(folder, spec, cosines(query, document))
     shutil.copyfile(folder / MODEL_FILE, out / QUERY_MODEL_FILE)
-    agreement = QueryAgreement(
-        texts=len(found),
-        min_cosine=round(float(found.min()), 6),
-        mean_cosine=round(float(found.mean()), 6),
-        bound=MIN_QUERY_AGREEMENT,
-    )
+    agreement = _agreement(found)
     source = {name: sha256_file(folder / name) for name in (MODEL_FILE, SPEC_FILE)}
     graph = QueryGraph(name=theirs.name, source=source, agreement=agreement, kind="static")
     spec = spec.model_copy(update={"query": graph})
     write_spec(out, spec)
     return spec
+
+
+def _agreement(found: np.ndarray) -> QueryAgreement:
+    """What the spec records of the probes' cosines to the encoder's vectors (`_check_agreement`'s)."""
+    return QueryAgreement(
+        texts=len(found),
+        min_cosine=round(float(found.min()), 6),
+        mean_cosine=round(float(found.mean()), 6),
+        bound=MIN_QUERY_AGREEMENT,
+    )
 
 
 def _check_agreement(folder: Path, spec: SentenceSpec, found: np.ndarray) -> np.ndarray:
