@@ -13,6 +13,13 @@ when the bundle loads), the spec's pooling, normalisation, maximum length, E and
 tokenizers versions; not λ, not the encoder's name. An entry's key is the sha256 of exactly the text the encoder
 reads (a document's full text).
 
+Cut vectors. A bundle whose vectors are cut to fewer dimensions (ssi.sentence.Projection, `ssi train --sentence-dims`)
+keys its own folder by the cut too (its projection's sha256) and holds the cut vectors. What its folder lacks it reads
+from the same graph's vectors before any cut (the folder of a bundle without a cut, `encoder_key(..., cut=False)`),
+cut on the way (ssi.sentence.project, the encoder's own last step), before it encodes: so switching a collection from
+a bundle to one with its vectors cut encodes no document (the 100,000 passages of docs/results/static-encoder.md took
+75 minutes here). Read only: that folder is never written by a cut bundle.
+
 Files. A segment `seg-<rows>-<token>.vec` holds rows × E float32 (little-endian), then rows × 32 bytes of text
 digests, then a JSON trailer (format, the full encoder key, E, rows, the sha256 of all that precedes it), its
 length and MAGIC. It is written under a temporary name, fsynced and renamed (as snapshots are), so a reader sees
@@ -49,7 +56,16 @@ import numpy as np
 
 from service.snapshot import SENTENCE_CACHE_DIR, fsync_dir, fsync_file
 from ssi.bundle import Bundle
-from ssi.sentence import PROJECTION_FILE, SENTENCE_DIR, TOKENIZER_FILE, Part, Precision, model_file
+from ssi.sentence import (
+    PROJECTION_FILE,
+    SENTENCE_DIR,
+    TOKENIZER_FILE,
+    Part,
+    Precision,
+    model_file,
+    project,
+    read_projection,
+)
 
 log = logging.getLogger(__name__)
 
@@ -72,23 +88,28 @@ class CacheFileError(ValueError):
     """A segment that cannot be used: which check failed."""
 
 
-def encoder_key(bundle: Bundle, precision: Precision | None = None, part: Part = "document") -> str:
+def encoder_key(bundle: Bundle, precision: Precision | None = None, part: Part = "document", cut: bool = True) -> str:
     """sha256 hex naming the function e of a hybrid bundle's encoder run at `precision` (its fp32 or int8 graph; None:
     the one the bundle records, which a CPU without fast int8 does not serve: ssi.sentence.served_precision), λ left
-    out (see the module's docstring); `part` "query": its query graph's (service.query_vectors' key)."""
+    out (see the module's docstring); `part` "query": its query graph's (service.query_vectors' key); `cut` False: the
+    graph's vectors before the bundle's cut, where it has one (the key of a bundle without it)."""
     spec = bundle.sentence
     if spec is None:
         raise ValueError(f"{bundle.path}: not a hybrid bundle (no sentence encoder)")
     precision = precision or spec.precision
     files = bundle.manifest.files
+    described = spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"})
+    if spec.projection is not None and not cut:  # the graph's own vectors, named as a bundle without the cut names them
+        described["dims"] = spec.projection.source_dims
     identity = {
         "format": FORMAT_VERSION,
         "graph": files[f"{SENTENCE_DIR}/{model_file(precision, part)}"],
         "tokenizer": files[f"{SENTENCE_DIR}/{TOKENIZER_FILE}"],
-        "spec": spec.model_dump(include={"pooling", "normalize", "max_length", "dims", "inputs"}),
+        "spec": described,
         "runtime": {name: _version(name) for name in ("onnxruntime", "tokenizers")},
     }
-    if spec.projection is not None:  # the vectors cut (ssi.sentence.Projection); a bundle without one keeps its key
+    # The vectors cut (ssi.sentence.Projection): keyed by the cut too; a bundle without one keeps its key.
+    if spec.projection is not None and cut:
         identity["projection"] = files[f"{SENTENCE_DIR}/{PROJECTION_FILE}"]
     return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
 
@@ -232,18 +253,28 @@ class _Writer:
 class _Looked:
     vectors: np.ndarray  # float32 [texts, E]: e of each text, unscaled
     digests: np.ndarray  # S32 [texts]
-    new: np.ndarray  # bool [texts]: encoded now, not found in the cache
+    new: np.ndarray  # bool [texts]: not in this cache's folder (encoded now, or cut from the uncut vectors)
+
+
+@dataclass(frozen=True, slots=True)
+class _Uncut:
+    """A cut bundle's source of vectors before its own folder's encoder: the same graph's vectors before the cut, and
+    the cut (ssi.sentence's projection array)."""
+
+    cache: SentenceCache
+    projection: np.ndarray
 
 
 class SentenceCache:
     """e(d) of one encoder for one collection (see the module's docstring). Thread-safe; a failure to write only
     costs later encodings (logged), never the write or the build that asked."""
 
-    def __init__(self, collection_dir: Path, key: str, dims: int, encode: Encode) -> None:
+    def __init__(self, collection_dir: Path, key: str, dims: int, encode: Encode, uncut: _Uncut | None = None) -> None:
         self.root = collection_dir / SENTENCE_CACHE_DIR
         self.folder = self.root / key[:16]
         self.key, self.dims = key, dims
         self.encode = encode
+        self.uncut = uncut  # a cut bundle's: read where this folder lacks a text, before encoding it
         self.counts = Counts()
         self._segments: dict[str, _Segment] = {}  # by file name: what this process has read and checked
         self._read = False
@@ -254,10 +285,17 @@ class SentenceCache:
         cls, collection_dir: Path, bundle: Bundle, encode: Encode, precision: Precision | None = None
     ) -> SentenceCache | None:
         """The cache of `bundle`'s encoder (its graph of `precision`) over the collection's index folder; None for a
-        bundle without one."""
-        if bundle.sentence is None:
+        bundle without one. A bundle with its vectors cut reads, where its own folder lacks a text, the same graph's
+        vectors before the cut (the module's docstring)."""
+        spec = bundle.sentence
+        if spec is None:
             return None
-        return cls(collection_dir, encoder_key(bundle, precision), bundle.sentence.dims, encode)
+        uncut = None
+        projection = read_projection(bundle.sentence_path, spec)  # read and checked by its encoder already
+        if spec.projection is not None and projection is not None:
+            whole_key = encoder_key(bundle, precision, cut=False)
+            uncut = _Uncut(cls(collection_dir, whole_key, spec.projection.source_dims, _never), projection)
+        return cls(collection_dir, encoder_key(bundle, precision), spec.dims, encode, uncut)
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
         """float32 [texts, E]: e of each text; those the cache lacks are encoded and kept (a write's documents)."""
@@ -305,6 +343,24 @@ class SentenceCache:
     def _look(self, texts: Sequence[str], encode: Encode | None = None) -> _Looked:
         texts = list(texts)
         digests = text_digests(texts)
+        vectors, found = self._found(digests)
+        new = ~found
+        if self.uncut is not None and new.any():
+            missing = np.flatnonzero(new)
+            whole, hit = self.uncut.cache._found(digests[missing])
+            if hit.any():
+                vectors[missing[hit]] = project(self.uncut.projection, whole[hit])
+                found[missing[hit]] = True
+        todo = ~found
+        if todo.any():
+            vectors[todo] = (encode or self.encode)([texts[i] for i in np.flatnonzero(todo).tolist()])
+        with self._lock:
+            self.counts.encoded += int(todo.sum())
+            self.counts.cached += int(found.sum())
+        return _Looked(vectors, digests, new)
+
+    def _found(self, digests: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """float32 [texts, E] and bool [texts]: the vectors of the texts this folder holds (zeros elsewhere)."""
         with self._lock:
             if not self._read:
                 self._refresh()
@@ -313,13 +369,7 @@ class SentenceCache:
             if not found.all():  # another process may have kept them since (a worker's write, a merge)
                 self._refresh()
                 vectors, found = self._find(digests, vectors, found)
-        new = ~found
-        if new.any():
-            vectors[new] = (encode or self.encode)([texts[i] for i in np.flatnonzero(new).tolist()])
-        with self._lock:
-            self.counts.encoded += int(new.sum())
-            self.counts.cached += int(found.sum())
-        return _Looked(vectors, digests, new)
+        return vectors, found
 
     def _find(
         self, digests: np.ndarray, vectors: np.ndarray | None = None, found: np.ndarray | None = None
@@ -462,3 +512,7 @@ def _prune_encoders(root: Path, current: Path) -> None:
     for _, old in sorted(others, reverse=True)[KEEP_ENCODERS - 1 :]:
         shutil.rmtree(old, ignore_errors=True)
         log.info("removed the sentence cache of an encoder not built for a while: %s", old)
+
+
+def _never(texts: list[str]) -> np.ndarray:
+    raise RuntimeError("the uncut vectors of a cut bundle's cache are read, never encoded")

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from service_testing import (
     API_KEY,
+    CUT_DIMS,
     Oracle,
     ThreadServer,
     assert_same_ranking,
@@ -26,12 +27,13 @@ from service_testing import (
     write_corpus,
 )
 
-from service.sentence_cache import FANOUT, KEEP_ENCODERS, SentenceCache, encoder_key, read_segment
+from service.sentence_cache import FANOUT, KEEP_ENCODERS, SentenceCache, encoder_key, read_segment, text_digests
 from service.snapshot import SENTENCE_CACHE_DIR
 from ssi.bundle import load_bundle
 from ssi.records import Document
-from ssi.sentence import INT8_MODEL_FILE, MODEL_FILE, read_spec, served_precision, write_spec
+from ssi.sentence import INT8_MODEL_FILE, MODEL_FILE, SentenceEncoder, read_spec, served_precision, write_spec
 from training.sentence_export import quantize_encoder
+from training.sentence_projection import add_projection
 
 K = 10
 POOL = 16
@@ -77,8 +79,11 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> dict:
     first = make_bundle(bundles / "first", docs, n_dims=8, seed=2, lexical="bm25", sentence=encoder)
     reweighed = _reweighed(encoder, root / "sentence-a-half", 1.5)
     second = make_bundle(bundles / "second", docs, n_dims=12, seed=7, lexical="bm25", sentence=reweighed)
+    cut_encoder = _reweighed(encoder, root / "sentence-a-cut", 2.0)  # `ssi train --sentence-dims` of the same graph
+    add_projection(cut_encoder, [d.full_text for d in docs], CUT_DIMS)
+    cut = make_bundle(bundles / "cut", docs, n_dims=8, seed=3, lexical="bm25", sentence=cut_encoder)
     return {"root": root, "docs": docs, "corpus": write_corpus(root / "corpus.jsonl", docs), "bundles": bundles,
-            "first": first, "second": second}  # fmt: skip
+            "first": first, "second": second, "cut": cut}  # fmt: skip
 
 
 def _loaded(server: ThreadServer) -> dict:
@@ -125,6 +130,29 @@ def test_a_reload_to_another_bundle_with_the_same_encoder_encodes_no_document(wo
     # The build left one segment: exactly its documents.
     (segment,) = _segments(tmp_path / "cache", world["second"])
     assert segment.name.startswith("seg-0000000241-")
+
+
+def test_a_bundle_with_the_same_vectors_cut_cuts_the_kept_ones_instead_of_encoding(world: dict, tmp_path: Path) -> None:
+    """A reload to a bundle whose encoder is the same graph with its vectors cut (`ssi train --sentence-dims`): no
+    document encoded, the kept vectors cut as the encoder cuts its own (ranking the cut bundle's brute force); its own
+    folder then holds them cut, and the folder of the whole vectors is left as it was."""
+    cache = tmp_path / "cache"
+    settings = {"bundle": world["first"], "corpus": world["corpus"], "cache_dir": cache}
+    with ThreadServer(**settings, api_key=API_KEY, scan_pool=POOL) as server:
+        assert _loaded(server)["encoded_on_load"] == 240
+        whole = {path.name: path.stat().st_mtime_ns for path in _segments(cache, world["first"])}
+        response = server.client.post("/admin/reload", json={"bundle": str(world["cut"])}, headers=KEY)
+        assert response.status_code == 200, response.text
+        loaded = _loaded(server)
+        assert (loaded["encoded_on_load"], loaded["sentence_cached_on_load"]) == (0, 240)
+        _check(server, Oracle(world["cut"], world["docs"]), probe_queries(world["docs"], 8, seed=6))
+    assert {path.name: path.stat().st_mtime_ns for path in _segments(cache, world["first"])} == whole
+    (segment,) = _segments(cache, world["cut"])
+    kept = read_segment(segment, _key(world["cut"]), CUT_DIMS)
+    encoder = SentenceEncoder(load_bundle(world["cut"]).sentence_path)
+    texts = [d.full_text for d in world["docs"]]
+    order = np.argsort(text_digests(texts), kind="stable")  # the segment's sorted keys are the texts' digests
+    np.testing.assert_allclose(kept.vectors[kept.order], encoder.encode(texts)[order], atol=1e-5)
 
 
 def test_another_encoders_vectors_are_not_used(
