@@ -29,9 +29,9 @@ and never read. A miss costs an encoding, never a wrong vector.
 Bounds. A build writes one segment of exactly its documents and removes the segments it read (texts no longer in
 the collection go with them). A write adds a segment of what it encoded; whenever FANOUT segments share a tier
 (⌊log₄ rows⌋) they are merged into one, so writes keep O(log n) segments and rewrite each vector O(log n) times.
-At most KEEP_ENCODERS encoders' folders are kept per collection (the least recently built go). A bundle without
-an encoder never opens any of it. It is a cache: backups leave it out, and deleting it costs the next build its
-encodings, nothing else.
+At most KEEP_ENCODERS encoders' folders are kept per collection (the least recently built go; a cut bundle's
+build counts as one of the whole vectors it reads too). A bundle without an encoder never opens any of it. It is a
+cache: backups leave it out, and deleting it costs the next build its encodings, nothing else.
 """
 
 from __future__ import annotations
@@ -257,7 +257,7 @@ class _Looked:
 
 
 @dataclass(frozen=True, slots=True)
-class _Uncut:
+class Uncut:
     """A cut bundle's source of vectors before its own folder's encoder: the same graph's vectors before the cut, and
     the cut (ssi.sentence's projection array)."""
 
@@ -269,7 +269,7 @@ class SentenceCache:
     """e(d) of one encoder for one collection (see the module's docstring). Thread-safe; a failure to write only
     costs later encodings (logged), never the write or the build that asked."""
 
-    def __init__(self, collection_dir: Path, key: str, dims: int, encode: Encode, uncut: _Uncut | None = None) -> None:
+    def __init__(self, collection_dir: Path, key: str, dims: int, encode: Encode, uncut: Uncut | None = None) -> None:
         self.root = collection_dir / SENTENCE_CACHE_DIR
         self.folder = self.root / key[:16]
         self.key, self.dims = key, dims
@@ -294,7 +294,7 @@ class SentenceCache:
         projection = read_projection(bundle.sentence_path, spec)  # read and checked by its encoder already
         if spec.projection is not None and projection is not None:
             whole_key = encoder_key(bundle, precision, cut=False)
-            uncut = _Uncut(cls(collection_dir, whole_key, spec.projection.source_dims, _never), projection)
+            uncut = Uncut(cls(collection_dir, whole_key, spec.projection.source_dims, _never), projection)
         return cls(collection_dir, encoder_key(bundle, precision), spec.dims, encode, uncut)
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
@@ -335,7 +335,8 @@ class SentenceCache:
                     self._segments.pop(name, None)
                 if self.folder.is_dir():
                     _remove_stale(self.folder)
-                    _prune_encoders(self.root, self.folder)
+                    source = self.uncut.cache.folder if self.uncut is not None else None
+                    _prune_encoders(self.root, self.folder, source)
             except OSError as exc:
                 writer.abort()
                 log.warning("could not write the sentence cache's segment in %s: %s", self.folder, exc)
@@ -499,8 +500,12 @@ def _remove_stale(folder: Path) -> None:
             pass
 
 
-def _prune_encoders(root: Path, current: Path) -> None:
-    """Keep the KEEP_ENCODERS most recently built encoders' folders (`current` first), remove the others."""
+def _prune_encoders(root: Path, current: Path, source: Path | None = None) -> None:
+    """Keep the KEEP_ENCODERS most recently built encoders' folders (`current` first), remove the others. A cut
+    bundle's `source` (the whole vectors it cuts) counts as built now, after `current`: kept rather than the folder
+    built before, which it can give again without an encoding."""
+    if source is not None and source.is_dir():
+        os.utime(source)
     os.utime(current)
     others: list[tuple[float, Path]] = []
     for path in root.iterdir():

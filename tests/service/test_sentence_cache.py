@@ -27,11 +27,27 @@ from service_testing import (
     write_corpus,
 )
 
-from service.sentence_cache import FANOUT, KEEP_ENCODERS, SentenceCache, encoder_key, read_segment, text_digests
+from service.sentence_cache import (
+    FANOUT,
+    KEEP_ENCODERS,
+    SentenceCache,
+    Uncut,
+    encoder_key,
+    read_segment,
+    text_digests,
+)
 from service.snapshot import SENTENCE_CACHE_DIR
 from ssi.bundle import load_bundle
 from ssi.records import Document
-from ssi.sentence import INT8_MODEL_FILE, MODEL_FILE, SentenceEncoder, read_spec, served_precision, write_spec
+from ssi.sentence import (
+    INT8_MODEL_FILE,
+    MODEL_FILE,
+    SentenceEncoder,
+    project,
+    read_spec,
+    served_precision,
+    write_spec,
+)
 from training.sentence_export import quantize_encoder
 from training.sentence_projection import add_projection
 
@@ -284,3 +300,26 @@ def test_only_the_latest_encoders_folders_are_kept(tmp_path: Path) -> None:
             build.vectors([f"text {n}"])
     kept = sorted(p.name for p in (tmp_path / SENTENCE_CACHE_DIR).iterdir())
     assert kept == ["c" * 16, "d" * 16][-KEEP_ENCODERS:]
+
+
+def test_a_cut_cache_cuts_the_whole_vectors_it_lacks_and_keeps_their_folder(tmp_path: Path) -> None:
+    """A cut bundle's cache (SentenceCache.of gives it the same graph's whole vectors as `uncut`): what the whole
+    folder holds is cut, not encoded; the rest encoded; and its build keeps the whole folder over one built later."""
+    texts = [f"text {n}" for n in range(6)]
+    whole_encoder = FakeEncoder("whole")
+    with _cache(tmp_path, whole_encoder, key="w" * 64).build() as build:
+        build.vectors(texts[:4])
+    with _cache(tmp_path, FakeEncoder("other"), key="o" * 64).build() as build:  # another encoder, built after it
+        build.vectors(texts)
+    projection = np.random.default_rng(3).standard_normal((DIMS + 1, DIMS)).astype(np.float32)
+    never = FakeEncoder("never")
+    source = SentenceCache(tmp_path, "w" * 64, DIMS, never)
+    cut_encoder = FakeEncoder("cut")
+    cut = SentenceCache(tmp_path, "c" * 64, DIMS, cut_encoder, Uncut(source, projection))
+    with cut.build() as build:
+        got = build.vectors(texts)
+    np.testing.assert_allclose(got[:4], project(projection, whole_encoder(texts[:4])), rtol=1e-6)
+    np.testing.assert_array_equal(got[4:], cut_encoder(texts[4:]))
+    assert cut_encoder.asked[:2] == texts[4:] and (cut.counts.encoded, cut.counts.cached) == (2, 4)
+    assert never.asked == []
+    assert sorted(p.name for p in (tmp_path / SENTENCE_CACHE_DIR).iterdir()) == ["c" * 16, "w" * 16]
