@@ -291,10 +291,10 @@ class SentenceCache:
         if spec is None:
             return None
         uncut = None
-        projection = read_projection(bundle.sentence_path, spec)  # read and checked by its encoder already
-        if spec.projection is not None and projection is not None:
-            whole_key = encoder_key(bundle, precision, cut=False)
-            uncut = Uncut(cls(collection_dir, whole_key, spec.projection.source_dims, _never), projection)
+        projection = read_projection(bundle.sentence_path, spec)  # None without a cut; checked by its encoder already
+        if projection is not None and spec.projection is not None:
+            whole = cls(collection_dir, encoder_key(bundle, precision, cut=False), spec.projection.source_dims, _never)
+            uncut = Uncut(whole, projection)
         return cls(collection_dir, encoder_key(bundle, precision), spec.dims, encode, uncut)
 
     def vectors(self, texts: Sequence[str]) -> np.ndarray:
