@@ -23,7 +23,7 @@ import shutil
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -49,6 +49,7 @@ from ssi.sentence import (
 )
 
 MIN_COSINE = 0.999
+Attention = Literal["eager", "sdpa"]  # transformers' attn_implementation the graph is exported from (prepare_encoder)
 # The least cosine of a text's int8 vector to its fp32 one. all-MiniLM-L6-v2 quantized per channel: 0.987–0.999 on 150
 # SciFact claims and 100 abstracts, 92 % of each claim's top 10 kept, and SciFact validation NDCG@10 within 0.005 of
 # fp32 (docs/results/hybrid.md, "int8"); per tensor: 0.93–0.96, 81 % of the top 10 kept. 0.97 lies between the two:
@@ -167,14 +168,16 @@ def _given_graph(folder: Path) -> Path | None:
     return None
 
 
-def _reference_model(folder: Path) -> Any:
+def _reference_model(folder: Path, attention: Attention = "eager") -> Any:
+    """The folder's transformer in PyTorch, its attention written out as `attention` says: the graph exported from it
+    takes that form (`prepare_encoder`)."""
     try:
         from transformers import AutoModel
     except ImportError as exc:
         raise SentenceError(
             f"{folder}: exporting or checking a sentence encoder needs the `encoder-export` extra ({exc})"
         ) from None
-    return AutoModel.from_pretrained(str(folder)).eval()
+    return AutoModel.from_pretrained(str(folder), attn_implementation=attention).eval()
 
 
 def _export(model: Any, out: Path) -> list[str]:
@@ -275,11 +278,16 @@ def prepare_encoder(
     name: str | None = None,
     precision: Precision | None = None,
     int8: bool = True,
+    attention: Attention = "eager",
 ) -> SentenceSpec:
     """Write `out/` (model.onnx, model.int8.onnx, tokenizer.json, sentence.json) from a model folder; λ is 0 until set,
     and `precision` is the graph that serves unless the server asks for the other (None: int8 where its graph passed
     its check, else fp32: SciFact validation NDCG@10 with all-MiniLM-L6-v2's int8 graph was within 0.003 of fp32's,
     docs/results/hybrid.md). `int8=False` writes no int8 graph (a caller that checks only the fp32 export).
+    `attention`: how the exported graph computes attention. "eager" (the default) is the textbook mask, softmax and
+    product; "sdpa", PyTorch's fused attention, which the exporter writes out with an IsNaN and a Where over every
+    head's scores (for rows with nothing to attend to): on 60-word passages those took a fifth of the int8 graph's
+    time (benchmarks/encoder_peak.py; docs/results/hybrid.md#the-graphs-attention). Same vectors either way.
 
     Raises `SentenceError` naming the file for a folder it cannot use, when the graph's vectors differ
     from the reference forward pass (cosine below MIN_COSINE on any probe text), or when int8 is asked and its graph
@@ -293,7 +301,7 @@ def prepare_encoder(
     out.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(folder / TOKENIZER_FILE, out / TOKENIZER_FILE)
     pooling, normalize = read_pooling(folder)
-    model = _reference_model(folder)
+    model = _reference_model(folder, attention)
     given = _given_graph(folder)
     if given is not None:
         shutil.copyfile(given, out / MODEL_FILE)

@@ -1,0 +1,174 @@
+"""How near the sentence encoder's document encoding runs to this CPU's own rate of matrix products, and what the
+graph's form of attention changes, in one process: what is left for software to win on the same model before only
+fewer operations or more cores (a GPU, a cluster's nodes) can make documents faster.
+
+The encoder is all-MiniLM-L6-v2 exported as `ssi train --encoder` exports it, twice: with PyTorch's fused attention
+("sdpa", which the exporter writes out with an IsNaN and a Where over every head's scores: the graph exported before
+2026-12-03, "today's fp32") and written out plainly ("eager", the default since), each fp32 and int8, encoding 60-word
+passages of Wikispeedia text on `--threads` threads with the service's session options (no memory arena, no
+spinning); beside them the eager fp32 graph with onnxruntime's memory arena on. Their useful work is counted from
+the model's shape: per layer and per token 2·(4h² + 2hi) floating-point operations in the dense products and 4nh in
+attention over a text of n tokens (padding not counted). The references are one onnxruntime MatMul of the model's
+widest shape ([tokens of a batch, h] × [h, i]) on the same threads, fp32 and quantized as the encoder is: what this
+CPU's kernels give the encoder's largest products, its best case. Every part takes its turn in each of `--rounds`.
+
+    python -m benchmarks.encoder_peak --out runs/encoder-peak.json
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+
+from benchmarks.replication_faults import write_figures
+from benchmarks.snippet_cost import _passages
+from ssi.sentence import BATCH, SentenceEncoder, int8_instructions
+from training.pretrained import NAME, checked_minilm_folder
+from training.sentence_export import Attention, cosines, prepare_encoder
+
+
+def useful_flops(lengths: list[int], layers: int, hidden: int, intermediate: int) -> float:
+    """Floating-point operations a BERT encoder's dense products and attention spend on texts of these token
+    lengths, padding left out (multiply-add counted as two)."""
+    tokens = float(sum(lengths))
+    dense = 2.0 * (4 * hidden * hidden + 2 * hidden * intermediate) * tokens
+    attention = sum(4.0 * n * n * hidden for n in lengths)
+    return layers * (dense + attention)
+
+
+def _matmul_graph(path: Path, rows: int, inner: int, cols: int) -> dict[str, np.ndarray]:
+    """One MatMul [rows, inner] × [inner, cols] written to `path` as an ONNX graph; returns its feed."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.standard_normal((inner, cols)).astype(np.float32), "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [rows, inner])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [rows, cols])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return {"x": rng.standard_normal((rows, inner)).astype(np.float32)}
+
+
+def _session(graph: Path, threads: int, arena: bool) -> Any:
+    """An onnxruntime session with the encoder's own settings (ssi.sentence.SentenceEncoder), the arena as asked."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_cpu_mem_arena = arena
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
+
+
+def main(
+    corpus: Annotated[Path, typer.Option(help="Wikispeedia docs (JSONL.gz with 'text').")] = Path(
+        "../shared/data/wikispeedia/docs.jsonl.gz"
+    ),
+    documents: Annotated[int, typer.Option(help="Passages encoded a round.")] = 1000,
+    threads: Annotated[int, typer.Option(help="Threads for every part (default: every core).")] = 0,
+    rounds: Annotated[int, typer.Option(help="Rounds, the parts taking turns.")] = 4,
+    out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
+) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    threads = threads or (os.cpu_count() or 1)
+    passages = _passages(corpus, documents)
+    source = checked_minilm_folder()
+    with tempfile.TemporaryDirectory() as scratch:
+        folders: dict[Attention, Path] = {"sdpa": Path(scratch) / "sdpa", "eager": Path(scratch) / "eager"}
+        for attention, folder in folders.items():
+            prepare_encoder(source, folder, name=NAME, threads=min(threads, 4), attention=attention)
+        config = json.loads((source / "config.json").read_text(encoding="utf-8"))
+        layers, hidden, inner = config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]
+        encoders = {
+            f"encoder_{precision}_{attention}": SentenceEncoder(folder, threads, precision)
+            for attention, folder in folders.items()
+            for precision in ("fp32", "int8")
+        }
+        arena = SentenceEncoder(folders["eager"], threads, "fp32")
+        arena.session = _session(folders["eager"] / arena.graph_file, threads, arena=True)
+        encoders["encoder_fp32_eager_with_arena"] = arena
+        lengths = [len(row) for row in arena.token_ids(passages)]
+        flops = useful_flops(lengths, layers, hidden, inner)
+        mean_tokens = float(np.mean(lengths))
+        rows = int(BATCH * mean_tokens)  # a batch's tokens, as the encoder's widest product sees them
+        fp32_graph, int8_graph = Path(scratch) / "matmul.onnx", Path(scratch) / "matmul.int8.onnx"
+        feed = _matmul_graph(fp32_graph, rows, hidden, inner)
+        quantize_dynamic(fp32_graph, int8_graph, per_channel=True, weight_type=QuantType.QInt8)  # as the encoder's
+        products = {"fp32": _session(fp32_graph, threads, False), "int8": _session(int8_graph, threads, False)}
+        matmul_flops = 2.0 * rows * hidden * inner
+        reps = max(1, int(round(flops / matmul_flops)))  # as much work as one round of the encoder
+        parts: dict[str, Callable[[], Any]] = {name: _encoding(encoder, passages) for name, encoder in encoders.items()}
+        for precision, session in products.items():
+            parts[f"matmul_{precision}"] = _products(session, feed, reps)
+        vectors = {name: run() for name, run in parts.items()}  # warm, and the vectors compared below
+        spent = dict.fromkeys(parts, 0.0)
+        for r in range(rounds):
+            for name in parts if r % 2 == 0 else list(parts)[::-1]:
+                started = time.perf_counter()
+                parts[name]()
+                spent[name] += time.perf_counter() - started
+    work = {name: rounds * (flops if name.startswith("encoder") else reps * matmul_flops) for name in parts}
+    rate = {name: work[name] / spent[name] / 1e9 for name in parts}
+    today = rate["encoder_fp32_sdpa"]  # the graph `ssi train --encoder` exported before the eager attention
+    agree = {
+        "eager_fp32_to_sdpa_fp32": cosines(vectors["encoder_fp32_eager"], vectors["encoder_fp32_sdpa"]),
+        "eager_int8_to_eager_fp32": cosines(vectors["encoder_int8_eager"], vectors["encoder_fp32_eager"]),
+        "sdpa_int8_to_sdpa_fp32": cosines(vectors["encoder_int8_sdpa"], vectors["encoder_fp32_sdpa"]),
+    }
+    figures: dict[str, object] = {
+        "model": NAME,
+        "threads": threads,
+        "cpu_int8_instructions": int8_instructions(),
+        "passages": len(passages),
+        "mean_tokens": round(mean_tokens, 1),
+        "gflop_per_passage": round(flops / len(passages) / 1e9, 4),
+        "matmul_shape": [rows, hidden, inner],
+        "passages_per_second": {
+            name: round(rounds * len(passages) / spent[name], 1) for name in parts if name.startswith("encoder")
+        },
+        "gflops": {name: round(value, 1) for name, value in rate.items()},
+        "over_todays_fp32": {name: round(value / today, 3) for name, value in rate.items()},
+        "share_of_its_matmul": {
+            name: round(value / rate["matmul_int8" if "int8" in name else "matmul_fp32"], 3)
+            for name, value in rate.items()
+            if name.startswith("encoder")
+        },
+        "cosines_least_mean": {
+            name: [round(float(found.min()), 6), round(float(found.mean()), 6)] for name, found in agree.items()
+        },
+    }
+    write_figures(figures, out)
+
+
+def _encoding(encoder: SentenceEncoder, passages: list[str]) -> Callable[[], np.ndarray]:
+    return lambda: encoder.encode(passages)
+
+
+def _products(session: Any, feed: dict[str, np.ndarray], reps: int) -> Callable[[], None]:
+    def run() -> None:
+        for _ in range(reps):
+            session.run(None, feed)
+
+    return run
+
+
+if __name__ == "__main__":
+    typer.run(main)
