@@ -74,12 +74,19 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp")
 # Texts per onnxruntime call: sorted by length first, so a batch pads to texts of about its own length.
 BATCH = 32
+# onnxruntime's fusion of an integer product with its scales into MatMulIntegerToFloat takes the activations' scale for
+# one number: with a scale per token row (Int8Check.activations "token") it gives wrong vectors, so such a graph's
+# session runs without it (the other fusions stay).
+UNFUSED_FOR_TOKEN_SCALES = ["MatMulIntegerToFloatFusion"]
 
 
 class Int8Check(BaseModel):
     """How the int8 graph was made and how far its vectors are from the fp32 graph's (training.sentence_export)."""
 
     method: str  # what quantized it (onnxruntime's function, per channel, the weights' type)
+    # The activations' scale: one a batch ("tensor": onnxruntime's dynamic quantization as it comes, so a text's vector
+    # moved with its batch; bundles written before 2026-12-04) or one a token row (training.token_quantization)
+    activations: Literal["tensor", "token"] = "tensor"
     texts: int = Field(ge=1)  # texts compared
     min_cosine: float  # the least cosine of a text's int8 vector to its fp32 one
     mean_cosine: float
@@ -330,8 +337,13 @@ class SentenceEncoder:
         options.enable_cpu_mem_arena = False
         options.log_severity_level = 3
         graph = graph or folder / model_file(self.precision, part)
+        check = self.spec.query.int8 if part == "query" and self.spec.query is not None else self.spec.int8
+        # A graph not yet recorded (`graph`: the check of a new int8 graph) is a new one: a scale per token row.
+        unfused = UNFUSED_FOR_TOKEN_SCALES if check is None or check.activations == "token" else []
         try:
-            self.session = ort.InferenceSession(str(graph), options, providers=providers_for(device))
+            self.session = ort.InferenceSession(
+                str(graph), options, providers=providers_for(device), disabled_optimizers=unfused
+            )
         except SentenceError:
             raise
         except Exception as exc:  # onnxruntime's own errors for a corrupt graph

@@ -105,8 +105,31 @@ def test_the_int8_graph_is_written_recorded_and_close_to_the_fp32_one(shared: Ex
     assert spec.int8.bound == MIN_INT8_COSINE and "per channel" in spec.int8.method
     fp32, int8 = SentenceEncoder(shared.sentence, precision="fp32"), SentenceEncoder(shared.sentence, precision="int8")
     assert (fp32.precision, int8.precision) == ("fp32", "int8")
-    found = cosines(int8.encode(TEXTS), fp32.encode(TEXTS))
+    batched = int8.encode(TEXTS)
+    found = cosines(batched, fp32.encode(TEXTS))
     assert found.min() >= MIN_INT8_COSINE and found.min() < 1.0 - 1e-6  # close, and not the same graph
+    # Its activations are quantized token by token: a text's vector is the same in any batch (a query's ranking does
+    # not move with the queries that share its batch).
+    assert spec.int8.activations == "token"
+    np.testing.assert_allclose(np.vstack([int8.encode([text]) for text in TEXTS]), batched, atol=1e-6)
+
+
+def test_an_int8_graph_of_a_bundle_written_before_token_scales_still_serves(
+    shared: ExportedEncoder, tmp_path: Path
+) -> None:
+    """A bundle's int8 graph from onnxruntime's dynamic quantization as it comes (one activation scale a batch), its
+    record written without `activations`: it loads, with onnxruntime's fusions, and keeps its vectors within bound."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    folder = shutil.copytree(shared.sentence, tmp_path / "sentence")
+    (folder / "model.int8.onnx").chmod(0o644)
+    quantize_dynamic(folder / "model.onnx", folder / "model.int8.onnx", per_channel=True, weight_type=QuantType.QInt8)
+    written = json.loads((folder / "sentence.json").read_text(encoding="utf-8"))
+    del written["int8"]["activations"]
+    (folder / "sentence.json").write_text(json.dumps(written), encoding="utf-8")
+    assert read_spec(folder).int8.activations == "tensor"
+    old, fp32 = SentenceEncoder(folder, precision="int8"), SentenceEncoder(folder, precision="fp32")
+    assert cosines(old.encode(TEXTS), fp32.encode(TEXTS)).min() >= MIN_INT8_COSINE
 
 
 def test_a_folder_that_is_no_model_gets_a_clear_cli_error(tmp_path: Path, synonyms: SynonymCorpus) -> None:
