@@ -4,13 +4,16 @@ fewer operations or more cores (a GPU, a cluster's nodes) can make documents fas
 
 The encoder is all-MiniLM-L6-v2 exported as `ssi train --encoder` exports it, twice: with PyTorch's fused attention
 ("sdpa", which the exporter writes out with an IsNaN and a Where over every head's scores: the graph exported before
-2026-12-03, "today's fp32") and written out plainly ("eager", the default since), each fp32 and int8, encoding 60-word
-passages of Wikispeedia text on `--threads` threads with the service's session options (no memory arena, no
-spinning); beside them the eager fp32 graph with onnxruntime's memory arena on. Their useful work is counted from
-the model's shape: per layer and per token 2·(4h² + 2hi) floating-point operations in the dense products and 4nh in
-attention over a text of n tokens (padding not counted). The references are one onnxruntime MatMul of the model's
-widest shape ([tokens of a batch, h] × [h, i]) on the same threads, fp32 and quantized as the encoder is: what this
-CPU's kernels give the encoder's largest products, its best case. Every part takes its turn in each of `--rounds`.
+2026-12-04, "today's fp32") and written out plainly ("eager", the default since), each fp32 and int8 (activations
+scaled token by token, training.token_quantization), encoding 60-word passages of Wikispeedia text on `--threads`
+threads with the service's session options (no memory arena, no spinning); beside them the eager graph's int8 as
+onnxruntime's dynamic quantization makes it (one activation scale a batch, as bundles before 2026-12-04 hold it) and
+its fp32 graph with onnxruntime's memory arena on. The first ALONE passages are also encoded one at a time, to show
+whether a text's vector depends on its batch. Useful work is counted from the model's shape: per layer and per token
+2·(4h² + 2hi) floating-point operations in the dense products and 4nh in attention over a text of n tokens (padding
+not counted). The references are one onnxruntime MatMul of the model's widest shape ([tokens of a batch, h] × [h, i])
+on the same threads, fp32 and quantized as onnxruntime's dynamic quantization does: what this CPU's kernels give the
+encoder's largest products, its best case. Every part takes its turn in each of `--rounds`.
 
     python -m benchmarks.encoder_peak --out runs/encoder-peak.json
 """
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,9 +34,19 @@ import typer
 
 from benchmarks.replication_faults import write_figures
 from benchmarks.snippet_cost import _passages
-from ssi.sentence import BATCH, SentenceEncoder, int8_instructions
+from ssi.sentence import (
+    BATCH,
+    INT8_MODEL_FILE,
+    MODEL_FILE,
+    SentenceEncoder,
+    int8_instructions,
+    read_spec,
+    write_spec,
+)
 from training.pretrained import NAME, checked_minilm_folder
 from training.sentence_export import Attention, cosines, prepare_encoder
+
+ALONE = 200  # passages also encoded one at a time: does a text's vector depend on its batch?
 
 
 def useful_flops(lengths: list[int], layers: int, hidden: int, intermediate: int) -> float:
@@ -95,6 +109,7 @@ def main(
         folders: dict[Attention, Path] = {"sdpa": Path(scratch) / "sdpa", "eager": Path(scratch) / "eager"}
         for attention, folder in folders.items():
             prepare_encoder(source, folder, name=NAME, threads=min(threads, 4), attention=attention)
+        tensor = _scaled_by_tensor(folders["eager"], Path(scratch) / "eager-tensor")
         config = json.loads((source / "config.json").read_text(encoding="utf-8"))
         layers, hidden, inner = config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]
         encoders = {
@@ -102,6 +117,7 @@ def main(
             for attention, folder in folders.items()
             for precision in ("fp32", "int8")
         }
+        encoders["encoder_int8_eager_scaled_by_tensor"] = SentenceEncoder(tensor, threads, "int8")
         arena = SentenceEncoder(folders["eager"], threads, "fp32")
         arena.session = _session(folders["eager"] / arena.graph_file, threads, arena=True)
         encoders["encoder_fp32_eager_with_arena"] = arena
@@ -119,6 +135,10 @@ def main(
         for precision, session in products.items():
             parts[f"matmul_{precision}"] = _products(session, feed, reps)
         vectors = {name: run() for name, run in parts.items()}  # warm, and the vectors compared below
+        alone = {  # a text's vector encoded by itself, against within the run's batches
+            name: np.vstack([encoders[name].encode([text]) for text in passages[:ALONE]])
+            for name in ("encoder_int8_eager", "encoder_int8_eager_scaled_by_tensor", "encoder_fp32_eager")
+        }
         spent = dict.fromkeys(parts, 0.0)
         for r in range(rounds):
             for name in parts if r % 2 == 0 else list(parts)[::-1]:
@@ -132,6 +152,13 @@ def main(
         "eager_fp32_to_sdpa_fp32": cosines(vectors["encoder_fp32_eager"], vectors["encoder_fp32_sdpa"]),
         "eager_int8_to_eager_fp32": cosines(vectors["encoder_int8_eager"], vectors["encoder_fp32_eager"]),
         "sdpa_int8_to_sdpa_fp32": cosines(vectors["encoder_int8_sdpa"], vectors["encoder_fp32_sdpa"]),
+        "eager_int8_scaled_by_tensor_to_eager_fp32": cosines(
+            vectors["encoder_int8_eager_scaled_by_tensor"], vectors["encoder_fp32_eager"]
+        ),
+        **{
+            f"{name.removeprefix('encoder_')}_alone_to_batched": cosines(rows, vectors[name][:ALONE])
+            for name, rows in alone.items()
+        },
     }
     figures: dict[str, object] = {
         "model": NAME,
@@ -156,6 +183,19 @@ def main(
         },
     }
     write_figures(figures, out)
+
+
+def _scaled_by_tensor(folder: Path, out: Path) -> Path:
+    """A copy of the encoder `folder` with its int8 graph as onnxruntime's dynamic quantization makes it (one scale for
+    a batch's activations: what `ssi train --encoder` wrote before 2026-12-04), recorded so."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    shutil.copytree(folder, out, copy_function=shutil.copyfile)
+    quantize_dynamic(out / MODEL_FILE, out / INT8_MODEL_FILE, per_channel=True, weight_type=QuantType.QInt8)
+    spec = read_spec(out)
+    assert spec.int8 is not None
+    write_spec(out, spec.model_copy(update={"int8": spec.int8.model_copy(update={"activations": "tensor"})}))
+    return out
 
 
 def _encoding(encoder: SentenceEncoder, passages: list[str]) -> Callable[[], np.ndarray]:

@@ -7,7 +7,8 @@ running e needs and nothing from PyTorch:
                     them) → the last hidden state [batch, tokens, E]; or, for a static encoder (spec `kind`
                     static, training.static_distil), one Gather from a table of token vectors distilled from a
                     transformer, with the same inputs and output
-    model.int8.onnx the same graph with int8 weights (onnxruntime's dynamic quantization, per channel), where
+    model.int8.onnx the same graph with int8 weights (onnxruntime's dynamic quantization, per channel; activations
+                    scaled per token since 2026-12-04, `Int8Check.activations`), where
                     `ssi train` wrote one and it passed its check against model.onnx (spec `int8`); bundles
                     written before it existed have none and serve fp32
     tokenizer.json  the model's tokenizer, run by the `tokenizers` library

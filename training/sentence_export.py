@@ -9,9 +9,10 @@ traced MiniLM's attention mask wrongly: cosines of 0.85–0.95 with the model's 
 way the result is checked against a reference forward pass of the same weights in PyTorch on a few
 texts, and refused below a cosine of MIN_COSINE for any of them.
 
-Beside it goes an int8 graph (`quantize_encoder`: onnxruntime's dynamic quantization, per channel), checked against the
-fp32 graph on INT8_PROBES: kept, and its least and mean cosine recorded in the spec (`int8`), only if no text's vector
-falls below MIN_INT8_COSINE. Quantized here, once, not at every start of a server.
+Beside it goes an int8 graph (`quantize_encoder`: onnxruntime's dynamic quantization, per channel, its activations then
+scaled token by token: training.token_quantization), checked against the fp32 graph on INT8_PROBES: kept, and its
+least and mean cosine recorded in the spec (`int8`), only if no text's vector falls below MIN_INT8_COSINE. Quantized
+here, once, not at every start of a server.
 """
 
 from __future__ import annotations
