@@ -339,6 +339,7 @@ class SentenceEncoder:
         options.log_severity_level = 3
         graph = graph or folder / model_file(self.precision, part)
         check = self.spec.query.int8 if part == "query" and self.spec.query is not None else self.spec.int8
+        self.int8: Int8Check | None = check  # the record of its part's int8 graph, where it has one
         # A graph not yet recorded (`graph`: the check of a new int8 graph) is a new one: a scale per token row.
         unfused = UNFUSED_FOR_TOKEN_SCALES if check is None or check.activations == "token" else []
         try:

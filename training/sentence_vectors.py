@@ -5,7 +5,9 @@ Encoding SciFact's 5,183 abstracts with all-MiniLM-L6-v2 took 279 s on this 2-co
 encoder's spec (pooling, length, E; λ left out: it does not change e), the sha256 of the files it was made from
 (the spec's `source`: weights, tokenizer, configuration; an export's graph bytes may differ run to run; for a static
 encoder, training.static_distil, its own graph and tokenizer: its source's files are those of every table distilled
-from them) and every text, so a changed text or model is a miss, never a stale hit. It holds the vectors before a
+from them), the precision and, for an int8 graph whose activations are scaled per token (training.token_quantization),
+that (another graph of the same weights: other vectors), and every text, so a changed text or model is a miss, never
+a stale hit. It holds the vectors before a
 bundle's projection (`ssi train --sentence-dims`), which is applied on the way out. SSI_SENTENCE_CACHE names the folder
 (default ~/.cache/ssi/sentence); an empty value turns the cache off.
 """
@@ -44,6 +46,8 @@ def _key(encoder: SentenceEncoder, texts: Sequence[str]) -> str:
     digest.update(f"{spec.pooling}|{spec.normalize}|{spec.max_length}|{encoder.pooled_dims}|{len(texts)}".encode())
     if encoder.precision != "fp32":  # fp32 keeps the key it had before int8 graphs
         digest.update(f"|{encoder.precision}".encode())
+        if encoder.int8 is not None and encoder.int8.activations != "tensor":  # int8 graphs before keep theirs too
+            digest.update(f"|activations by {encoder.int8.activations}".encode())
     if encoder.part == "query" and spec.query is not None:  # the query graph: its own weights name it
         named = sorted(spec.query.source.items()) or [("graph", sha256_file(encoder.folder / encoder.graph_file))]
         digest.update(f"|query|{named}".encode())

@@ -32,6 +32,7 @@ from training.sentence_export import (
     prepare_encoder,
     reference_vectors,
 )
+from training.sentence_vectors import CACHE_ENV, encode_corpus
 
 TEXTS = ["the star and the planet", "bread dough in the oven", "a song for piano and violin", "dna " * 30, "x"]
 
@@ -115,10 +116,11 @@ def test_the_int8_graph_is_written_recorded_and_close_to_the_fp32_one(shared: Ex
 
 
 def test_an_int8_graph_of_a_bundle_written_before_token_scales_still_serves(
-    shared: ExportedEncoder, tmp_path: Path
+    shared: ExportedEncoder, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A bundle's int8 graph from onnxruntime's dynamic quantization as it comes (one activation scale a batch), its
-    record written without `activations`: it loads, with onnxruntime's fusions, and keeps its vectors within bound."""
+    record written without `activations`: it loads, with onnxruntime's fusions, and keeps its vectors within bound;
+    the corpus cache never hands its vectors to the new graph of the same weights."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     folder = shutil.copytree(shared.sentence, tmp_path / "sentence")
@@ -130,6 +132,10 @@ def test_an_int8_graph_of_a_bundle_written_before_token_scales_still_serves(
     assert read_spec(folder).int8.activations == "tensor"
     old, fp32 = SentenceEncoder(folder, precision="int8"), SentenceEncoder(folder, precision="fp32")
     assert cosines(old.encode(TEXTS), fp32.encode(TEXTS)).min() >= MIN_INT8_COSINE
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    new = SentenceEncoder(shared.sentence, precision="int8")
+    assert not np.allclose(encode_corpus(old, TEXTS), new.encode(TEXTS), atol=1e-6)  # two graphs, two answers
+    np.testing.assert_array_equal(encode_corpus(new, TEXTS), new.encode(TEXTS))
 
 
 def test_a_folder_that_is_no_model_gets_a_clear_cli_error(tmp_path: Path, synonyms: SynonymCorpus) -> None:
