@@ -50,6 +50,8 @@ from ssi.sentence import (
 )
 from training.token_quantization import quantize_by_token
 
+log = logging.getLogger(__name__)
+
 MIN_COSINE = 0.999
 Attention = Literal["eager", "sdpa"]  # transformers' attn_implementation the graph is exported from (prepare_encoder)
 # The least cosine of a text's int8 vector to its fp32 one. all-MiniLM-L6-v2 quantized per channel: 0.987–0.999 on 150
@@ -249,17 +251,22 @@ class _NoPreprocessingAdvice(logging.Filter):
 
 
 def quantize_encoder(out: Path, texts: Sequence[str] = INT8_PROBES, threads: int = 1) -> Int8Check | None:
-    """Write `out/model.int8.onnx` from `out/model.onnx` (per channel) and check it against it on `texts`; the check,
-    or None (and no file) where some text's cosine is below MIN_INT8_COSINE."""
+    """Write `out/model.int8.onnx` from `out/model.onnx` (per channel, activations per token) and check it against it
+    on `texts`; the check, or None (and no file) where some text's cosine is below MIN_INT8_COSINE, or where the graph
+    cannot be quantized so or run (a graph of another shape, an onnxruntime without opset 21): logged, fp32 serves."""
     target = out / INT8_MODEL_FILE
     quiet = _NoPreprocessingAdvice()
     logging.getLogger().addFilter(quiet)
     try:
         quantize_by_token(out / MODEL_FILE, target)
+        int8 = SentenceEncoder(out, threads, graph=target).encode(list(texts))  # not yet in the spec: run by path
+    except (ValueError, SentenceError) as exc:
+        log.warning("%s: no int8 graph (%s)", out, exc)
+        target.unlink(missing_ok=True)
+        return None
     finally:
         logging.getLogger().removeFilter(quiet)
     fp32 = SentenceEncoder(out, threads, precision="fp32").encode(list(texts))
-    int8 = SentenceEncoder(out, threads, graph=target).encode(list(texts))  # not yet in the spec: run by path
     found = cosines(int8, fp32)
     if float(found.min()) < MIN_INT8_COSINE:
         target.unlink()

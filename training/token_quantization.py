@@ -16,6 +16,7 @@ scale per row: a session running such a graph disables it (ssi.sentence.UNFUSED_
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -58,7 +59,7 @@ def quantize_by_token(fp32: Path, out: Path) -> int:
             nodes.append(node)
             continue
         x = node.input[0]
-        quantized, scale, zero_point = node.output
+        quantized, scale, _ = node.output  # its zero point goes: the products take 128
         products = [c for c in consumers.get(quantized, []) if c.op_type == "MatMulInteger" and c.input[0] == quantized]
         if len(products) != len(consumers.get(quantized, [])) or not products:
             raise ValueError(f"{out}: {quantized} feeds more than integer products")
@@ -103,7 +104,7 @@ def quantize_by_token(fp32: Path, out: Path) -> int:
     return rewritten
 
 
-def _leading_dims(model: object) -> dict[str, tuple[str, ...]]:
+def _leading_dims(model: Any) -> dict[str, tuple[str, ...]]:
     """Each tensor's dims but the last, where shape inference names every one of them (a symbol or a size)."""
     import onnx
 
