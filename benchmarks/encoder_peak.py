@@ -41,6 +41,7 @@ from ssi.sentence import (
     SentenceEncoder,
     int8_instructions,
     read_spec,
+    session_options,
     write_spec,
 )
 from training.pretrained import NAME, checked_minilm_folder
@@ -79,15 +80,10 @@ def _matmul_graph(path: Path, rows: int, inner: int, cols: int) -> dict[str, np.
 
 
 def _session(graph: Path, threads: int, arena: bool) -> Any:
-    """An onnxruntime session with the encoder's own settings (ssi.sentence.SentenceEncoder), the arena as asked."""
+    """An onnxruntime session with the encoder's own settings (ssi.sentence.session_options), the arena as asked."""
     import onnxruntime as ort
 
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.enable_cpu_mem_arena = arena
-    options.log_severity_level = 3
+    options = session_options(threads, arena=arena)
     return ort.InferenceSession(str(graph), options, providers=["CPUExecutionProvider"])
 
 

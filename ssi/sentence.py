@@ -288,6 +288,22 @@ def pool(states: np.ndarray, mask: np.ndarray, how: Pooling) -> np.ndarray:
     return total / np.maximum(weights.sum(axis=1), np.float32(1e-9))
 
 
+def session_options(threads: int, arena: bool = False) -> Any:
+    """onnxruntime's options for an encoder's session: `threads` threads, no spinning between calls (a worker's other
+    core serves the lexical part), and no memory arena unless asked: it kept what encoding documents' batches needed
+    (1.1 GB after 20,000 passages in the worker that built the index, benchmarks/hybrid_cost.py), where a query needs
+    a few MB."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = max(1, threads)
+    options.inter_op_num_threads = 1
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.enable_cpu_mem_arena = arena
+    options.log_severity_level = 3
+    return options
+
+
 class SentenceEncoder:
     """e(text): the folder's graph and tokenizer; float32 rows of length E, unit length when the spec says so.
 
@@ -329,14 +345,7 @@ class SentenceEncoder:
             raise SentenceError(f"{folder / TOKENIZER_FILE}: the tokenizers library cannot read it ({exc})") from None
         self.tokenizer.no_padding()
         self.tokenizer.enable_truncation(self.spec.max_length)
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = max(1, threads)
-        options.inter_op_num_threads = 1
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        # No memory arena: it kept what encoding documents' batches needed (1.1 GB after 20,000 passages in the worker
-        # that built the index, benchmarks/hybrid_cost.py), where a query needs a few MB.
-        options.enable_cpu_mem_arena = False
-        options.log_severity_level = 3
+        options = session_options(threads)
         graph = graph or folder / model_file(self.precision, part)
         check = self.spec.query.int8 if part == "query" and self.spec.query is not None else self.spec.int8
         self.int8: Int8Check | None = check  # the record of its part's int8 graph, where it has one
