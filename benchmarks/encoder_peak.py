@@ -4,18 +4,21 @@ fewer operations or more cores (a GPU, a cluster's nodes) can make documents fas
 
 The encoder is all-MiniLM-L6-v2 exported as `ssi train --encoder` exports it, twice: with PyTorch's fused attention
 ("sdpa", which the exporter writes out with an IsNaN and a Where over every head's scores: the graph exported before
-2026-12-04, "today's fp32") and written out plainly ("eager", the default since), each fp32 and int8 (activations
-scaled token by token, training.token_quantization), encoding 60-word passages of Wikispeedia text on `--threads`
-threads with the service's session options (no memory arena, no spinning); beside them the eager graph's int8 as
-onnxruntime's dynamic quantization makes it (one activation scale a batch, as bundles before 2026-12-04 hold it) and
-its fp32 graph with onnxruntime's memory arena on. The first ALONE passages are also encoded one at a time, to show
-whether a text's vector depends on its batch. Useful work is counted from the model's shape: per layer and per token
-2·(4h² + 2hi) floating-point operations in the dense products and 4nh in attention over a text of n tokens (padding
-not counted). The references are one onnxruntime MatMul of the model's widest shape ([tokens of a batch, h] × [h, i])
-on the same threads, fp32 and quantized as onnxruntime's dynamic quantization does: what this CPU's kernels give the
-encoder's largest products, its best case. Every part takes its turn in each of `--rounds`.
+2026-12-04, "today's fp32") and written out plainly ("eager", the default since), each fp32 and int8 (activations scaled
+token by token, training.token_quantization), encoding passages of `--words` words of Wikispeedia text on `--threads`
+threads with the service's session options (no memory arena, no spinning), 32 texts a call as before 2026-12-04; beside
+them the eager graph's int8 as onnxruntime's dynamic quantization makes it (one activation scale a batch, as bundles
+before 2026-12-04 hold it) and its fp32 graph with onnxruntime's memory arena on; and the eager graphs with calls
+planned by tokens (ssi.sentence_calls), on one session of `--threads` threads and on a one-thread session a core
+(ssi.sentence.bulk_encoder: how a first start encodes its documents since). The first ALONE passages are also encoded
+one at a time, to show whether a text's vector depends on its batch. Useful work is counted from the model's shape: per
+layer and per token 2·(4h² + 2hi) floating-point operations in the dense products and 4nh in attention over a text of n
+tokens (padding not counted). The references are one onnxruntime MatMul of the model's widest shape ([tokens of a batch,
+h] × [h, i]) on the same threads, fp32 and quantized as onnxruntime's dynamic quantization does: what this CPU's kernels
+give the encoder's largest products, its best case. Every part takes its turn in each of `--rounds`.
 
     python -m benchmarks.encoder_peak --out runs/encoder-peak.json
+    python -m benchmarks.encoder_peak --words 250 --documents 300 --out runs/encoder-peak-long.json   # long pages
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import typer
 from benchmarks.replication_faults import write_figures
 from benchmarks.snippet_cost import _passages
 from ssi.sentence import (
-    BATCH,
     INT8_MODEL_FILE,
     MODEL_FILE,
     SentenceEncoder,
@@ -48,6 +50,7 @@ from training.pretrained import NAME, checked_minilm_folder
 from training.sentence_export import Attention, cosines, prepare_encoder
 
 ALONE = 200  # passages also encoded one at a time: does a text's vector depend on its batch?
+BEFORE = 32  # texts an onnxruntime call held before 2026-12-04 (ssi.sentence_calls plans calls by tokens since)
 
 
 def useful_flops(lengths: list[int], layers: int, hidden: int, intermediate: int) -> float:
@@ -92,6 +95,7 @@ def main(
         "../shared/data/wikispeedia/docs.jsonl.gz"
     ),
     documents: Annotated[int, typer.Option(help="Passages encoded a round.")] = 1000,
+    words: Annotated[int, typer.Option(help="Words a passage (250: cut at the encoder's 256 tokens).")] = 60,
     threads: Annotated[int, typer.Option(help="Threads for every part (default: every core).")] = 0,
     rounds: Annotated[int, typer.Option(help="Rounds, the parts taking turns.")] = 4,
     out: Annotated[Path | None, typer.Option(help="Write the figures here as JSON.")] = None,
@@ -99,7 +103,7 @@ def main(
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
     threads = threads or (os.cpu_count() or 1)
-    passages = _passages(corpus, documents)
+    passages = _passages(corpus, documents, words)
     source = checked_minilm_folder()
     with tempfile.TemporaryDirectory() as scratch:
         folders: dict[Attention, Path] = {"sdpa": Path(scratch) / "sdpa", "eager": Path(scratch) / "eager"}
@@ -108,31 +112,41 @@ def main(
         tensor = _scaled_by_tensor(folders["eager"], Path(scratch) / "eager-tensor")
         config = json.loads((source / "config.json").read_text(encoding="utf-8"))
         layers, hidden, inner = config["num_hidden_layers"], config["hidden_size"], config["intermediate_size"]
-        encoders = {
+        # Calls of BEFORE texts on one session of `threads` threads, as documents were encoded before 2026-12-04
+        before = {
             f"encoder_{precision}_{attention}": SentenceEncoder(folder, threads, precision)
             for attention, folder in folders.items()
             for precision in ("fp32", "int8")
         }
-        encoders["encoder_int8_eager_scaled_by_tensor"] = SentenceEncoder(tensor, threads, "int8")
+        before["encoder_int8_eager_scaled_by_tensor"] = SentenceEncoder(tensor, threads, "int8")
         arena = SentenceEncoder(folders["eager"], threads, "fp32")
-        arena.session = _session(folders["eager"] / arena.graph_file, threads, arena=True)
-        encoders["encoder_fp32_eager_with_arena"] = arena
-        lengths = [len(row) for row in arena.token_ids(passages)]
+        arena.session = arena.sessions[0] = _session(folders["eager"] / arena.graph_file, threads, arena=True)
+        before["encoder_fp32_eager_with_arena"] = arena
+        # Calls planned by tokens (ssi.sentence_calls): on that one session, and on a one-thread session a core
+        # (ssi.sentence.bulk_encoder: how a first start and a training corpus are encoded since)
+        planned = {
+            f"encoder_{precision}_eager_{how}": SentenceEncoder(folders["eager"], each, precision, sessions=sessions)
+            for precision in ("fp32", "int8")
+            for how, each, sessions in (("calls_by_tokens", threads, 1), ("sessions_a_core", 1, threads))
+        }
+        ids = arena.token_ids(passages)
+        lengths = [len(row) for row in ids]
         flops = useful_flops(lengths, layers, hidden, inner)
         mean_tokens = float(np.mean(lengths))
-        rows = int(BATCH * mean_tokens)  # a batch's tokens, as the encoder's widest product sees them
+        rows = int(BEFORE * mean_tokens)  # a call's tokens before, as the encoder's widest product saw them
         fp32_graph, int8_graph = Path(scratch) / "matmul.onnx", Path(scratch) / "matmul.int8.onnx"
         feed = _matmul_graph(fp32_graph, rows, hidden, inner)
         quantize_dynamic(fp32_graph, int8_graph, per_channel=True, weight_type=QuantType.QInt8)  # as the encoder's
         products = {"fp32": _session(fp32_graph, threads, False), "int8": _session(int8_graph, threads, False)}
         matmul_flops = 2.0 * rows * hidden * inner
         reps = max(1, int(round(flops / matmul_flops)))  # as much work as one round of the encoder
-        parts: dict[str, Callable[[], Any]] = {name: _encoding(encoder, passages) for name, encoder in encoders.items()}
+        parts: dict[str, Callable[[], Any]] = {name: _by_before(encoder, ids) for name, encoder in before.items()}
+        parts.update({name: _encoding(encoder, ids) for name, encoder in planned.items()})
         for precision, session in products.items():
             parts[f"matmul_{precision}"] = _products(session, feed, reps)
         vectors = {name: run() for name, run in parts.items()}  # warm, and the vectors compared below
         alone = {  # a text's vector encoded by itself, against within the run's batches
-            name: np.vstack([encoders[name].encode([text]) for text in passages[:ALONE]])
+            name: np.vstack([before[name].encode([text]) for text in passages[:ALONE]])
             for name in ("encoder_int8_eager", "encoder_int8_eager_scaled_by_tensor", "encoder_fp32_eager")
         }
         spent = dict.fromkeys(parts, 0.0)
@@ -147,6 +161,9 @@ def main(
     agree = {
         "eager_fp32_to_sdpa_fp32": cosines(vectors["encoder_fp32_eager"], vectors["encoder_fp32_sdpa"]),
         "eager_int8_to_eager_fp32": cosines(vectors["encoder_int8_eager"], vectors["encoder_fp32_eager"]),
+        "int8_sessions_a_core_to_calls_of_32": cosines(
+            vectors["encoder_int8_eager_sessions_a_core"], vectors["encoder_int8_eager"]
+        ),
         "sdpa_int8_to_sdpa_fp32": cosines(vectors["encoder_int8_sdpa"], vectors["encoder_fp32_sdpa"]),
         "eager_int8_scaled_by_tensor_to_eager_fp32": cosines(
             vectors["encoder_int8_eager_scaled_by_tensor"], vectors["encoder_fp32_eager"]
@@ -159,6 +176,7 @@ def main(
     figures: dict[str, object] = {
         "model": NAME,
         "threads": threads,
+        "words": words,
         "cpu_int8_instructions": int8_instructions(),
         "passages": len(passages),
         "mean_tokens": round(mean_tokens, 1),
@@ -194,8 +212,23 @@ def _scaled_by_tensor(folder: Path, out: Path) -> Path:
     return out
 
 
-def _encoding(encoder: SentenceEncoder, passages: list[str]) -> Callable[[], np.ndarray]:
-    return lambda: encoder.encode(passages)
+def _encoding(encoder: SentenceEncoder, ids: list[list[int]]) -> Callable[[], np.ndarray]:
+    """Tokenized passages encoded as `encoder` plans its calls (and runs them on its sessions)."""
+    return lambda: encoder.encode_ids(ids)
+
+
+def _by_before(encoder: SentenceEncoder, ids: list[list[int]]) -> Callable[[], np.ndarray]:
+    """Tokenized passages encoded BEFORE to a call, shortest first, as before 2026-12-04."""
+    order = np.argsort([len(row) for row in ids], kind="stable")
+    calls = [order[start : start + BEFORE] for start in range(0, len(order), BEFORE)]
+
+    def run() -> np.ndarray:
+        out = np.zeros((len(ids), encoder.dims), dtype=np.float32)
+        for call in calls:
+            out[call] = encoder.encode_ids([ids[i] for i in call], tokens=1 << 30)  # the call as it is
+        return out
+
+    return run
 
 
 def _products(session: Any, feed: dict[str, np.ndarray], reps: int) -> Callable[[], None]:

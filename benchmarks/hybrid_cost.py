@@ -48,7 +48,7 @@ import typer
 from benchmarks.replication_faults import write_figures
 from benchmarks.snippet_cost import _passages
 from service.query_vectors import DEFAULT_SIZE, QueryVectorCache
-from ssi.sentence import PRECISIONS, SentenceEncoder, int8_instructions
+from ssi.sentence import PRECISIONS, SentenceEncoder, bulk_encoder, int8_instructions
 from training.pretrained import NAME, checked_minilm_folder
 from training.sentence_export import add_query_graph, cosines, prepare_encoder
 
@@ -84,8 +84,8 @@ def _query_times(encoders: dict[str, SentenceEncoder], queries: list[str]) -> di
 
 
 def _docs_per_second(encoders: dict[str, SentenceEncoder], texts: list[str]) -> dict[str, object]:
-    """Per graph, texts encoded a second (wall, the encoder's two threads), the graphs taking turns DOC_ROUNDS times
-    over slices of `texts`; and the int8 / fp32 ratio of each round."""
+    """Per graph, texts encoded a second (wall, on two cores as a first start encodes them: ssi.sentence.bulk_encoder),
+    the graphs taking turns DOC_ROUNDS times over slices of `texts`; and the int8 / fp32 ratio of each round."""
     spent = {name: 0.0 for name in encoders}
     rounds: list[float] = []
     size = max(1, len(texts) // DOC_ROUNDS)
@@ -230,7 +230,7 @@ def encoder_cost(
             one[precision] = SentenceEncoder(folder, threads=1, precision=precision)
         if spec.query is not None:  # the query graph's fp32 graph (the one a CPU without int8 instructions serves)
             one["query_fp32"] = SentenceEncoder(folder, threads=1, precision="fp32", part="query")
-        two = {precision: SentenceEncoder(folder, threads=2, precision=precision) for precision in PRECISIONS}
+        two = {precision: bulk_encoder(folder, 2, precision) for precision in PRECISIONS}  # as a first start's
         passages = _passages(corpus, documents)
         figures: dict[str, object] = {
             "model": NAME,

@@ -30,7 +30,7 @@ from ssi.bundle import Bundle, BundleError
 from ssi.hybrid import join_documents, join_queries
 from ssi.open_vocab import DocEntries, OpenRule, QueryWords, Statistics, at_avg_len
 from ssi.records import Document
-from ssi.sentence import Device, Part, Precision, SentenceEncoder, SentenceError, available_devices
+from ssi.sentence import Device, Part, Precision, SentenceEncoder, SentenceError, available_devices, bulk_encoder
 from ssi.tokenize import tokenize
 from ssi.vocab import TermCounts
 
@@ -256,20 +256,18 @@ class Embedder:
         return join_documents(embedded, sentence, self.sentence.spec.weight)
 
     def start_up_encoder(self, threads: int, device: Device = "cpu") -> Callable[[list[str]], np.ndarray]:
-        """e(d) for the build of a collection's first load, with `threads` threads on `device` (SSI_ENCODE_DEVICE): no
+        """e(d) for the build of a collection's first load, on `threads` cores on `device` (SSI_ENCODE_DEVICE): no
         worker serves it yet and the others wait for its snapshot, while the serving encoder has SSI_THREADS (one a
-        worker where the workers fill the cores) on the CPU. The serving encoder itself where it has as many threads
-        and the device is the CPU; else another, loaded at its first call, so a build that finds every e(d) in the
-        sentence cache never loads it."""
+        worker where the workers fill the cores) on the CPU. The serving encoder itself for one core of the CPU; else
+        an encoder for texts in bulk (ssi.sentence.bulk_encoder: a one-thread session a core), loaded at its first
+        call, so a build that finds every e(d) in the sentence cache never loads it."""
         if self.sentence is None:
             raise RuntimeError("a bundle without a sentence encoder has no e(d)")
         device = "cpu" if device == "auto" and "cuda" not in available_devices() else device
-        if threads <= self.threads and device == "cpu":
+        if threads <= 1 and device == "cpu":
             return self.sentence.encode
         load = functools.cache(
-            functools.partial(
-                SentenceEncoder, self.bundle.sentence_path, threads, self.sentence.precision, device=device
-            )
+            functools.partial(bulk_encoder, self.bundle.sentence_path, threads, self.sentence.precision, device=device)
         )
 
         def encode(texts: list[str]) -> np.ndarray:

@@ -48,6 +48,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from ssi.forms.base import unit_length
+from ssi.sentence_calls import GPU_TOKENS_PER_CALL, TOKENS_PER_CALL, plan_calls, run_calls
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,6 @@ CUDA_PROVIDER = "CUDAExecutionProvider"
 # CPU flags (/proc/cpuinfo) of the instructions onnxruntime's int8 matrix products are fast with: without any, int8
 # may run no faster than fp32.
 INT8_FLAGS = ("avx512_vnni", "avx_vnni", "amx_int8", "asimddp")
-# Texts per onnxruntime call: sorted by length first, so a batch pads to texts of about its own length.
-BATCH = 32
 # onnxruntime's fusion of an integer product with its scales into MatMulIntegerToFloat takes the activations' scale for
 # one number: with a scale per token row (Int8Check.activations "token") it gives wrong vectors, so such a graph's
 # session runs without it (the other fusions stay).
@@ -311,7 +310,10 @@ class SentenceEncoder:
     warning, and so does `self.precision` say. `graph`: a graph file run in place of the folder's, for checking one
     before the spec records it (training.sentence_export.quantize_encoder). `device`: where it runs
     (`providers_for`); `self.device` says where it does ("cuda" or "cpu"). `part`: "query" runs the folder's query
-    graph (spec `query`; SentenceError where it has none) at the precision the document graph would serve at."""
+    graph (spec `query`; SentenceError where it has none) at the precision the document graph would serve at.
+    `sessions`: the graph loaded that many times, `threads` threads each, and a batch's calls run on them at once
+    (ssi.sentence_calls): a first start's documents on one-thread sessions, one a core; a server's queries on one.
+    Each session holds its own copy of the graph (about 23 MB int8, 90 MB fp32 for all-MiniLM-L6-v2)."""
 
     def __init__(
         self,
@@ -322,6 +324,7 @@ class SentenceEncoder:
         graph: Path | None = None,
         device: Device = "cpu",
         part: Part = "document",
+        sessions: int = 1,
     ) -> None:
         folder = Path(folder)
         try:
@@ -352,14 +355,18 @@ class SentenceEncoder:
         # A graph not yet recorded (`graph`: the check of a new int8 graph) is a new one: a scale per token row.
         unfused = UNFUSED_FOR_TOKEN_SCALES if check is None or check.activations == "token" else []
         try:
-            self.session = ort.InferenceSession(
-                str(graph), options, providers=providers_for(device), disabled_optimizers=unfused
-            )
+            self.sessions = [
+                ort.InferenceSession(str(graph), options, providers=providers_for(device), disabled_optimizers=unfused)
+                for _ in range(max(1, sessions))
+            ]
         except SentenceError:
             raise
         except Exception as exc:  # onnxruntime's own errors for a corrupt graph
             raise SentenceError(f"{graph}: onnxruntime cannot load it ({exc})") from None
+        self.session = self.sessions[0]
         self.device = "cuda" if CUDA_PROVIDER in self.session.get_providers() else "cpu"
+        # Padded tokens a call holds at most (ssi.sentence_calls): a few hundred on a CPU, more on a GPU.
+        self.call_tokens = TOKENS_PER_CALL if self.device == "cpu" else GPU_TOKENS_PER_CALL
         names = [i.name for i in self.session.get_inputs()]
         if sorted(names) != sorted(self.spec.inputs):
             raise SentenceError(f"{graph}: inputs {names}, the spec says {self.spec.inputs}")
@@ -382,23 +389,24 @@ class SentenceEncoder:
         """E of the pooled vectors before the projection (`encode(..., cut=False)`): the graph's own."""
         return self.spec.dims if self.spec.projection is None else self.spec.projection.source_dims
 
-    def encode(self, texts: Sequence[str], batch: int = BATCH, cut: bool = True) -> np.ndarray:
+    def encode(self, texts: Sequence[str], cut: bool = True, tokens: int | None = None) -> np.ndarray:
         """float32 [len(texts), E], in the texts' order; `cut=False`: before the projection (`pooled_dims`), which
-        `project(encoder.projection, ...)` then gives the same vectors of."""
-        return self.encode_ids(self.token_ids(texts), batch, cut)
+        `project(encoder.projection, ...)` then gives the same vectors of. `tokens`: padded tokens a call holds at
+        most (ssi.sentence_calls; None: `call_tokens`; a text's vector does not depend on it)."""
+        return self.encode_ids(self.token_ids(texts), cut, tokens)
 
-    def encode_ids(self, ids: Sequence[list[int]], batch: int = BATCH, cut: bool = True) -> np.ndarray:
-        """float32 [len(ids), E] of texts already tokenized (`token_ids`), in their order (`cut`: as `encode`)."""
+    def encode_ids(self, ids: Sequence[list[int]], cut: bool = True, tokens: int | None = None) -> np.ndarray:
+        """float32 [len(ids), E] of texts already tokenized (`token_ids`), in their order (`cut`, `tokens`: as
+        `encode`)."""
         out = np.zeros((len(ids), self.dims if cut else self.pooled_dims), dtype=np.float32)
-        if not ids:
-            return out
-        order = np.argsort([len(row) for row in ids], kind="stable")
-        for start in range(0, len(order), batch):
-            chosen = order[start : start + batch]
-            out[chosen] = self._run([ids[i] for i in chosen], cut)
+
+        def run(call: np.ndarray, session: Any) -> None:
+            out[call] = self._run([ids[i] for i in call], session, cut)
+
+        run_calls(plan_calls([len(row) for row in ids], tokens or self.call_tokens), self.sessions, run)
         return out
 
-    def _run(self, rows: list[list[int]], cut: bool = True) -> np.ndarray:
+    def _run(self, rows: list[list[int]], session: Any, cut: bool = True) -> np.ndarray:
         width = max(len(row) for row in rows)
         input_ids = np.zeros((len(rows), width), dtype=np.int64)
         mask = np.zeros((len(rows), width), dtype=np.int64)
@@ -408,10 +416,27 @@ class SentenceEncoder:
         feed: dict[str, Any] = {"input_ids": input_ids, "attention_mask": mask}
         if "token_type_ids" in self.spec.inputs:
             feed["token_type_ids"] = np.zeros_like(input_ids)
-        (states,) = self.session.run([self.output], feed)
+        (states,) = session.run([self.output], feed)
         pooled = pool(np.asarray(states, dtype=np.float32), mask, self.spec.pooling)
         pooled = unit_length(pooled) if self.spec.normalize else pooled
         return pooled if self.projection is None or not cut else project(self.projection, pooled)
+
+
+def bulk_encoder(
+    folder: Path | str,
+    cores: int,
+    precision: Precision | None = None,
+    *,
+    device: Device = "cpu",
+    part: Part = "document",
+) -> SentenceEncoder:
+    """An encoder for texts in bulk (a first start's documents, a training corpus): on the CPU one session of one
+    thread a core, taking the calls in turn (ssi.sentence_calls; two such sessions encoded 60-word passages half
+    as fast again as one session of two threads in int8); on a GPU (`device` cuda, or auto where it has one) one
+    session with `cores` threads for what the GPU leaves to the CPU."""
+    if device == "cpu" or (device == "auto" and "cuda" not in available_devices()):
+        return SentenceEncoder(folder, 1, precision, part=part, sessions=max(1, cores))
+    return SentenceEncoder(folder, cores, precision, device=device, part=part)
 
 
 def project(projection: np.ndarray, vectors: np.ndarray) -> np.ndarray:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ssi.bundle import is_bundle
-from ssi.sentence import Precision, SentenceEncoder, write_spec
+from ssi.sentence import Precision, SentenceEncoder, bulk_encoder, write_spec
 from training.data import TrainingData
 from training.sentence_export import (
     add_query_graph,
@@ -68,14 +68,14 @@ class PreparedEncoder:
             self.spec = prepare_encoder(folder, self.folder, threads=threads, precision=precision)
         if query is not None:
             self.spec = add_query_graph(self.folder, query, threads=threads)
-        self.encoder = SentenceEncoder(self.folder, threads)
+        self.encoder = bulk_encoder(self.folder, threads)
 
     @functools.cached_property
     def for_queries(self) -> SentenceEncoder:
         """What encodes queries: the query graph where the folder has one, else the encoder itself."""
         if self.spec.query is None:
             return self.encoder
-        return SentenceEncoder(self.folder, self.threads, part="query")
+        return bulk_encoder(self.folder, self.threads, part="query")
 
     def finetune(self, data: TrainingData, epochs: int, seed: int, device: str = "cpu") -> None:
         """Train the encoder's own weights on the training pairs (training.encoder_finetune), then export and check
@@ -91,7 +91,7 @@ class PreparedEncoder:
         name = f"{self.spec.name}, fine-tuned on {len(pairs)} pairs × {epochs} epochs"
         shutil.rmtree(self.folder)
         self.spec = prepare_encoder(tuned, self.folder, threads=self.threads, name=name, precision=self.precision)
-        self.encoder = SentenceEncoder(self.folder, self.threads)
+        self.encoder = bulk_encoder(self.folder, self.threads)
 
     def cut(self, texts: Sequence[str], dims: int | None) -> None:
         """Cut the vectors to `dims` dimensions, fitted on the corpus `texts` (training.sentence_projection; None: as
@@ -99,7 +99,7 @@ class PreparedEncoder:
         if dims is None:
             return
         self.spec = add_projection(self.folder, texts, dims, self.threads)
-        self.encoder = SentenceEncoder(self.folder, self.threads)
+        self.encoder = bulk_encoder(self.folder, self.threads)
         self.__dict__.pop("for_queries", None)  # its cached encoder was made before the cut
 
     def weighted(self, weight: float, rule: str) -> Path:

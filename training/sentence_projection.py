@@ -24,9 +24,9 @@ from ssi.bundle import sha256_file
 from ssi.sentence import (
     PROJECTION_FILE,
     Projection,
-    SentenceEncoder,
     SentenceError,
     SentenceSpec,
+    bulk_encoder,
     read_spec,
     write_spec,
 )
@@ -73,7 +73,7 @@ def add_projection(folder: Path, texts: Sequence[str], dims: int, threads: int =
         raise SentenceError(
             f"--sentence-dims {dims}: the corpus has {chosen.shape[0]} documents, too few to fit {dims} axes on"
         )
-    raw = encode_corpus(SentenceEncoder(folder, threads), [texts[i] for i in chosen])
+    raw = encode_corpus(bulk_encoder(folder, threads), [texts[i] for i in chosen])
     array, kept = fitted_projection(raw, dims)
     np.save(folder / PROJECTION_FILE, array, allow_pickle=False)
     projection = Projection(

@@ -17,7 +17,7 @@ from ssi.bundle import load_bundle
 from ssi.corpus import read_corpus
 from ssi.forms.diagonal import Diagonal
 from ssi.hybrid import hybrid_scores
-from ssi.sentence import SentenceEncoder, SentenceError, read_spec
+from ssi.sentence import SentenceEncoder, SentenceError, bulk_encoder, read_spec
 from ssi_cli.main import build_app
 from tests.training.sentence_testing import WORDS, ExportedEncoder, exported_tiny_encoder, make_tiny_encoder
 from tests.training.synonyms import SynonymCorpus, held_out_map, train
@@ -113,6 +113,11 @@ def test_the_int8_graph_is_written_recorded_and_close_to_the_fp32_one(shared: Ex
     # not move with the queries that share its batch).
     assert spec.int8.activations == "token"
     np.testing.assert_allclose(np.vstack([int8.encode([text]) for text in TEXTS]), batched, atol=1e-6)
+    # Texts in bulk (a first start's documents): calls of at most 12 tokens (so each of the short texts has its own or
+    # shares with one other) on three one-thread sessions at once, the same vectors.
+    bulk = bulk_encoder(shared.sentence, 3, "int8")
+    assert len(bulk.sessions) == 3 and bulk.precision == "int8"
+    np.testing.assert_allclose(bulk.encode(TEXTS * 4, tokens=12), np.vstack([batched] * 4), atol=1e-6)
 
 
 def test_an_int8_graph_of_a_bundle_written_before_token_scales_still_serves(

@@ -30,7 +30,7 @@ from ssi.open_vocab import (
 )
 from ssi.products import DocMatrix
 from ssi.records import Document
-from ssi.sentence import SentenceEncoder
+from ssi.sentence import SentenceEncoder, bulk_encoder
 from ssi.vocab import Vocabulary
 from training.evaluate.features import TextFeatures
 from training.evaluate.scorer import DEFAULT_BLOCK, VectorScorer
@@ -68,8 +68,8 @@ class SentencePart:
         """The part of a hybrid bundle over `docs` (their vectors from training.sentence_vectors), else None."""
         if bundle.sentence is None:
             return None
-        encoder = SentenceEncoder(bundle.sentence_path, threads)
-        queries = SentenceEncoder(bundle.sentence_path, threads, part="query") if bundle.sentence.query else None
+        encoder = bulk_encoder(bundle.sentence_path, threads)
+        queries = bulk_encoder(bundle.sentence_path, threads, part="query") if bundle.sentence.query else None
         texts = [d.full_text for d in docs]
         vectors = encode_corpus(encoder, texts) if texts else encoder.encode(texts)
         return cls(encoder, vectors, bundle.sentence.weight, cache_queries=cache_queries, queries=queries)
