@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import random
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -23,7 +22,7 @@ from typing import Annotated, Any
 import numpy as np
 import typer
 
-from benchmarks.encoder_peak import _by_before
+from benchmarks.encoder_peak import _by_before, interleaved_seconds
 from benchmarks.replication_faults import write_figures
 from benchmarks.snippet_cost import _passages
 from ssi.sentence import SentenceEncoder, int8_instructions
@@ -85,12 +84,7 @@ def _rates(parts: dict[str, Callable[[], Any]], texts: int, rounds: int) -> dict
     other round)."""
     for run in parts.values():
         run()
-    spent = dict.fromkeys(parts, 0.0)
-    for r in range(rounds):
-        for name in parts if r % 2 == 0 else list(parts)[::-1]:
-            started = time.perf_counter()
-            parts[name]()
-            spent[name] += time.perf_counter() - started
+    spent = interleaved_seconds(parts, rounds)
     return {name: round(rounds * texts / took, 1) for name, took in spent.items()}
 
 

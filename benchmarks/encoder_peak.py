@@ -149,12 +149,7 @@ def main(
             name: np.vstack([before[name].encode([text]) for text in passages[:ALONE]])
             for name in ("encoder_int8_eager", "encoder_int8_eager_scaled_by_tensor", "encoder_fp32_eager")
         }
-        spent = dict.fromkeys(parts, 0.0)
-        for r in range(rounds):
-            for name in parts if r % 2 == 0 else list(parts)[::-1]:
-                started = time.perf_counter()
-                parts[name]()
-                spent[name] += time.perf_counter() - started
+        spent = interleaved_seconds(parts, rounds)
     work = {name: rounds * (flops if name.startswith("encoder") else reps * matmul_flops) for name in parts}
     rate = {name: work[name] / spent[name] / 1e9 for name in parts}
     today = rate["encoder_fp32_sdpa"]  # the graph `ssi train --encoder` exported before the eager attention
@@ -210,6 +205,18 @@ def _scaled_by_tensor(folder: Path, out: Path) -> Path:
     assert spec.int8 is not None
     write_spec(out, spec.model_copy(update={"int8": spec.int8.model_copy(update={"activations": "tensor"})}))
     return out
+
+
+def interleaved_seconds(parts: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Seconds each part took in all, every part taking its turn in each of `rounds` (reversed every other round, so
+    that no part always runs after the same one)."""
+    spent = dict.fromkeys(parts, 0.0)
+    for r in range(rounds):
+        for name in parts if r % 2 == 0 else list(parts)[::-1]:
+            started = time.perf_counter()
+            parts[name]()
+            spent[name] += time.perf_counter() - started
+    return spent
 
 
 def _encoding(encoder: SentenceEncoder, ids: list[list[int]]) -> Callable[[], np.ndarray]:
