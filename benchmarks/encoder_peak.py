@@ -18,7 +18,6 @@ h] × [h, i]) on the same threads, fp32 and quantized as onnxruntime's dynamic q
 give the encoder's largest products, its best case. Every part takes its turn in each of `--rounds`.
 
     python -m benchmarks.encoder_peak --out runs/encoder-peak.json
-    python -m benchmarks.encoder_peak --words 250 --documents 300 --out runs/encoder-peak-long.json   # long pages
 """
 
 from __future__ import annotations
@@ -120,7 +119,7 @@ def main(
         }
         before["encoder_int8_eager_scaled_by_tensor"] = SentenceEncoder(tensor, threads, "int8")
         arena = SentenceEncoder(folders["eager"], threads, "fp32")
-        arena.session = arena.sessions[0] = _session(folders["eager"] / arena.graph_file, threads, arena=True)
+        arena.sessions = [_session(folders["eager"] / arena.graph_file, threads, arena=True)]
         before["encoder_fp32_eager_with_arena"] = arena
         # Calls planned by tokens (ssi.sentence_calls): on that one session, and on a one-thread session a core
         # (ssi.sentence.bulk_encoder: how a first start and a training corpus are encoded since)

@@ -363,7 +363,6 @@ class SentenceEncoder:
             raise
         except Exception as exc:  # onnxruntime's own errors for a corrupt graph
             raise SentenceError(f"{graph}: onnxruntime cannot load it ({exc})") from None
-        self.session = self.sessions[0]
         self.device = "cuda" if CUDA_PROVIDER in self.session.get_providers() else "cpu"
         # Padded tokens a call holds at most (ssi.sentence_calls): a few hundred on a CPU, more on a GPU.
         self.call_tokens = TOKENS_PER_CALL if self.device == "cpu" else GPU_TOKENS_PER_CALL
@@ -374,6 +373,11 @@ class SentenceEncoder:
         self.output = output.name
         self.dims = self.spec.dims
         self.projection = read_projection(folder, self.spec)
+
+    @property
+    def session(self) -> Any:
+        """The first of the encoder's onnxruntime sessions (the only one unless `sessions` asked more)."""
+        return self.sessions[0]
 
     @property
     def graph_file(self) -> str:

@@ -49,7 +49,8 @@ def run_calls(
 ) -> None:
     """`run(call, session)` for every call: in this thread where there is one session (or one call), else on as many
     threads as sessions, each call on a session no other thread is running (onnxruntime lets the GIL go while it
-    runs), the longest calls first so that no thread is left with a long one at the end."""
+    runs), the last calls first (`plan_calls` puts the longest texts last) so that no thread is left with a long one
+    at the end."""
     if len(sessions) == 1 or len(calls) <= 1:
         for call in calls:
             run(call, sessions[0])
